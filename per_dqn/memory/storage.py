@@ -1,0 +1,130 @@
+"""Ring-buffer storage of transitions: fixed arrays, written in place, no Python objects per item."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Batch(NamedTuple):
+    """A sampled minibatch: the typed contract between a replay memory and the learner.
+
+    Attributes:
+        obs: observations ``s_t``, shape ``(B, *obs_shape)``, the storage dtype (uint8 stays uint8).
+        actions: int64 actions ``a_t``, shape ``(B,)``.
+        rewards: float32 rewards ``r_t``, shape ``(B,)``.
+        next_obs: observations ``s_{t+1}``, shape ``(B, *obs_shape)``.
+        terminated: bool, True where ``s_{t+1}`` is terminal (no bootstrapping); truncation is not
+            termination and is never stored here.
+        indices: int64 slots the transitions came from; hand them back to ``update_priorities``.
+        weights: float32 importance-sampling weights (all 1 for uniform replay).
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+
+
+class TransitionStorage:
+    """Stores ``(obs, action, reward, next_obs, terminated)`` in preallocated ring arrays.
+
+    Args:
+        capacity: number of transitions kept; the oldest is overwritten first.
+        obs_shape: shape of one observation.
+        obs_dtype: storage dtype of observations; input is cast to it only where numpy's
+            ``same_kind`` rule allows (float64 -> float32 yes, float -> uint8 no).
+    """
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype) -> None:
+        self.capacity = int(capacity)
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.obs = np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
+        self.next_obs = np.zeros_like(self.obs)
+        self.actions = np.zeros(self.capacity, dtype=np.int64)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.terminated = np.zeros(self.capacity, dtype=np.bool_)
+        self.cursor = 0
+        self.size = 0
+
+    _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")
+
+    def check_obs(self, name: str, obs, batched: bool) -> np.ndarray:
+        """Returns ``obs`` as an array, or raises ValueError naming ``name`` and the bad shape."""
+        obs = np.asarray(obs)
+        want = obs.shape[1:] if batched else obs.shape
+        if want != self.obs_shape:
+            shape = ("B", *self.obs_shape) if batched else self.obs_shape
+            raise ValueError(f"`{name}` must have shape {shape}, got {obs.shape}")
+        if obs.dtype != self.obs_dtype and not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
+            raise ValueError(f"`{name}` must be castable to {self.obs_dtype}, got {obs.dtype}")
+        return obs
+
+    def write(self, obs, action, reward, next_obs, terminated) -> int:
+        """Writes one transition at the cursor; returns its slot."""
+        slot = self.cursor
+        self.obs[slot] = obs
+        self.next_obs[slot] = next_obs
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.terminated[slot] = terminated
+        self.cursor = (slot + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+        return slot
+
+    def write_batch(self, obs, actions, rewards, next_obs, terminated) -> np.ndarray:
+        """Writes ``B`` transitions in order, wrapping around; returns their slots."""
+        n = obs.shape[0]
+        slots = (self.cursor + np.arange(n, dtype=np.int64)) % self.capacity
+        if n > self.capacity:  # only the last `capacity` items survive; write just those
+            keep = slice(n - self.capacity, n)
+            obs, actions, rewards = obs[keep], actions[keep], rewards[keep]
+            next_obs, terminated, kept = next_obs[keep], terminated[keep], slots[keep]
+        else:
+            kept = slots
+        self.obs[kept] = obs
+        self.next_obs[kept] = next_obs
+        self.actions[kept] = actions
+        self.rewards[kept] = rewards
+        self.terminated[kept] = terminated
+        self.cursor = int((self.cursor + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        return slots
+
+    def gather(self, indices: np.ndarray, weights: np.ndarray) -> Batch:
+        """The transitions at ``indices`` as a Batch."""
+        return Batch(
+            obs=self.obs[indices],
+            actions=self.actions[indices],
+            rewards=self.rewards[indices],
+            next_obs=self.next_obs[indices],
+            terminated=self.terminated[indices],
+            indices=indices,
+            weights=weights.astype(np.float32),
+        )
+
+    def state_dict(self) -> dict:
+        """Contents and cursor, as arrays (copies)."""
+        state = {name: getattr(self, name).copy() for name in self._FIELDS}
+        state["cursor"] = self.cursor
+        state["size"] = self.size
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what ``state_dict`` returned; raises ValueError on a mismatched layout."""
+        for name in self._FIELDS:
+            have, got = getattr(self, name), np.asarray(state[name])
+            if got.shape != have.shape or got.dtype != have.dtype:
+                raise ValueError(
+                    f"storage field `{name}` must be {have.dtype}{list(have.shape)}, "
+                    f"got {got.dtype}{list(got.shape)}"
+                )
+        for name in self._FIELDS:
+            getattr(self, name)[...] = state[name]
+        self.cursor = int(state["cursor"])
+        self.size = int(state["size"])
