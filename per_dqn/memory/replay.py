@@ -8,6 +8,7 @@ caller passes the current beta to ``sample``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -74,8 +75,11 @@ class ReplayMemory:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def add(self, obs, action, reward, next_obs, terminated) -> int:
+    def add(self, obs, action, reward, next_obs, terminated, n_steps: int = 1) -> int:
         """Stores one transition and returns its slot.
+
+        ``n_steps`` is the number of env steps from ``obs`` to ``next_obs`` (1 unless the caller
+        builds n-step returns); ``reward`` is then the discounted sum over those steps.
 
         Raises:
             ValueError: ``obs`` or ``next_obs`` of the wrong shape or of an uncastable dtype.
@@ -83,11 +87,11 @@ class ReplayMemory:
         st = self._storage
         obs = st.check_obs("obs", obs, batched=False)
         next_obs = st.check_obs("next_obs", next_obs, batched=False)
-        slot = st.write(obs, action, reward, next_obs, terminated)
+        slot = st.write(obs, action, reward, next_obs, terminated, n_steps)
         self._on_insert_one(slot)
         return slot
 
-    def add_batch(self, obs, actions, rewards, next_obs, terminated) -> np.ndarray:
+    def add_batch(self, obs, actions, rewards, next_obs, terminated, n_steps=1) -> np.ndarray:
         """Stores ``B`` transitions (one vector-env step), in order; returns their slots.
 
         Raises:
@@ -100,13 +104,14 @@ class ReplayMemory:
         rewards = np.asarray(rewards).reshape(-1)
         terminated = np.asarray(terminated).reshape(-1)
         n = obs.shape[0]
+        n_steps = np.broadcast_to(np.asarray(n_steps, dtype=np.uint8).reshape(-1), (n,))
         for name, arr in (
             ("next_obs", next_obs), ("actions", actions), ("rewards", rewards),
             ("terminated", terminated),
         ):  # fmt: skip
             if arr.shape[0] != n:
                 raise ValueError(f"`{name}` must have {n} entries like `obs`, got {arr.shape[0]}")
-        slots = st.write_batch(obs, actions, rewards, next_obs, terminated)
+        slots = st.write_batch(obs, actions, rewards, next_obs, terminated, n_steps)
         self._on_insert(slots)
         return slots
 
@@ -324,6 +329,20 @@ class PrioritizedReplay(ReplayMemory):
         """Sum of all leaf priorities (the sum tree's root)."""
         return self._sum.total
 
+    @property
+    def mean_priority(self) -> float:
+        """Mean leaf priority over the stored transitions (0 when empty)."""
+        return self._sum.total / len(self) if len(self) else 0.0
+
+    def tree_drift(self) -> float:
+        """Relative gap between the tree's root and an exact sum of its leaves (``math.fsum``).
+
+        Parents are always recomputed from their children, so this stays at float rounding
+        (~1e-16 * depth); a larger value means the tree is corrupt. O(capacity): call it rarely.
+        """
+        exact = math.fsum(self._sum.leaves)
+        return abs(self._sum.total - exact) / exact if exact > 0 else 0.0
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["priorities"] = self._sum.leaves
@@ -437,6 +456,16 @@ class RankBasedReplay(ReplayMemory):
         self._heap_key[:n] = self._heap_key[:n][order]
         self._slot_pos[self._heap_slot[:n]] = np.arange(n)
         self._updates_since_sort = 0
+
+    def priorities(self, indices) -> np.ndarray:
+        """The ranking keys ``min(|delta|, clip)`` at ``indices``."""
+        return self._heap_key[self._slot_pos[np.asarray(indices, dtype=np.int64)]]
+
+    @property
+    def mean_priority(self) -> float:
+        """Mean ranking key ``|delta|`` over the stored transitions (0 when empty)."""
+        n = self._heap_size
+        return float(self._heap_key[:n].mean()) if n else 0.0
 
     def ranks(self, indices) -> np.ndarray:
         """Current 1-based rank (heap position + 1) of each stored index."""

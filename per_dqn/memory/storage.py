@@ -1,4 +1,4 @@
-"""Ring-buffer storage of transitions: fixed arrays, written in place, no Python objects per item."""
+"""Ring-buffer storage of transitions: preallocated arrays written in place, no per-item objects."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ class Batch(NamedTuple):
             termination and is never stored here.
         indices: int64 slots the transitions came from; hand them back to ``update_priorities``.
         weights: float32 importance-sampling weights (all 1 for uniform replay).
+        n_steps: uint8 number of env steps between ``obs`` and ``next_obs`` (1 for one-step
+            transitions); an n-step target bootstraps with ``gamma ** n_steps``, which stays right
+            for the shorter windows at the end of an episode.
     """
 
     obs: np.ndarray
@@ -28,6 +31,7 @@ class Batch(NamedTuple):
     terminated: np.ndarray
     indices: np.ndarray
     weights: np.ndarray
+    n_steps: np.ndarray
 
 
 class TransitionStorage:
@@ -49,10 +53,11 @@ class TransitionStorage:
         self.actions = np.zeros(self.capacity, dtype=np.int64)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.terminated = np.zeros(self.capacity, dtype=np.bool_)
+        self.n_steps = np.ones(self.capacity, dtype=np.uint8)
         self.cursor = 0
         self.size = 0
 
-    _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")
+    _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated", "n_steps")
 
     def check_obs(self, name: str, obs, batched: bool) -> np.ndarray:
         """Returns ``obs`` as an array, or raises ValueError naming ``name`` and the bad shape."""
@@ -65,9 +70,10 @@ class TransitionStorage:
             raise ValueError(f"`{name}` must be castable to {self.obs_dtype}, got {obs.dtype}")
         return obs
 
-    def write(self, obs, action, reward, next_obs, terminated) -> int:
+    def write(self, obs, action, reward, next_obs, terminated, n_steps) -> int:
         """Writes one transition at the cursor; returns its slot."""
         slot = self.cursor
+        self.n_steps[slot] = n_steps
         self.obs[slot] = obs
         self.next_obs[slot] = next_obs
         self.actions[slot] = action
@@ -77,7 +83,7 @@ class TransitionStorage:
         self.size = min(self.size + 1, self.capacity)
         return slot
 
-    def write_batch(self, obs, actions, rewards, next_obs, terminated) -> np.ndarray:
+    def write_batch(self, obs, actions, rewards, next_obs, terminated, n_steps) -> np.ndarray:
         """Writes ``B`` transitions in order, wrapping around; returns their slots."""
         n = obs.shape[0]
         slots = (self.cursor + np.arange(n, dtype=np.int64)) % self.capacity
@@ -85,6 +91,7 @@ class TransitionStorage:
             keep = slice(n - self.capacity, n)
             obs, actions, rewards = obs[keep], actions[keep], rewards[keep]
             next_obs, terminated, kept = next_obs[keep], terminated[keep], slots[keep]
+            n_steps = n_steps[keep]
         else:
             kept = slots
         self.obs[kept] = obs
@@ -92,6 +99,7 @@ class TransitionStorage:
         self.actions[kept] = actions
         self.rewards[kept] = rewards
         self.terminated[kept] = terminated
+        self.n_steps[kept] = n_steps
         self.cursor = int((self.cursor + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         return slots
@@ -106,6 +114,7 @@ class TransitionStorage:
             terminated=self.terminated[indices],
             indices=indices,
             weights=weights.astype(np.float32),
+            n_steps=self.n_steps[indices],
         )
 
     def state_dict(self) -> dict:
@@ -124,7 +133,9 @@ class TransitionStorage:
                     f"storage field `{name}` must be {have.dtype}{list(have.shape)}, "
                     f"got {got.dtype}{list(got.shape)}"
                 )
+        cursor, size = int(state["cursor"]), int(state["size"])
+        if not (0 <= size <= self.capacity and 0 <= cursor < self.capacity):
+            raise ValueError(f"storage `size`/`cursor` out of range: {size}/{cursor}")
         for name in self._FIELDS:
             getattr(self, name)[...] = state[name]
-        self.cursor = int(state["cursor"])
-        self.size = int(state["size"])
+        self.cursor, self.size = cursor, size

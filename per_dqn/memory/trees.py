@@ -17,7 +17,7 @@ ancestors from their children (never ``parent += delta``), so the root cannot dr
 the leaves however many updates it has seen.
 
 ``find_prefix_sum`` is the descent of Schaul et al. (2016), Appendix B.2.1: a mass ``m`` in
-``[0, total)`` selects the leaf ``i`` with ``c_{i-1} <= m < c_i``, where ``c_i`` is the sum of leaves
+``[0, total)`` selects the leaf ``i`` with ``c_{i-1} <= m < c_i``, ``c_i`` being the sum of leaves
 ``0..i``. Leaves of value 0 own an empty interval and are never returned.
 """
 
