@@ -171,7 +171,7 @@ class ReplayMemory:
         if bad >= 0:
             raise ValueError(
                 f"`td_errors` must be finite and >= 0 (pass |delta|), "
-                f"got {td_errors[bad]!r} at position {bad} (index {indices[bad]})"
+                f"got {float(td_errors[bad])!r} at position {bad} (index {indices[bad]})"
             )
         return indices, td_errors
 
@@ -196,10 +196,13 @@ class ReplayMemory:
             "rng": self._rng.bit_generator.state,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores ``state_dict()`` output; raises ValueError if it is for another layout."""
+    def _check_kind(self, state: dict[str, Any]) -> None:
         if state.get("kind") != self.kind:
             raise ValueError(f"state is for a `{state.get('kind')}` memory, not `{self.kind}`")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output; raises ValueError if it is for another layout."""
+        self._check_kind(state)
         self._storage.load_state_dict(state["storage"])
         self._rng.bit_generator.state = state["rng"]
 
@@ -350,6 +353,7 @@ class PrioritizedReplay(ReplayMemory):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
         priorities = np.asarray(state["priorities"], dtype=np.float64)
         if priorities.shape != (self.capacity,):
             raise ValueError(
@@ -481,6 +485,7 @@ class RankBasedReplay(ReplayMemory):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_kind(state)
         slots = np.asarray(state["heap_slots"], dtype=np.int64)
         keys = np.asarray(state["heap_keys"], dtype=np.float64)
         size = int(np.asarray(state["storage"]["size"]))

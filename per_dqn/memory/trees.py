@@ -142,7 +142,7 @@ class SumTree(_SegmentTree):
         bad = np.flatnonzero(~((masses >= 0.0) & (masses < total)))
         if bad.size:
             raise ValueError(
-                f"`masses` must lie in [0, total={total!r}), got {masses[bad[0]]!r} "
+                f"`masses` must lie in [0, total={float(total)!r}), got {float(masses[bad[0]])!r} "
                 f"at position {bad[0]}"
             )
         out = np.empty(masses.shape[0], dtype=np.int64)
@@ -153,7 +153,8 @@ class SumTree(_SegmentTree):
         bad = _kernels.first_invalid_error(values)
         if bad >= 0:
             raise ValueError(
-                f"sum-tree values must be finite and >= 0, got {values[bad]!r} at position {bad}"
+                f"sum-tree values must be finite and >= 0, "
+                f"got {float(values[bad])!r} at position {bad}"
             )
 
     @staticmethod

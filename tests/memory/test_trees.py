@@ -1,0 +1,216 @@
+"""Sum and min trees against hand-drawn examples and a plain-Python reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from per_dqn.memory import MinTree, SumTree
+
+
+def reference_find(leaves: list[float], mass: float) -> int:
+    """The smallest i with leaves[0] + ... + leaves[i] > mass (a linear scan)."""
+    running = 0.0
+    for i, value in enumerate(leaves):
+        running += value
+        if mass < running:
+            return i
+    raise AssertionError("mass beyond total")
+
+
+def test_hand_drawn_tree():
+    """Capacity 5 (8 padded leaves), leaves 1, 2, 3, 4, 0::
+
+                 10
+             10       0
+           3    7   0   0
+          1 2  3 4 0 . . .
+
+    Prefix intervals: leaf0 [0,1), leaf1 [1,3), leaf2 [3,6), leaf3 [6,10), leaf4 empty.
+    """
+    tree = SumTree(5)
+    tree.update([0, 1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0, 0.0])
+    assert tree.total == 10.0
+    masses = [0.0, 0.999, 1.0, 2.5, 3.0, 5.999, 6.0, 9.999]
+    assert tree.find_prefix_sum(masses).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    # the internal nodes are the sums drawn above
+    assert tree._nodes[1:8].tolist() == [10.0, 10.0, 0.0, 3.0, 7.0, 0.0, 0.0]
+
+
+def test_hand_drawn_min_tree():
+    """Leaves 5, 2, 7 (capacity 3, 4 padded leaves): min 2; padding stays +inf."""
+    tree = MinTree(3)
+    assert tree.min == np.inf
+    tree.update([0, 1, 2], [5.0, 2.0, 7.0])
+    assert tree.min == 2.0
+    tree.update([1], [9.0])
+    assert tree.min == 5.0
+
+
+def test_update_changes_only_its_path():
+    """Setting leaf 2 from 3 to 0.5 changes total 10 -> 7.5 and the [3,6) interval to [3,3.5)."""
+    tree = SumTree(5)
+    tree.update([0, 1, 2, 3], [1.0, 2.0, 3.0, 4.0])
+    tree.update([2], [0.5])
+    assert tree.total == 7.5
+    assert tree.find_prefix_sum([3.4, 3.5]).tolist() == [2, 3]
+
+
+def test_repeated_indices_last_value_wins():
+    """Pins the documented rule for a batch that sampled the same slot twice."""
+    tree = SumTree(4)
+    tree.update([1, 1, 1], [5.0, 7.0, 2.0])
+    assert tree[1] == 2.0 and tree.total == 2.0
+    mins = MinTree(4)
+    mins.update([3, 3], [1.0, 4.0])
+    assert mins.min == 4.0
+
+
+def test_capacity_one():
+    tree = SumTree(1)
+    tree.update([0], [3.0])
+    assert tree.total == 3.0
+    assert tree.find_prefix_sum([0.0, 2.9]).tolist() == [0, 0]
+    mins = MinTree(1)
+    mins.update([0], [3.0])
+    assert mins.min == 3.0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.update([5], [1.0]), r"\[0, 5\), got 5"),
+        (lambda t: t.update([-1], [1.0]), r"got -1"),
+        (lambda t: t.update([0], [-1.0]), r"got -1.0 at position 0"),
+        (lambda t: t.update([0, 1], [1.0, np.nan]), r"got nan at position 1"),
+        (lambda t: t.update([0], [np.inf]), r"got inf"),
+        (lambda t: t.update([0, 1], [1.0]), r"same length"),
+        (lambda t: t.find_prefix_sum([10.0]), r"got 10.0 at position 0"),
+        (lambda t: t.find_prefix_sum([-0.1]), r"got -0.1"),
+        (lambda t: t.find_prefix_sum([np.nan]), r"got nan"),
+    ],
+)
+def test_bad_input_raises_and_changes_nothing(call, message):
+    tree = SumTree(5)
+    tree.update([0, 1, 2, 3], [1.0, 2.0, 3.0, 4.0])
+    before = tree._nodes.copy()
+    with pytest.raises(ValueError, match=message):
+        call(tree)
+    np.testing.assert_array_equal(tree._nodes, before)
+
+
+def test_empty_tree_cannot_be_searched():
+    with pytest.raises(ValueError, match="empty tree"):
+        SumTree(3).find_prefix_sum([0.0])
+
+
+@pytest.mark.parametrize("capacity", [0, -3])
+def test_capacity_must_be_positive(capacity):
+    with pytest.raises(ValueError, match=f"`capacity` must be >= 1, got {capacity}"):
+        SumTree(capacity)
+
+
+def test_set_leaves_rebuilds_both_trees():
+    tree, mins = SumTree(6), MinTree(6)
+    values = np.array([0.5, 1.5, 0.0, 2.0, 4.0, 1.0])
+    tree.set_leaves(values)
+    mins.set_leaves(values)
+    assert tree.total == 9.0 and mins.min == 0.0
+    assert tree.find_prefix_sum([1.9, 2.0]).tolist() == [1, 3]
+
+
+# Dyadic values (multiples of 1/8 below 2**20) add up exactly in float64, so the tree and the
+# reference must agree to the bit, boundaries included.
+dyadic = st.integers(min_value=0, max_value=8 * 1000).map(lambda k: k / 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), capacity=st.integers(min_value=1, max_value=70))
+def test_sum_tree_matches_reference(data, capacity):
+    tree = SumTree(capacity)
+    mins = MinTree(capacity)
+    leaves = [0.0] * capacity
+    written = [np.inf] * capacity
+    for _ in range(data.draw(st.integers(1, 8), label="n_updates")):
+        idx = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=12))
+        vals = data.draw(st.lists(dyadic, min_size=len(idx), max_size=len(idx)))
+        tree.update(idx, vals)
+        mins.update(idx, vals)
+        for i, v in zip(idx, vals, strict=True):
+            leaves[i] = v
+            written[i] = v
+        assert tree.total == sum(leaves)
+        assert mins.min == min(written)
+        assert tree.leaves.tolist() == leaves
+    if tree.total > 0:
+        masses = data.draw(
+            st.lists(
+                st.floats(0.0, tree.total, exclude_max=True, allow_nan=False),
+                min_size=1,
+                max_size=20,
+            )
+        )
+        # boundaries c_i themselves are where off-by-one bugs live
+        boundaries = [c for c in np.cumsum(leaves) if c < tree.total]
+        masses = masses + boundaries
+        expected = [reference_find(leaves, m) for m in masses]
+        assert tree.find_prefix_sum(masses).tolist() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.data(),
+    capacity=st.integers(min_value=1, max_value=300),
+)
+def test_descent_never_returns_empty_or_unfilled_leaf(data, capacity):
+    """Priorities spanning 1e-12 .. 1e12 (and zeros), masses up to total minus one ulp."""
+    filled = data.draw(st.integers(1, capacity), label="filled")
+    exponents = data.draw(
+        st.lists(
+            st.one_of(st.none(), st.floats(-12, 12)),
+            min_size=filled,
+            max_size=filled,
+        )
+    )
+    values = np.array([0.0 if e is None else 10.0**e for e in exponents])
+    if not values.any():
+        values[-1] = 1e-12
+    tree = SumTree(capacity)
+    tree.update(np.arange(filled), values)
+    total = tree.total
+    u = data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=32))
+    masses = np.concatenate([np.array(u) * total, [0.0, np.nextafter(total, 0.0)]])
+    masses = np.minimum(masses, np.nextafter(total, 0.0))
+    found = tree.find_prefix_sum(masses)
+    assert (found < filled).all()
+    assert (values[found] > 0).all()
+
+
+def test_total_minus_one_ulp_stays_on_a_nonzero_leaf():
+    """At 1e12 one ulp is ~1e-4: the 1e-12 leaves after leaf 2 are below rounding, and the
+    zero-valued leaves 4 and 6 (and the padding) must never be reached however the mass rounds."""
+    tree = SumTree(10)
+    values = [1e12, 1e-12, 3.0, 1e-12, 0.0, 1e-12, 0.0]
+    tree.update(np.arange(7), values)
+    masses = [np.nextafter(tree.total, 0.0), 1e12 + 3.0 - 1e-4, 1e12 + 2.9999]
+    found = tree.find_prefix_sum(masses)
+    assert found.tolist() == [2, 2, 2]
+    # a mass past a subtree's sum after subtraction: right subtree holds leaves 4..6 only
+    small = SumTree(8)
+    small.update(np.arange(6), [0.1, 0.2, 0.3, 0.4, 1e-17, 0.0])
+    found = small.find_prefix_sum([np.nextafter(small.total, 0.0)])
+    assert small[found].item() > 0 and found.item() < 6
+
+
+def test_no_drift_after_many_updates():
+    """Parents are recomputed from children, so the root equals a fresh sum of the leaves."""
+    rng = np.random.default_rng(0)
+    tree = SumTree(1000)
+    for _ in range(2000):
+        idx = rng.integers(0, 1000, 32)
+        tree.update(idx, 10.0 ** rng.uniform(-6, 6, 32))
+    fresh = SumTree(1000)
+    fresh.set_leaves(tree.leaves)
+    assert tree.total == fresh.total
