@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn.memory import _kernels
+from per_dqn.memory.frames import FrameStorage
 from per_dqn.memory.storage import Batch, TransitionStorage
 from per_dqn.memory.trees import MinTree, SumTree
 
@@ -43,6 +44,10 @@ class ReplayMemory:
         obs_shape: shape of one observation, e.g. ``(4,)`` or ``(4, 84, 84)``.
         obs_dtype: storage dtype of observations (uint8 frames stay uint8).
         seed: seed of the memory's own random generator (None: fresh entropy).
+        dedup_frames: store stacked uint8 image observations ``(stack, height, width)`` one
+            distinct frame at a time (``FrameStorage``) instead of whole ``obs``/``next_obs``.
+        frame_slack: with ``dedup_frames``, extra frames for episode starts, as a fraction of
+            ``capacity``.
     """
 
     kind = "uniform"
@@ -54,6 +59,8 @@ class ReplayMemory:
         obs_shape: tuple[int, ...],
         obs_dtype: Any = np.float32,
         seed: int | None = None,
+        dedup_frames: bool = False,
+        frame_slack: float = 0.02,
     ) -> None:
         capacity = _positive_int("capacity", capacity)
         try:
@@ -62,7 +69,10 @@ class ReplayMemory:
             raise TypeError(f"`obs_shape` must be a tuple of ints, got {obs_shape!r}") from None
         if any(d < 1 for d in obs_shape):
             raise ValueError(f"`obs_shape` dimensions must be >= 1, got {obs_shape}")
-        self._storage = TransitionStorage(capacity, obs_shape, obs_dtype)
+        if dedup_frames:
+            self._storage = FrameStorage(capacity, obs_shape, obs_dtype, frame_slack)
+        else:
+            self._storage = TransitionStorage(capacity, obs_shape, obs_dtype)
         self._rng = np.random.default_rng(seed)
 
     @property

@@ -1,0 +1,242 @@
+"""Frame-deduplicated storage for stacked image observations (Atari's 4 x 84 x 84 uint8 stacks).
+
+A stacked observation shares all but one frame with the previous one, and ``next_obs`` shares all
+but one with ``obs``; storing whole stacks costs ``2 * stack`` frames per transition. This storage
+keeps each distinct frame once, in a ring of frames, and every transition keeps ``2 * stack``
+int32 pointers into it, from which ``obs`` and ``next_obs`` are rebuilt at sample time.
+
+Frames are deduplicated by content, never by assumption: an incoming frame reuses a stored one
+only when a 64-bit hash *and all of its bytes* are equal. So the rebuilt stacks are bit-identical to
+what was added, whatever the env's padding at episode starts, the episode boundaries, the number of
+envs writing at once or the n of n-step transitions; a wrong guess can only cost memory, never
+correctness. (A buffer that instead *assumes* the layout of its input, as cpprb's
+``stack_compress`` does, silently returns wrong stacks for channel-first input.)
+
+The candidates for a match are the ``dedup_window`` most recently stored frames (one env step
+adds one frame, so a window of 256 covers 4-frame stacks with n-step returns for dozens of envs).
+
+Lifetime: each frame records the serial number of the last transition that references it, and the
+frame ring's cursor skips frames still referenced by a transition that is in the memory. With one
+new frame per env step plus one per episode start, ``capacity * (1 + frame_slack)`` frames are
+enough as long as episodes average more than ``1 / frame_slack`` steps (50 at the default 2%);
+if they are shorter a clear error names ``frame_slack``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from per_dqn.memory.storage import Batch, TransitionStorage
+
+_jit = numba.njit(cache=True, nogil=True)
+_FREE = np.iinfo(np.int64).min // 2  # ref of a never-used frame: dead for any serial
+
+
+@_jit
+def _hash(words):  # pragma: no cover - compiled
+    # FNV-1a over 64-bit words: one pass over the frame, ~1 us for 84 x 84.
+    h = np.uint64(14695981039346656037)
+    prime = np.uint64(1099511628211)
+    for k in range(words.shape[0]):
+        h = (h ^ words[k]) * prime
+    return h
+
+
+@_jit
+def _equal(a, b):  # pragma: no cover - compiled
+    for k in range(a.shape[0]):
+        if a[k] != b[k]:
+            return False
+    return True
+
+
+@_jit
+def _store(
+    frames,
+    frame_hash,
+    frame_ref,
+    obs,
+    next_obs,
+    serial,
+    capacity,
+    cursor,
+    window,
+    out_ptrs,
+):  # pragma: no cover - compiled
+    """Resolves each frame of ``obs`` then ``next_obs`` to a stored frame (found or written).
+
+    Returns the new frame cursor, or -1 if every frame is still referenced (the ring is full).
+    A match may be a frame no transition references any more: its bytes are intact until it is
+    overwritten, and the match makes it referenced again.
+    """
+    n_frames = frames.shape[0]
+    stack = obs.shape[0]
+    dead_below = serial - capacity  # refs <= this belong to transitions no longer stored
+    for j in range(2 * stack):
+        frame = obs[j] if j < stack else next_obs[j - stack]
+        h = _hash(frame)
+        found = -1
+        for back in range(1, min(window, n_frames) + 1):
+            f = cursor - back
+            if f < 0:
+                f += n_frames
+            if frame_hash[f] == h and _equal(frames[f], frame):
+                found = f
+                break
+        if found < 0:
+            scanned = 0
+            while frame_ref[cursor] > dead_below:
+                cursor += 1
+                if cursor == n_frames:
+                    cursor = 0
+                scanned += 1
+                if scanned > n_frames:
+                    return -1
+            found = cursor
+            frames[found] = frame
+            frame_hash[found] = h
+            cursor += 1
+            if cursor == n_frames:
+                cursor = 0
+        frame_ref[found] = serial
+        out_ptrs[j] = found
+    return cursor
+
+
+class FrameStorage(TransitionStorage):
+    """Transition storage that keeps each distinct frame of stacked observations once.
+
+    Args:
+        capacity: transitions kept.
+        obs_shape: ``(stack, height, width)``; ``height * width`` must be a multiple of 8.
+        obs_dtype: must be uint8.
+        frame_slack: extra frames, as a fraction of ``capacity``, for episode starts (> 0).
+        dedup_window: how many recently stored frames an incoming frame is compared with.
+    """
+
+    _FIELDS = ("obs_ptr", "next_ptr", "actions", "rewards", "terminated", "n_steps")
+    _FRAME_FIELDS = ("frames", "frame_hash", "frame_ref")
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype,
+        frame_slack: float = 0.02,
+        dedup_window: int = 256,
+    ) -> None:
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"frame storage needs obs_shape (stack, height, width), got {tuple(obs_shape)}"
+            )
+        if np.dtype(obs_dtype) != np.uint8:
+            raise ValueError(f"frame storage needs obs_dtype uint8, got {np.dtype(obs_dtype)}")
+        stack, height, width = (int(d) for d in obs_shape)
+        if (height * width) % 8:
+            raise ValueError(
+                f"frame storage needs height * width to be a multiple of 8, got {height * width}"
+            )
+        if not 0.0 < frame_slack <= 1.0:
+            raise ValueError(f"`frame_slack` must be in (0, 1], got {frame_slack}")
+        if dedup_window < 2 * stack:
+            raise ValueError(f"`dedup_window` must be >= {2 * stack}, got {dedup_window}")
+        self.capacity = int(capacity)
+        self.obs_shape = (stack, height, width)
+        self.obs_dtype = np.dtype(np.uint8)
+        self.stack = stack
+        self.dedup_window = int(dedup_window)
+        # at least 256 spare frames: the frames of the newest transitions' n-step windows
+        n_frames = self.capacity + max(int(np.ceil(self.capacity * frame_slack)), 256)
+        self.frames = np.zeros((n_frames, height * width), dtype=np.uint8)
+        self.frame_hash = np.zeros(n_frames, dtype=np.uint64)
+        self.frame_ref = np.full(n_frames, _FREE, dtype=np.int64)
+        self.frame_cursor = 0
+        self.serial = 0  # transitions written so far
+        self.obs_ptr = np.zeros((self.capacity, stack), dtype=np.int32)
+        self.next_ptr = np.zeros((self.capacity, stack), dtype=np.int32)
+        self.actions = np.zeros(self.capacity, dtype=np.int64)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.terminated = np.zeros(self.capacity, dtype=np.bool_)
+        self.n_steps = np.ones(self.capacity, dtype=np.uint8)
+        self.cursor = 0
+        self.size = 0
+        self._ptrs = np.empty(2 * stack, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all arrays of the storage."""
+        names = self._FIELDS + self._FRAME_FIELDS
+        return sum(getattr(self, name).nbytes for name in names)
+
+    def write(self, obs, action, reward, next_obs, terminated, n_steps) -> int:
+        slot = self.cursor
+        words = (self.stack, -1)
+        obs = np.ascontiguousarray(obs, dtype=np.uint8).reshape(words).view(np.uint64)
+        next_obs = np.ascontiguousarray(next_obs, dtype=np.uint8).reshape(words).view(np.uint64)
+        cursor = _store(
+            self.frames.view(np.uint64), self.frame_hash, self.frame_ref, obs, next_obs,
+            self.serial, self.capacity, self.frame_cursor, self.dedup_window, self._ptrs,
+        )  # fmt: skip
+        if cursor < 0:
+            raise RuntimeError(
+                f"frame storage is full: episodes are shorter on average than "
+                f"1 / frame_slack steps; raise `frame_slack` (now {self._slack():.3f})"
+            )
+        self.frame_cursor = cursor
+        self.obs_ptr[slot] = self._ptrs[: self.stack]
+        self.next_ptr[slot] = self._ptrs[self.stack :]
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.terminated[slot] = terminated
+        self.n_steps[slot] = n_steps
+        self.serial += 1
+        self.cursor = (slot + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+        return slot
+
+    def _slack(self) -> float:
+        return self.frames.shape[0] / self.capacity - 1.0
+
+    def write_batch(self, obs, actions, rewards, next_obs, terminated, n_steps) -> np.ndarray:
+        slots = np.empty(obs.shape[0], dtype=np.int64)
+        for k in range(obs.shape[0]):
+            slots[k] = self.write(
+                obs[k], actions[k], rewards[k], next_obs[k], terminated[k], n_steps[k]
+            )
+        return slots
+
+    def gather(self, indices: np.ndarray, weights: np.ndarray) -> Batch:
+        shape = (indices.shape[0], *self.obs_shape)
+        return Batch(
+            obs=self.frames[self.obs_ptr[indices]].reshape(shape),
+            actions=self.actions[indices],
+            rewards=self.rewards[indices],
+            next_obs=self.frames[self.next_ptr[indices]].reshape(shape),
+            terminated=self.terminated[indices],
+            indices=indices,
+            weights=weights.astype(np.float32),
+            n_steps=self.n_steps[indices],
+        )
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        for name in self._FRAME_FIELDS:
+            state[name] = getattr(self, name).copy()
+        state["frame_cursor"] = self.frame_cursor
+        state["serial"] = self.serial
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self._FRAME_FIELDS:
+            have, got = getattr(self, name), np.asarray(state[name])
+            if got.shape != have.shape or got.dtype != have.dtype:
+                raise ValueError(
+                    f"storage field `{name}` must be {have.dtype}{list(have.shape)}, "
+                    f"got {got.dtype}{list(got.shape)}"
+                )
+        super().load_state_dict(state)
+        for name in self._FRAME_FIELDS:
+            getattr(self, name)[...] = state[name]
+        self.frame_cursor = int(state["frame_cursor"])
+        self.serial = int(state["serial"])
