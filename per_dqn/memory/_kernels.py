@@ -67,28 +67,39 @@ def min_set_one(nodes, leaf_offset, index, value):  # pragma: no cover - compile
 
 
 @_jit
-def _descend(nodes, leaf_offset, mass):  # pragma: no cover - compiled
-    # Invariant: the current node's value is > 0. Going right needs the right child to be > 0;
-    # going left needs ``mass < left``, which with ``mass >= 0`` means left > 0. Rounding can
-    # leave ``mass`` >= the right child after the subtraction; the descent then keeps to the
+def _descend(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
+    # All masses go down one level together: the loads of different masses are independent, so
+    # the CPU overlaps their cache misses instead of waiting out ~20 dependent misses per mass
+    # (the tree of a 1M memory is 16 MB, far beyond cache).
+    #
+    # Invariant per mass: the current node's value is > 0. Going right needs the right child to
+    # be > 0; going left needs ``mass < left``, which with ``mass >= 0`` means left > 0. Rounding
+    # can leave ``mass`` >= the right child after the subtraction; the descent then keeps to the
     # rightmost non-empty leaf of that subtree, never to an empty one.
-    pos = 1
-    while pos < leaf_offset:
-        left = nodes[2 * pos]
-        right = nodes[2 * pos + 1]
-        if mass < left or right <= 0.0:
-            pos = 2 * pos
-        else:
-            mass -= left
-            pos = 2 * pos + 1
-    return pos - leaf_offset
+    batch = masses.shape[0]
+    for k in range(batch):
+        out[k] = 1
+    pos_limit = leaf_offset
+    width = 1
+    while width < pos_limit:
+        for k in range(batch):
+            pos = out[k]
+            left = nodes[2 * pos]
+            right = nodes[2 * pos + 1]
+            if masses[k] < left or right <= 0.0:
+                out[k] = 2 * pos
+            else:
+                masses[k] -= left
+                out[k] = 2 * pos + 1
+        width *= 2
+    for k in range(batch):
+        out[k] -= leaf_offset
 
 
 @_jit
 def sum_find(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
     """For each mass, the leaf whose prefix-sum interval ``[c_{i-1}, c_i)`` contains it."""
-    for k in range(masses.shape[0]):
-        out[k] = _descend(nodes, leaf_offset, masses[k])
+    _descend(nodes, leaf_offset, masses.copy(), out)
 
 
 @_jit
@@ -117,11 +128,13 @@ def proportional_sample(
     total = sum_nodes[1]
     batch = strata_u.shape[0]
     segment = total / batch
+    masses = np.empty(batch)
+    for k in range(batch):
+        masses[k] = (k + strata_u[k]) * segment
+    _descend(sum_nodes, leaf_offset, masses, out_idx)
     for k in range(batch):
         if coin_u[k] < uniform_mix:
             out_idx[k] = uniform_idx[k]
-        else:
-            out_idx[k] = _descend(sum_nodes, leaf_offset, (k + strata_u[k]) * segment)
     for k in range(batch):
         out_p[k] = sum_nodes[leaf_offset + out_idx[k]]
     # w_i / w_max = (P_min / P(i))^beta: N cancels, so alpha = 0 gives weights of exactly 1.
@@ -134,6 +147,44 @@ def proportional_sample(
     for k in range(batch):
         prob = uniform_mix / size + (1.0 - uniform_mix) * out_p[k] / total
         out_w[k] = (p_ref / prob) ** beta
+
+
+@_jit
+def proportional_update(
+    sum_nodes,
+    min_nodes,
+    leaf_offset,
+    indices,
+    td_errors,
+    clip,
+    eps,
+    alpha,
+):  # pragma: no cover - compiled
+    """Writes ``(min(|delta|, clip) + eps) ** alpha`` leaves into both trees; returns max raw.
+
+    The input must already be validated. Leaves are written in order (a repeated index keeps its
+    last value), then the ancestors of all of them are recomputed one level at a time, which is
+    idempotent for shared ancestors and lets the cache misses of different paths overlap.
+    """
+    batch = indices.shape[0]
+    max_raw = 0.0
+    pos = np.empty(batch, dtype=np.int64)
+    for k in range(batch):
+        raw = min(td_errors[k], clip) + eps
+        max_raw = max(max_raw, raw)
+        leaf = raw**alpha
+        pos[k] = leaf_offset + indices[k]
+        sum_nodes[pos[k]] = leaf
+        min_nodes[pos[k]] = leaf
+    width = leaf_offset
+    while width > 1:
+        for k in range(batch):
+            p = pos[k] >> 1
+            pos[k] = p
+            sum_nodes[p] = sum_nodes[2 * p] + sum_nodes[2 * p + 1]
+            min_nodes[p] = min(min_nodes[2 * p], min_nodes[2 * p + 1])
+        width >>= 1
+    return max_raw
 
 
 @_jit

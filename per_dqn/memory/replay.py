@@ -324,14 +324,12 @@ class PrioritizedReplay(ReplayMemory):
                 Nothing is changed then.
         """
         indices, td_errors = self._check_update(indices, td_errors)
-        if self.td_error_clip is not None:
-            td_errors = np.minimum(td_errors, self.td_error_clip)
-        raw = td_errors + self.priority_eps
-        leaves = raw**self.alpha
-        _kernels.sum_set(self._sum._nodes, self._sum._offset, indices, leaves)
-        _kernels.min_set(self._min._nodes, self._min._offset, indices, leaves)
-        if raw.size:
-            self.max_priority = max(self.max_priority, float(raw.max()))
+        clip = np.inf if self.td_error_clip is None else self.td_error_clip
+        max_raw = _kernels.proportional_update(
+            self._sum._nodes, self._min._nodes, self._sum._offset, indices, td_errors,
+            clip, self.priority_eps, self.alpha,
+        )  # fmt: skip
+        self.max_priority = max(self.max_priority, max_raw)
 
     def priorities(self, indices) -> np.ndarray:
         """Leaf priorities ``p_i`` (alpha applied) at ``indices``."""
@@ -465,7 +463,7 @@ class RankBasedReplay(ReplayMemory):
     def sort(self) -> None:
         """Sorts the heap array by decreasing ``|delta|`` so that positions are exact ranks."""
         n = self._heap_size
-        order = np.argsort(-self._heap_key[:n], kind="stable")
+        order = np.argsort(self._heap_key[:n])[::-1]  # ties: any order is a valid ranking
         self._heap_slot[:n] = self._heap_slot[:n][order]
         self._heap_key[:n] = self._heap_key[:n][order]
         self._slot_pos[self._heap_slot[:n]] = np.arange(n)
