@@ -1,0 +1,528 @@
+"""Experiment configuration: strict, frozen pydantic models and the only YAML reader.
+
+A config file has five sections, each optional (every key has a default)::
+
+    env:    which environment and how many copies step together
+    agent:  the Q-network and the learning rule (Double/Dueling DQN, n-step, loss, optimiser)
+    replay: the memory (uniform, proportional or rank-based PER) and its PER parameters
+    train:  the loop's budget and periods (env steps, updates, exploration, evaluation, logging)
+    run:    seed, device and where run directories go
+
+``load_config`` reads a file, applies ``section.key=value`` overrides, validates, and on failure
+raises ``ConfigError`` whose ``problems`` are one line each, naming the file and the dotted path
+of the offending key, ready for the CLI to print.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SHIPPED_CONFIG_PACKAGE = "per_dqn"
+SHIPPED_CONFIG_DIR = "configs"
+
+
+class _Section(BaseModel):
+    # strict: a YAML `1.0` is not an int and `"true"` is not a bool; frozen: a run cannot mutate
+    # the config it recorded in its run dir.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EnvConfig(_Section):
+    """Environment selection. ``envs.py`` is the only place that turns this into wrappers.
+
+    Attributes:
+        id: gymnasium id, e.g. ``CartPole-v1``.
+        num_envs: copies stepped together by one vector env; each step adds ``num_envs`` env steps.
+        max_episode_steps: override of the id's registered time limit (None keeps it).
+    """
+
+    id: str = "CartPole-v1"
+    num_envs: int = Field(1, ge=1, le=1024)
+    max_episode_steps: int | None = Field(None, ge=1)
+
+
+class AgentConfig(_Section):
+    """Q-network and learning rule.
+
+    Attributes:
+        hidden_sizes: widths of the MLP torso's hidden layers.
+        dueling: dueling head, ``Q = V + A - mean(A)`` (Wang et al., 2016); else a linear head.
+        double: Double-DQN target (van Hasselt et al., 2016); else the max over the target net.
+        n_step: length of the multi-step return (1: one-step TD).
+        gamma: discount per env step.
+        learning_rate: Adam step size.
+        adam_eps: Adam's epsilon (denominator guard), not exploration.
+        loss: ``huber`` (delta 1) or ``mse``, each weighted per sample by the IS weights.
+        grad_clip_norm: clip the global gradient norm to this (None: no clipping).
+        target_update_interval: gradient steps between target-network updates.
+        tau: weight of the online net in a target update; 1.0 is a hard copy.
+    """
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    dueling: bool = True
+    double: bool = True
+    n_step: int = Field(1, ge=1, le=255)  # stored as uint8 in the memory
+    gamma: float = Field(0.99, gt=0, le=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    adam_eps: float = Field(1e-8, gt=0)
+    loss: Literal["huber", "mse"] = "huber"
+    grad_clip_norm: float | None = Field(10.0, gt=0)
+    target_update_interval: int = Field(500, ge=1)
+    tau: float = Field(1.0, gt=0, le=1)
+
+    @field_validator("hidden_sizes", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, value: Any) -> Any:
+        # YAML has no tuple; strict mode would otherwise reject every list.
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("must list at least one hidden layer width")
+        for width in value:
+            if width < 1:
+                raise ValueError(f"every width must be >= 1, got {list(value)}")
+        return value
+
+
+class ReplayConfig(_Section):
+    """Replay memory (see ``per_dqn.memory`` for the formulas).
+
+    Attributes:
+        kind: ``uniform``, ``proportional`` (sum tree) or ``rank`` (rank-based heap).
+        capacity: transitions kept.
+        alpha: prioritisation exponent (proportional and rank; ignored by uniform).
+        beta0: initial importance-sampling exponent, annealed linearly to 1.0 over the run.
+        priority_eps: added to ``|delta|`` before the exponent (proportional only).
+        td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
+        uniform_mix: share of each batch drawn uniformly (proportional only).
+        weight_normalization: ``global`` (the paper's max over the memory) or ``batch``.
+        sort_interval: priority updates between full re-sorts of the rank heap (rank only).
+    """
+
+    kind: Literal["uniform", "proportional", "rank"] = "proportional"
+    capacity: int = Field(100_000, ge=1)
+    alpha: float = Field(0.6, ge=0)
+    beta0: float = Field(0.4, ge=0, le=1)
+    priority_eps: float = Field(1e-6, gt=0)
+    td_error_clip: float | None = Field(None, gt=0)
+    uniform_mix: float = Field(0.0, ge=0, lt=1)
+    weight_normalization: Literal["global", "batch"] = "global"
+    sort_interval: int = Field(1000, ge=1)
+
+
+class TrainConfig(_Section):
+    """The loop's budget and periods; every ``*_steps`` and ``*_interval`` counts env steps
+    unless its name says otherwise.
+
+    Attributes:
+        total_env_steps: env steps to train for (reset-only steps of the vector env not counted).
+        learning_starts: env steps of pure collection before the first update.
+        batch_size: transitions per gradient step.
+        replay_period: env steps between updates (the paper's K).
+        gradient_steps: gradient steps per update.
+        epsilon_start: exploration epsilon at step 0.
+        epsilon_end: exploration epsilon after the decay.
+        epsilon_decay_steps: env steps of the linear decay.
+        eval_interval: env steps between greedy evaluations (0: only the final one).
+        eval_episodes: episodes per periodic evaluation.
+        final_eval_episodes: episodes of the final evaluation.
+        eval_epsilon: exploration epsilon during evaluation (0: greedy).
+        log_interval: env steps between TensorBoard scalar writes.
+    """
+
+    total_env_steps: int = Field(50_000, ge=1)
+    learning_starts: int = Field(1_000, ge=0)
+    batch_size: int = Field(64, ge=1)
+    replay_period: int = Field(4, ge=1)
+    gradient_steps: int = Field(1, ge=1)
+    epsilon_start: float = Field(1.0, ge=0, le=1)
+    epsilon_end: float = Field(0.05, ge=0, le=1)
+    epsilon_decay_steps: int = Field(10_000, ge=0)
+    eval_interval: int = Field(10_000, ge=0)
+    eval_episodes: int = Field(5, ge=1)
+    final_eval_episodes: int = Field(20, ge=1)
+    eval_epsilon: float = Field(0.0, ge=0, le=1)
+    log_interval: int = Field(1_000, ge=1)
+
+
+class RunConfig(_Section):
+    """Where and how a run executes.
+
+    Attributes:
+        seed: seeds torch, numpy, the envs and the memory; same seed, same config and CPU give
+            the same curves.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        torch_threads: intra-op threads for torch on CPU; small MLPs are fastest on one.
+        runs_root: parent of the default run directories.
+    """
+
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int = Field(1, ge=1)
+    runs_root: str = "runs"
+
+
+class _CrossFieldError(ValueError):
+    """Several cross-section problems, each with its own dotted path."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{path}: {msg}" for path, msg in problems))
+        self.problems = problems
+
+
+class Config(_Section):
+    """A whole experiment: the five sections, checked against each other."""
+
+    env: EnvConfig = EnvConfig()
+    agent: AgentConfig = AgentConfig()
+    replay: ReplayConfig = ReplayConfig()
+    train: TrainConfig = TrainConfig()
+    run: RunConfig = RunConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        problems = []
+        batch = self.train.batch_size
+        if self.train.learning_starts < batch:
+            problems.append(
+                (
+                    "train.learning_starts",
+                    f"must be >= train.batch_size ({batch}), got {self.train.learning_starts}",
+                )
+            )
+        if self.replay.capacity < batch:
+            problems.append(
+                ("replay.capacity", f"must be >= train.batch_size ({batch}), got "
+                 f"{self.replay.capacity}")
+            )  # fmt: skip
+        if problems:
+            raise _CrossFieldError(problems)
+        return self
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML, loadable again by ``load_config``."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``problems`` holds one printable line per problem."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``section.key=value`` change applied before validation.
+
+    Attributes:
+        path: dotted path, e.g. ``replay.alpha``.
+        value: the already typed value.
+        source: how the user gave it, for error messages (``--set``, ``--seed``, ...).
+    """
+
+    path: str
+    value: Any
+    source: str = "--set"
+
+
+def parse_override(text: str) -> Override:
+    """Parses ``section.key=value``; the value is read as YAML (``3`` int, ``1e-3`` float, ...).
+
+    Raises:
+        ConfigError: no ``=``, an empty key, or a value that is not valid YAML.
+    """
+    path, sep, raw = text.partition("=")
+    path = path.strip()
+    if not sep or not path or any(not part for part in path.split(".")):
+        raise ConfigError([f"--set {text!r}: expected section.key=value"])
+    try:
+        value = yaml.load(raw, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"--set {text!r}: value is not valid YAML ({_one_line(exc)})"]) from None
+    return Override(path, value)
+
+
+def shipped_config_names() -> list[str]:
+    """File names of the configs that ship with the package, sorted."""
+    root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
+    return sorted(p.name for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """Finds a config: an existing file as given, else a bare name among the shipped configs.
+
+    ``cartpole.yaml`` and ``cartpole`` both name the shipped ``cartpole.yaml`` when no such file
+    exists in the working directory, so ``per-dqn train --config cartpole.yaml`` works from any
+    directory after install.
+
+    Raises:
+        ConfigError: neither a file nor a shipped config; the message lists the shipped names.
+    """
+    given = Path(name_or_path)
+    if given.is_file():
+        return given
+    if given.name == name_or_path:  # a bare name, not a path
+        root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
+        for candidate in (name_or_path, f"{name_or_path}.yaml"):
+            shipped = root / candidate
+            if shipped.is_file():
+                return Path(str(shipped))
+    shipped_names = ", ".join(shipped_config_names()) or "none"
+    raise ConfigError(
+        [f"{name_or_path}: no such config file (the shipped configs are: {shipped_names})"]
+    )
+
+
+def load_config(
+    path: str | Path, overrides: Iterable[Override] = (), display_name: str | None = None
+) -> Config:
+    """Reads, overrides and validates a config file.
+
+    Args:
+        path: the YAML file (see ``resolve_config_path`` for bare names).
+        overrides: changes applied to the parsed YAML before validation, so they are validated
+            exactly like the file's own values.
+        display_name: how to name the file in error messages (defaults to ``path``).
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax, unknown keys, wrong types, out-of-range or
+            inconsistent values; one problem per line, ``<file>: <dotted.path>: <what is wrong>``.
+    """
+    path = Path(path)
+    label = display_name or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{label}: no such config file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{label}: cannot read ({_one_line(exc)})"]) from None
+    data = parse_yaml(text, label)
+    overrides = list(overrides)
+    problems = [f"{label}: {msg}" for msg in _apply_overrides(data, overrides)]
+    if problems:
+        raise ConfigError(problems)
+    return validate_config(data, label, overrides)
+
+
+def parse_yaml(text: str, label: str) -> dict[str, Any]:
+    """Parses config YAML into a dict (an empty file is an empty dict).
+
+    Raises:
+        ConfigError: a syntax error, a duplicate key, or a top level that is not a mapping.
+    """
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{label}: {_yaml_error_line(exc)}"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{label}: the top level must be a mapping of sections, got {type(data).__name__}"]
+        )
+    return data
+
+
+def validate_config(data: dict[str, Any], label: str, overrides: Sequence[Override] = ()) -> Config:
+    """Validates parsed YAML; see ``load_config`` for the error format."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            for path, msg in _describe(error):
+                source = _override_source(path, overrides)
+                if source:
+                    msg += f" (set by {source})"
+                problems.append(f"{label}: {path}: {msg}" if path else f"{label}: {msg}")
+        raise ConfigError(problems) from None
+
+
+def _override_source(path: str, overrides: Sequence[Override]) -> str | None:
+    """The flag of the last override that wrote at, above or below ``path``, if any."""
+    for override in reversed(overrides):
+        shorter, longer = sorted((path, override.path), key=len)
+        if longer == shorter or longer.startswith((shorter + ".", shorter + "[")):
+            return override.source
+    return None
+
+
+# --- YAML details ---------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys and reads ``1e-3`` as a float.
+
+    PyYAML follows YAML 1.1, where a float needs a dot, so ``learning_rate: 1e-3`` would arrive as
+    the string "1e-3" and fail the strict float check; YAML 1.2 (and every user) reads a float.
+    """
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.VERBOSE,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = key_node
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
+)
+
+
+def _yaml_error_line(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{where}invalid YAML: {_one_line(problem)}"
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[Override]) -> list[str]:
+    """Writes each override into ``data`` in place; returns a message per override that clashes."""
+    problems = []
+    for override in overrides:
+        *parents, leaf = override.path.split(".")
+        node = data
+        for depth, key in enumerate(parents):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                where = ".".join(parents[: depth + 1])
+                problems.append(
+                    f"{where}: is not a section, cannot set {override.path} "
+                    f"(set by {override.source})"
+                )
+                break
+            node = child
+        else:
+            node[leaf] = override.value
+    return problems
+
+
+# --- turning pydantic errors into one line each -----------------------------------------------
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _num(value: Any) -> str:
+    """A bound as written in the model (``0`` rather than ``0.0``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _got(value: Any) -> str:
+    """``value`` as the user typed it in YAML (``true``, ``null``, ``'abc'``, ``1.0``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str | int | float):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+_BOUNDS = {
+    "greater_than_equal": (">=", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("<=", "le"),
+    "less_than": ("<", "lt"),
+}
+
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "tuple_type": "a list",
+    "model_type": "a mapping of keys",
+    "model_attributes_type": "a mapping of keys",
+    "dict_type": "a mapping of keys",
+}
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class whose field ``loc[-1]`` would be, or None if ``loc`` leaves the models."""
+    model: type[BaseModel] = Config
+    for key in loc[:-1]:
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _describe(error: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` pairs for one pydantic error (a cross check may give several)."""
+    kind, loc, value = error["type"], tuple(error["loc"]), error.get("input")
+    ctx = error.get("ctx") or {}
+    path = _dotted(loc)
+    if kind == "value_error" and isinstance(ctx.get("error"), _CrossFieldError):
+        return list(ctx["error"].problems)
+    if kind == "extra_forbidden":
+        model = _model_at(loc)
+        valid = sorted(model.model_fields) if model is not None else []
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(valid)}"
+        return [(path, f"unknown key; {hint}")]
+    if kind == "missing":
+        return [(path, "required key is missing")]
+    if kind in _BOUNDS:
+        op, key = _BOUNDS[kind]
+        return [(path, f"must be {op} {_num(ctx[key])}, got {_got(value)}")]
+    if kind == "literal_error":
+        return [(path, f"must be one of {ctx['expected']}, got {_got(value)}")]
+    if kind in _TYPE_NAMES:
+        return [(path, f"must be {_TYPE_NAMES[kind]}, got {_got(value)}")]
+    if kind == "value_error":
+        return [(path, str(ctx.get("error", error["msg"])))]
+    return [(path, f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_got(value)}")]
