@@ -1,0 +1,310 @@
+"""What a run reports: TensorBoard tags and writer, the PER health panel, run dirs, the console.
+
+The PER health panel needs per-transition history (when it was added, when its priority was last
+set, how often it was replayed). That bookkeeping lives here, in ``ReplayHealth``, indexed by the
+slots the memory returns, so the memory stays a pure data structure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+# --- tags -----------------------------------------------------------------------------------------
+
+PER_SAMPLED_PRIORITY = "per/sampled_priority"
+PER_MEAN_PRIORITY = "per/mean_priority"
+PER_MAX_PRIORITY = "per/max_priority"
+PER_BETA = "per/beta"
+PER_IS_WEIGHT_MEAN = "per/is_weight_mean"
+PER_IS_WEIGHT_MIN = "per/is_weight_min"
+PER_IS_WEIGHT_ESS = "per/is_weight_ess"
+PER_NEVER_REPLAYED = "per/never_replayed_share"
+PER_SAMPLE_AGE = "per/sample_age_steps"
+PER_PRIORITY_AGE = "per/priority_age_steps"
+PER_TREE_DRIFT = "per/tree_drift"
+TRAIN_LOSS = "train/loss"
+TRAIN_Q_MEAN = "train/q_mean"
+TRAIN_TD_ERROR_ABS = "train/td_error_abs"
+TRAIN_GRAD_NORM = "train/grad_norm"
+EXPLORE_EPSILON = "explore/epsilon"
+EPISODE_RETURN = "episode/return"
+EPISODE_LENGTH = "episode/length"
+EVAL_RETURN_MEAN = "eval/return_mean"
+EVAL_RETURN_STD = "eval/return_std"
+EVAL_LENGTH_MEAN = "eval/length_mean"
+PERF_SPS = "perf/sps"
+CONFIG_TEXT = "config"
+
+# Every scalar tag with its one-line meaning; the README's table says the same. Values "averaged
+# over the log interval" are means over every update since the previous write.
+SCALAR_TAGS: dict[str, str] = {
+    PER_SAMPLED_PRIORITY: "mean priority of the sampled batches (proportional: p_i^alpha; "
+    "rank: |delta|), averaged over the log interval",
+    PER_MEAN_PRIORITY: "mean priority over the whole memory, same units as sampled_priority",
+    PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with)",
+    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to 1",
+    PER_IS_WEIGHT_MEAN: "mean IS weight of the sampled batches",
+    PER_IS_WEIGHT_MIN: "smallest IS weight of the sampled batches",
+    PER_IS_WEIGHT_ESS: "effective sample size of a batch's IS weights, (sum w)^2 / sum w^2 / B "
+    "(1: all equal)",
+    PER_NEVER_REPLAYED: "share of sampled transitions that had never been replayed before",
+    PER_SAMPLE_AGE: "mean age in env steps of the sampled transitions",
+    PER_PRIORITY_AGE: "mean env steps since the sampled transitions' priorities were last set",
+    PER_TREE_DRIFT: "relative gap between the sum tree's root and an exact sum of its leaves "
+    "(proportional only, checked every few log points)",
+    TRAIN_LOSS: "IS-weighted TD loss",
+    TRAIN_Q_MEAN: "mean Q(s, a) of the sampled batches",
+    TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
+    TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
+    EXPLORE_EPSILON: "exploration epsilon",
+    EPISODE_RETURN: "undiscounted return of each finished training episode",
+    EPISODE_LENGTH: "length in env steps of each finished training episode",
+    EVAL_RETURN_MEAN: "mean return of the greedy evaluation episodes (the last point is the final "
+    "evaluation)",
+    EVAL_RETURN_STD: "standard deviation of those returns",
+    EVAL_LENGTH_MEAN: "mean length of those episodes",
+    PERF_SPS: "env steps per second of wall time since the previous write, learning included",
+}
+
+# Tags only a prioritized memory has.
+PRIORITY_TAGS = (PER_SAMPLED_PRIORITY, PER_MEAN_PRIORITY, PER_MAX_PRIORITY)
+
+
+# --- run directories ------------------------------------------------------------------------------
+
+
+def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now: datetime) -> str:
+    """``<env>__<config>__<replay>__s<seed>__<YYYYmmdd-HHMMSS>``; ``/`` in ids becomes ``-``."""
+    env = env_id.replace("/", "-")
+    return f"{env}__{config_name}__{replay}__s{seed}__{now:%Y%m%d-%H%M%S}"
+
+
+def is_nonempty_dir(path: Path) -> bool:
+    """True if ``path`` is a directory with at least one entry."""
+    return path.is_dir() and any(path.iterdir())
+
+
+def check_run_dir(path: Path) -> None:
+    """Refuses a path a run must not write into.
+
+    Raises:
+        FileExistsError: ``path`` is a non-empty directory or is not a directory at all.
+    """
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"run dir {path} exists and is not a directory")
+    if is_nonempty_dir(path):
+        raise FileExistsError(f"run dir {path} exists and is not empty; choose another --run-dir")
+
+
+def fresh_run_dir(root: Path, name: str) -> Path:
+    """``root/name``, or ``root/name-2``, ``-3``... if a run of that name already wrote there."""
+    path, k = root / name, 1
+    while path.exists() and (not path.is_dir() or is_nonempty_dir(path)):
+        k += 1
+        path = root / f"{name}-{k}"
+    return path
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Writes ``data`` as indented JSON, replacing ``path`` atomically."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+# --- TensorBoard ----------------------------------------------------------------------------------
+
+
+class TensorBoardLogger:
+    """Writes scalars and text to a TensorBoard event file under ``run_dir``.
+
+    Args:
+        run_dir: directory that receives the ``events.out.tfevents.*`` file.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        # Imported here: it pulls in tensorboard, which a config check never needs.
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(run_dir))
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        """One point per tag at env step ``step``; NaN values are skipped."""
+        for tag, value in values.items():
+            if not math.isnan(value):
+                self._writer.add_scalar(tag, value, step)
+
+    def text(self, tag: str, text: str, step: int = 0) -> None:
+        """A text entry (TensorBoard renders it as Markdown)."""
+        self._writer.add_text(tag, text, step)
+
+    def close(self) -> None:
+        """Flushes and closes the event file."""
+        self._writer.close()
+
+
+def config_as_markdown(config_yaml: str) -> str:
+    """The resolved config as a Markdown code block (indented, so TensorBoard keeps the layout)."""
+    return "\n".join("    " + line for line in config_yaml.splitlines())
+
+
+# --- accumulation ---------------------------------------------------------------------------------
+
+
+class MeanAccumulator:
+    """Running sums of named values, read out as means and reset."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, values: Mapping[str, float]) -> None:
+        """Adds one observation of each named value."""
+        for name, value in values.items():
+            self._sums[name] = self._sums.get(name, 0.0) + value
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def pop_means(self) -> dict[str, float]:
+        """Mean of each value since the last call; clears the sums."""
+        means = {name: s / self._counts[name] for name, s in self._sums.items()}
+        self._sums.clear()
+        self._counts.clear()
+        return means
+
+
+class ReplayHealth:
+    """Per-slot replay history for the PER health panel, kept outside the memory.
+
+    Arrays are indexed by the slots the memory's ``add``/``add_batch`` return; a slot overwritten
+    by a new transition starts a new history.
+
+    Args:
+        capacity: the memory's capacity.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.added_at = np.zeros(capacity, dtype=np.int64)
+        self.priority_set_at = np.zeros(capacity, dtype=np.int64)
+        self.replay_count = np.zeros(capacity, dtype=np.int64)
+        self._acc = MeanAccumulator()
+
+    def record_add(self, slots: np.ndarray | int, env_step: int) -> None:
+        """New transitions at ``slots``: they enter with a priority set now and no replays."""
+        self.added_at[slots] = env_step
+        self.priority_set_at[slots] = env_step
+        self.replay_count[slots] = 0
+
+    def record_sample(
+        self,
+        indices: np.ndarray,
+        weights: np.ndarray,
+        env_step: int,
+        priorities: np.ndarray | None = None,
+    ) -> None:
+        """Accumulates one batch's statistics, then counts its transitions as replayed.
+
+        Args:
+            indices: the batch's slots.
+            weights: its IS weights.
+            env_step: the current env step.
+            priorities: the sampled transitions' priorities (prioritized memories only).
+        """
+        w = weights.astype(np.float64)
+        w_sum = w.sum()
+        values = {
+            PER_IS_WEIGHT_MEAN: w_sum / w.size,
+            PER_IS_WEIGHT_MIN: w.min(),
+            PER_IS_WEIGHT_ESS: w_sum * w_sum / (w @ w) / w.size,
+            PER_NEVER_REPLAYED: np.count_nonzero(self.replay_count[indices] == 0) / indices.size,
+            PER_SAMPLE_AGE: env_step - self.added_at[indices].mean(),
+            PER_PRIORITY_AGE: env_step - self.priority_set_at[indices].mean(),
+        }
+        if priorities is not None:
+            values[PER_SAMPLED_PRIORITY] = priorities.mean()
+        self._acc.add(values)
+        # A slot drawn twice in one batch counts once: only "never vs. ever replayed" is reported.
+        self.replay_count[indices] += 1
+
+    def record_priority_update(self, indices: np.ndarray, env_step: int) -> None:
+        """The priorities at ``indices`` were set from fresh TD errors at ``env_step``."""
+        self.priority_set_at[indices] = env_step
+
+    def pop_means(self) -> dict[str, float]:
+        """Means of the batch statistics since the last call."""
+        return {tag: float(v) for tag, v in self._acc.pop_means().items()}
+
+
+# --- console --------------------------------------------------------------------------------------
+
+
+class ConsoleProgress:
+    """A rich progress bar: env steps, SPS, recent return, epsilon, beta and ETA.
+
+    Args:
+        total_env_steps: the run's budget.
+        console: where to draw (stderr by default, so stdout stays clean for the summary).
+        enabled: False draws nothing (tests, ``--quiet``).
+    """
+
+    def __init__(self, total_env_steps: int, console: Console | None = None, enabled=True) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            TextColumn("{task.completed:>,}/{task.total:,} steps"),
+            TextColumn("{task.fields[sps]:>6,.0f} SPS"),
+            TextColumn("return {task.fields[ret]:>6.1f}"),
+            TextColumn("eps {task.fields[eps]:.3f}"),
+            TextColumn("beta {task.fields[beta]:.3f}"),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
+            disable=not enabled,
+            refresh_per_second=4,
+        )
+        self._task = self._progress.add_task(
+            "train", total=total_env_steps, sps=0.0, ret=math.nan, eps=1.0, beta=0.0
+        )
+
+    def __enter__(self) -> ConsoleProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, env_steps: int, sps: float, ret: float, eps: float, beta: float) -> None:
+        """Moves the bar to ``env_steps`` and refreshes the fields."""
+        self._progress.update(self._task, completed=env_steps, sps=sps, ret=ret, eps=eps, beta=beta)
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:
+    """The end-of-run table: where the run went and how it ended."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    final = summary.get("final_eval_return_mean")
+    rows = [
+        ("run dir", str(summary["run_dir"])),
+        ("replay", str(summary["replay"])),
+        ("seed", str(summary["seed"])),
+        ("env steps", f"{summary['env_steps']:,}"),
+        ("update steps", f"{summary['update_steps']:,}"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s ({summary['sps']:,.0f} SPS)"),
+        (
+            "final eval return",
+            "not run (interrupted)"
+            if final is None
+            else f"{final:.1f} ± {summary['final_eval_return_std']:.1f} "
+            f"over {summary['final_eval_episodes']} episodes",
+        ),
+    ]
+    for key, value in rows:
+        table.add_row(f"[bold]{key}", value)
+    (console or Console()).print(table)

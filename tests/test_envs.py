@@ -1,0 +1,67 @@
+"""Pins gymnasium 1.x's next-step autoreset, which the training loop is written against."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from per_dqn.config import EnvConfig
+from per_dqn.envs import describe, make_eval_env, make_vector_env
+
+
+def test_the_step_after_an_episode_end_only_resets():
+    """After a terminal step, the next step returns a reset obs, reward 0 and no flags.
+
+    The loop must not store that step as a transition; if gymnasium switched to same-step
+    autoreset, this test fails before the loop silently stores wrong transitions.
+    """
+    envs = make_vector_env(EnvConfig(id="CartPole-v1", num_envs=1))
+    envs.reset(seed=0)
+    for _ in range(1000):  # always pushing right ends an episode within a few dozen steps
+        obs, reward, terminated, truncated, _ = envs.step(np.array([1]))
+        if terminated[0]:
+            break
+    else:
+        pytest.fail("CartPole never terminated")
+    assert abs(obs[0, 2]) > 0.2 or abs(obs[0, 0]) > 2.4, "terminal step returns the final obs"
+    obs, reward, terminated, truncated, _ = envs.step(np.array([1]))
+    assert reward[0] == 0.0 and not terminated[0] and not truncated[0]
+    assert np.all(np.abs(obs[0]) <= 0.05), "a CartPole reset obs lies in [-0.05, 0.05]"
+    envs.close()
+
+
+def test_truncation_returns_the_true_last_obs():
+    """With a time limit of 3, the truncating step's obs is the state after the third step."""
+    envs = make_vector_env(EnvConfig(id="CartPole-v1", num_envs=1, max_episode_steps=3))
+    reference = make_eval_env(EnvConfig(id="CartPole-v1"))
+    obs, _ = envs.reset(seed=5)
+    ref_obs, _ = reference.reset(seed=5)
+    np.testing.assert_array_equal(obs[0], ref_obs)
+    for _ in range(3):
+        obs, _, terminated, truncated, info = envs.step(np.array([0]))
+        ref_obs, *_ = reference.step(0)
+        np.testing.assert_array_equal(obs[0], ref_obs)
+    assert truncated[0] and not terminated[0]
+    assert "final_obs" not in info
+    envs.close()
+
+
+def test_describe_cartpole():
+    spec = describe(make_eval_env(EnvConfig(id="CartPole-v1")))
+    assert spec.obs_shape == (4,)
+    assert spec.obs_dtype == np.float32
+    assert spec.num_actions == 2
+
+
+@pytest.mark.parametrize(
+    ("env_id", "message"),
+    [
+        ("NoSuchEnv-v0", "cannot make 'NoSuchEnv-v0'"),
+        ("ALE/Pong-v5", "Atari environments are not supported yet"),
+        ("Pendulum-v1", "DQN needs a Discrete action space"),
+    ],
+)
+def test_unusable_envs_name_the_key(env_id, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make_vector_env(EnvConfig(id=env_id))
+    assert str(info.value).startswith("env.id: ")
