@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned through constraints.txt so that no CUDA build is ever pulled on a CPU machine.
 PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 
-.PHONY: install test bench lint clean
+.PHONY: install train tensorboard test bench bench-train lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,12 +15,24 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Trains the default CartPole config (D3QN + proportional PER); the run lands in runs/.
+train: $(STAMP)
+	$(BIN)/per-dqn train --config cartpole.yaml
+
+# Serves the curves of every run under runs/ at http://localhost:6006.
+tensorboard: $(STAMP)
+	$(BIN)/tensorboard --logdir runs
+
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(PIP) -e '.[dev,bench]'
 	$(BIN)/python benchmarks/replay.py
+
+# Whole-loop SPS on CartPole, uniform vs proportional vs rank.
+bench-train: $(STAMP)
+	$(BIN)/python benchmarks/train_loop.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check per_dqn tests benchmarks
