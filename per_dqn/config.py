@@ -1,12 +1,13 @@
 """Experiment configuration: strict, frozen pydantic models and the only YAML reader.
 
-A config file has five sections, each optional (every key has a default)::
+A config file has six sections, each optional (every key has a default)::
 
     env:    which environment and how many copies step together
     agent:  the Q-network and the learning rule (Double/Dueling DQN, n-step, loss, optimiser)
     replay: the memory (uniform, proportional or rank-based PER) and its PER parameters
     train:  the loop's budget and periods (env steps, updates, exploration, evaluation, logging)
     run:    seed, device and where run directories go
+    checkpoint: how often the run saves a resumable checkpoint, how many it keeps, what it holds
 
 ``load_config`` reads a file, applies ``section.key=value`` overrides, validates, and on failure
 raises ``ConfigError`` whose ``problems`` are one line each, naming the file and the dotted path
@@ -39,15 +40,39 @@ class _Section(BaseModel):
 class EnvConfig(_Section):
     """Environment selection. ``envs.py`` is the only place that turns this into wrappers.
 
+    An ``ALE/<Game>-v5`` id is an Atari game run by ale-py's native vector env with the standard
+    protocol (Machado et al., 2018; Mnih et al., 2015): up to ``noop_max`` no-op starts, frame
+    skip with max-pooling of the last two frames, 84x84 grayscale, ``frame_stack`` frames per
+    observation. The ``atari``-only keys below are ignored by other envs.
+
     Attributes:
-        id: gymnasium id, e.g. ``CartPole-v1``.
+        id: gymnasium id, e.g. ``CartPole-v1`` or ``ALE/Pong-v5``.
         num_envs: copies stepped together by one vector env; each step adds ``num_envs`` env steps.
-        max_episode_steps: override of the id's registered time limit (None keeps it).
+        max_episode_steps: override of the id's registered time limit in env (agent) steps (None
+            keeps it; Atari: 27,000, i.e. 108,000 frames).
+        clip_rewards: learn from ``sign``-like rewards clipped to [-1, 1]; ``episode/return`` and
+            evaluation always report the raw score.
+        terminal_on_life_loss: (Atari) a lost life ends the learning transition (no bootstrap)
+            while the game plays on; returns stay full-game scores.
+        sticky_action_prob: (Atari) probability that the emulator repeats the previous action.
+        noop_max: (Atari) up to this many no-op actions after each reset.
+        frame_skip: (Atari) emulator frames per agent step.
+        frame_stack: (Atari) frames per observation.
+        full_action_space: (Atari) all 18 actions instead of the game's minimal set.
+        env_threads: (Atari) ale-py's worker threads (0: one per env, capped by the cores).
     """
 
     id: str = "CartPole-v1"
     num_envs: int = Field(1, ge=1, le=1024)
     max_episode_steps: int | None = Field(None, ge=1)
+    clip_rewards: bool = False
+    terminal_on_life_loss: bool = False
+    sticky_action_prob: float = Field(0.25, ge=0, le=1)
+    noop_max: int = Field(30, ge=0)
+    frame_skip: int = Field(4, ge=1)
+    frame_stack: int = Field(4, ge=1, le=32)
+    full_action_space: bool = False
+    env_threads: int = Field(0, ge=0)
 
 
 class AgentConfig(_Section):
@@ -65,6 +90,9 @@ class AgentConfig(_Section):
         grad_clip_norm: clip the global gradient norm to this (None: no clipping).
         target_update_interval: gradient steps between target-network updates.
         tau: weight of the online net in a target update; 1.0 is a hard copy.
+        network: ``auto`` (Nature CNN for image stacks, MLP otherwise), ``mlp`` or
+            ``nature_cnn``; ``hidden_sizes`` is the CNN's fully connected width.
+        channels_last: NHWC activations in the CNN (faster on CPU, same values).
     """
 
     hidden_sizes: tuple[int, ...] = (128, 128)
@@ -78,6 +106,8 @@ class AgentConfig(_Section):
     grad_clip_norm: float | None = Field(10.0, gt=0)
     target_update_interval: int = Field(500, ge=1)
     tau: float = Field(1.0, gt=0, le=1)
+    network: Literal["auto", "mlp", "nature_cnn"] = "auto"
+    channels_last: bool = False
 
     @field_validator("hidden_sizes", mode="before")
     @classmethod
@@ -109,6 +139,11 @@ class ReplayConfig(_Section):
         uniform_mix: share of each batch drawn uniformly (proportional only).
         weight_normalization: ``global`` (the paper's max over the memory) or ``batch``.
         sort_interval: priority updates between full re-sorts of the rank heap (rank only).
+        dedup_frames: keep stacked uint8 image observations one distinct frame at a time
+            (about 7 KB a transition for Atari instead of 56 KB); vector observations are always
+            stored whole.
+        frame_slack: with ``dedup_frames``, spare frames for episode starts, as a fraction of
+            ``capacity``.
     """
 
     kind: Literal["uniform", "proportional", "rank"] = "proportional"
@@ -120,6 +155,8 @@ class ReplayConfig(_Section):
     uniform_mix: float = Field(0.0, ge=0, lt=1)
     weight_normalization: Literal["global", "batch"] = "global"
     sort_interval: int = Field(1000, ge=1)
+    dedup_frames: bool = True
+    frame_slack: float = Field(0.02, gt=0, le=1)
 
 
 class TrainConfig(_Section):
@@ -174,6 +211,25 @@ class RunConfig(_Section):
     runs_root: str = "runs"
 
 
+class CheckpointConfig(_Section):
+    """Resumable checkpoints in ``RUN_DIR/checkpoints`` (see ``per_dqn.checkpoint``).
+
+    Attributes:
+        enabled: write checkpoints (off: only ``model.pt`` at the end, and no ``--resume``).
+        interval_steps: env steps between checkpoints; one is always written at the end of the
+            run (0: only that one).
+        keep_last: checkpoints kept; older ones are deleted once a newer one is complete on disk.
+        replay: include the replay memory with its priorities (about 7 KB per transition for
+            deduplicated Atari frames); without it a resumed run refills an empty memory and is
+            no longer the run it continues.
+    """
+
+    enabled: bool = True
+    interval_steps: int = Field(100_000, ge=0)
+    keep_last: int = Field(2, ge=1)
+    replay: bool = True
+
+
 class _CrossFieldError(ValueError):
     """Several cross-section problems, each with its own dotted path."""
 
@@ -183,13 +239,14 @@ class _CrossFieldError(ValueError):
 
 
 class Config(_Section):
-    """A whole experiment: the five sections, checked against each other."""
+    """A whole experiment: the six sections, checked against each other."""
 
     env: EnvConfig = EnvConfig()
     agent: AgentConfig = AgentConfig()
     replay: ReplayConfig = ReplayConfig()
     train: TrainConfig = TrainConfig()
     run: RunConfig = RunConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:

@@ -57,7 +57,7 @@ def test_bad_config_file(workdir, text, line):
 def test_missing_config_file(workdir):
     result = invoke("train", "--config", "nope.yaml")
     assert_bad_input(result, "nope.yaml: no such config file (the shipped configs are: "
-                             "cartpole.yaml)")  # fmt: skip
+                             "atari.yaml, atari100k.yaml, cartpole.yaml)")  # fmt: skip
     assert list(workdir.iterdir()) == []
 
 

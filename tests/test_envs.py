@@ -57,7 +57,7 @@ def test_describe_cartpole():
     ("env_id", "message"),
     [
         ("NoSuchEnv-v0", "cannot make 'NoSuchEnv-v0'"),
-        ("ALE/Pong-v5", "Atari environments are not supported yet"),
+        ("ALE/Pongg-v5", "ale-py ships no ROM for 'pongg'"),
         ("Pendulum-v1", "DQN needs a Discrete action space"),
     ],
 )

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from per_dqn.agent.networks import QNetwork
+from per_dqn.agent.networks import make_q_network
 from per_dqn.memory import Batch
 
 
@@ -72,7 +72,7 @@ class DQNAgent:
     Args:
         obs_shape: shape of one observation.
         num_actions: number of discrete actions.
-        hidden_sizes: MLP widths.
+        hidden_sizes: MLP widths (the CNN's fc width).
         dueling: dueling head.
         double: Double-DQN targets.
         gamma: discount per env step.
@@ -83,6 +83,8 @@ class DQNAgent:
         target_update_interval: gradient steps between target updates.
         tau: target update weight, ``target <- tau * online + (1 - tau) * target``; 1 is a copy.
         device: where the networks live.
+        network: ``auto`` (CNN for 3-D observations, else MLP), ``mlp`` or ``nature_cnn``.
+        channels_last: NHWC activations for the CNN (faster convolutions on CPU).
     """
 
     def __init__(
@@ -101,6 +103,8 @@ class DQNAgent:
         target_update_interval: int,
         tau: float,
         device: torch.device,
+        network: str = "auto",
+        channels_last: bool = False,
     ) -> None:
         if loss not in ("huber", "mse"):
             raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
@@ -112,7 +116,9 @@ class DQNAgent:
         self.target_update_interval = target_update_interval
         self.tau = tau
         self._loss = F.smooth_l1_loss if loss == "huber" else F.mse_loss
-        self.online = QNetwork(obs_shape, num_actions, hidden_sizes, dueling).to(device)
+        self.online = make_q_network(
+            obs_shape, num_actions, hidden_sizes, dueling, network, channels_last
+        ).to(device)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         # The fused kernel does the whole Adam step in one call; it exists on CPU and CUDA.
@@ -126,8 +132,13 @@ class DQNAgent:
     @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """``argmax_a Q(obs, a)`` for a batch of observations, as an int64 array."""
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        obs_t = torch.as_tensor(self._host_obs(obs), device=self.device)
         return self.online.greedy_actions(obs_t).cpu().numpy()
+
+    @staticmethod
+    def _host_obs(obs: np.ndarray) -> np.ndarray:
+        """Observations as the network takes them: uint8 as is, anything else as float32."""
+        return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
 
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on an IS-weighted TD loss.
@@ -143,8 +154,9 @@ class DQNAgent:
         scalars = np.stack((batch.rewards, discounts, batch.weights)).astype(np.float32)
         rewards, discounts_t, weights = torch.as_tensor(scalars, device=self.device)
         # s and s' travel (and, for Double DQN, go through the online net) together.
+        # uint8 frames travel as uint8 (a quarter of the bytes) and are scaled inside the CNN.
         both_obs = torch.as_tensor(
-            np.concatenate((batch.obs, batch.next_obs)), dtype=torch.float32, device=self.device
+            self._host_obs(np.concatenate((batch.obs, batch.next_obs))), device=self.device
         )
         actions = torch.as_tensor(batch.actions, device=self.device)
         next_obs = both_obs[size:]

@@ -1,4 +1,5 @@
-"""Q-network: an MLP torso for vector observations and a linear or dueling head.
+"""Q-networks: an MLP torso for vector observations or the Nature CNN for stacked frames, each with
+a linear or dueling head.
 
 The forward pass calls ``F.linear`` on the layers' parameters instead of calling each submodule:
 for networks this small, PyTorch's per-module call overhead (hooks, dispatch) costs more than the
@@ -56,8 +57,8 @@ class QNetwork(nn.Module):
         self.value = nn.Linear(in_features, 1) if dueling else None
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The torso's output for float observations of shape ``(B, *obs_shape)``."""
-        x = obs.flatten(1)
+        """The torso's output for observations of shape ``(B, *obs_shape)`` (any dtype)."""
+        x = obs.flatten(1).float()
         for layer in self.hidden:
             x = torch.relu(F.linear(x, layer.weight, layer.bias))
         return x
@@ -79,3 +80,85 @@ class QNetwork(nn.Module):
         ``mean A`` shift every action's value alike and cannot change the argmax."""
         features = self.features(obs)
         return F.linear(features, self.advantage.weight, self.advantage.bias).argmax(dim=1)
+
+
+class NatureCNN(QNetwork):
+    """The Nature-DQN convolutional torso (Mnih et al., 2015) under the same heads as ``QNetwork``.
+
+    ``uint8`` stacks of shape ``(B, stack, 84, 84)`` go in as they are and are scaled to [0, 1]
+    inside the network, so the replay memory, the host-to-device copy and the batch stay uint8
+    (a quarter of the bytes of float32). Torso: conv 32 8x8 stride 4, conv 64 4x4 stride 2,
+    conv 64 3x3 stride 1, each with ReLU, then a fully connected layer of ``hidden_sizes[0]``
+    units (512 in the paper). Dueling (Wang et al., 2016) puts both streams on that layer.
+
+    Args:
+        obs_shape: ``(stack, height, width)``; height and width of at least 36 (what the three
+            convolutions need).
+        num_actions: number of discrete actions.
+        hidden_sizes: one width, the fully connected layer's.
+        dueling: dueling head instead of a linear one.
+        channels_last: keep activations in NHWC layout, which oneDNN's CPU convolutions run
+            faster (``benchmarks/learner.py`` measures it); the values are the same.
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        dueling: bool,
+        channels_last: bool = False,
+    ) -> None:
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"`obs_shape` must be (stack, height, width) for the CNN, got {tuple(obs_shape)}"
+            )
+        if len(hidden_sizes) != 1:
+            raise ValueError(
+                f"`hidden_sizes` must hold one width (the CNN's fc layer), got {list(hidden_sizes)}"
+            )
+        stack, height, width = (int(d) for d in obs_shape)
+        if min(height, width) < 36:
+            raise ValueError(f"the CNN needs frames of at least 36x36, got {height}x{width}")
+        convs = nn.Sequential(
+            nn.Conv2d(stack, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+        )  # fmt: skip
+        with torch.no_grad():
+            flat = convs(torch.zeros(1, stack, height, width)).numel()
+        # The heads and the fc layer come from the MLP's constructor, on the conv output.
+        super().__init__((flat,), num_actions, hidden_sizes, dueling)
+        self.convs = convs
+        self.channels_last = channels_last
+        if channels_last:
+            self.to(memory_format=torch.channels_last)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The fc layer's output for ``uint8`` (or float, 0..255) stacks ``(B, stack, H, W)``."""
+        x = obs.float().mul_(1.0 / 255.0) if obs.dtype == torch.uint8 else obs / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return super().features(self.convs(x))
+
+
+def make_q_network(
+    obs_shape: Sequence[int],
+    num_actions: int,
+    hidden_sizes: Sequence[int],
+    dueling: bool,
+    network: str = "auto",
+    channels_last: bool = False,
+) -> QNetwork:
+    """The Q-network ``network`` names; ``auto`` picks the CNN for 3-D observations.
+
+    Raises:
+        ValueError: an unknown ``network`` or a shape it cannot take.
+    """
+    if network == "auto":
+        network = "nature_cnn" if len(obs_shape) == 3 else "mlp"
+    if network == "mlp":
+        return QNetwork(obs_shape, num_actions, hidden_sizes, dueling)
+    if network == "nature_cnn":
+        return NatureCNN(obs_shape, num_actions, hidden_sizes, dueling, channels_last)
+    raise ValueError(f"`network` must be 'auto', 'mlp' or 'nature_cnn', got {network!r}")

@@ -4,6 +4,7 @@ A pure data structure on numpy (and numba for its inner loops): no torch, no gym
 be lifted out and used on its own.
 """
 
+from per_dqn.memory.footprint import planned_nbytes
 from per_dqn.memory.replay import (
     PrioritizedReplay,
     RankBasedReplay,
@@ -21,4 +22,5 @@ __all__ = [
     "ReplayMemory",
     "SumTree",
     "UniformReplay",
+    "planned_nbytes",
 ]

@@ -31,6 +31,9 @@ from per_dqn.memory.storage import Batch, TransitionStorage
 
 _jit = numba.njit(cache=True, nogil=True)
 _FREE = np.iinfo(np.int64).min // 2  # ref of a never-used frame: dead for any serial
+# Spare frames beyond ``capacity`` at the least: the frames of the newest transitions' n-step
+# windows, which small memories' ``frame_slack`` alone would not cover.
+MIN_SPARE_FRAMES = 256
 
 
 @_jit
@@ -146,8 +149,7 @@ class FrameStorage(TransitionStorage):
         self.obs_dtype = np.dtype(np.uint8)
         self.stack = stack
         self.dedup_window = int(dedup_window)
-        # at least 256 spare frames: the frames of the newest transitions' n-step windows
-        n_frames = self.capacity + max(int(np.ceil(self.capacity * frame_slack)), 256)
+        n_frames = self.capacity + max(int(np.ceil(self.capacity * frame_slack)), MIN_SPARE_FRAMES)
         self.frames = np.zeros((n_frames, height * width), dtype=np.uint8)
         self.frame_hash = np.zeros(n_frames, dtype=np.uint64)
         self.frame_ref = np.full(n_frames, _FREE, dtype=np.int64)

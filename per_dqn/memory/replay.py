@@ -83,6 +83,14 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self._storage.size
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the memory's arrays: storage plus priority index."""
+        return self._storage.nbytes + sum(a.nbytes for a in self._index_arrays())
+
+    def _index_arrays(self) -> tuple[np.ndarray, ...]:
+        return ()
+
     # --- writing -----------------------------------------------------------------------------
 
     def add(self, obs, action, reward, next_obs, terminated, n_steps: int = 1) -> int:
@@ -283,6 +291,9 @@ class PrioritizedReplay(ReplayMemory):
         self._min = MinTree(self.capacity)
         self.max_priority = 1.0
 
+    def _index_arrays(self) -> tuple[np.ndarray, ...]:
+        return (self._sum._nodes, self._min._nodes)
+
     # Leaves are written through the kernels directly: slots come from the storage, so they are
     # in range by construction and the public trees' checks would only cost time.
 
@@ -421,6 +432,9 @@ class RankBasedReplay(ReplayMemory):
         self._cum_mass = np.cumsum(np.arange(1, cap + 1, dtype=np.float64) ** -self.alpha)
         self.max_priority = 1.0
         self._updates_since_sort = 0
+
+    def _index_arrays(self) -> tuple[np.ndarray, ...]:
+        return (self._heap_slot, self._heap_key, self._slot_pos, self._cum_mass)
 
     def _on_insert_one(self, slot: int) -> None:
         self._on_insert(np.array([slot], dtype=np.int64))

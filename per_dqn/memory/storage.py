@@ -59,6 +59,11 @@ class TransitionStorage:
 
     _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated", "n_steps")
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all arrays of the storage."""
+        return sum(getattr(self, name).nbytes for name in self._FIELDS)
+
     def check_obs(self, name: str, obs, batched: bool) -> np.ndarray:
         """Returns ``obs`` as an array, or raises ValueError naming ``name`` and the bad shape."""
         obs = np.asarray(obs)

@@ -1,0 +1,146 @@
+"""What a run will hold in memory, worked out from its config before anything is allocated.
+
+``per-dqn plan`` prints it; ``per-dqn train`` refuses a config whose replay memory cannot fit in
+the machine's available RAM (one line, exit 2) instead of dying of OOM hours into the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from per_dqn.config import Config, ReplayConfig
+from per_dqn.envs import EnvSpec, describe, make_eval_env
+from per_dqn.memory import planned_nbytes
+
+# Resident memory of a training process apart from the replay memory (Python, torch, the
+# networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
+PROCESS_OVERHEAD_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The replay memory's footprint against the machine's RAM.
+
+    Attributes:
+        kind: the replay kind.
+        capacity: transitions.
+        obs_shape: one observation's shape.
+        dedup_frames: whether frames are stored once.
+        parts: bytes by part (``observations``, ``fields``, ``index``, ``total``).
+        available_bytes: RAM available now (None where the platform does not say).
+    """
+
+    kind: str
+    capacity: int
+    obs_shape: tuple[int, ...]
+    dedup_frames: bool
+    parts: dict[str, int]
+    available_bytes: int | None
+
+    @property
+    def bytes_per_transition(self) -> float:
+        """The memory's bytes divided by its capacity."""
+        return self.parts["total"] / self.capacity
+
+    @property
+    def needed_bytes(self) -> int:
+        """The memory plus the rest of a training process."""
+        return self.parts["total"] + PROCESS_OVERHEAD_BYTES
+
+    @property
+    def fits(self) -> bool:
+        """True when the need is within the available RAM (or the RAM is unknown)."""
+        return self.available_bytes is None or self.needed_bytes <= self.available_bytes
+
+    def refusal(self) -> str:
+        """The one-line reason ``train`` gives when the memory does not fit."""
+        return (
+            f"replay.capacity: a {self.capacity:,}-transition {self.kind} memory needs "
+            f"{gib(self.parts['total'])} (+{gib(PROCESS_OVERHEAD_BYTES)} for the rest of the "
+            f"process) but only {gib(self.available_bytes or 0)} of RAM is available; "
+            f"lower replay.capacity (see `per-dqn plan`)"
+        )
+
+
+def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
+    """Whether the memory keeps frames once: asked for, and observations are uint8 stacks."""
+    return config.dedup_frames and len(spec.obs_shape) == 3 and spec.obs_dtype == np.uint8
+
+
+def gib(n_bytes: float) -> str:
+    """``n_bytes`` in GiB with two decimals, or MiB / KiB when smaller than that shows."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n_bytes >= (1 << shift) // 10:
+            return f"{n_bytes / (1 << shift):.2f} {unit}"
+    return f"{int(n_bytes)} B"
+
+
+def available_ram_bytes() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` (Linux), else free physical pages, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def env_spec(config: Config) -> EnvSpec:
+    """The observation and action spaces of ``config.env`` (one env is made and closed)."""
+    env = make_eval_env(config.env)
+    try:
+        return describe(env)
+    finally:
+        env.close()
+
+
+def memory_plan(config: Config, spec: EnvSpec | None = None) -> MemoryPlan:
+    """The replay memory ``config`` asks for, sized without allocating it.
+
+    Raises:
+        ValueError: the env cannot be made (the message names ``env.id``).
+    """
+    spec = spec or env_spec(config)
+    replay = config.replay
+    dedup = uses_frame_storage(replay, spec)
+    parts = planned_nbytes(
+        replay.kind, replay.capacity, spec.obs_shape, spec.obs_dtype, dedup, replay.frame_slack
+    )
+    return MemoryPlan(
+        kind=replay.kind,
+        capacity=replay.capacity,
+        obs_shape=spec.obs_shape,
+        dedup_frames=dedup,
+        parts=parts,
+        available_bytes=available_ram_bytes(),
+    )
+
+
+def describe_plan(plan: MemoryPlan) -> list[str]:
+    """The lines ``per-dqn plan`` prints."""
+    frames = "one frame stored per step" if plan.dedup_frames else "whole obs and next_obs"
+    parts = plan.parts
+    lines = [
+        f"replay memory      {plan.kind}, {plan.capacity:,} transitions of {plan.obs_shape} "
+        f"({frames})",
+        f"per transition     {plan.bytes_per_transition:,.0f} bytes",
+        f"  observations     {gib(parts['observations'])}",
+        f"  fields           {gib(parts['fields'])}",
+        f"  priority index   {gib(parts['index'])}",
+        f"memory total       {gib(parts['total'])}",
+        f"process estimate   {gib(plan.needed_bytes)} (memory + {gib(PROCESS_OVERHEAD_BYTES)})",
+    ]
+    if plan.available_bytes is None:
+        lines.append("available RAM      unknown on this platform")
+    else:
+        verdict = "fits" if plan.fits else "DOES NOT FIT"
+        lines.append(f"available RAM      {gib(plan.available_bytes)}: {verdict}")
+    return lines

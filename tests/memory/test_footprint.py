@@ -1,0 +1,45 @@
+"""``planned_nbytes`` (what ``per-dqn plan`` prints before allocating) equals what memories hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay, planned_nbytes
+
+CLASSES = {"uniform": UniformReplay, "proportional": PrioritizedReplay, "rank": RankBasedReplay}
+
+
+@pytest.mark.parametrize("kind", sorted(CLASSES))
+@pytest.mark.parametrize("capacity", [1, 100, 1000, 5000])
+@pytest.mark.parametrize(
+    ("obs_shape", "obs_dtype", "dedup"),
+    [((4,), np.float32, False), ((4, 84, 84), np.uint8, False), ((4, 84, 84), np.uint8, True)],
+)
+def test_planned_bytes_match_built_memories(kind, capacity, obs_shape, obs_dtype, dedup):
+    """Pins the plan to the real allocation: a storage or index change must update both."""
+    mem = CLASSES[kind](
+        capacity=capacity, obs_shape=obs_shape, obs_dtype=obs_dtype, dedup_frames=dedup
+    )
+    plan = planned_nbytes(kind, capacity, obs_shape, obs_dtype, dedup_frames=dedup)
+    assert plan["total"] == mem.nbytes
+    assert plan["total"] == plan["observations"] + plan["fields"] + plan["index"]
+
+
+def test_atari_million_fits_the_target_per_transition():
+    """Hand computation: 1M transitions of 4x84x84 frames with 2% slack.
+
+    frames: 1,020,000 x (7056 + 8 + 8) bytes; pointers 1M x 32; fields 1M x 14; two trees of
+    2 x 2**20 float64 nodes. About 7.27 KB a transition against 56.5 KB for whole stacks.
+    """
+    plan = planned_nbytes("proportional", 1_000_000, (4, 84, 84), np.uint8, dedup_frames=True)
+    expected = 1_020_000 * 7072 + 1_000_000 * 32 + 1_000_000 * 14 + 2 * 2 * 2**20 * 8
+    assert plan["total"] == expected
+    assert plan["total"] / 1_000_000 < 7_500
+    whole = planned_nbytes("proportional", 1_000_000, (4, 84, 84), np.uint8, dedup_frames=False)
+    assert whole["observations"] == 1_000_000 * 2 * 4 * 84 * 84
+
+
+def test_unknown_kind_is_named():
+    with pytest.raises(ValueError, match=r"`kind` must be one of .* got 'prio'"):
+        planned_nbytes("prio", 10, (4,), np.float32)
