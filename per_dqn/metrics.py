@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -130,13 +131,19 @@ class TensorBoardLogger:
 
     Args:
         run_dir: directory that receives the ``events.out.tfevents.*`` file.
+        purge_step: a resumed run's first env step that may be logged again: readers
+            (TensorBoard's Python loader and its Rust data server alike) drop the points at or
+            after it that earlier event files in ``run_dir`` hold, so a curve continues from the
+            checkpoint without duplicated points.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
         # Imported here: it pulls in tensorboard, which a config check never needs.
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_dir))
+        if purge_step is not None:
+            _wait_for_a_later_event_file_name(run_dir)
+        self._writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         """One point per tag at env step ``step``; NaN values are skipped."""
@@ -148,9 +155,30 @@ class TensorBoardLogger:
         """A text entry (TensorBoard renders it as Markdown)."""
         self._writer.add_text(tag, text, step)
 
+    def flush(self) -> None:
+        """Writes every pending event to disk."""
+        self._writer.flush()
+
     def close(self) -> None:
         """Flushes and closes the event file."""
         self._writer.close()
+
+
+def _wait_for_a_later_event_file_name(run_dir: Path) -> None:
+    """Sleeps until a new event file's name sorts after every existing one in ``run_dir``.
+
+    Readers load a dir's event files in name order, and a name is
+    ``events.out.tfevents.<unix seconds>.<host>.<pid>.<n>``: within one second the pid (compared as
+    text) could put a resumed run's file before the file it continues, and the purge would then
+    hit the wrong points. A resume costs at most one second here.
+    """
+    newest = 0
+    for path in run_dir.glob("events.out.tfevents.*"):
+        stamp = path.name.split(".")[3]
+        if stamp.isdigit():
+            newest = max(newest, int(stamp))
+    while time.time() < newest + 1:
+        time.sleep(0.05)
 
 
 def config_as_markdown(config_yaml: str) -> str:
@@ -180,6 +208,14 @@ class MeanAccumulator:
         self._sums.clear()
         self._counts.clear()
         return means
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running sums and counts (copies), for a checkpoint."""
+        return {"sums": dict(self._sums), "counts": dict(self._counts)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output."""
+        self._sums, self._counts = dict(state["sums"]), dict(state["counts"])
 
 
 class ReplayHealth:
@@ -242,6 +278,31 @@ class ReplayHealth:
     def pop_means(self) -> dict[str, float]:
         """Means of the batch statistics since the last call."""
         return {tag: float(v) for tag, v in self._acc.pop_means().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The per-slot arrays and the pending batch statistics (copies), for a checkpoint."""
+        return {
+            "added_at": self.added_at.copy(),
+            "priority_set_at": self.priority_set_at.copy(),
+            "replay_count": self.replay_count.copy(),
+            "acc": self._acc.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output.
+
+        Raises:
+            ValueError: the arrays are for another capacity.
+        """
+        for name in ("added_at", "priority_set_at", "replay_count"):
+            have, got = getattr(self, name), np.asarray(state[name])
+            if got.shape != have.shape:
+                raise ValueError(
+                    f"replay health `{name}` must have shape {list(have.shape)}, "
+                    f"got {list(got.shape)}"
+                )
+            have[...] = got
+        self._acc.load_state_dict(state["acc"])
 
 
 # --- console --------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ termination: after a truncation the windows bootstrap from the true last observa
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -116,3 +116,22 @@ class NStepAccumulator:
                 if not done:
                     break
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The open windows of every sub-env, oldest step first, for a checkpoint."""
+        return {"windows": [list(window) for window in self._windows]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output.
+
+        Raises:
+            ValueError: the state is for another number of sub-envs or longer windows.
+        """
+        windows = state["windows"]
+        if len(windows) != len(self._windows):
+            raise ValueError(
+                f"n-step state has {len(windows)} sub-envs, expected {len(self._windows)}"
+            )
+        if any(len(window) >= self.n_step for window in windows):
+            raise ValueError(f"n-step state has a window of {self.n_step} or more steps")
+        self._windows = [deque(window) for window in windows]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
-from per_dqn.config import Config, ReplayConfig
+from per_dqn.config import Config, ConfigError, ReplayConfig, parse_yaml, validate_config
 from per_dqn.envs import EnvSpec, describe, make_eval_env, make_vector_env
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
 from per_dqn.nstep import NStepAccumulator, stack
+from per_dqn.plan import uses_frame_storage
 from per_dqn.schedules import LinearSchedule
 
 # The tree-drift check is O(capacity); every this many log points is "now and then".
@@ -47,6 +50,11 @@ _AGENT_METRIC_TAGS = {
     "td_error_abs": m.TRAIN_TD_ERROR_ABS,
     "grad_norm": m.TRAIN_GRAD_NORM,
 }
+
+
+class DivergedError(RuntimeError):
+    """The loss became NaN or infinite; the run stopped before the bad weights reached a
+    priority, a log point or a checkpoint. The message is one line naming the step and value."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -70,6 +78,8 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int) -> ReplayMemory:
         "obs_dtype": spec.obs_dtype,
         "seed": seed,
     }
+    if uses_frame_storage(config, spec):
+        base.update(dedup_frames=True, frame_slack=config.frame_slack)
     if config.kind == "uniform":
         return UniformReplay(**base)
     if config.kind == "rank":
@@ -86,6 +96,28 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int) -> ReplayMemory:
         uniform_mix=config.uniform_mix,
         weight_normalization=config.weight_normalization,
         **base,
+    )
+
+
+def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
+    """The agent ``config.agent`` describes, sized for ``spec``."""
+    agent = config.agent
+    return DQNAgent(
+        obs_shape=spec.obs_shape,
+        num_actions=spec.num_actions,
+        hidden_sizes=agent.hidden_sizes,
+        dueling=agent.dueling,
+        double=agent.double,
+        gamma=agent.gamma,
+        learning_rate=agent.learning_rate,
+        adam_eps=agent.adam_eps,
+        loss=agent.loss,
+        grad_clip_norm=agent.grad_clip_norm,
+        target_update_interval=agent.target_update_interval,
+        tau=agent.tau,
+        device=device,
+        network=agent.network,
+        channels_last=agent.channels_last,
     )
 
 
@@ -151,51 +183,124 @@ class Trainer:
         self.eval_env = make_eval_env(config.env)
         self.spec = describe(self.envs)
         self.memory = make_memory(config.replay, self.spec, run.seed)
-        agent = config.agent
-        self.agent = DQNAgent(
-            obs_shape=self.spec.obs_shape,
-            num_actions=self.spec.num_actions,
-            hidden_sizes=agent.hidden_sizes,
-            dueling=agent.dueling,
-            double=agent.double,
-            gamma=agent.gamma,
-            learning_rate=agent.learning_rate,
-            adam_eps=agent.adam_eps,
-            loss=agent.loss,
-            grad_clip_norm=agent.grad_clip_norm,
-            target_update_interval=agent.target_update_interval,
-            tau=agent.tau,
-            device=self.device,
-        )
+        self.agent = make_agent(config, self.spec, self.device)
+        self._resume: ckpt.RunCheckpoint | None = None
 
     def close(self) -> None:
         """Closes the environments."""
         self.envs.close()
         self.eval_env.close()
 
+    def load_checkpoint(self, path: Path) -> list[str]:
+        """Loads a training checkpoint (agent and memory now, the loop's state in ``run``) so that
+        ``run`` continues it; returns one-line notes for the user on what is not exact.
+
+        Raises:
+            CheckpointError: the checkpoint fails its checksums, cannot be read, or does not fit
+                this config.
+        """
+        state = ckpt.load_run_checkpoint(path, self.device)
+        ckpt.load_agent_state(self.agent, state.agent)
+        notes = []
+        if state.memory is None:
+            notes.append(
+                f"{path.name} holds no replay memory (checkpoint.replay: false): the resumed run "
+                "starts from an empty memory"
+            )
+        else:
+            try:
+                self.memory.load_state_dict(state.memory)
+            except ValueError as exc:
+                raise ckpt.CheckpointError(
+                    f"{path}: its replay memory does not fit this config ({exc})"
+                ) from None
+        try:
+            saved = validate_config(parse_yaml(state.config_yaml, str(path)), str(path))
+        except ConfigError:
+            saved = None
+        budget = {"total_env_steps": self.config.train.total_env_steps}
+        if (
+            saved is None
+            or saved.model_copy(update={"train": saved.train.model_copy(update=budget)})
+            != self.config
+        ):
+            notes.append(
+                f"this config differs from the one {path.name} was written with (beyond "
+                "train.total_env_steps): the resume follows this config and is not exact"
+            )
+        if state.loop["envs"] is None or state.loop["eval_env"] is None:
+            notes.append(
+                f"{self.config.env.id} envs cannot be saved: they restart from a reset seeded "
+                "with run.seed + env steps, so this resume is not exact"
+            )
+        self._resume = state
+        return notes
+
+    def _save_checkpoint(
+        self, run_dir: Path, logger: m.TensorBoardLogger, loop_state: dict[str, Any], final: bool
+    ) -> Path:
+        """Writes a checkpoint of the agent, the memory and ``loop_state``."""
+        cfg = self.config.checkpoint
+        # Every point logged up to this step reaches the event file before the state that follows
+        # it is saved: a resumed run purges only what comes after.
+        logger.flush()
+        return ckpt.save_run_checkpoint(
+            ckpt.checkpoints_dir(run_dir),
+            env_steps=loop_state["env_steps"],
+            agent=self.agent,
+            loop_state=loop_state,
+            memory_state=self.memory.state_dict() if cfg.replay else None,
+            config_yaml=self.config.to_yaml(),
+            keep_last=cfg.keep_last,
+            meta={
+                "update_steps": self.agent.update_steps,
+                "final": final,
+                "config_name": self.config_name,
+            },
+        )
+
     def run(self, run_dir: Path, progress: m.ConsoleProgress | None = None) -> dict[str, Any]:
-        """Trains, evaluates, and writes ``config.yaml``, events and ``summary.json``.
+        """Trains, evaluates, and writes ``config.yaml``, events, checkpoints and ``summary.json``.
+
+        After ``load_checkpoint`` the run continues that checkpoint in ``run_dir``: its event
+        files get no duplicated points (see ``TensorBoardLogger``'s ``purge_step``).
 
         A ``KeyboardInterrupt`` stops the loop cleanly: the summary is written with
-        ``interrupted: true`` and no final evaluation, and the event file is closed.
+        ``interrupted: true`` and no final evaluation, and the event file is closed; no checkpoint
+        is written then (the state may be mid-step), so a resume starts from the last periodic one.
 
         Returns:
-            The summary (also written to ``run_dir / "summary.json"``).
+            The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
+            ``sps`` cover this call only.
+
+        Raises:
+            DivergedError: a non-finite loss; nothing is written after it (no checkpoint, model
+                or summary).
         """
         run_dir.mkdir(parents=True, exist_ok=True)
         config_yaml = self.config.to_yaml()
-        (run_dir / "config.yaml").write_text(config_yaml, encoding="utf-8")
-        logger = m.TensorBoardLogger(run_dir)
+        ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
+        resume = self._resume
+        start_steps = 0 if resume is None else resume.env_steps
+        # The checkpoint was written after every point of its step was logged.
+        logger = m.TensorBoardLogger(run_dir, None if resume is None else start_steps + 1)
         start = time.perf_counter()
         try:
-            logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
-            loop = _Loop(self, logger, progress)
+            if resume is None:
+                logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
+
+            def save(loop_state: dict[str, Any]) -> None:
+                self._save_checkpoint(run_dir, logger, loop_state, final=False)
+
+            loop = _Loop(self, logger, progress, save if self.config.checkpoint.enabled else None)
             interrupted = False
             try:
-                loop.train()
+                loop.train(None if resume is None else resume.loop)
                 final = loop.final_eval()
             except KeyboardInterrupt:
                 interrupted, final = True, None
+            if final is not None and self.config.checkpoint.enabled:
+                self._save_checkpoint(run_dir, logger, loop.state_dict(), final=True)
             wall = time.perf_counter() - start
             torch.save(self.agent.online.state_dict(), run_dir / "model.pt")
             summary = {
@@ -205,13 +310,14 @@ class Trainer:
                 "env_steps": loop.env_steps,
                 "update_steps": self.agent.update_steps,
                 "wall_seconds": wall,
-                "sps": loop.env_steps / wall if wall > 0 else 0.0,
+                "sps": (loop.env_steps - start_steps) / wall if wall > 0 else 0.0,
                 "replay": self.config.replay.kind,
                 "seed": self.config.run.seed,
                 "env_id": self.config.env.id,
                 "config": self.config_name,
                 "device": str(self.device),
                 "interrupted": interrupted,
+                "resumed_from_env_steps": None if resume is None else start_steps,
                 "run_dir": str(run_dir),
             }
             m.write_json(run_dir / "summary.json", summary)
@@ -224,9 +330,14 @@ class _Loop:
     """The training loop's state; ``Trainer.run`` owns its lifetime."""
 
     def __init__(
-        self, trainer: Trainer, logger: m.TensorBoardLogger, progress: m.ConsoleProgress | None
+        self,
+        trainer: Trainer,
+        logger: m.TensorBoardLogger,
+        progress: m.ConsoleProgress | None,
+        checkpoint: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         cfg = trainer.config
+        self.checkpoint = checkpoint  # saves a ``state_dict()``; None: no periodic checkpoints
         self.cfg = cfg
         self.agent = trainer.agent
         self.memory = trainer.memory
@@ -270,16 +381,30 @@ class _Loop:
         priorities = memory.priorities(batch.indices) if self.prioritized else None
         health.record_sample(batch.indices, batch.weights, step, priorities)
         result = self.agent.learn(batch)
+        loss = result.metrics["loss"]
+        if not math.isfinite(loss):
+            raise DivergedError(
+                f"train/loss is {loss} at env step {step:,} (update step "
+                f"{self.agent.update_steps:,}): training diverged"
+            )
         memory.update_priorities(batch.indices, result.td_abs)
         health.record_priority_update(batch.indices, step)
         self.learn_means.add(result.metrics)
 
-    def train(self) -> None:
-        """Steps the envs and learns until ``total_env_steps``."""
+    def train(self, resume: dict[str, Any] | None = None) -> None:
+        """Steps the envs and learns until ``total_env_steps``.
+
+        Args:
+            resume: a ``state_dict()`` to continue from (with the agent and memory of the same
+                checkpoint already loaded).
+        """
         cfg, train = self.cfg, self.cfg.train
         envs, memory, nstep = self.envs, self.memory, self.nstep
         num_envs = cfg.env.num_envs
-        obs, _ = envs.reset(seed=cfg.run.seed)
+        obs, info = envs.reset(seed=cfg.run.seed)
+        clip_rewards = cfg.env.clip_rewards
+        life_loss = cfg.env.terminal_on_life_loss and "lives" in info
+        prev_lives = info["lives"] if life_loss else None
         # Sub-envs whose next step only resets them (gymnasium's next-step autoreset).
         autoreset = np.zeros(num_envs, dtype=np.bool_)
         ep_return = np.zeros(num_envs)
@@ -288,20 +413,48 @@ class _Loop:
         next_log = train.log_interval
         next_eval = train.eval_interval if train.eval_interval > 0 else math.inf
         next_progress = PROGRESS_INTERVAL_STEPS
-        self._log_clock = (time.perf_counter(), 0)
+        if resume is not None:
+            cursor = self.load_state_dict(resume)
+            obs, autoreset = cursor["obs"], cursor["autoreset"]
+            ep_return, ep_length = cursor["ep_return"], cursor["ep_length"]
+            next_update, next_log = cursor["next_update"], cursor["next_log"]
+            next_eval = cursor["next_eval"]
+            if life_loss:
+                prev_lives = cursor["prev_lives"]
+        self._log_clock = (time.perf_counter(), self.env_steps)
+        next_checkpoint = self._next_checkpoint()
+
+        def cursor_now() -> dict[str, Any]:
+            # The loop's locals as they are when a checkpoint is taken (a closure reads them then).
+            return {
+                "obs": obs, "autoreset": autoreset, "ep_return": ep_return,
+                "ep_length": ep_length, "next_update": next_update, "next_log": next_log,
+                "next_eval": next_eval, "prev_lives": prev_lives,
+            }  # fmt: skip
+
+        self._cursor = cursor_now
 
         while self.env_steps < train.total_env_steps:
             if autoreset.all():
                 actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
             else:
                 actions = self._actions(obs, self.epsilon(self.env_steps))
-            next_obs, rewards, terminated, truncated, _ = envs.step(actions)
+            next_obs, rewards, terminated, truncated, info = envs.step(actions)
             active = ~autoreset
             stepped = int(active.sum())
             if stepped:
                 self.env_steps += stepped
                 done = np.logical_or(terminated, truncated)
-                fresh = nstep.step(obs, actions, rewards, next_obs, terminated, truncated, active)
+                # What the learner sees: clipped rewards, and a lost life as the end of the
+                # bootstrapped return while the game plays on (Mnih et al., 2015).
+                learn_rewards = np.clip(rewards, -1.0, 1.0) if clip_rewards else rewards
+                learn_terminated = terminated
+                if life_loss:
+                    lives = info["lives"]
+                    learn_terminated = terminated | (lives < prev_lives)
+                fresh = nstep.step(
+                    obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active
+                )
                 if len(fresh) == 1:  # the common case; `add` costs a third of `add_batch`
                     self.health.record_add(memory.add(*fresh[0]), self.env_steps)
                 elif fresh:
@@ -314,6 +467,8 @@ class _Loop:
                 autoreset = done
             else:
                 autoreset[:] = False
+            if life_loss:
+                prev_lives = info["lives"]  # a reset step brings the new game's lives
             obs = next_obs
 
             while self.env_steps >= next_update:
@@ -325,16 +480,88 @@ class _Loop:
                 while next_log <= self.env_steps:
                     next_log += train.log_interval
                 self._write_log()
-            if self.env_steps >= next_eval and self.env_steps < train.total_env_steps:
+            # Due on the last step, the final evaluation stands in; the schedule still moves on,
+            # so a run extended by `--resume --steps` does not evaluate again one step later.
+            if self.env_steps >= next_eval:
                 next_eval += train.eval_interval
-                result = evaluate(
-                    self.agent, self.eval_env, train.eval_episodes, train.eval_epsilon,
-                    self.eval_rng,
-                )  # fmt: skip
-                self.logger.scalars(result.scalars(), self.env_steps)
+                if self.env_steps < train.total_env_steps:
+                    result = evaluate(
+                        self.agent, self.eval_env, train.eval_episodes, train.eval_epsilon,
+                        self.eval_rng,
+                    )  # fmt: skip
+                    self.logger.scalars(result.scalars(), self.env_steps)
             if self.progress is not None and self.env_steps >= next_progress:
                 next_progress = self.env_steps + PROGRESS_INTERVAL_STEPS
                 self._update_progress()
+            # Last in the step, so that everything logged at this env step precedes it.
+            if self.env_steps >= next_checkpoint and self.env_steps < train.total_env_steps:
+                next_checkpoint = self._next_checkpoint()
+                assert self.checkpoint is not None  # else next_checkpoint is inf
+                self.checkpoint(self.state_dict())
+
+    def _next_checkpoint(self) -> float:
+        """The env step of the next periodic checkpoint: the next multiple of the interval."""
+        interval = self.cfg.checkpoint.interval_steps
+        if self.checkpoint is None or interval == 0:
+            return math.inf
+        return (self.env_steps // interval + 1) * interval
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the loop needs, besides the agent and the memory, to continue exactly from here:
+        counters, RNG states, open n-step windows, episode accumulators, the envs' states and the
+        PER health panel's history. Only valid once ``train`` has started."""
+        return {
+            "env_steps": self.env_steps,
+            "cursor": self._cursor(),
+            "rng": self.rng.bit_generator.state,
+            "eval_rng": self.eval_rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "nstep": self.nstep.state_dict(),
+            "health": self.health.state_dict(),
+            "learn_means": self.learn_means.state_dict(),
+            "recent_returns": list(self.recent_returns),
+            "logs_written": self._logs_written,
+            "envs": ckpt.vector_env_state(self.envs),
+            "eval_env": ckpt.env_state(self.eval_env),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Restores ``state_dict()`` output; returns the cursor (the loop's locals) to continue.
+
+        Envs that could not be saved restart from a reset seeded with ``run.seed + env_steps``:
+        every open episode and n-step window is dropped, since none may span the reset.
+        """
+        self.env_steps = int(state["env_steps"])
+        self.rng.bit_generator.state = state["rng"]
+        self.eval_rng.bit_generator.state = state["eval_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.health.load_state_dict(state["health"])
+        self.learn_means.load_state_dict(state["learn_means"])
+        self.recent_returns.extend(state["recent_returns"])
+        self._logs_written = int(state["logs_written"])
+        seed = self.cfg.run.seed + self.env_steps
+        if state["eval_env"] is not None:
+            ckpt.load_env_state(self.eval_env, state["eval_env"])
+        else:
+            self.eval_env.reset(seed=seed + EVAL_SEED_OFFSET)
+        cursor = dict(state["cursor"])
+        if state["envs"] is not None:
+            ckpt.load_vector_env_state(self.envs, state["envs"])
+            self.nstep.load_state_dict(state["nstep"])
+        else:
+            num_envs = self.cfg.env.num_envs
+            obs, info = self.envs.reset(seed=seed)
+            cursor.update(
+                obs=obs,
+                autoreset=np.zeros(num_envs, dtype=np.bool_),
+                ep_return=np.zeros(num_envs),
+                ep_length=np.zeros(num_envs, dtype=np.int64),
+                prev_lives=info.get("lives"),
+            )
+        return cursor
 
     def _end_episodes(
         self, finished: np.ndarray, ep_return: np.ndarray, ep_length: np.ndarray

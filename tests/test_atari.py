@@ -130,6 +130,7 @@ SMOKE = [
     "train.total_env_steps=300", "train.learning_starts=100", "replay.capacity=500",
     "train.final_eval_episodes=1", "env.max_episode_steps=150", "train.log_interval=100",
     "run.torch_threads=1", "train.replay_period=2", "agent.target_update_interval=50",
+    "env.id=ALE/Breakout-v5",
 ]  # fmt: skip
 
 

@@ -1,0 +1,203 @@
+"""``per-dqn eval`` on real runs: the printed statistics against a hand-rolled greedy loop, which
+weights a run dir or a checkpoint dir resolves to, the GIF a ``--video`` writes (CartPole's
+renderer, and the real ALE's frames, enlarged), and one-line errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageSequence
+from typer.testing import CliRunner
+
+from per_dqn import checkpoint as ckpt
+from per_dqn.cli import app
+from per_dqn.config import load_config, parse_override, resolve_config_path
+from per_dqn.envs import describe
+from per_dqn.evaluate import write_gif
+from per_dqn.train import Trainer, make_agent
+
+SETTINGS = [
+    "train.total_env_steps=1000", "train.learning_starts=300", "train.eval_interval=0",
+    "train.final_eval_episodes=1", "checkpoint.interval_steps=500", "run.device=cpu",
+]  # fmt: skip
+runner = CliRunner()
+
+
+def train(run_dir: Path, *extra: str) -> Path:
+    overrides = map(parse_override, [*SETTINGS, *extra])
+    trainer = Trainer(load_config(resolve_config_path("cartpole.yaml"), overrides), "cartpole")
+    try:
+        trainer.run(run_dir)
+    finally:
+        trainer.close()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return train(tmp_path_factory.mktemp("eval") / "run")
+
+
+def evaluate(*args: str):
+    return runner.invoke(app, ["eval", *args])
+
+
+def hand_rolled_returns(weights: dict, episodes: int, seed: int) -> np.ndarray:
+    """Greedy play written out with gymnasium and torch alone (the network is built as training
+    builds it; what is checked is the episode loop, the seeding and the statistics)."""
+    env = gym.make("CartPole-v1")
+    config = load_config(resolve_config_path("cartpole.yaml"))
+    agent = make_agent(config, describe(env), torch.device("cpu"))
+    agent.online.load_state_dict(weights)
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                q = agent.online(torch.as_tensor(obs[None], dtype=torch.float32))
+            obs, reward, terminated, truncated, _ = env.step(int(q.argmax()))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return np.array(returns)
+
+
+def test_prints_the_statistics_of_greedy_episodes(run_dir):
+    result = evaluate(str(run_dir), "--episodes", "4", "--seed", "11")
+    assert result.exit_code == 0, result.output
+    weights = torch.load(run_dir / "model.pt", weights_only=True)  # == the final checkpoint's
+    r = hand_rolled_returns(weights, 4, 11)
+    newest = ckpt.checkpoints_dir(run_dir) / "step_000001000"
+    assert result.stdout.splitlines()[:3] == [
+        f"weights: {newest} (env step 1,000)",
+        "env: CartPole-v1, 4 episodes, epsilon 0, seed 11",
+        f"return: mean {r.mean():.2f}  std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}",
+    ]
+
+
+def test_a_checkpoint_dir_plays_its_own_weights(run_dir):
+    older = ckpt.checkpoints_dir(run_dir) / "step_000000500"
+    result = evaluate(str(older), "--episodes", "2", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    weights = torch.load(older / ckpt.AGENT_FILE, weights_only=True)["online"]
+    r = hand_rolled_returns(weights, 2, 3)
+    assert result.stdout.splitlines()[0] == f"weights: {older} (env step 500)"
+    assert f"mean {r.mean():.2f}  std {r.std():.2f}" in result.stdout
+
+
+def test_epsilon_one_plays_at_random(run_dir):
+    """Uniform random CartPole play averages ~22 steps; the trained greedy policy does not."""
+    result = evaluate(str(run_dir), "--episodes", "20", "--epsilon", "1")
+    assert result.exit_code == 0, result.output
+    mean = float(result.stdout.splitlines()[2].split()[2])
+    assert 10 < mean < 40
+
+
+def test_video_is_a_playable_gif_of_the_first_episode(run_dir):
+    result = evaluate(str(run_dir), "--episodes", "1", "--seed", "5", "--video")
+    assert result.exit_code == 0, result.output
+    gif = run_dir / "videos" / "eval-step1000.gif"
+    length = int(result.stdout.splitlines()[3].split()[2].split(".")[0])
+    assert result.stdout.splitlines()[4] == f"video: {gif} ({length + 1} frames, 20 ms each)"
+    with Image.open(gif) as image:
+        assert image.format == "GIF" and image.size == (600, 400)  # CartPole's 600x400 canvas
+        durations = [frame.info["duration"] for frame in ImageSequence.Iterator(image)]
+    # The reset frame and one per step at CartPole's 50 fps (Pillow merges repeated frames
+    # into longer ones, so the total time is what is fixed).
+    assert sum(durations) == (length + 1) * 20
+
+
+def test_small_frames_are_enlarged_sharply(tmp_path):
+    """84x84 frames (Atari after preprocessing) become 252x252 with each pixel a 3x3 block."""
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, size=(3, 84, 84), dtype=np.uint8)
+    frames = [np.repeat(g[:, :, None], 3, axis=2) for g in gray]
+    assert write_gif(frames, tmp_path / "a.gif", fps=15) == 70  # 1/15 s in GIF's 10 ms units
+    with Image.open(tmp_path / "a.gif") as image:
+        assert image.size == (252, 252) and image.n_frames == 3
+        assert image.info["duration"] == 70
+        image.seek(1)
+        pixels = np.asarray(image.convert("L"))
+    np.testing.assert_array_equal(pixels[::3, ::3], gray[1])
+    np.testing.assert_array_equal(pixels[1::3, 2::3], gray[1])
+
+
+def test_gif_keeps_exact_colours_and_maps_an_unsampled_one_to_the_nearest(tmp_path):
+    """The palette comes from 8 frames spread over the film; frame 1 of 20 is not among them, so
+    its one new colour (250, 0, 0) is drawn in the nearest sampled one, (255, 0, 0)."""
+    frames = [np.zeros((5, 5, 3), dtype=np.uint8) for _ in range(20)]
+    for i, frame in enumerate(frames):
+        frame[4, 4] = (255, 0, 0)
+        frame[divmod(i, 5)] = (255, 255, 255)  # moves, so no two frames are merged
+    frames[1][3, 3] = (250, 0, 0)
+    write_gif(frames, tmp_path / "c.gif", fps=50)
+    with Image.open(tmp_path / "c.gif") as image:
+        got = [np.asarray(frame.convert("RGB")) for frame in ImageSequence.Iterator(image)]
+    assert len(got) == 20
+    for i in (0, 2, 19):  # sampled frames come back exactly (enlarged 48x: pixel (r, c) at 48r)
+        np.testing.assert_array_equal(got[i][::48, ::48], frames[i])
+    assert tuple(got[1][3 * 48, 3 * 48]) == (255, 0, 0)
+
+
+def test_damaged_newest_checkpoint_is_skipped_with_a_warning(run_dir, tmp_path):
+    copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    newest = ckpt.checkpoints_dir(copy) / "step_000001000"
+    with open(newest / ckpt.AGENT_FILE, "r+b") as file:
+        file.truncate(1000)
+    result = evaluate(str(copy), "--episodes", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"warning: checkpoint {newest}: agent.pt has 1,000 bytes")
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stdout.startswith(f"weights: {newest.parent / 'step_000000500'}")
+    # Named explicitly, a damaged checkpoint is an error, not a fallback.
+    result = evaluate(str(newest))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {newest}: agent.pt has 1,000 bytes")
+
+
+def test_a_run_without_checkpoints_plays_its_model(tmp_path):
+    run_dir = train(tmp_path / "run", "checkpoint.enabled=false", "train.total_env_steps=400")
+    assert not ckpt.checkpoints_dir(run_dir).exists()
+    result = evaluate(str(run_dir), "--episodes", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"weights: {run_dir / 'model.pt'} (env step 400)"
+
+
+def test_bad_input_is_one_line_each(tmp_path):
+    result = evaluate(str(tmp_path), "--episodes", "0", "--epsilon", "1.5")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --episodes must be >= 1, got 0",
+        "error: --epsilon must be in [0, 1], got 1.5",
+    ]
+    result = evaluate(str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path}: neither a run dir (no config.yaml) nor a checkpoint dir "
+        "(no manifest.json)"
+    ]
+    assert result.stdout == ""
+
+
+@pytest.mark.atari
+def test_atari_checkpoint_plays_and_films(tmp_path):
+    """The real ALE: a few steps of Pong with the CNN, checkpointed, then evaluated with a video
+    of its preprocessed 84x84 frames enlarged to 252x252."""
+    run_dir = train(
+        tmp_path / "run", "env.id=ALE/Pong-v5", "env.max_episode_steps=60", "replay.capacity=200",
+        "train.total_env_steps=80", "train.learning_starts=64", "train.batch_size=32",
+        "agent.hidden_sizes=[32]", "checkpoint.interval_steps=0",
+    )  # fmt: skip
+    result = evaluate(str(run_dir), "--episodes", "1", "--video")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("env: ALE/Pong-v5, 1 episodes")
+    assert lines[3] == "length: mean 60.0  min 60  max 60"  # the time limit
+    with Image.open(run_dir / "videos" / "eval-step80.gif") as image:
+        assert image.size == (252, 252)
