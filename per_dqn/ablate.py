@@ -1,0 +1,505 @@
+"""Paired multi-seed sweeps: every env x replay arm x seed, run in worker processes.
+
+A sweep dir ``DIR`` holds one normal run dir per run, ``DIR/<arm>/s<seed>`` (with several envs,
+``DIR/<env>/<arm>/s<seed>``), so ``tensorboard --logdir DIR`` shows every curve together, and
+``DIR/sweep.json``, the sweep's own record: config, arms, seeds, envs, the resolved config and the
+planned runs. Seeds are paired: seed ``s`` sets ``run.seed = s`` in every arm, and the trainer
+seeds torch (so the network initialisation), the envs and the memory from it, so the arms of one
+seed start from the same network and see the same env seeds.
+
+Re-running the same sweep skips finished runs (a ``summary.json`` with ``interrupted: false``)
+and deletes and redoes the others, so a sweep survives Ctrl-C, a crash or a reboot. A re-run with
+different parameters against the same dir is refused rather than mixing runs.
+
+Each worker is a ``spawn``-ed process that builds a ``Trainer`` and runs it into its run dir
+exactly as ``per-dqn train --quiet --run-dir ...`` would, one run at a time, torch on
+``run.torch_threads`` threads (1 by default). Ctrl-C interrupts the runs in progress the way it
+interrupts ``per-dqn train`` (summary marked ``interrupted``, events kept) and starts no new run.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from per_dqn import metrics as m
+from per_dqn import report
+from per_dqn.config import (
+    Config,
+    ConfigError,
+    Override,
+    load_config,
+    parse_yaml,
+    resolve_config_path,
+    validate_config,
+)
+
+ARMS = report.ARMS
+SWEEP_FILE = report.SWEEP_FILE
+# The config keys a sweep sets per run; the rest of the resolved config is the sweep's own.
+SWEEP_AXES = (("env", "id"), ("replay", "kind"), ("run", "seed"))
+# After Ctrl-C, how long interrupted runs get to write their summaries before being killed.
+STOP_GRACE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a sweep.
+
+    Attributes:
+        env_id: the env.
+        arm: the replay kind.
+        seed: the run seed.
+        run_dir: the run dir relative to the sweep dir.
+        config_yaml: the run's resolved config.
+        config_name: the config's name (file stem), recorded in the summary.
+    """
+
+    env_id: str
+    arm: str
+    seed: int
+    run_dir: str
+    config_yaml: str
+    config_name: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A planned sweep: where it goes, what it runs and the record that identifies it.
+
+    Attributes:
+        out: the sweep dir.
+        record: what ``sweep.json`` holds (and must hold, on a re-run).
+        jobs: every run, env-major then arm then seed.
+    """
+
+    out: Path
+    record: dict[str, Any]
+    jobs: tuple[Job, ...]
+
+    def pending(self) -> list[Job]:
+        """The runs not finished yet."""
+        return [j for j in self.jobs if not report.is_finished(self.out / j.run_dir)]
+
+
+def parse_arms(text: str) -> tuple[str, ...]:
+    """``"uniform,rank"`` -> ``("uniform", "rank")``.
+
+    Raises:
+        ValueError: an unknown or repeated arm, or none at all.
+    """
+    arms = tuple(a.strip() for a in text.split(",") if a.strip())
+    if not arms:
+        raise ValueError(f"--replay must list at least one of {', '.join(ARMS)}, got {text!r}")
+    for arm in arms:
+        if arm not in ARMS:
+            raise ValueError(f"--replay: unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    if len(set(arms)) != len(arms):
+        raise ValueError(f"--replay lists an arm twice, got {text!r}")
+    return arms
+
+
+def check_workers(workers: int | None) -> int:
+    """The worker count: ``workers`` if given (>= 1), else one per CPU core."""
+    if workers is None:
+        return os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    return workers
+
+
+def _split_envs(overrides: Sequence[Override]) -> tuple[list[str] | None, list[Override]]:
+    """Takes the ``env.id`` overrides out: a list (or comma-separated ids) is the sweep's envs."""
+    envs, rest = None, []
+    for override in overrides:
+        if override.path != "env.id":
+            rest.append(override)
+            continue
+        value = override.value
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",")]
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"--set env.id: expected an env id or a list of them, got {value!r}")
+        if not all(isinstance(v, str) and v for v in value):
+            raise ValueError(f"--set env.id: every env id must be a non-empty string, got {value}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"--set env.id lists an env twice, got {value}")
+        envs = value
+    return envs, rest
+
+
+def env_slug(env_id: str) -> str:
+    """An env id as one path component: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
+    return env_id.replace("/", "-")
+
+
+def _normalised(config: Config) -> dict[str, Any]:
+    """The resolved config as plain JSON data, with the sweep's own axes blanked."""
+    data = json.loads(json.dumps(config.model_dump(mode="json")))
+    for section, key in SWEEP_AXES:
+        data[section][key] = None
+    return data
+
+
+def plan_sweep(
+    config: str,
+    arms: Sequence[str],
+    seeds: int,
+    steps: int | None = None,
+    overrides: Sequence[Override] = (),
+    out: Path | None = None,
+) -> Sweep:
+    """Resolves and validates every run's config and checks the sweep dir; writes nothing.
+
+    Args:
+        config: a shipped config name or a path.
+        arms: replay kinds, e.g. from ``parse_arms``.
+        seeds: run seeds ``0 .. seeds - 1`` in every arm.
+        steps: ``train.total_env_steps`` of every run (None keeps the config's).
+        overrides: ``--set`` overrides; an ``env.id`` list makes one sweep over several envs.
+        out: the sweep dir; default ``<run.runs_root>/ablate__<envs>__<config name>``.
+
+    Raises:
+        ConfigError: a config problem, one line each.
+        ValueError: bad arms, seeds or env list, or a sweep dir that holds something else
+            (see ``check_out_dir``).
+    """
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if not arms:
+        raise ValueError("arms must not be empty")
+    path = resolve_config_path(config)
+    name = path.stem
+    env_list, rest = _split_envs(overrides)
+    several = env_list is not None and len(env_list) > 1
+    jobs, problems = [], []
+    base: dict[str, Any] | None = None
+    runs_root, envs = "runs", list(env_list or [])
+    for env in env_list or [None]:  # None: the config's own env
+        for arm in arms:
+            for seed in range(seeds):
+                extra = [
+                    Override("replay.kind", arm, "--replay"),
+                    Override("run.seed", seed, "--seeds"),
+                ]
+                if env is not None:
+                    extra.append(Override("env.id", env, "--set"))
+                if steps is not None:
+                    extra.append(Override("train.total_env_steps", steps, "--steps"))
+                try:
+                    cfg = load_config(path, [*rest, *extra], display_name=config)
+                except ConfigError as exc:
+                    problems += [p for p in exc.problems if p not in problems]
+                    continue
+                base = base if base is not None else _normalised(cfg)
+                runs_root, env_id = cfg.run.runs_root, cfg.env.id
+                if env_id not in envs:
+                    envs.append(env_id)
+                run_dir = f"{env_slug(env_id)}/{arm}/s{seed}" if several else f"{arm}/s{seed}"
+                jobs.append(Job(env_id, arm, seed, run_dir, cfg.to_yaml(), name))
+    if problems:
+        raise ConfigError(problems)
+    if out is None:
+        out = Path(runs_root) / f"ablate__{'+'.join(map(env_slug, envs))}__{name}"
+    record = {
+        "config": config,
+        "config_name": name,
+        "arms": list(arms),
+        "seeds": list(range(seeds)),
+        "envs": list(envs),
+        "steps": steps,
+        "overrides": [f"{o.path}={json.dumps(o.value)}" for o in overrides],
+        "resolved_config": base,
+        "runs": [
+            {"env_id": j.env_id, "arm": j.arm, "seed": j.seed, "run_dir": j.run_dir} for j in jobs
+        ],
+    }
+    sweep = Sweep(out, record, tuple(jobs))
+    check_out_dir(sweep)
+    return sweep
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two sweep records, as ``what: old -> new``.
+
+    A config key only one record has is not a difference: a newer per-dqn added it with a
+    default that keeps the old behaviour, and refusing would strand every sweep across upgrades.
+    """
+    diffs = [
+        f"{key}: {old.get(key)} -> {new[key]}"
+        for key in ("arms", "seeds", "envs")
+        if old.get(key) != new[key]
+    ]
+    old_cfg, new_cfg = _flatten(old.get("resolved_config")), _flatten(new["resolved_config"])
+    for key in sorted(set(old_cfg) & set(new_cfg)):
+        if old_cfg[key] != new_cfg[key]:
+            diffs.append(f"{key}: {old_cfg[key]} -> {new_cfg[key]}")
+    return diffs
+
+
+def check_out_dir(sweep: Sweep) -> None:
+    """Refuses a sweep dir that holds anything but this same sweep.
+
+    Raises:
+        ValueError: ``out`` is a file, a non-empty dir without ``sweep.json``, or a sweep with
+            different parameters (the message lists them).
+    """
+    out = sweep.out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"sweep dir {out} exists and is not a directory")
+    if not m.is_nonempty_dir(out):
+        return
+    old = report.read_sweep(out)
+    if old is None:
+        raise ValueError(
+            f"sweep dir {out} exists, is not empty and holds no {SWEEP_FILE}; choose another --out"
+        )
+    diffs = _differences(old, sweep.record)
+    if diffs:
+        raise ValueError(
+            f"sweep dir {out} holds a sweep with other parameters ({'; '.join(diffs)}); "
+            "repeat its command to resume it, or choose another --out"
+        )
+
+
+def preflight(sweep: Sweep) -> None:
+    """Builds (and closes) one trainer per env, so that an unusable env or device fails before
+    anything is written, as ``per-dqn train`` does.
+
+    Raises:
+        ValueError: the message starts with the config and the key to blame.
+    """
+    from per_dqn.train import Trainer
+
+    seen = set()
+    for job in sweep.jobs:
+        if job.env_id in seen:
+            continue
+        seen.add(job.env_id)
+        try:
+            Trainer(_job_config(job), job.config_name).close()
+        except ValueError as exc:
+            raise ValueError(f"{sweep.record['config']}: {exc}") from None
+
+
+def _job_config(job: Job) -> Config:
+    label = f"{job.run_dir}/config.yaml"
+    return validate_config(parse_yaml(job.config_yaml, label), label)
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run ended.
+
+    Attributes:
+        job: the run.
+        final_return: its final evaluation's mean return (None unless it finished).
+        wall_seconds: its wall time.
+        interrupted: Ctrl-C stopped it.
+        error: the exception that ended it, if one did.
+    """
+
+    job: Job
+    final_return: float | None = None
+    wall_seconds: float = 0.0
+    interrupted: bool = False
+    error: str | None = None
+
+
+@dataclass
+class SweepResult:
+    """What ``run_sweep`` did.
+
+    Attributes:
+        skipped: runs already finished before this call.
+        outcomes: one per run started, in the order they ended.
+        interrupted: Ctrl-C stopped the sweep.
+    """
+
+    skipped: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[Outcome]:
+        """Runs that ended in an error."""
+        return [o for o in self.outcomes if o.error is not None]
+
+
+def _run_job(job: Job, out: Path) -> Outcome:
+    """Runs one job in this process, as ``per-dqn train --quiet`` would."""
+    config = _job_config(job)
+    from per_dqn.train import Trainer
+
+    trainer = Trainer(config, job.config_name)
+    try:
+        summary = trainer.run(out / job.run_dir)
+    finally:
+        trainer.close()
+    return Outcome(
+        job,
+        final_return=summary["final_eval_return_mean"],
+        wall_seconds=summary["wall_seconds"],
+        interrupted=summary["interrupted"],
+    )
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """Raises ``KeyboardInterrupt`` once; later SIGINTs are ignored so that they cannot cut
+    short the interrupted summary being written (a terminal's Ctrl-C reaches a worker directly
+    and again through the parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _worker(out: Path, jobs: Any, results: Any, stop: Any) -> None:
+    """A worker process: runs jobs from ``jobs`` until a ``None`` or ``stop`` is set.
+
+    SIGINT is ignored between runs (the parent decides when the sweep stops) and raises
+    ``KeyboardInterrupt`` during one, which ``Trainer.run`` turns into an interrupted summary.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        job = jobs.get()
+        if job is None or stop.is_set():
+            return
+        signal.signal(signal.SIGINT, _interrupt_once)
+        try:
+            outcome = _run_job(job, out)
+        except KeyboardInterrupt:
+            outcome = Outcome(job, interrupted=True)
+        except Exception as exc:
+            lines = traceback.format_exception_only(exc)
+            outcome = Outcome(job, error=" ".join("".join(lines).split()))
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        results.put(outcome)
+        if outcome.interrupted:
+            return
+
+
+def run_sweep(
+    sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
+) -> SweepResult:
+    """Writes ``sweep.json``, clears unfinished run dirs and runs them in worker processes.
+
+    Args:
+        sweep: from ``plan_sweep`` (whose checks this relies on).
+        workers: processes at most (never more than there are runs to do).
+        on_outcome: called in this process as each run ends.
+
+    Returns:
+        What ran; ``interrupted`` if Ctrl-C stopped it (runs in progress keep an interrupted
+        summary and are redone by the next call).
+    """
+    out = sweep.out
+    out.mkdir(parents=True, exist_ok=True)
+    if report.read_sweep(out) is None:
+        m.write_json(out / SWEEP_FILE, sweep.record)
+    result = SweepResult()
+    todo = []
+    for job in sweep.jobs:
+        run_dir = out / job.run_dir
+        if report.is_finished(run_dir):
+            result.skipped += 1
+            continue
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a run cut short: its partial events would mix with the redo
+        todo.append(job)
+    if not todo:
+        return result
+
+    ctx = mp.get_context("spawn")
+    jobs, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    # After Ctrl-C, jobs no worker took stay queued; exiting must not wait to flush them.
+    jobs.cancel_join_thread()
+    count = min(workers, len(todo))
+    for job in todo:
+        jobs.put(job)
+    for _ in range(count):
+        jobs.put(None)
+    procs = [ctx.Process(target=_worker, args=(out, jobs, results, stop)) for _ in range(count)]
+    ended: set[str] = set()
+
+    def record(outcome: Outcome) -> None:
+        ended.add(outcome.job.run_dir)
+        result.outcomes.append(outcome)
+        if outcome.interrupted:
+            result.interrupted = True
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    try:
+        for proc in procs:
+            proc.start()
+        while len(ended) < len(todo) and any(p.is_alive() for p in procs):
+            try:
+                record(results.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        # Results put just before a worker exited may still be in the pipe.
+        while len(ended) < len(todo):
+            try:
+                record(results.get(timeout=0.5))
+            except queue.Empty:
+                break
+    except KeyboardInterrupt:
+        result.interrupted = True
+        _stop_workers(procs, stop, results, record)
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        jobs.close()
+        results.close()
+    if not result.interrupted:
+        for job in todo:
+            if job.run_dir not in ended:  # a worker died (killed, out of memory) mid-run
+                record(Outcome(job, error="its worker process died without a result"))
+    return result
+
+
+def _stop_workers(procs: list, stop: Any, results: Any, record: Callable) -> None:
+    """After Ctrl-C: no new runs; runs in progress are interrupted and write their summaries."""
+    stop.set()
+    # A terminal's Ctrl-C already reached the workers (same process group); a SIGINT sent to
+    # this process alone did not, so pass it on. Idle workers ignore it.
+    for proc in procs:
+        if proc.is_alive() and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    try:
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            try:
+                record(results.get(timeout=0.2))
+            except queue.Empty:
+                pass
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C: stop waiting; the caller kills what is left

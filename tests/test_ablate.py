@@ -1,0 +1,301 @@
+"""Sweeps: planning and its checks (no training), a tiny real sweep in worker processes producing
+all three report files, resume of an interrupted sweep, a real Ctrl-C, and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from per_dqn import ablate
+from per_dqn import metrics as m
+from per_dqn.cli import app
+from per_dqn.config import ConfigError, parse_override, shipped_config_names
+
+# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
+TINY = [
+    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
+    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
+]  # fmt: skip
+runner = CliRunner()
+
+
+def sets(*texts: str) -> list[str]:
+    return [arg for text in texts for arg in ("--set", text)]
+
+
+def tiny_args(out: Path, workers: int = 2) -> list[str]:
+    return ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds",
+            "2", "--steps", "600", "--workers", str(workers), "--out", str(out),
+            *sets(*TINY)]  # fmt: skip
+
+
+def assert_bad_input(result, line: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {line}\n"
+    assert result.stdout == ""
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# --- planning -------------------------------------------------------------------------------------
+
+
+def test_parse_arms():
+    assert ablate.parse_arms("uniform, rank") == ("uniform", "rank")
+    for text, message in (
+        ("", "must list at least one"),
+        ("uniform,greedy", "unknown arm 'greedy'; choose from uniform, proportional, rank"),
+        ("rank,rank", "lists an arm twice"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ablate.parse_arms(text)
+
+
+def test_plan_pairs_seeds_across_arms(tmp_path):
+    """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind."""
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 3, 500, [], tmp_path / "o")
+    assert [j.run_dir for j in sweep.jobs] == [
+        "uniform/s0", "uniform/s1", "uniform/s2", "rank/s0", "rank/s1", "rank/s2",
+    ]  # fmt: skip
+    configs = [yaml.safe_load(j.config_yaml) for j in sweep.jobs]
+    assert [c["run"]["seed"] for c in configs] == [0, 1, 2, 0, 1, 2]
+    assert {c["train"]["total_env_steps"] for c in configs} == {500}
+    uniform_s1, rank_s1 = configs[1], configs[4]
+    assert rank_s1["replay"].pop("kind") == "rank"
+    assert uniform_s1["replay"].pop("kind") == "uniform"
+    assert uniform_s1 == rank_s1
+    assert sweep.record["seeds"] == [0, 1, 2] and sweep.record["envs"] == ["CartPole-v1"]
+
+
+@pytest.mark.parametrize("value", ["[CartPole-v1, Acrobot-v1]", "CartPole-v1,Acrobot-v1"])
+def test_several_envs_in_one_sweep(tmp_path, value):
+    sweep = ablate.plan_sweep(
+        "cartpole.yaml", ("uniform",), 1, None, [parse_override(f"env.id={value}")], tmp_path
+    )
+    assert [(j.env_id, j.run_dir) for j in sweep.jobs] == [
+        ("CartPole-v1", "CartPole-v1/uniform/s0"),
+        ("Acrobot-v1", "Acrobot-v1/uniform/s0"),
+    ]
+    assert sweep.record["envs"] == ["CartPole-v1", "Acrobot-v1"]
+
+
+def test_default_out_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1)
+    assert sweep.out == Path("runs/ablate__CartPole-v1__cartpole")
+
+
+def test_config_problems_are_reported_once(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        ablate.plan_sweep(
+            "cartpole.yaml", ablate.ARMS, 4, 0, [parse_override("replay.alpha=-1")], tmp_path
+        )
+    assert info.value.problems == [
+        "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --set)",
+        "cartpole.yaml: train.total_env_steps: must be >= 1, got 0 (set by --steps)",
+    ]
+
+
+# --- the command line: bad arguments --------------------------------------------------------------
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--replay", "uniform,bogus"], "--replay: unknown arm 'bogus'; choose from uniform, "
+                                        "proportional, rank"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--workers", "0"], "--workers must be >= 1, got 0"),
+        (["--steps", "0"], "cartpole.yaml: train.total_env_steps: must be >= 1, got 0 (set by "
+                           "--steps)"),
+        (["--set", "env.id=[]"], "--set env.id: expected an env id or a list of them, got []"),
+        (["--set", "env.id=Pendulum-v1"], "cartpole.yaml: env.id: DQN needs a Discrete action "
+                                          "space, got Box(-2.0, 2.0, (1,), float32)"),
+        (["-c", "nope.yaml"], "nope.yaml: no such config file (the shipped configs are: "
+                              f"{', '.join(shipped_config_names())})"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_get_one_line_and_exit_2(workdir, args, line):
+    assert_bad_input(runner.invoke(app, ["ablate", "-c", "cartpole.yaml", *args]), line)
+    assert list(workdir.iterdir()) == []  # nothing created
+
+
+def test_refuses_a_dir_that_is_not_a_sweep(workdir):
+    (workdir / "mine").mkdir()
+    (workdir / "mine" / "keep.txt").write_text("precious")
+    assert_bad_input(
+        runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--out", "mine"]),
+        f"sweep dir mine exists, is not empty and holds no {ablate.SWEEP_FILE}; choose another "
+        "--out",
+    )
+    assert [p.name for p in (workdir / "mine").iterdir()] == ["keep.txt"]
+
+
+def test_refuses_to_mix_sweeps(workdir):
+    """A re-run with other parameters against the same dir names what differs and runs nothing."""
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 2, 600, [], Path("sw"))
+    sweep.out.mkdir()
+    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    result = runner.invoke(
+        app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,rank", "--seeds", "3",
+              "--steps", "700", "--out", "sw", "--set", "replay.alpha=0.5"],
+    )  # fmt: skip
+    assert_bad_input(
+        result,
+        "sweep dir sw holds a sweep with other parameters (seeds: [0, 1] -> [0, 1, 2]; "
+        "replay.alpha: 0.6 -> 0.5; train.total_env_steps: 600 -> 700); repeat its command to "
+        "resume it, or choose another --out",
+    )
+    assert [p.name for p in sweep.out.iterdir()] == [ablate.SWEEP_FILE]
+
+
+def test_a_config_key_added_since_is_not_a_difference(workdir):
+    """A sweep recorded before a per-dqn upgrade added a (defaulted) config key still resumes."""
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 600, [], Path("sw"))
+    record = json.loads(json.dumps(sweep.record))
+    del record["resolved_config"]["replay"]["sort_interval"]
+    sweep.out.mkdir()
+    m.write_json(sweep.out / ablate.SWEEP_FILE, record)
+    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 600, [], Path("sw"))
+    assert again.pending() == list(again.jobs)
+
+
+# --- real sweeps ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory) -> Path:
+    """2 arms x 2 seeds x 600 steps, through the CLI, in 2 worker processes."""
+    out = tmp_path_factory.mktemp("ablate") / "sweep"
+    result = runner.invoke(app, tiny_args(out))
+    assert result.exit_code == 0, result.output
+    assert "4 runs, 0 finished, 4 to run on 2 workers" in result.stdout
+    return out
+
+
+def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
+    out = tiny_sweep
+    run_dirs = [out / arm / f"s{s}" for arm in ("uniform", "proportional") for s in (0, 1)]
+    for run_dir in run_dirs:
+        assert any(p.name.startswith("events.out.tfevents") for p in run_dir.iterdir())
+        s = summary(run_dir)
+        assert s["interrupted"] is False and s["env_steps"] == 600
+    assert [(summary(d)["replay"], summary(d)["seed"]) for d in run_dirs] == [
+        ("uniform", 0), ("uniform", 1), ("proportional", 0), ("proportional", 1),
+    ]  # fmt: skip
+    # scores.csv holds exactly the summaries' final scores
+    with (out / "scores.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["run_dir"], float(r["final_return"])) for r in rows] == [
+        (d.relative_to(out).as_posix(), summary(d)["final_eval_return_mean"]) for d in run_dirs
+    ]
+    text = (out / "report.md").read_text()
+    assert "Runs used: 4 of 4 planned; missing: none." in text
+    assert "| uniform | 2 |" in text and "| proportional | 2 |" in text
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    record = json.loads((out / "sweep.json").read_text())
+    assert record["arms"] == ["uniform", "proportional"] and record["seeds"] == [0, 1]
+
+
+def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
+    """Finished runs are kept as they are; an interrupted run and one killed before its summary
+    are deleted and run again."""
+    out = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, out)
+    for rel in ("uniform/s1", "proportional/s0"):
+        (out / rel / "kept.txt").write_text("")
+    killed, interrupted = out / "uniform/s0", out / "proportional/s1"
+    (killed / "summary.json").unlink()
+    (killed / "partial.txt").write_text("")
+    data = summary(interrupted) | {"interrupted": True, "final_eval_return_mean": None}
+    m.write_json(interrupted / "summary.json", data)
+    (out / "report.md").unlink()
+
+    result = runner.invoke(app, tiny_args(out, workers=1))  # --workers may change
+    assert result.exit_code == 0, result.output
+    assert "4 runs, 2 finished, 2 to run on 1 worker\n" in result.stdout
+    assert (out / "uniform/s1/kept.txt").exists() and (out / "proportional/s0/kept.txt").exists()
+    assert not (killed / "partial.txt").exists()
+    assert summary(killed)["interrupted"] is False
+    assert summary(interrupted)["interrupted"] is False
+    assert "Runs used: 4 of 4 planned; missing: none." in (out / "report.md").read_text()
+
+    again = runner.invoke(app, tiny_args(out))  # nothing left to do
+    assert again.exit_code == 0, again.output
+    assert "4 runs, 4 finished, 0 to run\n" in again.stdout
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c", "kill-int"])
+def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group):
+    """SIGINT to the sweep: exit 130, the runs in progress end with an interrupted summary and
+    no new run starts. A terminal's Ctrl-C signals the whole process group (workers included);
+    `kill -INT` signals the parent alone, which passes it on."""
+    out = tmp_path / "sweep"
+    exe = Path(sys.executable).with_name("per-dqn")
+    args = tiny_args(out, workers=1)[1:]
+    args[args.index("--steps") + 1] = "200000"
+    proc = subprocess.Popen(
+        [str(exe), "ablate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    try:
+        deadline = time.monotonic() + 60
+        started = []
+        while time.monotonic() < deadline and not started:
+            time.sleep(0.2)
+            started = [p for p in out.glob("*/s*") if any(p.glob("events.out.tfevents*"))]
+        assert len(started) == 1, "the worker never started a run"
+        time.sleep(0.5)
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stdout + stderr
+    assert "re-run the same command" in stdout
+    begun = sorted(p.relative_to(out).as_posix() for p in out.glob("*/s*"))
+    assert begun == sorted(p.relative_to(out).as_posix() for p in started)  # nothing new
+    for run_dir in started:
+        s = summary(run_dir)
+        assert s["interrupted"] is True and s["env_steps"] < 200_000
+    assert not (out / "report.md").exists()
+
+
+def test_a_failing_run_is_reported_not_fatal(tmp_path):
+    """A run that raises in its worker ends as an error outcome; the sweep returns and the run
+    dir is left unfinished, to be redone by the next call."""
+    job = ablate.Job("CartPole-v1", "uniform", 0, "uniform/s0", "train:\n  batch_size: 0\n", "x")
+    sweep = ablate.Sweep(tmp_path / "sweep", {"runs": []}, (job,))
+    seen = []
+    result = ablate.run_sweep(sweep, workers=2, on_outcome=seen.append)
+    assert not result.interrupted and result.skipped == 0
+    (failed,) = result.failed
+    assert seen == [failed] and failed.job == job
+    assert "train.batch_size: must be >= 1, got 0" in failed.error
+    assert sweep.pending() == [job]
