@@ -2,7 +2,8 @@
 
 Exit codes: 0 done; 2 bad input (config file, ``--set``, run dir, unusable env or device), one
 ``error: ...`` line per problem on stderr and nothing created on disk; 130 interrupted by Ctrl-C
-(the run dir keeps its events and a summary marked ``interrupted``).
+(the run dir keeps its events and a summary marked ``interrupted``); 1 (``ablate``) a run failed;
+3 the loss became NaN or infinite (the run stops; its last checkpoint is left as it was).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -23,8 +24,12 @@ from per_dqn.config import (
     resolve_config_path,
 )
 
+if TYPE_CHECKING:
+    from per_dqn.train import Trainer
+
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_DIVERGED = 3
 
 app = typer.Typer(
     name="per-dqn",
@@ -92,13 +97,13 @@ def _parse_sets(sets: list[str] | None) -> list[Override]:
 @app.command()
 def train(
     config: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--config",
             "-c",
             help="A shipped config name (cartpole.yaml) or a path to a YAML file.",
         ),
-    ],
+    ] = None,
     replay: Annotated[
         Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
     ] = None,
@@ -118,8 +123,25 @@ def train(
         Device | None, typer.Option(help="auto, cpu or cuda; overrides run.device.")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="RUN_DIR",
+            help="Continue the run in RUN_DIR from its newest checkpoint that passes its "
+            "checksums, with RUN_DIR/config.yaml; only --steps (to extend the run) may be added.",
+        ),
+    ] = None,
 ) -> None:
-    """Train an agent; write config.yaml, TensorBoard events and summary.json to the run dir."""
+    """Train an agent; write config.yaml, TensorBoard events, checkpoints and summary.json to the
+    run dir."""
+    if resume is not None:
+        given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
+                 "--set": set_, "--device": device}  # fmt: skip
+        _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
+        _resume(resume, steps, quiet)
+        return
+    if config is None:
+        _fail(["--config is required (or --resume RUN_DIR to continue a run)"])
     overrides = _parse_sets(set_)
     for path, value, flag in (
         ("replay.kind", replay.value if replay else None, "--replay"),
@@ -146,18 +168,188 @@ def train(
             metrics.check_run_dir(run_dir)
         except FileExistsError as exc:
             _fail([str(exc)])
+    _check_memory_fits(cfg, config)
     try:
         trainer = Trainer(cfg, name)
     except ValueError as exc:
         _fail([f"{config}: {exc}"])
+    _run(trainer, run_dir, quiet)
+
+
+def _fail_if_given(given: dict[str, object], why: str) -> None:
+    """Exits 2 with one line per flag in ``given`` that has a value."""
+    problems = [f"{flag} cannot be used with {why}" for flag, value in given.items() if value]
+    if problems:
+        _fail(problems)
+
+
+def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
+    """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C and
+    3 on a non-finite loss."""
+    from per_dqn import metrics
+    from per_dqn.checkpoint import checkpoints_dir, list_checkpoints
+    from per_dqn.train import DivergedError
+
     try:
-        with metrics.ConsoleProgress(cfg.train.total_env_steps, enabled=not quiet) as progress:
+        total = trainer.config.train.total_env_steps
+        with metrics.ConsoleProgress(total, enabled=not quiet) as progress:
             summary = trainer.run(run_dir, progress)
+    except DivergedError as exc:
+        saved = list_checkpoints(checkpoints_dir(run_dir))
+        kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"
+        typer.echo(f"error: {exc}; stopped ({kept})", err=True)
+        raise typer.Exit(EXIT_DIVERGED) from None
     finally:
         trainer.close()
     metrics.print_summary(summary)
     if summary["interrupted"]:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
+    """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
+    checksums (a damaged newer one is named in a warning and skipped)."""
+    from per_dqn import checkpoint as ckpt
+
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        _fail([f"{run_dir}: not a run dir (no config.yaml)"])
+    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    for line in found.warnings:
+        typer.echo(f"warning: {line}", err=True)
+    if found.path is None:
+        why = (
+            f"none of its {found.candidates} checkpoints passes its checks"
+            if found.candidates
+            else "it has no checkpoint"
+        )
+        _fail([f"{run_dir}: nothing to resume from: {why}"])
+    at = found.manifest["env_steps"]
+    overrides = [] if steps is None else [Override("train.total_env_steps", steps, "--steps")]
+    cfg, _ = _load(str(config_path), overrides)
+    total = cfg.train.total_env_steps
+    if total <= at:
+        if steps is None:
+            _fail([f"{run_dir}: the run is complete ({at:,} of {total:,} env steps); pass "
+                   "--steps N to extend it"])  # fmt: skip
+        _fail([f"--steps must be more than the checkpoint's {at:,} env steps, got {steps}"])
+    _check_memory_fits(cfg, str(config_path))
+
+    from per_dqn.train import Trainer
+
+    try:
+        trainer = Trainer(cfg, str(found.manifest.get("config_name", config_path.stem)))
+    except ValueError as exc:
+        _fail([f"{config_path}: {exc}"])
+    try:
+        notes = trainer.load_checkpoint(found.path)
+    except ckpt.CheckpointError as exc:
+        trainer.close()
+        _fail([str(exc)])
+    typer.echo(
+        f"resuming {run_dir} from {found.path.name} ({at:,} of {total:,} env steps)", err=True
+    )
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    _run(trainer, run_dir, quiet)
+
+
+def _check_memory_fits(cfg: Config, label: str) -> None:
+    """Exits 2 with one line when the replay memory cannot fit in the available RAM."""
+    from per_dqn.plan import memory_plan
+
+    try:
+        plan = memory_plan(cfg)
+    except ValueError as exc:
+        _fail([f"{label}: {exc}"])
+    if not plan.fits:
+        _fail([f"{label}: {plan.refusal()}"])
+
+
+@app.command("eval")
+def eval_(
+    target: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RUN_DIR_OR_CHECKPOINT",
+            help="A run dir (its newest usable checkpoint, else its model.pt) or a checkpoint "
+            "dir (RUN_DIR/checkpoints/step_*).",
+        ),
+    ],
+    episodes: Annotated[int, typer.Option(help="Episodes to play.")] = 10,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(
+            help="Exploration epsilon (default: the run's train.eval_epsilon; 0 is greedy)."
+        ),
+    ] = None,
+    video: Annotated[
+        bool, typer.Option("--video", help="Write a GIF of the first episode to RUN_DIR/videos/.")
+    ] = False,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the episodes (default: the run's seed + 20000).")
+    ] = None,
+) -> None:
+    """Play a trained agent: print the mean, std, min and max return over the episodes."""
+    problems = []
+    if episodes < 1:
+        problems.append(f"--episodes must be >= 1, got {episodes}")
+    if epsilon is not None and not 0.0 <= epsilon <= 1.0:
+        problems.append(f"--epsilon must be in [0, 1], got {epsilon}")
+    if seed is not None and seed < 0:
+        problems.append(f"--seed must be >= 0, got {seed}")
+    if problems:
+        _fail(problems)
+    from per_dqn import evaluate
+
+    try:
+        source = evaluate.resolve_source(target)
+    except ValueError as exc:
+        _fail([str(exc)])
+    for line in source.warnings:
+        typer.echo(f"warning: {line}", err=True)
+
+    from per_dqn.train import make_agent
+
+    try:
+        result = evaluate.evaluate_source(
+            source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video
+        )
+    except ValueError as exc:
+        _fail([str(exc)])
+    for line in result.lines():
+        typer.echo(line)
+
+
+@app.command()
+def plan(
+    config: Annotated[
+        str,
+        typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
+    ],
+    replay: Annotated[
+        Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Print the replay memory's bytes per transition and total against the available RAM.
+
+    Nothing is allocated. Exit 2 if the memory would not fit (`train` refuses the same config).
+    """
+    overrides = _parse_sets(set_)
+    if replay is not None:
+        overrides.append(Override("replay.kind", replay.value, "--replay"))
+    cfg, _ = _load(config, overrides)
+    from per_dqn.plan import describe_plan, memory_plan
+
+    try:
+        memory = memory_plan(cfg)
+    except ValueError as exc:
+        _fail([f"{config}: {exc}"])
+    for line in describe_plan(memory):
+        typer.echo(line)
+    if not memory.fits:
+        _fail([f"{config}: {memory.refusal()}"])
 
 
 @config_app.command("show")
@@ -177,3 +369,91 @@ def config_validate(
     """Check a config; print `ok: FILE` or one `error:` line per problem (exit 2)."""
     _load(file, [])
     typer.echo(f"ok: {file}")
+
+
+@app.command()
+def ablate(
+    config: Annotated[
+        str,
+        typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
+    ],
+    replay: Annotated[
+        str, typer.Option(help="Comma-separated arms: uniform, proportional, rank.")
+    ] = "uniform,proportional,rank",
+    seeds: Annotated[int, typer.Option(help="Seeds 0..N-1, the same ones in every arm.")] = 10,
+    steps: Annotated[
+        int | None, typer.Option(help="Total env steps per run; overrides train.total_env_steps.")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Worker processes (default: one per CPU core).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Sweep dir. Default: <runs_root>/ablate__<env>__<config>."),
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Run every arm x seed into DIR/<arm>/s<seed> (resuming unfinished runs), then report.
+
+    `--set env.id=[A,B]` (or `env.id=A,B`) sweeps several envs, into DIR/<env>/<arm>/s<seed>.
+    Exit 1 if a run failed, 130 on Ctrl-C (re-run the same command to resume).
+    """
+    overrides = _parse_sets(set_)
+    from per_dqn import ablate as sweeps
+    from per_dqn import report as reports
+
+    try:
+        sweep = sweeps.plan_sweep(config, sweeps.parse_arms(replay), seeds, steps, overrides, out)
+        n_workers = sweeps.check_workers(workers)
+        todo = sweep.pending()
+        if todo:
+            sweeps.preflight(sweep)
+    except ConfigError as exc:
+        _fail(exc.problems)
+    except ValueError as exc:
+        _fail([str(exc)])
+    total = len(sweep.jobs)
+    used = min(n_workers, len(todo))
+    workers_text = f" on {used} worker{'s' * (used > 1)}" if todo else ""
+    typer.echo(
+        f"sweep {sweep.out}: {total} runs, {total - len(todo)} finished, {len(todo)} to run"
+        + workers_text
+    )
+    done = [total - len(todo)]
+
+    def show(outcome: sweeps.Outcome) -> None:
+        done[0] += outcome.final_return is not None
+        status = (
+            f"error: {outcome.error}" if outcome.error
+            else "interrupted" if outcome.interrupted
+            else f"final eval return {outcome.final_return:.1f} ({outcome.wall_seconds:.0f} s)"
+        )  # fmt: skip
+        typer.echo(f"[{done[0]}/{total}] {outcome.job.run_dir}: {status}")
+
+    result = sweeps.run_sweep(sweep, n_workers, show)
+    if result.interrupted:
+        typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    try:
+        files = reports.write_report(sweep.out)
+        typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
+    except ValueError as exc:  # every run failed: nothing to report
+        typer.echo(f"error: {exc}", err=True)
+    if result.failed:
+        for outcome in result.failed:
+            typer.echo(f"error: run {outcome.job.run_dir} failed: {outcome.error}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    sweep_dir: Annotated[Path, typer.Argument(help="A sweep dir written by `per-dqn ablate`.")],
+) -> None:
+    """Write report.md, curves.png and scores.csv into a sweep dir, from its run dirs alone."""
+    from per_dqn import report as reports
+
+    try:
+        files = reports.write_report(sweep_dir)
+    except ValueError as exc:
+        _fail([str(exc)])
+    typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
