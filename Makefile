@@ -29,10 +29,16 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PIP) -e '.[dev,bench]'
 	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/atari.py
 
 # Whole-loop SPS on CartPole, uniform vs proportional vs rank.
 bench-train: $(STAMP)
 	$(BIN)/python benchmarks/train_loop.py
+
+# Atari-scale env, replay at 1M (vs cpprb), learner and whole-loop SPS (vs SB3 if installed).
+.PHONY: bench-atari
+bench-atari: $(STAMP)
+	$(BIN)/python benchmarks/atari.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check per_dqn tests benchmarks

@@ -1,0 +1,1247 @@
+"""Atari-scale speed and memory of per-dqn in one run: env, replay at 1M, learner, whole loop.
+
+Five sections, each printed as a markdown table as soon as it is measured:
+
+1. **Environment.** Agent steps per second (after frame-skip 4) of ``per_dqn.envs.make_vector_env``
+   for ``--env-id`` with one env and uniformly random actions, with the env section of
+   ``atari100k.yaml``; beside it, for reference, the raw ``AtariVectorEnv`` exactly as
+   ``benchmarks/atari_env.py`` builds it (its loop and rows are imported from there).
+2. **Replay memory at Atari size.** Memories of ``--capacity`` (1,000,000) transitions filled with
+   ``--fill`` real-sized transitions: uint8 ``(4, 84, 84)`` stacks whose frames are shared the
+   way an env emits them (consecutive stacks share 3 frames, ``next_obs`` is ``obs`` shifted by
+   one frame, an episode's first stack repeats its reset frame), in episodes of 100 to 599 steps.
+   Every frame is distinct (an id is stamped into its first 8 bytes), so a returned stack can be
+   checked against the truth bit for bit. Rows: ``per_dqn`` ``UniformReplay`` and
+   ``PrioritizedReplay`` (alpha 0.6) with ``dedup_frames=True``, and, when ``cpprb`` imports
+   (the ``bench`` extra), cpprb 11's ``PrioritizedReplayBuffer`` with its frame-sharing options
+   (``next_of="obs"``, ``stack_compress="obs"``, ``Nstep=False``), once with the channel-first
+   ``(4, 84, 84)`` stacks every other row stores, and once with channel-last ``(84, 84, 4)``
+   stacks, the layout ``stack_compress`` documents ("the last dimension is the stack dimension").
+   Before timing, 256 sampled ``obs`` and ``next_obs`` stacks of each row are compared with the
+   truth; a row whose stacks are wrong is still timed, and marked. Timed: the replay side of one
+   DQN step (4 single ``add`` calls continuing the episode stream, ``sample(32)`` gathering the
+   ``obs`` and ``next_obs`` stacks, and, for PER, ``update_priorities`` of those 32 with random
+   ``|delta|``) in steps per second, and ``sample(32)`` alone in microseconds. Memory: the
+   process's resident set (``VmRSS``) before building and after filling each memory, freed
+   memory given back to the OS (``malloc_trim``) before each reading; the memories are built one
+   at a time and deleted before the next, so each delta is that memory's.
+3. **Learner.** Milliseconds per ``DQNAgent.learn`` on a batch of 32 uint8 stacks (Nature CNN,
+   dueling, Double DQN, 6 actions, Huber loss, no gradient clipping, fused Adam) with
+   ``channels_last`` off and on, at torch threads 1 and 2, against the ``plain`` row of
+   ``benchmarks/learner.py`` (imported: the textbook update on ready torch tensors). Each update
+   is timed on its own; rows take turns in blocks of 5 updates, rotating. ``DQNAgent.learn``
+   takes numpy batches, so its time includes moving them into torch.
+4. **Whole loop.** ``per_dqn.train.Trainer`` on ``atari100k.yaml`` with ``env.id=--env-id``,
+   ``train.total_env_steps=--train-steps``, ``train.learning_starts=1000``,
+   ``replay.capacity=10000``, ``env.max_episode_steps=500``, ``train.eval_interval=0``,
+   ``train.final_eval_episodes=1``, ``checkpoint.enabled=false``, ``run.device=cpu`` (and
+   ``run.torch_threads=--train-threads`` when given); replay ``uniform`` vs ``proportional``.
+   SPS is the summary's ``sps`` (env steps over the wall time of ``Trainer.run``, final
+   evaluation included). Each run is a fresh process (``spawn``), so runs do not inherit each
+   other's heap, and its peak resident set (``VmHWM``) is reported.
+5. **Stable-Baselines3.** When ``stable_baselines3`` imports, SB3's ``DQN("CnnPolicy")`` in the
+   same repeats as section 4, on the same env pipeline (``per_dqn.envs.make_eval_env``: ale-py's
+   one-env ``AtariVectorEnv``; SB3's own ``AtariWrapper`` would need OpenCV) with the config's
+   settings (buffer 10,000, batch 32, one update per env step from step 1,000, target copy every
+   2,000 steps, Adam lr 1e-4 eps 1.5e-4, gradient clip 10, epsilon 1 -> 0.01 over 5,000 steps,
+   clipped rewards, but no terminal on life loss), timed over ``learn`` plus one evaluation
+   episode. SB3's DQN has no dueling head, no Double-DQN target, no n-step return and no PER: it
+   does less work per update.
+
+Repeats are interleaved where the subjects can live side by side (sections 1, 3, 4 and 5), so
+that load from other processes on a small shared machine hits every row alike, and the ratios
+come with their per-repeat range. The memories of section 2 are too big to hold together: each
+row is built, checked, timed and deleted in turn, so its ratios compare rows measured minutes
+apart; the load average during each row is in the table.
+
+    .venv/bin/python benchmarks/atari.py            # full run, 10-20 minutes on a quiet machine
+    .venv/bin/python benchmarks/atari.py --quick    # smoke run: fill 100k, short loops
+    .venv/bin/python benchmarks/atari.py --train-threads 1   # loops at 1 torch thread (see 3.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import gc
+import importlib.util
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError, version
+from itertools import cycle, islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import (
+    LoopFactory,
+    calibrate,
+    command_line,
+    format_rate,
+    format_us,
+    machine_line,
+    markdown_table,
+    median,
+    relative_spread,
+    time_loop,
+)
+from atari_env import Subject, ale_subject, loop_factory, quiet_ale
+from learner import NUM_ACTIONS, Learner, NatureDuelingQ, Variant, make_batch
+
+from per_dqn.agent import DQNAgent
+from per_dqn.config import Config, load_config, parse_override, resolve_config_path
+from per_dqn.envs import atari_game, make_eval_env, make_vector_env
+from per_dqn.memory import Batch, PrioritizedReplay, UniformReplay, planned_nbytes
+from per_dqn.plan import PROCESS_OVERHEAD_BYTES
+from per_dqn.train import Trainer
+
+try:
+    import cpprb
+except ImportError:  # the `bench` extra is not installed: those rows are skipped with a note
+    cpprb = None
+
+SECTIONS = ("env", "replay", "learner", "train")
+CONFIG = "atari100k.yaml"
+HAVE_SB3 = importlib.util.find_spec("stable_baselines3") is not None
+SB3_INSTALL = ".venv/bin/python -m pip install --constraint constraints.txt stable-baselines3"
+
+# Replay section.
+STACK, SCREEN = 4, 84
+FRAME_ITEMS = SCREEN * SCREEN
+OBS_SHAPE = (STACK, SCREEN, SCREEN)
+EPISODE_STEPS = (100, 600)  # episode lengths are drawn uniformly from [100, 600)
+BASE_FRAMES = 1024  # random frames the stamped frames are made from
+FILL_CHUNK = 512  # transitions per add_batch call while filling
+LOOP_POOL_STEPS = 2048  # transitions (whole episodes) cycled by the timed add loop
+ALPHA = 0.6
+BETA = 0.4
+TRAIN_BATCH = 32
+ADDS_PER_STEP = 4  # env steps per gradient step in the DQN papers; unrolled in the loop
+TD_POOL = 32
+CHECK_BATCHES = 8  # sample(32) calls whose stacks are checked against the truth
+RSS_TARGET_BYTES = 7.5e9
+MEMORY_HEADROOM_BYTES = 1 << 30  # left free for the other jobs on a shared machine
+WARM_UP_STEPS = 2048
+LOOP_RATIO_TARGET = 2.0
+
+# Learner section.
+THREAD_COUNTS = (1, 2)
+BLOCK = 5
+
+# Whole-loop section.
+TRAIN_CAPACITY = 10_000
+TRAIN_MAX_EPISODE_STEPS = 500
+PER_OVERHEAD_TARGET = 0.05
+
+
+# --- process memory ----------------------------------------------------------------------------
+
+
+def _status_bytes(key: str) -> int | None:
+    """A ``kB`` line of ``/proc/self/status`` in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            match = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return None if match is None else int(match.group(1)) * 1024
+
+
+def rss_bytes() -> int:
+    """Resident set size now (``VmRSS``); the peak from ``getrusage`` where /proc is missing."""
+    now = _status_bytes("VmRSS")
+    return now if now is not None else peak_rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (``VmHWM``, else ``ru_maxrss``)."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo``, or None where the platform does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            match = re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return None if match is None else int(match.group(1)) * 1024
+
+
+_LIBC_NAME = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_LIBC_NAME) if _LIBC_NAME else None
+
+
+def settle_memory() -> None:
+    """Collects garbage and hands freed heap pages back to the OS, so RSS shows what is held.
+
+    glibc keeps freed blocks below its (adaptive, up to 32 MiB) mmap threshold in the heap, so
+    the fill's temporary chunks could otherwise stay resident and be billed to the memory.
+    """
+    gc.collect()
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def gb(n_bytes: float) -> str:
+    """Bytes as decimal gigabytes."""
+    return f"{n_bytes / 1e9:.2f} GB"
+
+
+def load_average() -> str:
+    """The 1-minute load average."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+# --- 1. environment ----------------------------------------------------------------------------
+
+
+def load_atari_config(args: argparse.Namespace, extra: list[str] = ()) -> Config:
+    """``atari100k.yaml`` with ``env.id`` set to ``--env-id`` and ``extra`` overrides."""
+    overrides = [f"env.id={args.env_id}", *extra]
+    return load_config(resolve_config_path(CONFIG), [parse_override(t) for t in overrides])
+
+
+def measure_env(args: argparse.Namespace, log: Callable[[str], None]) -> str:
+    """Section 1: raw agent steps/s of ``make_vector_env`` and of atari_env.py's reference."""
+    env_config = load_atari_config(args, ["env.num_envs=1"]).env
+    vector = make_vector_env(env_config)
+    vector.reset(seed=args.seed)
+    subjects = [
+        Subject(
+            "per_dqn make_vector_env (atari100k env section)",
+            1,
+            vector.step,
+            vector.close,
+            int(vector.single_action_space.n),
+        ),
+        ale_subject(atari_game(args.env_id), 1, 0, args.seed),
+    ]
+    subjects[1].label = "AtariVectorEnv as benchmarks/atari_env.py builds it (sticky 0.25)"
+    try:
+        factories = [loop_factory(s, args.seed + i) for i, s in enumerate(subjects)]
+        for subject, factory in zip(subjects, factories, strict=True):
+            subject.calls = calibrate(factory, args.target_s)
+        for r in range(args.repeats):
+            shift = r % len(subjects)
+            for i in [*range(shift, len(subjects)), *range(shift)]:
+                per_call = time_loop(factories[i], subjects[i].calls).per_call
+                subjects[i].rates.append(subjects[i].num_envs / per_call)
+        log("env: timed")
+    finally:
+        for subject in subjects:
+            subject.close()
+    rows = [
+        [s.label, format_rate(median(s.rates)), f"{relative_spread(s.rates):.0%}"] for s in subjects
+    ]
+    ratios = [a / b for a, b in zip(subjects[0].rates, subjects[1].rates, strict=True)]
+    return "\n".join(
+        [
+            f"### 1. Raw environment throughput: {args.env_id}, 1 env, random actions",
+            "",
+            f"Agent steps/s (4 emulator frames each), episode resets included; sticky actions "
+            f"{env_config.sticky_action_prob}, noop_max {env_config.noop_max}, "
+            f"{env_config.frame_stack}-frame 84x84 grayscale stacks; median of {args.repeats} "
+            f"interleaved loops of ~{args.target_s:g} s.",
+            "",
+            markdown_table(["env", "agent steps/s", "spread"], rows),
+            "",
+            f"- make_vector_env / reference: {median(ratios):.2f}x "
+            f"(per-repeat {min(ratios):.2f}x to {max(ratios):.2f}x).",
+        ]
+    )
+
+
+# --- 2. replay memory --------------------------------------------------------------------------
+
+
+class FrameSource:
+    """Distinct 84x84 uint8 frames made from integer ids, cheaply and reproducibly.
+
+    Frame ``f`` is random base frame ``f % 1024`` with ``f`` written into its first 8 bytes, so
+    any stack a memory returns names the frames it holds, and a few hundred MB of truth stand in
+    for the 7 GB a million stored frames would take.
+    """
+
+    def __init__(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.base = rng.integers(0, 256, (BASE_FRAMES, FRAME_ITEMS), dtype=np.uint8)
+
+    def frames(self, ids: np.ndarray) -> np.ndarray:
+        """Frames ``(*ids.shape, 84, 84)`` for integer frame ids."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self.base[ids % BASE_FRAMES]
+        out[..., :8] = ids[..., None].astype("<i8").view(np.uint8)
+        return out.reshape(*ids.shape, SCREEN, SCREEN)
+
+
+@dataclass(frozen=True)
+class EpisodeStream:
+    """Transitions as an env emits them: frame ids of each ``obs`` stack and the next frame.
+
+    ``ids[k]`` holds 5 frame ids: ``obs`` is frames ``ids[k, :4]``, ``next_obs`` is
+    ``ids[k, 1:]``. An episode of ``L`` steps owns ``L + 1`` fresh frames (the reset frame and one
+    per step); its first stacks repeat the reset frame where there is no earlier one (gymnasium's
+    ``FrameStackObservation`` padding). Each episode's last transition is terminal; the stream
+    ends on an episode's end.
+    """
+
+    ids: np.ndarray  # (n, 5) int64
+    terminated: np.ndarray  # (n,) bool
+    actions: np.ndarray  # (n,) int64
+    rewards: np.ndarray  # (n,) float32
+    next_frame_id: int  # first id the next stream may use
+
+    @classmethod
+    def make(cls, n: int, first_frame_id: int, rng: np.random.Generator) -> EpisodeStream:
+        """``n`` transitions in episodes of random length; the last one is cut to end at ``n``."""
+        ids = np.empty((n, STACK + 1), dtype=np.int64)
+        terminated = np.zeros(n, dtype=np.bool_)
+        window = np.arange(-(STACK - 1), 2)  # frame offsets of obs (first 4) and next_obs (last 4)
+        frame, k = first_frame_id, 0
+        while k < n:
+            steps = min(int(rng.integers(*EPISODE_STEPS)), n - k)
+            episode_frames = frame + np.arange(steps + 1)
+            offsets = np.arange(steps)[:, None] + window
+            ids[k : k + steps] = episode_frames[np.clip(offsets, 0, None)]
+            terminated[k + steps - 1] = True
+            frame += steps + 1
+            k += steps
+        return cls(
+            ids=ids,
+            terminated=terminated,
+            actions=rng.integers(0, NUM_ACTIONS, n),
+            rewards=rng.choice(np.array([0.0, 1.0], dtype=np.float32), n, p=[0.9, 0.1]),
+            next_frame_id=frame,
+        )
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def episodes(self) -> list[slice]:
+        """One slice per episode."""
+        ends = np.flatnonzero(self.terminated) + 1
+        return [slice(int(a), int(b)) for a, b in zip(np.r_[0, ends[:-1]], ends, strict=True)]
+
+    def chunks(self, size: int) -> list[slice]:
+        """Consecutive slices of at most ``size`` transitions."""
+        n = len(self)
+        return [slice(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def to_layout(stacks: np.ndarray, channels_last: bool) -> np.ndarray:
+    """``(..., 4, 84, 84)`` stacks in the row's layout (a view)."""
+    return np.moveaxis(stacks, -3, -1) if channels_last else stacks
+
+
+@dataclass
+class ReplayRow:
+    """One replay implementation: how to fill, sample, update and read back its stacks."""
+
+    name: str
+    memory: Any
+    add_one: Callable[[Any], None]  # one transition of the row's loop pool
+    sample: Callable[[], Any]  # sample(32), stacks gathered
+    indices_of: Callable[[Any], np.ndarray]
+    stacks_of: Callable[[Any], tuple[np.ndarray, np.ndarray]]  # channel-first obs, next_obs
+    update: Callable[[Any, np.ndarray], None] | None  # None: no priorities
+    stored: Callable[[], int]
+    nbytes: int | None = None
+    planned: int | None = None
+
+
+def per_dqn_row(name: str, memory: Any, prioritized: bool) -> ReplayRow:
+    """A ``per_dqn`` memory behind the row interface."""
+
+    def add_one(t: tuple) -> None:
+        memory.add(*t)
+
+    def update(batch: Batch, td_errors: np.ndarray) -> None:
+        memory.update_priorities(batch.indices, td_errors)
+
+    return ReplayRow(
+        name=name,
+        memory=memory,
+        add_one=add_one,
+        sample=lambda: memory.sample(TRAIN_BATCH, beta=BETA),
+        indices_of=lambda batch: batch.indices,
+        stacks_of=lambda batch: (batch.obs, batch.next_obs),
+        update=update if prioritized else None,
+        stored=lambda: len(memory),
+        nbytes=memory.nbytes,
+        planned=planned_nbytes(
+            memory.kind, memory.capacity, OBS_SHAPE, np.uint8, dedup_frames=True
+        )["total"],
+    )
+
+
+def cpprb_row(name: str, capacity: int, channels_last: bool) -> ReplayRow:
+    """cpprb's ``PrioritizedReplayBuffer`` with ``next_of`` and ``stack_compress`` on ``obs``."""
+    shape = (SCREEN, SCREEN, STACK) if channels_last else OBS_SHAPE
+    buffer = cpprb.PrioritizedReplayBuffer(
+        capacity,
+        {
+            "obs": {"shape": shape, "dtype": np.uint8},
+            "act": {"dtype": np.int64},
+            "rew": {},
+            "done": {},
+        },
+        alpha=ALPHA,
+        next_of="obs",
+        stack_compress="obs",
+        Nstep=False,
+    )
+
+    def add_one(t: tuple[dict[str, Any], bool]) -> None:
+        buffer.add(**t[0])
+        if t[1]:
+            buffer.on_episode_end()  # required by next_of / stack_compress at every episode end
+
+    def update(batch: dict[str, np.ndarray], td_errors: np.ndarray) -> None:
+        buffer.update_priorities(batch["indexes"], td_errors)
+
+    def stacks_of(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        if channels_last:
+            return np.moveaxis(batch["obs"], -1, -3), np.moveaxis(batch["next_obs"], -1, -3)
+        return batch["obs"], batch["next_obs"]
+
+    return ReplayRow(
+        name=name,
+        memory=buffer,
+        add_one=add_one,
+        sample=lambda: buffer.sample(TRAIN_BATCH, beta=BETA),
+        indices_of=lambda batch: batch["indexes"].astype(np.int64),
+        stacks_of=stacks_of,
+        update=update,
+        stored=buffer.get_stored_size,
+    )
+
+
+def fill_per_dqn(row: ReplayRow, stream: EpisodeStream, source: FrameSource) -> None:
+    """``add_batch`` in chunks of 512 transitions."""
+    for part in stream.chunks(FILL_CHUNK):
+        frames = source.frames(stream.ids[part])
+        row.memory.add_batch(
+            frames[:, :STACK], stream.actions[part], stream.rewards[part], frames[:, 1:],
+            stream.terminated[part],
+        )  # fmt: skip
+
+
+def fill_cpprb(row: ReplayRow, stream: EpisodeStream, source: FrameSource, cl: bool) -> None:
+    """One batched ``add`` per episode, then ``on_episode_end()``, as cpprb's docs ask."""
+    for part in stream.episodes():
+        frames = source.frames(stream.ids[part])
+        row.memory.add(
+            obs=to_layout(frames[:, :STACK], cl), next_obs=to_layout(frames[:, 1:], cl),
+            act=stream.actions[part], rew=stream.rewards[part], done=stream.terminated[part],
+        )  # fmt: skip
+        row.memory.on_episode_end()
+
+
+def randomise_priorities(row: ReplayRow, n: int, rng: np.random.Generator) -> None:
+    """Random ``|delta|`` for every stored transition, so the trees are not all-equal."""
+    update = row.memory.update_priorities  # same signature in per_dqn and cpprb
+    for start in range(0, n, 1 << 16):
+        stop = min(start + (1 << 16), n)
+        update(np.arange(start, stop), np.abs(rng.standard_normal(stop - start)))
+
+
+def check_stacks(row: ReplayRow, stream: EpisodeStream, source: FrameSource) -> str:
+    """Compares sampled ``obs`` / ``next_obs`` stacks with the truth; a one-cell verdict.
+
+    The memories are filled to at most their capacity, so slot ``i`` holds transition ``i``.
+    """
+    wrong_obs = wrong_next = total = 0
+    for _ in range(CHECK_BATCHES):
+        batch = row.sample()
+        indices = row.indices_of(batch)
+        obs, next_obs = row.stacks_of(batch)
+        truth = source.frames(stream.ids[indices])
+        wrong_obs += int((obs != truth[:, :STACK]).any(axis=(1, 2, 3)).sum())
+        wrong_next += int((next_obs != truth[:, 1:]).any(axis=(1, 2, 3)).sum())
+        total += len(indices)
+    if wrong_obs == wrong_next == 0:
+        return "bit-exact"
+    return f"WRONG ({wrong_obs}/{total} obs, {wrong_next}/{total} next_obs)"
+
+
+def loop_pool(
+    row: ReplayRow, stream: EpisodeStream, source: FrameSource, cl: bool | None
+) -> list[Any]:
+    """The transitions the timed add loop cycles through, in the row's own calling form.
+
+    ``cl`` is None for ``per_dqn`` rows (positional ``add`` arguments), else cpprb's layout.
+    """
+    frames = source.frames(stream.ids)
+    pool: list[Any] = []
+    if cl is None:
+        for k in range(len(stream)):
+            pool.append(
+                (frames[k, :STACK], int(stream.actions[k]), float(stream.rewards[k]),
+                 frames[k, 1:], bool(stream.terminated[k]))
+            )  # fmt: skip
+        return pool
+    obs = np.ascontiguousarray(to_layout(frames[:, :STACK], cl))
+    next_obs = np.ascontiguousarray(to_layout(frames[:, 1:], cl))
+    for k in range(len(stream)):
+        kwargs = dict(
+            obs=obs[k], act=int(stream.actions[k]), rew=float(stream.rewards[k]),
+            next_obs=next_obs[k], done=bool(stream.terminated[k]),
+        )  # fmt: skip
+        pool.append((kwargs, bool(stream.terminated[k])))
+    return pool
+
+
+def step_loop(row: ReplayRow, transitions: Iterator[Any], td_pool: list[np.ndarray]) -> LoopFactory:
+    """Loops of DQN steps: 4 adds continuing the episode stream, sample 32, update 32."""
+
+    def factory(calls: int) -> Callable[[], None]:
+        items = list(islice(transitions, ADDS_PER_STEP * calls))
+        tds = list(islice(cycle(td_pool), calls))
+        add, sample, update = row.add_one, row.sample, row.update
+
+        def run() -> None:
+            it = iter(items)
+            for td_errors in tds:
+                add(next(it))
+                add(next(it))
+                add(next(it))
+                add(next(it))
+                batch = sample()
+                if update is not None:
+                    update(batch, td_errors)
+
+        return run
+
+    return factory
+
+
+def sample_loop(row: ReplayRow) -> LoopFactory:
+    """Loops of ``sample(32)`` calls."""
+
+    def factory(calls: int) -> Callable[[], None]:
+        sample = row.sample
+
+        def run() -> None:
+            for _ in range(calls):
+                sample()
+
+        return run
+
+    return factory
+
+
+@dataclass
+class ReplayResult:
+    """What one replay row measured."""
+
+    name: str
+    stacks: str = "not measured"
+    fill_s: float = 0.0
+    rss_delta: int = 0
+    rss_after: int = 0
+    filled: int = 0
+    nbytes: int | None = None
+    planned: int | None = None
+    step_s: list[float] = field(default_factory=list)
+    sample_s: list[float] = field(default_factory=list)
+    load: str = ""
+    skipped: str | None = None
+
+
+ROW_UNIFORM = "per_dqn UniformReplay (dedup_frames)"
+ROW_PER = "per_dqn PrioritizedReplay (dedup_frames, alpha 0.6)"
+ROW_CPPRB = "cpprb PrioritizedReplayBuffer (4, 84, 84), next_of + stack_compress"
+ROW_CPPRB_CL = "cpprb PrioritizedReplayBuffer (84, 84, 4), next_of + stack_compress"
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """How to build one replay row at any capacity, and how many bytes it takes at 1M-ish."""
+
+    name: str
+    build: Callable[[int], ReplayRow]
+    layout: bool | None  # None: per_dqn (positional adds); else cpprb, True if channel-last
+    need: Callable[[int], int]  # bytes the filled memory holds at a capacity, about
+
+
+def replay_specs() -> list[RowSpec]:
+    """Every row, in table order; the cpprb rows only when cpprb imports."""
+
+    def per_dqn_spec(name: str, kind: str, seed: int) -> RowSpec:
+        def build(capacity: int) -> ReplayRow:
+            base: dict[str, Any] = dict(
+                capacity=capacity, obs_shape=OBS_SHAPE, obs_dtype=np.uint8, dedup_frames=True
+            )
+            if kind == "uniform":
+                return per_dqn_row(name, UniformReplay(**base, seed=seed), False)
+            return per_dqn_row(name, PrioritizedReplay(alpha=ALPHA, **base, seed=seed), True)
+
+        def need(capacity: int) -> int:
+            return planned_nbytes(kind, capacity, OBS_SHAPE, np.uint8, dedup_frames=True)["total"]
+
+        return RowSpec(name, build, None, need)
+
+    specs = [
+        per_dqn_spec(ROW_UNIFORM, "uniform", 0),
+        per_dqn_spec(ROW_PER, "proportional", 1),
+    ]
+    if cpprb is not None:
+        # Measured with this script's data (cpprb 11, capacity 1M, fills of 50k to 150k): with
+        # channel-first stacks ~0.39 GB up front plus ~13.2 KB per transition filled (13.6 GB
+        # full); with channel-last ones ~7.15 GB, all of it up front. The bounds are a bit above.
+        specs += [
+            RowSpec(
+                ROW_CPPRB,
+                lambda capacity: cpprb_row(ROW_CPPRB, capacity, False),
+                False,
+                lambda capacity: capacity * 14_000,
+            ),
+            RowSpec(
+                ROW_CPPRB_CL,
+                lambda capacity: cpprb_row(ROW_CPPRB_CL, capacity, True),
+                True,
+                lambda capacity: capacity * (FRAME_ITEMS + 512),
+            ),
+        ]
+    return specs
+
+
+def fill(row: ReplayRow, spec: RowSpec, stream: EpisodeStream, source: FrameSource) -> None:
+    """Fills ``row`` with ``stream`` the way its implementation takes batches."""
+    if spec.layout is None:
+        fill_per_dqn(row, stream, source)
+    else:
+        fill_cpprb(row, stream, source, spec.layout)
+
+
+def warm_up(spec: RowSpec, source: FrameSource, td_pool: list[np.ndarray]) -> None:
+    """Runs a small memory of the row's kind through every timed path, then frees it.
+
+    The first memory of a kind loads numba's compiled kernels (and each library its lazily
+    initialised state); doing that here keeps those bytes out of the measured RSS delta.
+    """
+    rng = np.random.default_rng(12345)
+    stream = EpisodeStream.make(WARM_UP_STEPS, 0, rng)
+    row = spec.build(2 * WARM_UP_STEPS)
+    fill(row, spec, stream, source)
+    if row.update is not None:
+        randomise_priorities(row, len(stream), rng)
+    check_stacks(row, stream, source)
+    transitions = cycle(loop_pool(row, stream, source, spec.layout))
+    time_loop(step_loop(row, transitions, td_pool), 16)
+    time_loop(sample_loop(row), 16)
+    del row, transitions
+    settle_memory()
+
+
+def measure_replay(args: argparse.Namespace, log: Callable[[str], None]) -> str:
+    """Section 2: each memory built, filled, checked, timed and deleted in turn."""
+    rng = np.random.default_rng(args.seed)
+    source = FrameSource(args.seed)
+    stream = EpisodeStream.make(args.fill, 0, rng)
+    # Ends on an episode's end, so the cycled loop stream restarts at an episode's start.
+    pool_stream = EpisodeStream.make(LOOP_POOL_STEPS, stream.next_frame_id, rng)
+    td_pool = [np.abs(rng.standard_normal(TRAIN_BATCH)) for _ in range(TD_POOL)]
+    results: list[ReplayResult] = []
+    for spec in replay_specs():
+        name = spec.name
+        result = ReplayResult(name)
+        results.append(result)
+        need = spec.need(args.capacity)
+        available = available_bytes()
+        # Other jobs share the machine: leave them room rather than risk the OOM killer.
+        if available is not None and need * 1.1 + MEMORY_HEADROOM_BYTES > available:
+            result.skipped = f"needs ~{gb(need)}, {gb(available)} available"
+            log(f"{name}: skipped ({result.skipped})")
+            continue
+        warm_up(spec, source, td_pool)
+        before = rss_bytes()
+        start = time.perf_counter()
+        row = spec.build(args.capacity)
+        fill(row, spec, stream, source)
+        result.fill_s = time.perf_counter() - start
+        result.filled = row.stored()
+        if result.filled != len(stream):
+            raise AssertionError(f"{name}: {result.filled} stored after the fill, not {args.fill}")
+        settle_memory()
+        result.rss_after = rss_bytes()
+        result.rss_delta = result.rss_after - before
+        result.nbytes, result.planned = row.nbytes, row.planned
+        log(f"{name}: filled {result.filled:,} in {result.fill_s:.1f} s, +{gb(result.rss_delta)}")
+        if row.update is not None:
+            randomise_priorities(row, result.filled, rng)
+        result.stacks = check_stacks(row, stream, source)
+        log(f"{name}: stacks {result.stacks}")
+        transitions = cycle(loop_pool(row, pool_stream, source, spec.layout))
+        loops = [step_loop(row, transitions, td_pool), sample_loop(row)]
+        calls = [calibrate(loop, args.target_s) for loop in loops]
+        for _ in range(args.repeats):
+            result.step_s.append(time_loop(loops[0], calls[0]).per_call)
+            result.sample_s.append(time_loop(loops[1], calls[1]).per_call)
+        result.load = load_average()
+        log(f"{name}: timed")
+        del row, transitions, loops
+        settle_memory()
+    return render_replay(results, args)
+
+
+def render_replay(results: list[ReplayResult], args: argparse.Namespace) -> str:
+    """Section 2's table and verdicts."""
+    by_name = {r.name: r for r in results}
+    rows = []
+    for r in results:
+        if r.skipped is not None:
+            rows.append([r.name, f"not measured: {r.skipped}", *[""] * 8])
+            continue
+        rows.append(
+            [
+                r.name,
+                r.stacks,
+                f"{r.fill_s:.0f}",
+                gb(r.rss_delta),
+                gb(r.rss_after),
+                "n/a" if r.nbytes is None else gb(r.nbytes),
+                "n/a" if r.nbytes is None else f"{r.nbytes / args.capacity:,.0f}",
+                f"{r.rss_delta / r.filled:,.0f}",
+                format_rate(1.0 / median(r.step_s)),
+                format_us(median(r.sample_s)),
+                r.load,
+            ]
+        )
+    headers = [
+        "implementation",
+        "stacks vs truth",
+        "fill s",
+        "RSS delta",
+        "process RSS",
+        "nbytes",
+        "nbytes / capacity",
+        "RSS delta / filled",
+        f"loop steps/s ({ADDS_PER_STEP} add + sample {TRAIN_BATCH} + update {TRAIN_BATCH})",
+        "sample 32 (us)",
+        "load",
+    ]
+    full = args.fill == args.capacity
+    lines = [
+        f"### 2. Replay memory at capacity {args.capacity:,}, uint8 {OBS_SHAPE} stacks",
+        "",
+        f"Filled with {args.fill:,} transitions"
+        + ("" if full else f" (not the full capacity: `--fill {args.fill}`)")
+        + f" in episodes of {EPISODE_STEPS[0]} to {EPISODE_STEPS[1] - 1} steps, consecutive "
+        f"stacks sharing 3 frames; PER priorities then randomised; beta {BETA}. Each timing "
+        f"cell is the median of {args.repeats} loops of ~{args.target_s:g} s; rows ran one "
+        "after another (load = 1-minute load average while the row ran). RSS delta: resident "
+        "bytes the memory added, read after the fill (pages a partial fill never touched are "
+        "not resident); nbytes: the memory's own arrays at full capacity.",
+        "",
+        markdown_table(headers, rows),
+        "",
+    ]
+    per = by_name.get(ROW_PER)
+    if per is not None and per.skipped is None:
+        if per.nbytes != per.planned:
+            lines.append(f"- PrioritizedReplay nbytes {per.nbytes:,} != planned {per.planned:,}.")
+        if full:
+            verdict = "met" if per.rss_delta <= RSS_TARGET_BYTES else "NOT met"
+            lines.append(
+                f"- per_dqn PER at {args.capacity:,}: {gb(per.rss_delta)} resident for the memory "
+                f"(process {gb(per.rss_after)}); target <= {gb(RSS_TARGET_BYTES)}: {verdict}."
+            )
+        else:
+            lines.append(
+                f"- per_dqn PER resident at {args.capacity:,} not judged (fill {args.fill:,}); "
+                f"its arrays total {gb(per.nbytes or 0)}."
+            )
+        for name, note in ((ROW_CPPRB, "its stacks as asked"), (ROW_CPPRB_CL, "channel-last")):
+            peer = by_name.get(name)
+            if peer is None or peer.skipped is not None:
+                continue
+            ratio = median(peer.step_s) / median(per.step_s)
+            verdict = "met" if ratio >= LOOP_RATIO_TARGET else "NOT met"
+            lines.append(
+                f"- loop steps/s, per_dqn PER / cpprb PER ({note}; cpprb stacks {peer.stacks}): "
+                f"{ratio:.2f}x; target >= {LOOP_RATIO_TARGET:g}x: {verdict}."
+            )
+    if cpprb is None:
+        lines.append("- cpprb not installed (the `bench` extra, `make bench`): no peer rows.")
+    return "\n".join(lines)
+
+
+# --- 3. learner --------------------------------------------------------------------------------
+
+
+def numpy_batch(batch: Any) -> Batch:
+    """learner.py's torch batch as the numpy ``Batch`` a per_dqn memory returns."""
+    size = batch.actions.shape[0]
+    return Batch(
+        obs=batch.obs.numpy(),
+        actions=batch.actions.numpy(),
+        rewards=batch.rewards.numpy(),
+        next_obs=batch.next_obs.numpy(),
+        terminated=batch.terminated.numpy() > 0.5,
+        indices=np.arange(size),
+        weights=batch.weights.numpy(),
+        n_steps=np.ones(size, dtype=np.uint8),
+    )
+
+
+def make_agent(channels_last: bool) -> DQNAgent:
+    """The Atari agent, sized like learner.py's network (6 actions), without gradient clipping."""
+    return DQNAgent(
+        obs_shape=OBS_SHAPE,
+        num_actions=NUM_ACTIONS,
+        hidden_sizes=[512],
+        dueling=True,
+        double=True,
+        gamma=0.99,
+        learning_rate=6.25e-5,
+        adam_eps=1.5e-4,
+        loss="huber",
+        grad_clip_norm=None,
+        target_update_interval=1_000_000,
+        tau=1.0,
+        device=torch.device("cpu"),
+        network="nature_cnn",
+        channels_last=channels_last,
+    )
+
+
+@dataclass
+class LearnerRow:
+    """One timed learner: a label, its thread count, one update on batch ``i``."""
+
+    label: str
+    threads: int
+    update: Callable[[int], object]
+    plain: bool = False
+    times: list[float] = field(default_factory=list)
+
+
+def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str:
+    """Section 3: ``DQNAgent.learn`` variants against learner.py's plain update."""
+    previous_threads = torch.get_num_threads()
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    torch_batches = [make_batch(rng) for _ in range(4)]
+    np_batches = [numpy_batch(b) for b in torch_batches]
+    init_state = NatureDuelingQ(NUM_ACTIONS).state_dict()
+    rows: list[LearnerRow] = []
+    for threads in THREAD_COUNTS:
+        plain = Learner(replace(Variant("plain"), threads=threads), init_state)
+        rows.append(
+            LearnerRow(
+                f"plain (benchmarks/learner.py), {threads} thread(s)",
+                threads,
+                lambda i, p=plain: p.update(torch_batches[i]),
+                plain=True,
+            )
+        )
+    agents = {cl: make_agent(cl) for cl in (False, True)}
+    agents[True].online.load_state_dict(agents[False].online.state_dict())
+    agents[True].target.load_state_dict(agents[False].target.state_dict())
+    first_loss = {cl: agent.learn(np_batches[0]).metrics["loss"] for cl, agent in agents.items()}
+    for cl, agent in agents.items():
+        for threads in THREAD_COUNTS:
+            rows.append(
+                LearnerRow(
+                    f"DQNAgent.learn, channels_last={cl}, {threads} thread(s)",
+                    threads,
+                    lambda i, a=agent: a.learn(np_batches[i]),
+                )
+            )
+    try:
+        for row in rows:  # warm-up, untimed
+            torch.set_num_threads(row.threads)
+            for i in range(3):
+                row.update(i % len(torch_batches))
+        turn = 0
+        while any(len(row.times) < args.updates for row in rows):
+            shift = turn % len(rows)
+            for row in rows[shift:] + rows[:shift]:
+                torch.set_num_threads(row.threads)
+                for _ in range(min(BLOCK, args.updates - len(row.times))):
+                    i = len(row.times) % len(torch_batches)
+                    start = time.perf_counter()
+                    row.update(i)
+                    row.times.append(time.perf_counter() - start)
+            turn += 1
+    finally:
+        torch.set_num_threads(previous_threads)
+    log("learner: timed")
+    plain_ms = {row.threads: median(row.times) * 1e3 for row in rows if row.plain}
+    table = []
+    for row in rows:
+        med, p10, p90 = (float(np.percentile(row.times, q)) * 1e3 for q in (50, 10, 90))
+        table.append(
+            [
+                row.label,
+                f"{med:.1f}",
+                f"{p10:.1f}",
+                f"{p90:.1f}",
+                f"{plain_ms[row.threads] / med:.2f}x",
+                f"{plain_ms[2] / med:.2f}x",
+            ]
+        )
+    headers = [
+        "learner",
+        "ms median",
+        "p10",
+        "p90",
+        "vs plain, same threads",
+        "vs plain, 2 threads",
+    ]
+    return "\n".join(
+        [
+            "### 3. Learner update: Double-DQN, dueling Nature CNN, batch 32 uint8 (4, 84, 84), "
+            f"{NUM_ACTIONS} actions",
+            "",
+            f"{args.updates} timed updates per row after 3 warm-up, rows interleaved in blocks "
+            f"of {BLOCK}. plain takes ready torch tensors; DQNAgent.learn takes the numpy batch a "
+            "memory returns.",
+            "",
+            markdown_table(headers, table),
+            "",
+            f"- DQNAgent first update from the same weights and batch: loss "
+            f"{first_loss[False]:.6g} (NCHW) vs {first_loss[True]:.6g} (channels_last), "
+            f"|difference| {abs(first_loss[False] - first_loss[True]):.1e}.",
+        ]
+    )
+
+
+# --- 4 and 5. whole training loop (and SB3) -----------------------------------------------------
+
+
+def train_overrides(args: argparse.Namespace, kind: str, steps: int, seed: int) -> list[str]:
+    """The ``--set`` overrides of one short training run."""
+    overrides = [
+        f"replay.kind={kind}",
+        f"replay.capacity={TRAIN_CAPACITY}",
+        f"train.total_env_steps={steps}",
+        f"train.learning_starts={args.learning_starts}",
+        "train.eval_interval=0",
+        "train.final_eval_episodes=1",
+        f"env.max_episode_steps={TRAIN_MAX_EPISODE_STEPS}",
+        "run.device=cpu",
+        f"run.seed={seed}",
+    ]
+    if "checkpoint" in Config.model_fields:
+        overrides.append("checkpoint.enabled=false")
+    if args.train_threads:
+        overrides.append(f"run.torch_threads={args.train_threads}")
+    return overrides
+
+
+def train_run(args: argparse.Namespace, kind: str, steps: int, run_dir: str) -> dict[str, Any]:
+    """One ``Trainer`` run (in a fresh process); its SPS, counts and peak RSS."""
+    quiet_ale()
+    config = load_atari_config(args, train_overrides(args, kind, steps, args.seed))
+    trainer = Trainer(config, Path(CONFIG).stem)
+    try:
+        summary = trainer.run(Path(run_dir))
+    finally:
+        trainer.close()
+    return {
+        "sps": summary["sps"],
+        "env_steps": summary["env_steps"],
+        "update_steps": summary["update_steps"],
+        "peak_rss": peak_rss_bytes(),
+        "replay_nbytes": trainer.memory.nbytes,
+    }
+
+
+def sb3_run(args: argparse.Namespace, steps: int) -> dict[str, Any]:
+    """SB3 DQN on the same env pipeline and settings (in a fresh process)."""
+    # Imported here, in its own process, so SB3's import costs no per_dqn run any memory.
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+
+    quiet_ale()
+    config = load_atari_config(args, train_overrides(args, "uniform", steps, args.seed))
+    torch.set_num_threads(config.run.torch_threads)
+    env = make_eval_env(config.env)
+    if config.env.clip_rewards:
+        env = gym.wrappers.TransformReward(env, lambda r: float(np.clip(r, -1.0, 1.0)))
+    eval_env = make_eval_env(config.env)
+    agent, train = config.agent, config.train
+    model = DQN(
+        "CnnPolicy",
+        env,
+        buffer_size=config.replay.capacity,
+        learning_starts=train.learning_starts,
+        batch_size=train.batch_size,
+        train_freq=train.replay_period,
+        gradient_steps=train.gradient_steps,
+        target_update_interval=agent.target_update_interval,
+        learning_rate=agent.learning_rate,
+        gamma=agent.gamma,
+        exploration_initial_eps=train.epsilon_start,
+        exploration_final_eps=train.epsilon_end,
+        exploration_fraction=train.epsilon_decay_steps / steps,  # > 1: still mid-decay at the end
+        max_grad_norm=agent.grad_clip_norm,
+        policy_kwargs={"optimizer_kwargs": {"eps": agent.adam_eps}},
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    obs, _ = eval_env.reset(seed=args.seed + 10_000)
+    done = False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, terminated, truncated, _ = eval_env.step(int(action))
+        done = terminated or truncated
+    wall = time.perf_counter() - start
+    buffer = model.replay_buffer
+    return {
+        "sps": model.num_timesteps / wall,
+        "env_steps": model.num_timesteps,
+        "update_steps": model._n_updates,
+        "peak_rss": peak_rss_bytes(),
+        "replay_nbytes": sum(v.nbytes for v in vars(buffer).values() if isinstance(v, np.ndarray)),
+    }
+
+
+def in_fresh_process(fn: Callable[..., dict[str, Any]], *fn_args: Any) -> dict[str, Any]:
+    """Runs ``fn(*fn_args)`` in a new spawned process and returns its result."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *fn_args).result()
+
+
+TRAIN_ROWS = {
+    "uniform": "per_dqn Trainer, replay uniform",
+    "proportional": "per_dqn Trainer, replay proportional",
+    "sb3": "SB3 DQN (CnnPolicy, uniform replay)",
+}
+
+
+def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> str:
+    """Sections 4 and 5: short real runs, interleaved repeats, each run in its own process."""
+    keys = ["uniform", "proportional", *(["sb3"] if HAVE_SB3 else [])]
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    with tempfile.TemporaryDirectory(prefix="bench-atari-") as tmp:
+        # Untimed warm-up: numba's on-disk cache of every replay kernel, torch's first calls.
+        in_fresh_process(
+            train_run, args, "proportional", args.learning_starts + 8, f"{tmp}/warm-up"
+        )
+        log("train: warm-up run done")
+        for r in range(args.train_repeats):
+            shift = r % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                if key == "sb3":
+                    result = in_fresh_process(sb3_run, args, args.train_steps)
+                else:
+                    run_dir = f"{tmp}/{key}-{r}"
+                    result = in_fresh_process(train_run, args, key, args.train_steps, run_dir)
+                runs[key].append(result)
+                log(f"train: {key} repeat {r + 1}: {result['sps']:.1f} SPS")
+    rows = []
+    for key in keys:
+        sps = [run["sps"] for run in runs[key]]
+        last = runs[key][-1]
+        rows.append(
+            [
+                TRAIN_ROWS[key],
+                f"{median(sps):.1f}",
+                ", ".join(f"{s:.1f}" for s in sps),
+                f"{last['env_steps']:,}",
+                f"{last['update_steps']:,}",
+                gb(max(run["peak_rss"] for run in runs[key])),
+                gb(last["replay_nbytes"]),
+            ]
+        )
+    headers = [
+        "run",
+        "SPS median",
+        "SPS per repeat",
+        "env steps",
+        "updates",
+        "peak RSS",
+        "replay arrays",
+    ]
+    paired = [
+        u["sps"] / p["sps"] - 1.0
+        for u, p in zip(runs["uniform"], runs["proportional"], strict=True)
+    ]
+    overhead = median(paired)
+    verdict = "met" if overhead <= PER_OVERHEAD_TARGET else "NOT met"
+    spread = max(relative_spread([run["sps"] for run in runs[k]]) for k in runs)
+    if args.train_repeats < 2:
+        verdict += " (one repeat: no spread to tell noise by)"
+    elif spread > PER_OVERHEAD_TARGET:
+        verdict += (
+            f" (but one row's repeats spread by {spread:.0%}, more than the target: "
+            "the difference is within the noise of this machine)"
+        )
+    process = max(
+        run["peak_rss"] - run["replay_nbytes"] for key in ("uniform", "proportional")
+        for run in runs[key]
+    )  # fmt: skip
+    overrides = train_overrides(args, "<kind>", args.train_steps, args.seed)
+    threads = load_atari_config(args, overrides[1:]).run.torch_threads
+    source = "--train-threads" if args.train_threads else "the config's run.torch_threads"
+    lines = [
+        f"### 4. Whole training loop: {CONFIG}, {args.env_id}, {args.train_steps:,} env steps",
+        "",
+        f"Overrides: {', '.join(overrides)}, env.id={args.env_id}; torch threads {threads} "
+        f"({source}). SPS = summary['sps'] (env steps / wall time of Trainer.run, final "
+        f"1-episode evaluation included); {args.train_repeats} interleaved repeat(s), each run in "
+        "a fresh process, after one untimed warm-up run.",
+        "",
+        markdown_table(headers, rows),
+        "",
+        f"- PER overhead (uniform SPS / proportional SPS - 1, median of per-repeat pairs): "
+        f"{overhead:+.1%} (per-repeat {min(paired):+.1%} to {max(paired):+.1%}); target <= "
+        f"{PER_OVERHEAD_TARGET:.0%}: {verdict}.",
+        f"- Training process resident memory apart from the replay arrays (peak RSS - replay "
+        f"nbytes, worst run): {gb(process)}; per_dqn.plan assumes "
+        f"{gb(PROCESS_OVERHEAD_BYTES)}.",
+        "",
+        "### 5. Stable-Baselines3 DQN on the same game",
+        "",
+    ]
+    if HAVE_SB3:
+        ratios = [
+            p["sps"] / s["sps"] for p, s in zip(runs["proportional"], runs["sb3"], strict=True)
+        ]
+        lines.append(
+            f"- Measured in the table above (same repeats, same env pipeline and settings; SB3 "
+            f"does no dueling, Double DQN, n-step or PER). per_dqn proportional SPS / SB3 SPS: "
+            f"{median(ratios):.2f}x (per-repeat {min(ratios):.2f}x to {max(ratios):.2f}x)."
+        )
+    else:
+        lines.append(
+            f"- Not measured: stable_baselines3 is not importable. Install it with `{SB3_INSTALL}`"
+            " (this benchmark feeds SB3 per_dqn's env, so OpenCV is not needed)."
+        )
+    return "\n".join(lines)
+
+
+# --- driver --------------------------------------------------------------------------------------
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose code is timed."""
+    names = ("numpy", "numba", "torch", "ale-py", "gymnasium", "cpprb", "stable-baselines3")
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options; ``--quick`` is a smoke run."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: fill 100k, short loops, short runs"
+    )
+    parser.add_argument("--env-id", default="ALE/Breakout-v5", help="an ALE/<Game>-v5 id")
+    parser.add_argument("--capacity", type=int, default=1_000_000, help="replay capacity")
+    parser.add_argument(
+        "--fill", type=int, help="transitions filled (default capacity, quick 100k)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="timed loops per cell, sections 1-2 (5, quick 3)"
+    )
+    parser.add_argument("--target-s", type=float, help="seconds per timed loop (0.5, quick 0.1)")
+    parser.add_argument("--updates", type=int, help="timed learner updates per row (40, quick 10)")
+    parser.add_argument("--train-steps", type=int, help="env steps per run (3000, quick 1050)")
+    parser.add_argument("--learning-starts", type=int, default=1000, help="env steps (1000)")
+    parser.add_argument("--train-repeats", type=int, help="runs per kind (2, quick 1)")
+    parser.add_argument(
+        "--train-threads",
+        type=int,
+        default=0,
+        help="torch threads of the training runs (default 0: the config's run.torch_threads)",
+    )
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default all; train includes SB3)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    defaults = {
+        "fill": (min(100_000, args.capacity), args.capacity),
+        "repeats": (3, 5),
+        "target_s": (0.1, 0.5),
+        "updates": (10, 40),
+        "train_steps": (1050, 3000),
+        "train_repeats": (1, 2),
+    }
+    for name, (quick, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(args.sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--sections must name some of {', '.join(SECTIONS)}, got {unknown}")
+    if not CHECK_BATCHES * TRAIN_BATCH <= args.fill <= args.capacity:
+        parser.error(
+            f"--fill must be in [{CHECK_BATCHES * TRAIN_BATCH}, --capacity ({args.capacity:,})], "
+            f"got {args.fill:,}"
+        )
+    for name in ("repeats", "updates", "train_repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.train_threads < 0:
+        parser.error(f"--train-threads must be >= 0, got {args.train_threads}")
+    if args.target_s <= 0:
+        parser.error(f"--target-s must be > 0, got {args.target_s}")
+    if args.learning_starts < TRAIN_BATCH:
+        parser.error(f"--learning-starts must be >= {TRAIN_BATCH}, got {args.learning_starts}")
+    if args.train_steps <= args.learning_starts:
+        parser.error(
+            f"--train-steps must be > --learning-starts ({args.learning_starts}), "
+            f"got {args.train_steps}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs the chosen sections in order, printing each one's tables as soon as it is done."""
+    args = parse_args(argv)
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    quiet_ale()
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    print(f"Machine: {machine_line(package_versions())}; {gb(total)} RAM", flush=True)
+    print(f"Command: `{command_line()}`", flush=True)
+    measures = {
+        "env": measure_env,
+        "replay": measure_replay,
+        "learner": measure_learner,
+        "train": measure_training,
+    }
+    for name in SECTIONS:
+        if name in args.sections:
+            print("\n" + measures[name](args, log), flush=True)
+            log(f"{name} done; load average {load_average()}")
+    print(f"\nLoad average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+
+
+if __name__ == "__main__":
+    main()
