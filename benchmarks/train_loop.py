@@ -21,23 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import cpu_model
 
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.train import Trainer
 
 KINDS = ("uniform", "proportional", "rank")
-
-
-def cpu_model() -> str:
-    """The CPU model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def one_run(config_name: str, kind: str, steps: int, seed: int, root: Path) -> dict:

@@ -152,11 +152,33 @@ def play(
         film: keep the first episode's frames (the reset frame and one per step, up to
             ``VIDEO_MAX_FRAMES``).
     """
-    rng = np.random.default_rng(seed)
+    return run_episodes(agent, env, episodes, epsilon, np.random.default_rng(seed), seed, film)
+
+
+def run_episodes(
+    agent: Any,
+    env: Any,
+    episodes: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    first_reset_seed: int | None = None,
+    film: bool = False,
+) -> Episodes:
+    """The episode loop behind ``play`` and the training loop's evaluations.
+
+    Args:
+        agent: anything with ``greedy_actions(obs_batch)`` and ``num_actions``.
+        env: a single gymnasium env.
+        episodes: how many.
+        epsilon: probability of a uniformly random action, drawn from ``rng``.
+        rng: exploration's random generator (the caller's, so its state carries on).
+        first_reset_seed: seed of the first reset (None: the env's own RNG continues).
+        film: keep the first episode's frames.
+    """
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
     frames: list[np.ndarray] = []
     for episode in range(episodes):
-        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        obs, _ = env.reset(seed=first_reset_seed if episode == 0 else None)
         filming = film and episode == 0
         if filming:
             frames.append(env.render())

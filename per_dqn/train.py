@@ -33,6 +33,7 @@ from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ConfigError, ReplayConfig, parse_yaml, validate_config
 from per_dqn.envs import EnvSpec, describe, make_eval_env, make_vector_env
+from per_dqn.evaluate import run_episodes
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.plan import uses_frame_storage
@@ -141,21 +142,8 @@ def evaluate(
     agent: DQNAgent, env: gym.Env, episodes: int, epsilon: float, rng: np.random.Generator
 ) -> EvalResult:
     """Runs ``episodes`` full episodes with an epsilon-greedy (default greedy) policy."""
-    returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
-    num_actions = agent.num_actions
-    for episode in range(episodes):
-        obs, _ = env.reset()
-        done = False
-        while not done:
-            if epsilon > 0 and rng.random() < epsilon:
-                action = int(rng.integers(num_actions))
-            else:
-                action = int(agent.greedy_actions(obs[None])[0])
-            obs, reward, terminated, truncated, _ = env.step(action)
-            returns[episode] += float(reward)
-            lengths[episode] += 1
-            done = terminated or truncated
-    return EvalResult(returns, lengths)
+    played = run_episodes(agent, env, episodes, epsilon, rng)
+    return EvalResult(played.returns, played.lengths)
 
 
 class Trainer:
