@@ -10,9 +10,10 @@ pins it, for ``SyncVectorEnv`` and for ale-py's ``AtariVectorEnv`` alike.
 Atari (``ALE/<Game>-v5`` ids) runs on ``ale_py.vector_env.AtariVectorEnv``, which does the whole
 preprocessing protocol in C++ on its own threads (no-op starts, frame skip with max-pooling,
 84x84 grayscale resize, frame stack) and, unlike gymnasium's ``AtariPreprocessing``, needs no
-OpenCV; ``benchmarks/atari_env.py`` times both pipelines once ``opencv-python`` is installed. The env always reports raw rewards and full games: reward clipping and
-terminal-on-life-loss are learning choices the training loop makes (``info["lives"]`` says when a
-life is lost), so ``episode/return`` is always the game's score.
+OpenCV; ``benchmarks/atari_env.py`` times both pipelines once ``opencv-python`` is installed.
+The env always reports raw rewards and full games: reward clipping and terminal-on-life-loss
+are learning choices the training loop makes (``info["lives"]`` says when a life is lost), so
+``episode/return`` is always the game's score.
 """
 
 from __future__ import annotations
