@@ -93,6 +93,11 @@ class AgentConfig(_Section):
         network: ``auto`` (Nature CNN for image stacks, MLP otherwise), ``mlp`` or
             ``nature_cnn``; ``hidden_sizes`` is the CNN's fully connected width.
         channels_last: NHWC activations in the CNN (faster on CPU, same values).
+        precision: ``fp32`` (the default) or ``bf16``: the networks' forward passes under
+            bfloat16 autocast (weights, optimiser, loss and targets stay float32). Faster where
+            the hardware has bf16 matrix units (CPUs with AMX or AVX512-BF16, CUDA Ampere and
+            later) and slower elsewhere; Q-values and TD errors (hence priorities) carry about
+            three significant digits. README "Mixed precision" shows its effect on learning.
     """
 
     hidden_sizes: tuple[int, ...] = (128, 128)
@@ -108,6 +113,7 @@ class AgentConfig(_Section):
     tau: float = Field(1.0, gt=0, le=1)
     network: Literal["auto", "mlp", "nature_cnn"] = "auto"
     channels_last: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"
 
     @field_validator("hidden_sizes", mode="before")
     @classmethod

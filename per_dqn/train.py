@@ -119,6 +119,7 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         device=device,
         network=agent.network,
         channels_last=agent.channels_last,
+        precision=agent.precision,
     )
 
 

@@ -227,3 +227,39 @@ def test_agent_learns_on_uint8_batches():
     assert np.all(np.isfinite(result.td_abs)) and result.td_abs.shape == (16,)
     after = list(agent.online.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_bf16_update_tracks_the_fp32_update_and_keeps_fp32_state(channels_last):
+    """From the same weights and batch, the bf16-autocast update gives TD errors, loss and new
+    weights within bf16's precision of the fp32 update (which itself matches the channels_last
+    layout to float rounding); parameters, gradients and Adam state stay float32."""
+
+    def agent(precision: str) -> DQNAgent:
+        torch.manual_seed(0)
+        return DQNAgent(
+            obs_shape=(4, 84, 84), num_actions=4, hidden_sizes=(64,), dueling=True, double=True,
+            gamma=0.99, learning_rate=1e-3, adam_eps=1.5e-4, loss="huber", grad_clip_norm=10.0,
+            target_update_interval=10, tau=1.0, device=torch.device("cpu"),
+            channels_last=channels_last, precision=precision,
+        )  # fmt: skip
+
+    mem = UniformReplay(capacity=64, obs_shape=(4, 84, 84), obs_dtype=np.uint8, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        frames = rng.integers(0, 256, (5, 84, 84), dtype=np.uint8)
+        mem.add(frames[:4], int(rng.integers(4)), float(rng.normal()) * 3, frames[1:], False)
+    batch = mem.sample(16, beta=1.0)
+    full, half = agent("fp32"), agent("bf16")
+    r_full, r_half = full.learn(batch), half.learn(batch)
+    assert r_half.td_abs.dtype == np.float32
+    # bf16 keeps 8 significant bits: relative errors of about 2**-8 per product, summed.
+    np.testing.assert_allclose(r_half.td_abs, r_full.td_abs, rtol=0.05, atol=0.02)
+    assert r_half.metrics["loss"] == pytest.approx(r_full.metrics["loss"], rel=0.05)
+    assert not np.array_equal(r_half.td_abs, r_full.td_abs)  # autocast really ran in bf16
+    for p_full, p_half in zip(full.online.parameters(), half.online.parameters(), strict=True):
+        assert p_half.dtype == p_half.grad.dtype == torch.float32
+        # Adam's first step moves each weight by about lr (1e-3) whatever the gradient's size.
+        torch.testing.assert_close(p_half, p_full, rtol=0, atol=2.5e-3)
+    state = half.optimizer.state_dict()["state"]
+    assert all(s["exp_avg"].dtype == torch.float32 for s in state.values())

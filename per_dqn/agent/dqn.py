@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from per_dqn.agent.networks import make_q_network
+from per_dqn.agent import layout
+from per_dqn.agent.networks import NatureCNN, make_q_network
 from per_dqn.memory import Batch
 
 
@@ -85,6 +86,8 @@ class DQNAgent:
         device: where the networks live.
         network: ``auto`` (CNN for 3-D observations, else MLP), ``mlp`` or ``nature_cnn``.
         channels_last: NHWC activations for the CNN (faster convolutions on CPU).
+        precision: ``fp32``, or ``bf16`` to run every forward pass (acting and learning) under
+            bfloat16 autocast; parameters, gradients, Adam, the loss and the targets stay float32.
     """
 
     def __init__(
@@ -105,9 +108,12 @@ class DQNAgent:
         device: torch.device,
         network: str = "auto",
         channels_last: bool = False,
+        precision: Literal["fp32", "bf16"] = "fp32",
     ) -> None:
         if loss not in ("huber", "mse"):
             raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"`precision` must be 'fp32' or 'bf16', got {precision!r}")
         self.device = device
         self.num_actions = num_actions
         self.double = double
@@ -120,6 +126,8 @@ class DQNAgent:
             obs_shape, num_actions, hidden_sizes, dueling, network, channels_last
         ).to(device)
         self.target = copy.deepcopy(self.online)
+        # A channels_last CNN gets its uint8 batches interleaved to NHWC on the host.
+        self._nhwc_batches = channels_last and isinstance(self.online, NatureCNN)
         self.target.requires_grad_(False)
         # The fused kernel does the whole Adam step in one call; it exists on CPU and CUDA.
         self.optimizer = torch.optim.Adam(
@@ -128,12 +136,20 @@ class DQNAgent:
         # gamma ** n for every n a uint8 n_steps can hold, so discounts are one lookup on the host.
         self._gamma_powers = gamma ** np.arange(256, dtype=np.float64)
         self.update_steps = 0
+        self.precision = precision
+
+    def _autocast(self) -> torch.autocast:
+        """The forward passes' precision context (a no-op under fp32)."""
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
+        )
 
     @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """``argmax_a Q(obs, a)`` for a batch of observations, as an int64 array."""
         obs_t = torch.as_tensor(self._host_obs(obs), device=self.device)
-        return self.online.greedy_actions(obs_t).cpu().numpy()
+        with self._autocast():
+            return self.online.greedy_actions(obs_t).cpu().numpy()
 
     @staticmethod
     def _host_obs(obs: np.ndarray) -> np.ndarray:
@@ -155,19 +171,30 @@ class DQNAgent:
         rewards, discounts_t, weights = torch.as_tensor(scalars, device=self.device)
         # s and s' travel (and, for Double DQN, go through the online net) together.
         # uint8 frames travel as uint8 (a quarter of the bytes) and are scaled inside the CNN.
-        both_obs = torch.as_tensor(
-            self._host_obs(np.concatenate((batch.obs, batch.next_obs))), device=self.device
-        )
+        if self._nhwc_batches and layout.can_pack(batch.obs) and layout.can_pack(batch.next_obs):
+            nhwc = torch.as_tensor(layout.stack_nhwc(batch.obs, batch.next_obs), device=self.device)
+            both_obs = nhwc.permute(0, 3, 1, 2)  # (2B, C, H, W), channels_last in memory
+        else:
+            both_obs = torch.as_tensor(
+                self._host_obs(np.concatenate((batch.obs, batch.next_obs))), device=self.device
+            )
         actions = torch.as_tensor(batch.actions, device=self.device)
-        next_obs = both_obs[size:]
 
-        q_pred = self.online(both_obs[:size])
-        with torch.no_grad():
-            # A separate no-grad pass over s': folding it into the forward above would halve the
-            # calls but double the backward's matrix products, which cost more here.
-            next_q_online = self.online(next_obs) if self.double else None
-            targets = td_targets(rewards, discounts_t, self.target(next_obs), next_q_online)
-        q_taken = q_pred.gather(1, actions.unsqueeze(1)).squeeze(1)
+        # One conversion (dtype, scale, layout) for s and s', shared by the online and target
+        # nets, which are the same class.
+        both_x = self.online.prepare(both_obs)
+        next_x = both_x[size:]
+        with self._autocast():
+            q_pred = self.online.q_values(both_x[:size])
+            with torch.no_grad():
+                # A separate no-grad pass over s': folding it into the forward above would halve
+                # the calls but double the backward's matrix products, which cost more here.
+                next_q_online = self.online.q_values(next_x) if self.double else None
+                next_q_target = self.target.q_values(next_x)
+        # Targets, the loss and the TD errors in float32 whatever the forward passes ran in.
+        next_q_online = None if next_q_online is None else next_q_online.float()
+        targets = td_targets(rewards, discounts_t, next_q_target.float(), next_q_online)
+        q_taken = q_pred.float().gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = (weights * self._loss(q_taken, targets, reduction="none")).mean()
 
         self.optimizer.zero_grad(set_to_none=True)

@@ -56,12 +56,23 @@ class QNetwork(nn.Module):
         self.advantage = nn.Linear(in_features, num_actions)
         self.value = nn.Linear(in_features, 1) if dueling else None
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The torso's output for observations of shape ``(B, *obs_shape)`` (any dtype)."""
-        x = obs.flatten(1).float()
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations ``(B, *obs_shape)`` (any dtype) as the torso takes them: flat float32.
+
+        ``DQNAgent.learn`` prepares s' once for both the online and the target net (the two are
+        the same class), so the conversion is paid once per batch, not once per forward.
+        """
+        return obs.flatten(1).float()
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        """The torso's output for ``prepare``'d observations."""
         for layer in self.hidden:
             x = torch.relu(F.linear(x, layer.weight, layer.bias))
         return x
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The torso's output for observations of shape ``(B, *obs_shape)`` (any dtype)."""
+        return self.torso(self.prepare(obs))
 
     def head(self, features: torch.Tensor) -> torch.Tensor:
         """Q-values from torso features, shape ``(B, num_actions)``."""
@@ -71,9 +82,13 @@ class QNetwork(nn.Module):
         value = F.linear(features, self.value.weight, self.value.bias)
         return value + (advantage - advantage.mean(dim=1, keepdim=True))
 
+    def q_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Q-values ``(B, num_actions)`` for ``prepare``'d observations."""
+        return self.head(self.torso(x))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values for float observations of shape ``(B, *obs_shape)``."""
-        return self.head(self.features(obs))
+        """Q-values for observations of shape ``(B, *obs_shape)``."""
+        return self.q_values(self.prepare(obs))
 
     def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         """``argmax_a Q(obs, a)``; under dueling only ``A`` is computed, as ``V`` and
@@ -134,12 +149,20 @@ class NatureCNN(QNetwork):
         if channels_last:
             self.to(memory_format=torch.channels_last)
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The fc layer's output for ``uint8`` (or float, 0..255) stacks ``(B, stack, H, W)``."""
-        x = obs.float().mul_(1.0 / 255.0) if obs.dtype == torch.uint8 else obs / 255.0
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """``uint8`` (or float, 0..255) stacks ``(B, stack, H, W)`` as float32 in [0, 1], NHWC in
+        memory under ``channels_last``.
+
+        The layout change is made on the uint8 stack, before the float conversion (which keeps
+        the layout): it moves a quarter of the bytes.
+        """
         if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return super().features(self.convs(x))
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        return obs.float().mul_(1.0 / 255.0) if obs.dtype == torch.uint8 else obs / 255.0
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        """The fc layer's output for ``prepare``'d stacks."""
+        return super().torso(self.convs(x).flatten(1))
 
 
 def make_q_network(
