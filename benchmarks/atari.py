@@ -786,6 +786,9 @@ def render_replay(results: list[ReplayResult], args: argparse.Namespace) -> str:
 
 # --- 3. learner --------------------------------------------------------------------------------
 
+# (channels_last, precision) of the timed DQNAgent rows.
+LEARNER_VARIANTS = [(False, "fp32"), (True, "fp32"), (True, "bf16")]
+
 
 def numpy_batch(batch: Any) -> Batch:
     """learner.py's torch batch as the numpy ``Batch`` a per_dqn memory returns."""
@@ -802,7 +805,7 @@ def numpy_batch(batch: Any) -> Batch:
     )
 
 
-def make_agent(channels_last: bool) -> DQNAgent:
+def make_agent(channels_last: bool, precision: str = "fp32") -> DQNAgent:
     """The Atari agent, sized like learner.py's network (6 actions), without gradient clipping."""
     return DQNAgent(
         obs_shape=OBS_SHAPE,
@@ -820,6 +823,7 @@ def make_agent(channels_last: bool) -> DQNAgent:
         device=torch.device("cpu"),
         network="nature_cnn",
         channels_last=channels_last,
+        precision=precision,
     )
 
 
@@ -853,15 +857,18 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
                 plain=True,
             )
         )
-    agents = {cl: make_agent(cl) for cl in (False, True)}
-    agents[True].online.load_state_dict(agents[False].online.state_dict())
-    agents[True].target.load_state_dict(agents[False].target.state_dict())
-    first_loss = {cl: agent.learn(np_batches[0]).metrics["loss"] for cl, agent in agents.items()}
-    for cl, agent in agents.items():
+    # (channels_last, precision) -> agent, all from the same weights.
+    agents = {key: make_agent(*key) for key in LEARNER_VARIANTS}
+    reference = agents[LEARNER_VARIANTS[0]]
+    for agent in agents.values():
+        agent.online.load_state_dict(reference.online.state_dict())
+        agent.target.load_state_dict(reference.target.state_dict())
+    first_loss = {key: agent.learn(np_batches[0]).metrics["loss"] for key, agent in agents.items()}
+    for (cl, precision), agent in agents.items():
         for threads in THREAD_COUNTS:
             rows.append(
                 LearnerRow(
-                    f"DQNAgent.learn, channels_last={cl}, {threads} thread(s)",
+                    f"DQNAgent.learn, channels_last={cl}, {precision}, {threads} thread(s)",
                     threads,
                     lambda i, a=agent: a.learn(np_batches[i]),
                 )
@@ -918,9 +925,13 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
             "",
             markdown_table(headers, table),
             "",
-            f"- DQNAgent first update from the same weights and batch: loss "
-            f"{first_loss[False]:.6g} (NCHW) vs {first_loss[True]:.6g} (channels_last), "
-            f"|difference| {abs(first_loss[False] - first_loss[True]):.1e}.",
+            "- DQNAgent's first update from the same weights and batch: loss "
+            + ", ".join(
+                f"{loss:.6g} ({'channels_last' if cl else 'NCHW'}, {precision})"
+                for (cl, precision), loss in first_loss.items()
+            )
+            + ". bf16 runs the forward passes under bfloat16 autocast (`agent.precision`); its "
+            "speed depends on the CPU's bf16 units (AMX, AVX512-BF16).",
         ]
     )
 
@@ -948,10 +959,18 @@ def train_overrides(args: argparse.Namespace, kind: str, steps: int, seed: int) 
     return overrides
 
 
-def train_run(args: argparse.Namespace, kind: str, steps: int, run_dir: str) -> dict[str, Any]:
-    """One ``Trainer`` run (in a fresh process); its SPS, counts and peak RSS."""
+# SB3 DQN's algorithm in per_dqn: what the parity row sets on top of atari100k.yaml.
+SB3_ALGORITHM = ["agent.double=false", "agent.dueling=false", "agent.n_step=1"]
+
+
+def train_run(args: argparse.Namespace, key: str, steps: int, run_dir: str) -> dict[str, Any]:
+    """One ``Trainer`` run (in a fresh process); its SPS, counts and peak RSS.
+
+    ``key`` is a replay kind, or ``parity``: uniform replay with SB3's algorithm.
+    """
     quiet_ale()
-    config = load_atari_config(args, train_overrides(args, kind, steps, args.seed))
+    kind, extra = ("uniform", SB3_ALGORITHM) if key == "parity" else (key, [])
+    config = load_atari_config(args, train_overrides(args, kind, steps, args.seed) + extra)
     trainer = Trainer(config, Path(CONFIG).stem)
     try:
         summary = trainer.run(Path(run_dir))
@@ -1028,13 +1047,14 @@ def in_fresh_process(fn: Callable[..., dict[str, Any]], *fn_args: Any) -> dict[s
 TRAIN_ROWS = {
     "uniform": "per_dqn Trainer, replay uniform",
     "proportional": "per_dqn Trainer, replay proportional",
+    "parity": "per_dqn Trainer, SB3's algorithm (uniform, 1-step, no dueling, no Double DQN)",
     "sb3": "SB3 DQN (CnnPolicy, uniform replay)",
 }
 
 
 def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> str:
     """Sections 4 and 5: short real runs, interleaved repeats, each run in its own process."""
-    keys = ["uniform", "proportional", *(["sb3"] if HAVE_SB3 else [])]
+    keys = ["uniform", "proportional", *(["parity", "sb3"] if HAVE_SB3 else [])]
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     with tempfile.TemporaryDirectory(prefix="bench-atari-") as tmp:
         # Untimed warm-up: numba's on-disk cache of every replay kernel, torch's first calls.
@@ -1121,11 +1141,15 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
         ratios = [
             p["sps"] / s["sps"] for p, s in zip(runs["proportional"], runs["sb3"], strict=True)
         ]
-        lines.append(
+        parity = [p["sps"] / s["sps"] for p, s in zip(runs["parity"], runs["sb3"], strict=True)]
+        lines += [
             f"- Measured in the table above (same repeats, same env pipeline and settings; SB3 "
             f"does no dueling, Double DQN, n-step or PER). per_dqn proportional SPS / SB3 SPS: "
-            f"{median(ratios):.2f}x (per-repeat {min(ratios):.2f}x to {max(ratios):.2f}x)."
-        )
+            f"{median(ratios):.2f}x (per-repeat {min(ratios):.2f}x to {max(ratios):.2f}x).",
+            f"- The same algorithm as SB3 ({', '.join(SB3_ALGORITHM)}, uniform replay): "
+            f"{median(parity):.2f}x (per-repeat {min(parity):.2f}x to {max(parity):.2f}x). "
+            "Double DQN adds a third forward pass to every update.",
+        ]
     else:
         lines.append(
             f"- Not measured: stable_baselines3 is not importable. Install it with `{SB3_INSTALL}`"

@@ -1,0 +1,160 @@
+"""fp32 against bf16 (``agent.precision``): finished runs' learning curves side by side, and a
+table of what each run reached and how fast.
+
+Usage::
+
+    .venv/bin/python benchmarks/precision_curves.py RUN_DIR [RUN_DIR ...] [--out PNG]
+
+Every run dir is one ``per-dqn train`` output (``config.yaml``, ``summary.json``, an event file);
+runs are grouped by their ``agent.precision`` and matched by seed. Nothing here trains: the runs
+are made with the commands the README lists, and this script only reads what they wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import markdown_table
+
+from per_dqn import metrics as m
+from per_dqn.report import read_summary
+
+PANELS = [  # (tag, y label, episodes or log points in the rolling mean)
+    (m.EPISODE_RETURN, "training episode return (mean of 10 episodes)", 10),
+    (m.TRAIN_Q_MEAN, "mean Q(s, a) of the sampled batch", 1),
+    (m.TRAIN_TD_ERROR_ABS, "mean |TD error| of the sampled batch", 1),
+    (m.PER_MEAN_PRIORITY, "mean priority of the whole memory", 1),
+]
+COLORS = {"fp32": "C0", "bf16": "C3"}
+LAST_STEPS = 20_000  # the training-return column averages the episodes that end in these
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """One run: its precision, seed, summary and scalar curves."""
+
+    path: Path
+    precision: str
+    seed: int
+    summary: dict
+    curves: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def read_run(run_dir: Path) -> RunCurves:
+    """The run dir's config, summary and the panels' scalars."""
+    summary = read_summary(run_dir)
+    if summary is None or summary.get("interrupted") is not False:
+        raise SystemExit(f"error: {run_dir}: no summary of a finished run")
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    precision = config.get("agent", {}).get("precision", "fp32")
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    curves = {}
+    for tag, _, _ in PANELS:
+        if tag in tags:
+            points = events.Scalars(tag)
+            curves[tag] = (
+                np.array([p.step for p in points]),
+                np.array([p.value for p in points], dtype=np.float64),
+            )
+    return RunCurves(run_dir, precision, int(summary["seed"]), summary, curves)
+
+
+def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    sums = np.cumsum(np.concatenate(([0.0], values)))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def plot(runs: list[RunCurves], out: Path) -> None:
+    """One panel per tag; one colour per precision, one line style per seed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12.8, 7.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 2).ravel()
+    seeds = sorted({r.seed for r in runs})
+    styles = ["-", "--", ":", "-."]
+    for ax, (tag, label, window) in zip(axes, PANELS, strict=True):
+        for run in runs:
+            if tag not in run.curves:
+                continue
+            steps, values = run.curves[tag]
+            ax.plot(
+                steps,
+                rolling_mean(values, window),
+                color=COLORS.get(run.precision, "C2"),
+                linestyle=styles[seeds.index(run.seed) % len(styles)],
+                linewidth=1.2,
+                label=f"{run.precision}, seed {run.seed}",
+            )
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    title = {r.summary["env_id"] for r in runs} | {r.summary["config"] for r in runs}
+    fig.suptitle(", ".join(sorted(title)) + ": agent.precision fp32 against bf16")
+    fig.savefig(out, dpi=100)
+
+
+def table(runs: list[RunCurves]) -> str:
+    """A row per run: final evaluation, late training return, SPS, wall time."""
+    rows = []
+    for run in sorted(runs, key=lambda r: (r.seed, r.precision != "fp32")):
+        s = run.summary
+        late = "n/a"
+        if m.EPISODE_RETURN in run.curves:
+            steps, values = run.curves[m.EPISODE_RETURN]
+            mask = steps > s["env_steps"] - LAST_STEPS
+            if mask.any():
+                late = f"{values[mask].mean():.1f} ({int(mask.sum())} episodes)"
+        rows.append(
+            [
+                run.precision,
+                str(run.seed),
+                f"{s['final_eval_return_mean']:.1f} ± {s['final_eval_return_std']:.1f} "
+                f"({s['final_eval_episodes']} episodes)",
+                late,
+                f"{s['sps']:.1f}",
+                f"{s['wall_seconds'] / 3600:.2f} h",
+                run.path.as_posix(),
+            ]
+        )
+    headers = [
+        "precision",
+        "seed",
+        "final evaluation",
+        f"training return, last {LAST_STEPS:,} steps",
+        "SPS",
+        "wall",
+        "run dir",
+    ]
+    return markdown_table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="finished per-dqn run dirs")
+    parser.add_argument("--out", type=Path, default=Path("runs/precision-curves.png"))
+    args = parser.parse_args(argv)
+    runs = [read_run(d) for d in args.run_dirs]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot(runs, args.out)
+    print(table(runs))
+    print(f"\nCurves: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
