@@ -16,12 +16,18 @@ Five sections, each printed as a markdown table as soon as it is measured:
    (the ``bench`` extra), cpprb 11's ``PrioritizedReplayBuffer`` with its frame-sharing options
    (``next_of="obs"``, ``stack_compress="obs"``, ``Nstep=False``), once with the channel-first
    ``(4, 84, 84)`` stacks every other row stores, and once with channel-last ``(84, 84, 4)``
-   stacks, the layout ``stack_compress`` documents ("the last dimension is the stack dimension").
-   Before timing, 256 sampled ``obs`` and ``next_obs`` stacks of each row are compared with the
-   truth; a row whose stacks are wrong is still timed, and marked. Timed: the replay side of one
-   DQN step (4 single ``add`` calls continuing the episode stream, ``sample(32)`` gathering the
-   ``obs`` and ``next_obs`` stacks, and, for PER, ``update_priorities`` of those 32 with random
-   ``|delta|``) in steps per second, and ``sample(32)`` alone in microseconds. Memory: the
+   stacks, the layout ``stack_compress`` documents ("the last dimension is the stack dimension");
+   and, when ``tianshou`` imports (also the ``bench`` extra), Tianshou 2's
+   ``PrioritizedReplayBuffer`` as its Atari examples set it up (``stack_num=4``,
+   ``ignore_obs_next=True``, ``save_only_last_obs=True``: it keeps each ``obs``'s newest frame
+   only and rebuilds stacks along its episode links), added one ``Batch`` per transition with the
+   channel-first stacks its Atari wrappers emit. Before timing, 256 sampled ``obs`` and
+   ``next_obs`` stacks of each row are compared with the truth (Tianshou's row is also compared
+   at every episode start and end, where it differs); a row whose stacks are wrong is still
+   timed, and marked. Timed: the replay side of one DQN step (4 single ``add`` calls continuing
+   the episode stream, ``sample(32)`` gathering the ``obs`` and ``next_obs`` stacks, and, for
+   PER, ``update_priorities`` (Tianshou: ``update_weight``) of those 32 with random ``|delta|``)
+   in steps per second, and ``sample(32)`` alone in microseconds. Memory: the
    process's resident set (``VmRSS``) before building and after filling each memory, freed
    memory given back to the OS (``malloc_trim``) before each reading; the memories are built one
    at a time and deleted before the next, so each delta is that memory's.
@@ -108,6 +114,10 @@ try:
     import cpprb
 except ImportError:  # the `bench` extra is not installed: those rows are skipped with a note
     cpprb = None
+try:
+    import tianshou.data  # binds `tianshou`; its row is skipped with a note when missing
+except ImportError:
+    tianshou = None
 
 SECTIONS = ("env", "replay", "learner", "train")
 CONFIG = "atari100k.yaml"
@@ -364,6 +374,10 @@ class ReplayRow:
     stored: Callable[[], int]
     nbytes: int | None = None
     planned: int | None = None
+    # Priorities by slot index (randomise_priorities); None: the memory's update_priorities.
+    prioritise: Callable[[np.ndarray, np.ndarray], None] | None = None
+    # A check beyond check_stacks' random samples, appended to its verdict in the stacks column.
+    extra_check: Callable[[EpisodeStream, FrameSource], str] | None = None
 
 
 def per_dqn_row(name: str, memory: Any, prioritized: bool) -> ReplayRow:
@@ -433,6 +447,83 @@ def cpprb_row(name: str, capacity: int, channels_last: bool) -> ReplayRow:
     )
 
 
+def tianshou_row(name: str, capacity: int) -> ReplayRow:
+    """Tianshou's ``PrioritizedReplayBuffer`` set up as its Atari examples set it up.
+
+    ``stack_num=4, ignore_obs_next=True, save_only_last_obs=True``: it is given the (4, 84, 84)
+    channel-first stacks its Atari wrappers emit, stores only the newest frame of each ``obs``
+    (and no ``obs_next``), and rebuilds a stack by walking ``prev`` back 3 slots, stopping at an
+    episode's first slot (so it repeats the reset frame there, as ``EpisodeStream`` does, and as
+    Tianshou's own ``FrameStack`` wrapper pads). A sampled ``obs_next`` is the stack at
+    ``next(index)``, which stays at ``index`` when ``done[index]``: for an episode's last
+    transition Tianshou returns its ``obs`` again, since the frame after it is never stored.
+    ``check_stacks`` counts that as a wrong ``next_obs``, like any other row's; DQN's target
+    masks that ``next_obs`` with ``done``, so it does not change what is learned.
+    """
+    buffer = tianshou.data.PrioritizedReplayBuffer(
+        size=capacity, alpha=ALPHA, beta=BETA, stack_num=STACK,
+        ignore_obs_next=True, save_only_last_obs=True,
+    )  # fmt: skip
+
+    def update(sampled: tuple[Any, np.ndarray], td_errors: np.ndarray) -> None:
+        buffer.update_weight(sampled[1], td_errors)
+
+    def boundaries(stream: EpisodeStream, source: FrameSource) -> str:
+        """``check_stacks``' comparison at every stored episode start and end.
+
+        The slots where padding and ``next`` / ``prev`` stopping matter are ~4 in 350, so the
+        256 random samples miss a wrong episode end about half the time: Tianshou's row would
+        read bit-exact by luck. Starts: the 3 steps whose ``obs`` repeats the reset frame.
+        """
+        ids = stream.ids
+        verdicts = []
+        for what, slots in (
+            ("episode-start steps", np.flatnonzero(ids[:, 0] == ids[:, 1])),
+            ("episode ends", np.flatnonzero(stream.terminated)),
+        ):
+            wrong_obs = wrong_next = 0
+            for part in np.array_split(slots, -(-len(slots) // 256)):
+                batch = buffer[part]  # the gather sample() does: stacked obs and obs_next
+                truth = source.frames(ids[part])
+                wrong_obs += int((batch.obs != truth[:, :STACK]).any(axis=(1, 2, 3)).sum())
+                wrong_next += int((batch.obs_next != truth[:, 1:]).any(axis=(1, 2, 3)).sum())
+            n = len(slots)
+            verdicts.append(
+                f"all {n:,} {what} bit-exact"
+                if wrong_obs == wrong_next == 0
+                else f"all {n:,} {what} WRONG ({wrong_obs}/{n} obs, {wrong_next}/{n} next_obs)"
+            )
+        return "; ".join(verdicts)
+
+    return ReplayRow(
+        name=name,
+        memory=buffer,
+        add_one=buffer.add,  # one prebuilt tianshou Batch per transition, as its Collector adds
+        sample=lambda: buffer.sample(TRAIN_BATCH),  # (batch, indices); beta set at construction
+        indices_of=lambda sampled: sampled[1],
+        stacks_of=lambda sampled: (sampled[0].obs, sampled[0].obs_next),
+        update=update,
+        stored=lambda: len(buffer),
+        prioritise=buffer.update_weight,
+        extra_check=boundaries,
+    )
+
+
+def tianshou_nbytes(buffer: Any) -> int:
+    """Bytes of a Tianshou buffer's arrays (allocated, and zero-filled, at its first ``add``)."""
+    keys = ("obs", "act", "rew", "terminated", "truncated", "done")
+    return sum(getattr(buffer, key).nbytes for key in keys) + buffer.weight._value.nbytes
+
+
+def tianshou_batch(frames: np.ndarray, stream: EpisodeStream, k: int) -> Any:
+    """Transition ``k`` (``frames``: its 5 frames) as the ``Batch`` Tianshou's Collector adds:
+    (4, 84, 84) ``obs`` and ``obs_next`` stacks; the buffer keeps ``obs[-1]`` only."""
+    return tianshou.data.Batch(
+        obs=frames[:STACK], act=int(stream.actions[k]), rew=float(stream.rewards[k]),
+        terminated=bool(stream.terminated[k]), truncated=False, obs_next=frames[1:],
+    )  # fmt: skip
+
+
 def fill_per_dqn(row: ReplayRow, stream: EpisodeStream, source: FrameSource) -> None:
     """``add_batch`` in chunks of 512 transitions."""
     for part in stream.chunks(FILL_CHUNK):
@@ -454,9 +545,20 @@ def fill_cpprb(row: ReplayRow, stream: EpisodeStream, source: FrameSource, cl: b
         row.memory.on_episode_end()
 
 
+def fill_tianshou(row: ReplayRow, stream: EpisodeStream, source: FrameSource) -> None:
+    """One ``add`` per transition: Tianshou's ``ReplayBuffer.add`` takes one step (its batched
+    adds go across the sub-buffers of a ``VectorReplayBuffer``, one transition per env)."""
+    for part in stream.chunks(FILL_CHUNK):
+        frames = source.frames(stream.ids[part])
+        for k in range(part.start, part.stop):
+            row.memory.add(tianshou_batch(frames[k - part.start], stream, k))
+    row.nbytes = tianshou_nbytes(row.memory)
+
+
 def randomise_priorities(row: ReplayRow, n: int, rng: np.random.Generator) -> None:
     """Random ``|delta|`` for every stored transition, so the trees are not all-equal."""
-    update = row.memory.update_priorities  # same signature in per_dqn and cpprb
+    # per_dqn's and cpprb's update_priorities, Tianshou's update_weight: (indices, |delta|).
+    update = row.prioritise or row.memory.update_priorities
     for start in range(0, n, 1 << 16):
         stop = min(start + (1 << 16), n)
         update(np.arange(start, stop), np.abs(rng.standard_normal(stop - start)))
@@ -481,22 +583,24 @@ def check_stacks(row: ReplayRow, stream: EpisodeStream, source: FrameSource) -> 
     return f"WRONG ({wrong_obs}/{total} obs, {wrong_next}/{total} next_obs)"
 
 
-def loop_pool(
-    row: ReplayRow, stream: EpisodeStream, source: FrameSource, cl: bool | None
-) -> list[Any]:
+def loop_pool(spec: RowSpec, stream: EpisodeStream, source: FrameSource) -> list[Any]:
     """The transitions the timed add loop cycles through, in the row's own calling form.
 
-    ``cl`` is None for ``per_dqn`` rows (positional ``add`` arguments), else cpprb's layout.
+    Positional ``add`` arguments for ``per_dqn``, a tianshou ``Batch`` for Tianshou, and
+    ``add`` keywords in the row's layout (plus whether the episode ends) for cpprb.
     """
     frames = source.frames(stream.ids)
     pool: list[Any] = []
-    if cl is None:
+    if spec.library == "per_dqn":
         for k in range(len(stream)):
             pool.append(
                 (frames[k, :STACK], int(stream.actions[k]), float(stream.rewards[k]),
                  frames[k, 1:], bool(stream.terminated[k]))
             )  # fmt: skip
         return pool
+    if spec.library == "tianshou":
+        return [tianshou_batch(frames[k], stream, k) for k in range(len(stream))]
+    cl = spec.channels_last
     obs = np.ascontiguousarray(to_layout(frames[:, :STACK], cl))
     next_obs = np.ascontiguousarray(to_layout(frames[:, 1:], cl))
     for k in range(len(stream)):
@@ -569,6 +673,7 @@ ROW_UNIFORM = "per_dqn UniformReplay (dedup_frames)"
 ROW_PER = "per_dqn PrioritizedReplay (dedup_frames, alpha 0.6)"
 ROW_CPPRB = "cpprb PrioritizedReplayBuffer (4, 84, 84), next_of + stack_compress"
 ROW_CPPRB_CL = "cpprb PrioritizedReplayBuffer (84, 84, 4), next_of + stack_compress"
+ROW_TIANSHOU = "Tianshou PrioritizedReplayBuffer (4, 84, 84), stack_num 4 + save_only_last_obs"
 
 
 @dataclass(frozen=True)
@@ -577,8 +682,9 @@ class RowSpec:
 
     name: str
     build: Callable[[int], ReplayRow]
-    layout: bool | None  # None: per_dqn (positional adds); else cpprb, True if channel-last
+    library: str  # "per_dqn", "cpprb" or "tianshou": how it is filled and how its adds look
     need: Callable[[int], int]  # bytes the filled memory holds at a capacity, about
+    channels_last: bool = False  # cpprb only: (84, 84, 4) stacks
 
 
 def replay_specs() -> list[RowSpec]:
@@ -596,7 +702,7 @@ def replay_specs() -> list[RowSpec]:
         def need(capacity: int) -> int:
             return planned_nbytes(kind, capacity, OBS_SHAPE, np.uint8, dedup_frames=True)["total"]
 
-        return RowSpec(name, build, None, need)
+        return RowSpec(name, build, "per_dqn", need)
 
     specs = [
         per_dqn_spec(ROW_UNIFORM, "uniform", 0),
@@ -610,25 +716,42 @@ def replay_specs() -> list[RowSpec]:
             RowSpec(
                 ROW_CPPRB,
                 lambda capacity: cpprb_row(ROW_CPPRB, capacity, False),
-                False,
+                "cpprb",
                 lambda capacity: capacity * 14_000,
             ),
             RowSpec(
                 ROW_CPPRB_CL,
                 lambda capacity: cpprb_row(ROW_CPPRB_CL, capacity, True),
-                True,
+                "cpprb",
                 lambda capacity: capacity * (FRAME_ITEMS + 512),
+                channels_last=True,
             ),
         ]
+    if tianshou is not None:
+        # Tianshou allocates every array at the first add, with np.full(..., 0), which writes
+        # (so makes resident) all of it: measured with this script's data (tianshou 2.0.1,
+        # capacities 50k to 200k, fills 20k to 50k) the RSS delta is its nbytes whatever the
+        # fill, 7,096 B per slot (84x84 frame, int64 act, float64 rew, 3 bools, the float64
+        # segment tree over the next power of 2): 7.1 GB at 1M. The bound is a bit above.
+        specs.append(
+            RowSpec(
+                ROW_TIANSHOU,
+                lambda capacity: tianshou_row(ROW_TIANSHOU, capacity),
+                "tianshou",
+                lambda capacity: capacity * 7_200,
+            )
+        )
     return specs
 
 
 def fill(row: ReplayRow, spec: RowSpec, stream: EpisodeStream, source: FrameSource) -> None:
     """Fills ``row`` with ``stream`` the way its implementation takes batches."""
-    if spec.layout is None:
+    if spec.library == "per_dqn":
         fill_per_dqn(row, stream, source)
+    elif spec.library == "tianshou":
+        fill_tianshou(row, stream, source)
     else:
-        fill_cpprb(row, stream, source, spec.layout)
+        fill_cpprb(row, stream, source, spec.channels_last)
 
 
 def warm_up(spec: RowSpec, source: FrameSource, td_pool: list[np.ndarray]) -> None:
@@ -644,7 +767,9 @@ def warm_up(spec: RowSpec, source: FrameSource, td_pool: list[np.ndarray]) -> No
     if row.update is not None:
         randomise_priorities(row, len(stream), rng)
     check_stacks(row, stream, source)
-    transitions = cycle(loop_pool(row, stream, source, spec.layout))
+    if row.extra_check is not None:
+        row.extra_check(stream, source)
+    transitions = cycle(loop_pool(spec, stream, source))
     time_loop(step_loop(row, transitions, td_pool), 16)
     time_loop(sample_loop(row), 16)
     del row, transitions
@@ -688,8 +813,10 @@ def measure_replay(args: argparse.Namespace, log: Callable[[str], None]) -> str:
         if row.update is not None:
             randomise_priorities(row, result.filled, rng)
         result.stacks = check_stacks(row, stream, source)
+        if row.extra_check is not None:
+            result.stacks += "; " + row.extra_check(stream, source)
         log(f"{name}: stacks {result.stacks}")
-        transitions = cycle(loop_pool(row, pool_stream, source, spec.layout))
+        transitions = cycle(loop_pool(spec, pool_stream, source))
         loops = [step_loop(row, transitions, td_pool), sample_loop(row)]
         calls = [calibrate(loop, args.target_s) for loop in loops]
         for _ in range(args.repeats):
@@ -779,8 +906,28 @@ def render_replay(results: list[ReplayResult], args: argparse.Namespace) -> str:
                 f"- loop steps/s, per_dqn PER / cpprb PER ({note}; cpprb stacks {peer.stacks}): "
                 f"{ratio:.2f}x; target >= {LOOP_RATIO_TARGET:g}x: {verdict}."
             )
+        peer = by_name.get(ROW_TIANSHOU)
+        if peer is not None and peer.skipped is None:
+            ratio = median(peer.step_s) / median(per.step_s)
+            lines.append(
+                f"- loop steps/s, per_dqn PER / Tianshou PER (Tianshou stacks {peer.stacks}): "
+                f"{ratio:.2f}x."
+            )
+    tianshou_result = by_name.get(ROW_TIANSHOU)
+    if tianshou_result is not None and tianshou_result.skipped is None:
+        lines.append(
+            "- Tianshou's stacks: besides the 256 random samples every row gets, its row is "
+            "checked at every stored episode start and end. With `ignore_obs_next=True` the "
+            "frame after an episode's last step is never stored and `next(index)` stays at "
+            "`index` when `done`, so `obs_next` of a terminal step is that step's `obs` again, "
+            "not the truth (DQN's target masks it with `done`). At episode starts Tianshou pads "
+            "as the truth does, repeating the reset frame (`prev` stops at the episode's first "
+            "slot; Tianshou's `FrameStack` and gymnasium's `FrameStackObservation` both pad so)."
+        )
     if cpprb is None:
         lines.append("- cpprb not installed (the `bench` extra, `make bench`): no peer rows.")
+    if tianshou is None:
+        lines.append("- tianshou not installed (the `bench` extra, `make bench`): no Tianshou row.")
     return "\n".join(lines)
 
 
@@ -1163,7 +1310,9 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
 
 def package_versions() -> dict[str, str]:
     """Versions of the packages whose code is timed."""
-    names = ("numpy", "numba", "torch", "ale-py", "gymnasium", "cpprb", "stable-baselines3")
+    names = (
+        "numpy", "numba", "torch", "ale-py", "gymnasium", "cpprb", "tianshou", "stable-baselines3",
+    )  # fmt: skip
     versions = {}
     for name in names:
         try:
