@@ -348,14 +348,14 @@ class SweepResult:
         return [o for o in self.outcomes if o.error is not None]
 
 
-def _run_job(job: Job, out: Path) -> Outcome:
+def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None) -> Outcome:
     """Runs one job in this process, as ``per-dqn train --quiet`` would."""
     config = _job_config(job)
     from per_dqn.train import Trainer
 
     trainer = Trainer(config, job.config_name)
     try:
-        summary = trainer.run(out / job.run_dir)
+        summary = trainer.run(out / job.run_dir, should_stop=should_stop)
     finally:
         trainer.close()
     return Outcome(
@@ -366,28 +366,41 @@ def _run_job(job: Job, out: Path) -> Outcome:
     )
 
 
-def _interrupt_once(signum: int, frame: Any) -> None:
-    """Raises ``KeyboardInterrupt`` once; later SIGINTs are ignored so that they cannot cut
-    short the interrupted summary being written (a terminal's Ctrl-C reaches a worker directly
-    and again through the parent)."""
+# Set in a worker by its first SIGINT during a run; the run polls it between env steps.
+_STOP_REQUESTED = False
+
+
+def _request_stop(signum: int, frame: Any) -> None:
+    """Asks the run in progress to stop at its next env step; later SIGINTs are ignored (a
+    terminal's Ctrl-C reaches a worker directly and again through the parent).
+
+    Nothing is raised here: an exception thrown from a signal handler lands wherever the main
+    thread happens to be, which can be inside a library holding a lock (TensorBoard's event
+    writer, a queue), and the worker could then hang instead of writing its summary.
+    """
+    global _STOP_REQUESTED
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    _STOP_REQUESTED = True
+
+
+def _stop_requested() -> bool:
+    return _STOP_REQUESTED
 
 
 def _worker(out: Path, jobs: Any, results: Any, stop: Any) -> None:
     """A worker process: runs jobs from ``jobs`` until a ``None`` or ``stop`` is set.
 
-    SIGINT is ignored between runs (the parent decides when the sweep stops) and raises
-    ``KeyboardInterrupt`` during one, which ``Trainer.run`` turns into an interrupted summary.
+    SIGINT is ignored between runs (the parent decides when the sweep stops) and, during one,
+    asks ``Trainer.run`` to stop at its next env step, which it ends with an interrupted summary.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         job = jobs.get()
-        if job is None or stop.is_set():
+        if job is None or stop.is_set() or _STOP_REQUESTED:
             return
-        signal.signal(signal.SIGINT, _interrupt_once)
+        signal.signal(signal.SIGINT, _request_stop)
         try:
-            outcome = _run_job(job, out)
+            outcome = _run_job(job, out, _stop_requested)
         except KeyboardInterrupt:
             outcome = Outcome(job, interrupted=True)
         except Exception as exc:

@@ -248,7 +248,12 @@ class Trainer:
             },
         )
 
-    def run(self, run_dir: Path, progress: m.ConsoleProgress | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        run_dir: Path,
+        progress: m.ConsoleProgress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
         """Trains, evaluates, and writes ``config.yaml``, events, checkpoints and ``summary.json``.
 
         After ``load_checkpoint`` the run continues that checkpoint in ``run_dir``: its event
@@ -257,6 +262,9 @@ class Trainer:
         A ``KeyboardInterrupt`` stops the loop cleanly: the summary is written with
         ``interrupted: true`` and no final evaluation, and the event file is closed; no checkpoint
         is written then (the state may be mid-step), so a resume starts from the last periodic one.
+        ``should_stop`` is the same stop asked for cooperatively: polled once per env step (and
+        before the final evaluation), it ends the run as an interrupt does, but always between
+        two steps, never inside a library call (a sweep's workers stop their runs this way).
 
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
@@ -282,9 +290,12 @@ class Trainer:
                 self._save_checkpoint(run_dir, logger, loop_state, final=False)
 
             loop = _Loop(self, logger, progress, save if self.config.checkpoint.enabled else None)
+            loop.should_stop = should_stop
             interrupted = False
             try:
                 loop.train(None if resume is None else resume.loop)
+                if should_stop is not None and should_stop():
+                    raise KeyboardInterrupt
                 final = loop.final_eval()
             except KeyboardInterrupt:
                 interrupted, final = True, None
@@ -327,6 +338,7 @@ class _Loop:
     ) -> None:
         cfg = trainer.config
         self.checkpoint = checkpoint  # saves a ``state_dict()``; None: no periodic checkpoints
+        self.should_stop: Callable[[], bool] | None = None  # see ``Trainer.run``
         self.cfg = cfg
         self.agent = trainer.agent
         self.memory = trainer.memory
@@ -422,8 +434,11 @@ class _Loop:
             }  # fmt: skip
 
         self._cursor = cursor_now
+        should_stop = self.should_stop
 
         while self.env_steps < train.total_env_steps:
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt
             if autoreset.all():
                 actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
             else:

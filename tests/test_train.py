@@ -143,6 +143,31 @@ def test_ctrl_c_keeps_what_was_written(tmp_path, monkeypatch):
     assert m.TRAIN_LOSS in read_scalars(tmp_path / "run")
 
 
+def test_should_stop_ends_the_run_between_steps_like_an_interrupt(tmp_path):
+    """``should_stop`` is polled once per loop iteration (an env step, or a sub-env's uncounted
+    reset-only step): true at poll 500, the loop stops there and the run ends as an interrupt
+    does, with no final evaluation and the summary marked interrupted."""
+    polls = []
+
+    def should_stop() -> bool:
+        polls.append(1)
+        return len(polls) >= 500
+
+    trainer = Trainer(short_config("env.num_envs=1"), "cartpole")
+    try:
+        summary = trainer.run(tmp_path / "run", should_stop=should_stop)
+    finally:
+        trainer.close()
+    assert len(polls) == 500
+    assert summary["interrupted"] is True
+    assert summary["final_eval_return_mean"] is None
+    # 499 iterations ran: each an env step except the reset-only step after each episode end.
+    episodes = len(read_scalars(tmp_path / "run")[m.EPISODE_RETURN])
+    assert 400 < summary["env_steps"] < 499
+    # (500 if the last of the 499 ended an episode, whose reset step never came)
+    assert summary["env_steps"] + episodes in (499, 500)
+
+
 class CountingEnv(gym.Env):
     """obs = [episode number, t]; reward t + 1 for step t; odd episodes terminate after 3 steps,
     even ones run into the 4-step time limit (truncation)."""
