@@ -5,9 +5,11 @@ Usage::
 
     .venv/bin/python benchmarks/precision_curves.py RUN_DIR [RUN_DIR ...] [--out PNG]
 
-Every run dir is one ``per-dqn train`` output (``config.yaml``, ``summary.json``, an event file);
-runs are grouped by their ``agent.precision`` and matched by seed. Nothing here trains: the runs
-are made with the commands the README lists, and this script only reads what they wrote.
+Every run dir is one ``per-dqn train`` output (``config.yaml``, ``summary.json``, an event file),
+finished or interrupted (Ctrl-C: its curves stop where it stopped, and it has no final
+evaluation); runs are grouped by their ``agent.precision`` and matched by seed. Nothing here
+trains: the runs are made with the commands the README lists, and this script only reads what
+they wrote.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ class RunCurves:
 def read_run(run_dir: Path) -> RunCurves:
     """The run dir's config, summary and the panels' scalars."""
     summary = read_summary(run_dir)
-    if summary is None or summary.get("interrupted") is not False:
-        raise SystemExit(f"error: {run_dir}: no summary of a finished run")
+    if summary is None:
+        raise SystemExit(f"error: {run_dir}: no summary.json (a run in progress or cut short)")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     precision = config.get("agent", {}).get("precision", "fp32")
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -117,15 +119,21 @@ def table(runs: list[RunCurves]) -> str:
         late = "n/a"
         if m.EPISODE_RETURN in run.curves:
             steps, values = run.curves[m.EPISODE_RETURN]
-            mask = steps > s["env_steps"] - LAST_STEPS
+            mask = steps > s["env_steps"] - LAST_STEPS  # the last steps this run reached
             if mask.any():
                 late = f"{values[mask].mean():.1f} ({int(mask.sum())} episodes)"
+        if s["interrupted"]:
+            final = f"none: stopped at {s['env_steps']:,} steps"
+        else:
+            final = (
+                f"{s['final_eval_return_mean']:.1f} ± {s['final_eval_return_std']:.1f} "
+                f"({s['final_eval_episodes']} episodes)"
+            )
         rows.append(
             [
                 run.precision,
                 str(run.seed),
-                f"{s['final_eval_return_mean']:.1f} ± {s['final_eval_return_std']:.1f} "
-                f"({s['final_eval_episodes']} episodes)",
+                final,
                 late,
                 f"{s['sps']:.1f}",
                 f"{s['wall_seconds'] / 3600:.2f} h",
