@@ -35,7 +35,8 @@ bench: $(STAMP)
 bench-train: $(STAMP)
 	$(BIN)/python benchmarks/train_loop.py
 
-# Atari-scale env, replay at 1M (vs cpprb), learner and whole-loop SPS (vs SB3 if installed).
+# Atari-scale env, replay at 1M (vs cpprb and Tianshou), learner and whole-loop SPS (vs SB3),
+# peers measured when the bench extra is installed.
 .PHONY: bench-atari
 bench-atari: $(STAMP)
 	$(BIN)/python benchmarks/atari.py
