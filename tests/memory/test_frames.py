@@ -133,3 +133,35 @@ def test_state_dict_round_trip():
     for field in a._fields:
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     check_memory_holds(clone, transitions)
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_stale_shortcut_pointers_cost_a_hash_never_a_wrong_stack(n_step):
+    """A write first compares each frame with the previous write's frames (its pointers kept
+    on the side, never saved). After ``load_state_dict`` of another memory those pointers name
+    frames that now hold other bytes; the byte comparison must reject them, so the next writes
+    still rebuild bit-exact and a 1-step stream still stores one frame per step."""
+    ours = record_transitions(4, 1, 8, n_step, "reset")
+    theirs = record_transitions(5, 1, 16, n_step, "reset")
+    split = len(theirs) // 2
+
+    def memory():
+        return UniformReplay(
+            capacity=64, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True
+        )
+
+    mem, source = memory(), memory()
+    for obs, next_obs, k, terminated in ours:
+        mem.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
+    for obs, next_obs, k, terminated in theirs[:split]:
+        source.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
+    mem.load_state_dict(source.state_dict())
+    used_before = int((mem._storage.frame_ref >= 0).sum())
+    for obs, next_obs, k, terminated in theirs[split:]:
+        mem.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
+    check_memory_holds(mem, theirs)
+    if n_step == 1:
+        new_episodes = sum(1 for t in theirs[split:] if t[3])
+        used = int((mem._storage.frame_ref >= 0).sum())
+        # one new frame per step, one more per episode start (the first stack's reset frame)
+        assert used - used_before <= len(theirs) - split + new_episodes
