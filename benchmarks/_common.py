@@ -126,6 +126,16 @@ def command_line() -> str:
     return shlex.join(sys.orig_argv)
 
 
+def progress_log() -> Callable[[str], None]:
+    """A function that prints a message to stderr behind the seconds since this call."""
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub-flavoured markdown table; the first column left-aligned, the rest right-aligned."""
     widths = [max(len(str(r[c])) for r in (headers, *rows)) for c in range(len(headers))]

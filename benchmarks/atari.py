@@ -97,6 +97,7 @@ from _common import (
     machine_line,
     markdown_table,
     median,
+    progress_log,
     relative_spread,
     time_loop,
 )
@@ -1394,10 +1395,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Runs the chosen sections in order, printing each one's tables as soon as it is done."""
     args = parse_args(argv)
-    started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+    log = progress_log()
 
     quiet_ale()
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -35,8 +35,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -52,6 +50,7 @@ from _common import (
     machine_line,
     markdown_table,
     median,
+    progress_log,
     relative_spread,
     time_loop,
 )
@@ -300,10 +299,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Runs every game's rows and prints the report."""
     args = parse_args(argv)
-    started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+    log = progress_log()
 
     quiet_ale()
     if not HAVE_CV2:

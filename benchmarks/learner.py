@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import copy
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from _common import command_line, machine_line, markdown_table
+from _common import command_line, machine_line, markdown_table, progress_log
 from torch import nn
 from torch.nn import functional as F
 
@@ -415,10 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Builds every variant, checks its first update, times the rest, prints the report."""
     args = parse_args(argv)
-    started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+    log = progress_log()
 
     torch.set_num_threads(THREADS)
     torch.manual_seed(args.seed)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from _common import (
     machine_line,
     markdown_table,
     median,
+    progress_log,
     relative_spread,
     time_loop,
 )
@@ -737,10 +737,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+    log = progress_log()
 
     check_baselines_agree()
     log("baselines agree with PrioritizedReplay")
