@@ -105,6 +105,7 @@ from atari_env import Subject, ale_subject, loop_factory, quiet_ale
 from learner import NUM_ACTIONS, Learner, NatureDuelingQ, Variant, make_batch
 
 from per_dqn.agent import DQNAgent
+from per_dqn.agent.layout import stack_nhwc
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
 from per_dqn.envs import atari_game, make_eval_env, make_vector_env
 from per_dqn.memory import Batch, PrioritizedReplay, UniformReplay, planned_nbytes
@@ -1040,6 +1041,7 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
     finally:
         torch.set_num_threads(previous_threads)
     log("learner: timed")
+    layout_ms = measure_nhwc(np_batches[0])
     plain_ms = {row.threads: median(row.times) * 1e3 for row in rows if row.plain}
     table = []
     for row in rows:
@@ -1080,8 +1082,33 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
             )
             + ". bf16 runs the forward passes under bfloat16 autocast (`agent.precision`); its "
             "speed depends on the CPU's bf16 units (AMX, AVX512-BF16).",
+            f"- s and s' of one batch ({2 * TRAIN_BATCH} uint8 stacks) to NHWC, 1 thread: "
+            f"per_dqn.agent.layout.stack_nhwc {layout_ms['stack_nhwc']:.2f} ms, torch's "
+            f"`.contiguous(memory_format=torch.channels_last)` {layout_ms['torch']:.2f} ms "
+            "(median of 50 each).",
         ]
     )
+
+
+def measure_nhwc(batch: Batch, calls: int = 50) -> dict[str, float]:
+    """Milliseconds to lay one batch's s and s' out channels-last, the agent's way and torch's."""
+    both = torch.from_numpy(np.concatenate((batch.obs, batch.next_obs)))
+    ways = {
+        "stack_nhwc": lambda: stack_nhwc(batch.obs, batch.next_obs),
+        "torch": lambda: both.contiguous(memory_format=torch.channels_last),
+    }
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(calls):
+            for name, way in ways.items():
+                start = time.perf_counter()
+                way()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return {name: median(t) * 1e3 for name, t in times.items()}
 
 
 # --- 4 and 5. whole training loop (and SB3) -----------------------------------------------------
