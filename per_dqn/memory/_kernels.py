@@ -206,11 +206,25 @@ def first_out_of_range(indices, upper):  # pragma: no cover - compiled
     return -1
 
 
-# --- rank-based: an array-backed binary max-heap over |delta| ------------------------------------
+# --- rank-based: an array-backed binary max-heap over (|delta|, insertion stamp) ------------------
+#
+# Heap order is lexicographic: a larger key ranks higher, and between equal keys the later
+# insertion stamp (the newer transition) ranks higher. Without the stamp a new transition enters
+# with key == the running max and, under td_error_clip, ties with every clipped transition; a
+# strict sift-up then leaves it near the bottom, where it waits longer than under uniform replay
+# for its first replay. Schaul et al. (2016, Algorithm 1) put new transitions at the top.
 
 
 @_jit
-def _heap_swap(heap_slot, heap_key, slot_pos, a, b):  # pragma: no cover - compiled
+def _above(heap_key, heap_stamp, a, b):  # pragma: no cover - compiled
+    """True if heap entry ``a`` ranks strictly above entry ``b``."""
+    ka = heap_key[a]
+    kb = heap_key[b]
+    return ka > kb or (ka == kb and heap_stamp[a] > heap_stamp[b])
+
+
+@_jit
+def _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, a, b):  # pragma: no cover - compiled
     sa = heap_slot[a]
     sb = heap_slot[b]
     heap_slot[a] = sb
@@ -218,18 +232,21 @@ def _heap_swap(heap_slot, heap_key, slot_pos, a, b):  # pragma: no cover - compi
     ka = heap_key[a]
     heap_key[a] = heap_key[b]
     heap_key[b] = ka
+    ta = heap_stamp[a]
+    heap_stamp[a] = heap_stamp[b]
+    heap_stamp[b] = ta
     slot_pos[sb] = a
     slot_pos[sa] = b
 
 
 @_jit
-def _heap_sift(heap_slot, heap_key, slot_pos, size, pos):  # pragma: no cover - compiled
-    # Up while larger than the parent, else down while smaller than the larger child.
+def _heap_sift(heap_slot, heap_key, heap_stamp, slot_pos, size, pos):  # pragma: no cover
+    # Up while above the parent, else down while below the higher child.
     moved = False
     while pos > 0:
         parent = (pos - 1) >> 1
-        if heap_key[pos] > heap_key[parent]:
-            _heap_swap(heap_slot, heap_key, slot_pos, pos, parent)
+        if _above(heap_key, heap_stamp, pos, parent):
+            _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, pos, parent)
             pos = parent
             moved = True
         else:
@@ -240,18 +257,25 @@ def _heap_sift(heap_slot, heap_key, slot_pos, size, pos):  # pragma: no cover - 
         child = 2 * pos + 1
         if child >= size:
             return
-        if child + 1 < size and heap_key[child + 1] > heap_key[child]:
+        if child + 1 < size and _above(heap_key, heap_stamp, child + 1, child):
             child += 1
-        if heap_key[child] > heap_key[pos]:
-            _heap_swap(heap_slot, heap_key, slot_pos, pos, child)
+        if _above(heap_key, heap_stamp, child, pos):
+            _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, pos, child)
             pos = child
         else:
             return
 
 
 @_jit
-def heap_set(heap_slot, heap_key, slot_pos, size, slots, keys):  # pragma: no cover - compiled
-    """Sets the key of each slot (inserting absent slots) and restores the heap; returns size."""
+def heap_set(
+    heap_slot, heap_key, heap_stamp, slot_pos, size, slots, keys, first_stamp
+):  # pragma: no cover - compiled
+    """Sets the key of each slot (inserting absent slots) and restores the heap; returns size.
+
+    ``first_stamp >= 0`` marks the slots as new transitions (an insert, or a slot overwritten
+    after wrap-around): slot ``k`` gets stamp ``first_stamp + k``. ``first_stamp < 0`` is a
+    priority update: stamps stay as they are.
+    """
     for k in range(slots.shape[0]):
         slot = slots[k]
         pos = slot_pos[slot]
@@ -261,7 +285,9 @@ def heap_set(heap_slot, heap_key, slot_pos, size, slots, keys):  # pragma: no co
             heap_slot[pos] = slot
             slot_pos[slot] = pos
         heap_key[pos] = keys[k]
-        _heap_sift(heap_slot, heap_key, slot_pos, size, pos)
+        if first_stamp >= 0:
+            heap_stamp[pos] = first_stamp + k
+        _heap_sift(heap_slot, heap_key, heap_stamp, slot_pos, size, pos)
     return size
 
 

@@ -61,7 +61,8 @@ def planned_nbytes(
     if kind == "proportional":
         index = 2 * (2 * _leaf_offset(capacity) * 8)  # sum tree and min tree, float64 nodes
     elif kind == "rank":
-        index = capacity * 4 * 8  # heap slots, heap keys, slot positions, cumulative masses
+        # heap slots, keys and insertion stamps, slot positions, cumulative masses
+        index = capacity * 5 * 8
     else:
         index = 0
     fields = capacity * _FIELD_BYTES

@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay
 
@@ -136,7 +138,7 @@ def test_bad_input_raises_and_changes_nothing(cls):
     after = mem.state_dict()
     for key in ("storage", "rng"):
         assert repr(after[key]) == repr(before[key])
-    for key in ("priorities", "heap_slots", "heap_keys", "max_priority"):
+    for key in ("priorities", "heap_slots", "heap_keys", "heap_stamps", "max_priority"):
         if key in before:
             np.testing.assert_array_equal(after[key], before[key])
 
@@ -332,8 +334,34 @@ def test_rank_based_new_transitions_go_to_the_top():
     mem = filled(RankBasedReplay, capacity=50, n=20)
     mem.update_priorities(np.arange(20), np.linspace(0.1, 2.0, 20))
     slot = mem.add(np.zeros(2), 0, 0.0, np.zeros(2), False)
-    assert mem.priorities([slot]).item() == 2.0
-    assert mem.ranks([slot]).item() <= 2  # tied with the previous max, at the heap's top
+    assert mem.priorities([slot]).item() == 2.0  # the running max, tied with slot 19
+    assert mem.ranks([slot]).item() == 1
+
+
+@pytest.mark.parametrize("sort_interval", [1, 1000])
+def test_rank_based_new_transitions_win_ties_with_clipped_errors(sort_interval):
+    """Pins the bug where a new transition tied with clipped |delta| stayed near the bottom.
+
+    With ``td_error_clip = 1`` every stored key below is exactly 1.0, the key a new transition
+    enters with. The newest transition must rank 1, the one before it 2, and so on, in the heap,
+    after a full re-sort, and for a slot overwritten after wrap-around.
+    """
+    mem = filled(RankBasedReplay, capacity=8, n=6, td_error_clip=1.0, sort_interval=sort_interval)
+    mem.update_priorities(np.arange(6), np.full(6, 5.0))  # all clipped to 1.0
+    a = mem.add(np.zeros(2), 0, 0.0, np.zeros(2), False)
+    b = mem.add(np.zeros(2), 0, 0.0, np.zeros(2), False)
+    assert mem.priorities([a, b]).tolist() == [1.0, 1.0]
+    assert mem.ranks([b, a]).tolist() == [1, 2]
+    mem.sort()
+    assert mem.ranks([b, a]).tolist() == [1, 2]
+    c = mem.add(np.zeros(2), 0, 0.0, np.zeros(2), False)  # wraps: overwrites slot 0
+    assert c == 0
+    assert mem.ranks([c]).item() == 1  # heap positions below the root are approximate ranks
+    mem.sort()
+    assert mem.ranks([c, b, a]).tolist() == [1, 2, 3]
+    mem.update_priorities([c], [0.5])  # replayed with a small error: below every tie
+    mem.sort()
+    assert mem.ranks([c]).item() == 8
 
 
 def test_rank_based_heap_is_resorted_periodically():
@@ -353,3 +381,33 @@ def test_rank_based_heavy_head_keeps_every_segment_non_empty():
     assert len(set(seen.tolist())) > 32
     weights = mem.sample(32, beta=1.0).weights
     assert (weights > 0).all() and weights.max() == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), capacity=st.integers(1, 24))
+def test_rank_heap_matches_a_reference_ordering(data, capacity):
+    """Any mix of inserts (with wrap-around) and clipped updates keeps a valid heap whose root is
+    the reference's first item, and a re-sort gives exactly the reference ranking: key
+    descending, ties newest first."""
+    mem = RankBasedReplay(
+        capacity=capacity, obs_shape=(1,), seed=0, td_error_clip=1.0, sort_interval=10**6
+    )
+    key, stamp, clock = {}, {}, 0  # reference: slot -> key, slot -> insertion stamp
+    errors = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])  # 1.0 and 3.0 both clip to the max
+    for _ in range(data.draw(st.integers(1, 60))):
+        if not key or data.draw(st.booleans()):
+            slot = mem.add(np.zeros(1), 0, 0.0, np.zeros(1), False)
+            key[slot], stamp[slot], clock = mem.max_priority, clock, clock + 1
+        else:
+            slots = data.draw(st.lists(st.sampled_from(sorted(key)), min_size=1, max_size=4))
+            errs = [data.draw(errors) for _ in slots]
+            mem.update_priorities(slots, errs)
+            for s, e in zip(slots, errs, strict=True):  # repeated slots: the last error wins
+                key[s] = min(e, 1.0)
+        expected = sorted(key, key=lambda s: (-key[s], -stamp[s]))
+        n = len(key)
+        heap = [(mem.priorities([s]).item(), stamp[s]) for s in mem._heap_slot[:n]]
+        assert all(heap[(i - 1) // 2] > heap[i] for i in range(1, n))  # heap order, no ties
+        assert mem._heap_slot[0] == expected[0]
+    mem.sort()
+    assert mem.ranks(expected).tolist() == list(range(1, len(expected) + 1))
