@@ -38,13 +38,12 @@ from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, Uni
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.plan import uses_frame_storage
 from per_dqn.schedules import LinearSchedule
+from per_dqn.seeding import RunSeeds, restart_seed
 
 # The tree-drift check is O(capacity); every this many log points is "now and then".
 TREE_DRIFT_EVERY_LOGS = 10
 # Env steps between progress-bar refreshes: often enough to look live, rare enough to cost nothing.
 PROGRESS_INTERVAL_STEPS = 250
-# Offset of the evaluation env's seed from the run seed, so it never replays a training episode.
-EVAL_SEED_OFFSET = 10_000
 _AGENT_METRIC_TAGS = {
     "loss": m.TRAIN_LOSS,
     "q_mean": m.TRAIN_Q_MEAN,
@@ -167,11 +166,12 @@ class Trainer:
         if self.device.type == "cpu":
             # A small MLP gains nothing from intra-op threads; they only contend with the env.
             torch.set_num_threads(run.torch_threads)
-        torch.manual_seed(run.seed)
+        self.seeds = RunSeeds.from_seed(run.seed)  # one independent stream per consumer
+        torch.manual_seed(self.seeds.network)
         self.envs = make_vector_env(config.env)
         self.eval_env = make_eval_env(config.env)
         self.spec = describe(self.envs)
-        self.memory = make_memory(config.replay, self.spec, run.seed)
+        self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
         self.agent = make_agent(config, self.spec, self.device)
         self._resume: ckpt.RunCheckpoint | None = None
 
@@ -219,8 +219,8 @@ class Trainer:
             )
         if state.loop["envs"] is None or state.loop["eval_env"] is None:
             notes.append(
-                f"{self.config.env.id} envs cannot be saved: they restart from a reset seeded "
-                "with run.seed + env steps, so this resume is not exact"
+                f"{self.config.env.id} envs cannot be saved: they restart from a fresh reset "
+                "seeded from run.seed and the env step, so this resume is not exact"
             )
         self._resume = state
         return notes
@@ -347,8 +347,9 @@ class _Loop:
         self.logger = logger
         self.progress = progress
         self.prioritized = isinstance(self.memory, PrioritizedReplay | RankBasedReplay)
-        self.rng = np.random.default_rng(cfg.run.seed)
-        self.eval_rng = np.random.default_rng(cfg.run.seed + EVAL_SEED_OFFSET)
+        self.seeds = trainer.seeds
+        self.rng = np.random.default_rng(self.seeds.explore)
+        self.eval_rng = np.random.default_rng(self.seeds.eval_explore)
         self.epsilon = LinearSchedule(
             cfg.train.epsilon_start, cfg.train.epsilon_end, cfg.train.epsilon_decay_steps
         )
@@ -359,7 +360,7 @@ class _Loop:
         self.learn_means = m.MeanAccumulator()
         self.env_steps = 0
         self.recent_returns: deque[float] = deque(maxlen=20)
-        self.eval_env.reset(seed=cfg.run.seed + EVAL_SEED_OFFSET)
+        self.eval_env.reset(seed=self.seeds.eval_env)
         self._log_clock = (time.perf_counter(), 0)  # (time, env steps) of the previous log write
         self._logs_written = 0
         self._last_sps = 0.0
@@ -402,7 +403,7 @@ class _Loop:
         cfg, train = self.cfg, self.cfg.train
         envs, memory, nstep = self.envs, self.memory, self.nstep
         num_envs = cfg.env.num_envs
-        obs, info = envs.reset(seed=cfg.run.seed)
+        obs, info = envs.reset(seed=self.seeds.env)
         clip_rewards = cfg.env.clip_rewards
         life_loss = cfg.env.terminal_on_life_loss and "lives" in info
         prev_lives = info["lives"] if life_loss else None
@@ -533,7 +534,7 @@ class _Loop:
     def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """Restores ``state_dict()`` output; returns the cursor (the loop's locals) to continue.
 
-        Envs that could not be saved restart from a reset seeded with ``run.seed + env_steps``:
+        Envs that could not be saved restart from a reset seeded by ``seeding.restart_seed``:
         every open episode and n-step window is dropped, since none may span the reset.
         """
         self.env_steps = int(state["env_steps"])
@@ -546,11 +547,11 @@ class _Loop:
         self.learn_means.load_state_dict(state["learn_means"])
         self.recent_returns.extend(state["recent_returns"])
         self._logs_written = int(state["logs_written"])
-        seed = self.cfg.run.seed + self.env_steps
+        seed = restart_seed(self.cfg.run.seed, self.env_steps)
         if state["eval_env"] is not None:
             ckpt.load_env_state(self.eval_env, state["eval_env"])
         else:
-            self.eval_env.reset(seed=seed + EVAL_SEED_OFFSET)
+            self.eval_env.reset(seed=seed + self.cfg.env.num_envs)  # past every training sub-env
         cursor = dict(state["cursor"])
         if state["envs"] is not None:
             ckpt.load_vector_env_state(self.envs, state["envs"])

@@ -1,0 +1,79 @@
+"""Independent random streams derived from one run seed.
+
+A run has one user-facing seed, ``run.seed``. Each consumer of randomness gets its own stream,
+derived with ``numpy.random.SeedSequence(run.seed).spawn``, so that no two of them draw the same
+numbers (seeding the replay sampler and the exploration policy both with ``default_rng(seed)``
+made them read one stream twice) and so that a change in how often one consumer draws never
+shifts another's numbers:
+
+==============  ===========================================================================
+stream          drives
+==============  ===========================================================================
+``env``         the training envs' first reset (sub-env ``i`` is reset with ``env + i``)
+``eval_env``    the evaluation env's first reset (periodic and final evaluations share it)
+``explore``     epsilon-greedy exploration during training
+``eval_explore``  epsilon draws of the evaluations (``train.eval_epsilon``)
+``replay``      the replay memory's sampler (strata, uniform mixture, rank segments)
+``network``     ``torch.manual_seed``: the networks' initialisation
+==============  ===========================================================================
+
+The derivation is fixed: the same ``run.seed`` gives the same streams on every machine, and the
+arms of an ablation that share a seed share the envs' seeds and the initial network (the paired
+design). Stream states are checkpointed by their owners, so a resumed run continues every stream
+where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+# Env seeds stay below 2**30: gymnasium gives sub-env i the seed ``seed + i``, and emulators
+# take 32-bit signed seeds.
+_ENV_SEED_LIMIT = 2**30
+
+
+@dataclass(frozen=True)
+class RunSeeds:
+    """One seed per stream (see the module docstring); fields in spawn order, never reordered.
+
+    Attributes:
+        env: first reset of the training envs.
+        eval_env: first reset of the evaluation env.
+        explore: the exploration policy's generator.
+        eval_explore: the evaluations' epsilon draws.
+        replay: the replay memory's generator.
+        network: the torch seed the networks are initialised under.
+    """
+
+    env: int
+    eval_env: int
+    explore: int
+    eval_explore: int
+    replay: int
+    network: int
+
+    @classmethod
+    def from_seed(cls, seed: int) -> RunSeeds:
+        """The streams of ``run.seed = seed``.
+
+        Raises:
+            ValueError: a negative seed.
+        """
+        if seed < 0:
+            raise ValueError(f"`seed` must be >= 0, got {seed}")
+        names = [f.name for f in fields(cls)]
+        children = np.random.SeedSequence(seed).spawn(len(names))
+        values = {}
+        for name, child in zip(names, children, strict=True):
+            value = int(child.generate_state(1, np.uint64)[0])
+            values[name] = value % _ENV_SEED_LIMIT if name in ("env", "eval_env") else value
+        return cls(**values)
+
+
+def restart_seed(seed: int, env_steps: int) -> int:
+    """The reset seed of envs that could not be checkpointed (ale-py's emulators), when a run
+    resumes at ``env_steps``: fresh episodes, reproducible for the same checkpoint."""
+    sequence = np.random.SeedSequence(seed, spawn_key=(len(fields(RunSeeds)), env_steps))
+    return int(sequence.generate_state(1, np.uint64)[0]) % _ENV_SEED_LIMIT
