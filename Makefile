@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned through constraints.txt so that no CUDA build is ever pulled on a CPU machine.
 PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 
-.PHONY: install train tensorboard test bench bench-train lint clean
+.PHONY: install train tensorboard test bench bench-train lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ tensorboard: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# One-line bugs the suite must catch (tests/mutants/mutants.py); a survivor fails the target.
+mutants: $(STAMP)
+	$(BIN)/python tests/mutants/mutants.py
 
 bench: $(STAMP)
 	$(PIP) -e '.[dev,bench]'

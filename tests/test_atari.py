@@ -154,6 +154,41 @@ def test_real_atari_training_writes_the_tags_and_learns_from_clipped_life_loss_t
     assert summary["env_steps"] == 300 and summary["env_id"] == "ALE/Breakout-v5"
 
 
+def test_learner_sees_clipped_rewards_while_returns_stay_raw(tmp_path):
+    """Pins removing reward clipping from the Atari path (random Breakout never scores above 1,
+    so a Breakout check of it could not fail). Space Invaders scores 5 to 30 an alien: two runs
+    of one seed under random actions store the same transitions, except that with
+    ``env.clip_rewards`` every stored reward is the unclipped run's, clipped to [-1, 1]; the
+    logged episode returns stay raw game scores in both."""
+
+    def stored_rewards(clip: bool) -> tuple[np.ndarray, list[float]]:
+        config = {
+            "env": {"id": "ALE/SpaceInvaders-v5", "clip_rewards": clip,
+                    "sticky_action_prob": 0.0, "max_episode_steps": 500},
+            "agent": {"n_step": 1, "hidden_sizes": [32]},
+            "replay": {"capacity": 1000},
+            "train": {"total_env_steps": 900, "learning_starts": 850, "batch_size": 32,
+                      "epsilon_decay_steps": 1, "epsilon_end": 1.0, "eval_interval": 0,
+                      "final_eval_episodes": 1, "log_interval": 1000},
+        }  # fmt: skip
+        trainer = Trainer(Config.model_validate(config), "space_invaders")
+        try:
+            trainer.run(tmp_path / f"clip-{clip}")
+        finally:
+            trainer.close()
+        state = trainer.memory.state_dict()["storage"]
+        events = EventAccumulator(str(tmp_path / f"clip-{clip}"), size_guidance={"scalars": 0})
+        events.Reload()
+        returns = [e.value for e in events.Scalars(m.EPISODE_RETURN)]
+        return state["rewards"][: int(state["size"])], returns
+
+    raw, raw_returns = stored_rewards(False)
+    clipped, clipped_returns = stored_rewards(True)
+    assert raw.max() >= 5  # the stream does hold rewards the clip must change
+    np.testing.assert_array_equal(clipped, np.clip(raw, -1.0, 1.0))
+    assert raw_returns == clipped_returns and max(raw_returns) > 1
+
+
 def test_loop_clips_rewards_and_ends_transitions_on_life_loss(tmp_path):
     """Breakout's bricks score 1, 4 or 7: clipped, they are at most 1; each lost life (5 per game
     of random play) is one terminal transition, with 1-step returns."""

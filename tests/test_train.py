@@ -229,3 +229,99 @@ def test_loop_stores_exactly_the_real_transitions(tmp_path, n_step, num_envs):
         for t, n in zip(obs[:, 1], k, strict=True)
     ]
     np.testing.assert_allclose(state["rewards"][:size], expected, rtol=1e-6)
+
+
+# --- what the loop does with each update: each test pins a one-line mutant (tests/mutants) --------
+
+
+def test_priorities_land_on_the_sampled_slots(tmp_path):
+    """Pins writing the learner's |TD errors| back to slots other than those sampled (reversed,
+    say): after one loop update, the priority of each sampled slot is what the paper's formula
+    gives for the TD error a reference copy of the agent computes on the same batch.
+
+    The reference: the memory and agent are copied before the update; the copied memory, with
+    the same RNG state, draws the same batch, and the copied agent's ``learn`` gives the same
+    |delta| (CPU, same weights). Repeated slots keep their last error.
+    """
+    from per_dqn import checkpoint as ckpt
+    from per_dqn.train import _Loop, make_agent, make_memory
+
+    config = short_config("replay.alpha=0.7", "replay.td_error_clip=null")
+    trainer = Trainer(config, "cartpole")
+    logger = m.TensorBoardLogger(tmp_path)
+    try:
+        loop = _Loop(trainer, logger, None)
+        env, rng = trainer.eval_env, np.random.default_rng(0)
+        obs, _ = env.reset(seed=0)
+        for _ in range(300):  # real CartPole transitions under a random policy
+            action = int(rng.integers(2))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            trainer.memory.add(obs, action, reward, next_obs, terminated)
+            obs = env.reset()[0] if terminated or truncated else next_obs
+        memory_copy = make_memory(config.replay, trainer.spec, 0)
+        memory_copy.load_state_dict(trainer.memory.state_dict())
+        agent_copy = make_agent(config, trainer.spec, trainer.device)
+        ckpt.load_agent_state(agent_copy, ckpt.agent_state(trainer.agent))
+
+        loop._learn()
+
+        batch = memory_copy.sample(config.train.batch_size, loop.beta(loop.env_steps))
+        td_abs = agent_copy.learn(batch).td_abs.astype(np.float64)
+        last_error = dict(zip(batch.indices.tolist(), td_abs.tolist(), strict=True))
+        slots = np.array(sorted(last_error))
+        errors = np.array([last_error[s] for s in slots])
+        expected = (errors + config.replay.priority_eps) ** config.replay.alpha
+        np.testing.assert_allclose(trainer.memory.priorities(slots), expected, rtol=1e-12)
+    finally:
+        logger.close()
+        trainer.close()
+
+
+@pytest.mark.parametrize("gradient_steps", [1, 3])
+def test_update_count_follows_replay_period_and_gradient_steps(tmp_path, gradient_steps):
+    """Pins ignoring ``train.gradient_steps``: updates happen at env steps learning_starts,
+    learning_starts + replay_period, ... up to the budget, gradient_steps at each, so 400 steps
+    from 100 every 4 give 76 points: 76 * gradient_steps updates (hand count)."""
+    config = short_config(
+        "train.total_env_steps=400", "train.learning_starts=100", "train.replay_period=4",
+        "train.batch_size=32", f"train.gradient_steps={gradient_steps}", "train.eval_interval=0",
+        "train.final_eval_episodes=1",
+    )  # fmt: skip
+    summary = run(config, tmp_path)
+    assert summary["update_steps"] == 76 * gradient_steps
+
+
+def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
+    """Pins the periodic evaluation ignoring ``train.eval_epsilon``: with epsilon 1 every
+    evaluation action comes from the evaluation's own stream, whatever the network, so two runs
+    whose networks differ (another learning rate) log the same periodic evaluations, while their
+    greedy evaluations (epsilon 0, the control) differ."""
+
+    def periodic_evals(name: str, *extra: str) -> list[tuple[int, float]]:
+        config = short_config("train.eval_interval=300", "train.eval_episodes=3", *extra)
+        run(config, tmp_path / name)
+        points = read_scalars(tmp_path / name)[m.EVAL_RETURN_MEAN]
+        return [p for p in points if p[0] < config.train.total_env_steps]
+
+    random_a = periodic_evals("a", "train.eval_epsilon=1.0", "agent.learning_rate=0.002")
+    random_b = periodic_evals("b", "train.eval_epsilon=1.0", "agent.learning_rate=0.0001")
+    greedy_a = periodic_evals("c", "train.eval_epsilon=0.0", "agent.learning_rate=0.002")
+    greedy_b = periodic_evals("d", "train.eval_epsilon=0.0", "agent.learning_rate=0.0001")
+    assert len(random_a) == 3
+    assert random_a == random_b
+    assert greedy_a != greedy_b
+
+
+def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
+    """Pins dropping the priority-age (staleness) update: a sampled transition's priority is
+    reset from its TD error, so per/priority_age_steps falls below per/sample_age_steps (they are
+    equal only if no priority was ever refreshed, as under that bug)."""
+    summary = run(short_config(), tmp_path)
+    assert summary["update_steps"] > 100
+    scalars = read_scalars(tmp_path)
+    sample_age = dict(scalars[m.PER_SAMPLE_AGE])
+    priority_age = dict(scalars[m.PER_PRIORITY_AGE])
+    assert sample_age.keys() == priority_age.keys()
+    assert all(priority_age[s] <= sample_age[s] for s in sample_age)
+    late = [s for s in sample_age if s >= 800]
+    assert all(priority_age[s] < 0.8 * sample_age[s] for s in late)

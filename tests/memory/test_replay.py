@@ -282,6 +282,60 @@ def test_tree_drift_and_mean_priority():
     assert mem.tree_drift() < 1e-15
 
 
+def test_no_drift_on_the_training_update_path():
+    """The root stays within float64 rounding of ``math.fsum`` of the leaves after 20,000
+    batched updates through ``update_priorities`` (the path training runs), with non-dyadic
+    priorities spanning 12 orders of magnitude, which no binary fraction represents exactly.
+
+    A sum of n positive terms through a tree of depth d is within d * 2**-53 of the exact sum
+    (relative); a tree that accumulated deltas, or rounded its nodes to float32, is not.
+    """
+    capacity = 1000
+    mem = filled(PrioritizedReplay, capacity=capacity, alpha=0.6, priority_eps=1e-6)
+    rng = np.random.default_rng(0)
+    for _ in range(20_000):
+        mem.update_priorities(rng.integers(0, capacity, 32), 10.0 ** rng.uniform(-6, 6, 32) / 3)
+    leaves = mem.priorities(np.arange(capacity))
+    assert len(set(leaves.tolist())) > 900 and not np.all(leaves == np.round(leaves))
+    exact = math.fsum(leaves.tolist())
+    depth = math.ceil(math.log2(capacity))
+    assert abs(mem.total_priority - exact) <= depth * 2.0**-53 * exact
+    assert mem.tree_drift() <= depth * 2.0**-53
+
+
+@pytest.mark.parametrize("cls", [PrioritizedReplay, RankBasedReplay])
+def test_repeated_index_in_one_update_keeps_the_last_error(cls):
+    """Pins the documented rule on the path training runs (``update_priorities``, not the tree
+    classes): a batch that sampled slot 3 three times leaves the priority of its last error."""
+    mem = filled(cls, capacity=8, alpha=1.0)
+    mem.update_priorities([3, 5, 3, 3], [5.0, 1.0, 7.0, 2.0])
+    assert mem.priorities([3]).item() == pytest.approx(2.0, rel=1e-5)
+    if cls is PrioritizedReplay:
+        others = mem.priorities([0, 1, 2, 4, 5, 6, 7])
+        assert mem.total_priority == pytest.approx(others.sum() + 2.0 + 1e-6)
+
+
+def test_proportional_sampling_is_stratified():
+    """Pins stratified sampling (Schaul et al., Appendix B.2.1): draw k of B falls in the k-th
+    of B equal slices of the total priority mass. With B equal priorities and B transitions each
+    slice is one transition, so a batch is every slot exactly once, in order; independent draws
+    over the whole range would repeat slots (P(no repeat) = 32!/32**32, about 1e-13)."""
+    mem = filled(PrioritizedReplay, capacity=64, n=32, seed=3)
+    for _ in range(20):
+        assert mem.sample(32, beta=0.4).indices.tolist() == list(range(32))
+    # Unequal priorities: the k-th draw's prefix-sum interval meets the k-th slice.
+    mem.update_priorities(np.arange(32), np.random.default_rng(1).uniform(0.1, 3.0, 32))
+    leaves = mem.priorities(np.arange(32))
+    upper = np.cumsum(leaves)
+    lower = upper - leaves
+    total, batch = upper[-1], 8
+    for _ in range(50):
+        idx = mem.sample(batch, beta=0.4).indices
+        k = np.arange(batch)
+        assert np.all(lower[idx] < (k + 1) * total / batch)
+        assert np.all(upper[idx] > k * total / batch)
+
+
 # --- rank-based --------------------------------------------------------------------------
 
 

@@ -1,0 +1,241 @@
+"""One-line mutants the test suite must catch: `make mutants`, or `tests/mutants/mutants.py`.
+
+Each mutant is a bug someone could plausibly write, applied as one textual change to a copy of the
+repo; the listed test files then run against that copy and at least one test must fail. A mutant
+that survives means the suite has lost a tooth: the table says which, and the exit code is 1.
+``tests/test_mutants.py`` (part of `make test`) checks that every ``old`` text still occurs
+exactly once, so this list cannot rot silently after a refactor.
+
+    python tests/mutants/mutants.py                 # all, one after another (a few minutes)
+    python tests/mutants/mutants.py --only slots-reversed --only stratified-off
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A one-line bug.
+
+    Attributes:
+        name: short id, for ``--only``.
+        path: the file it changes, relative to the repo root.
+        old: text that occurs exactly once in ``path`` (it may carry a line of context).
+        new: what replaces it.
+        tests: pytest paths to run against the mutant (the ones expected to catch it).
+        why: the bug, in words.
+    """
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    why: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "slots-reversed", "per_dqn/train.py",
+        "memory.update_priorities(batch.indices, result.td_abs)\n        health",
+        "memory.update_priorities(batch.indices[::-1], result.td_abs)\n        health",
+        ("tests/test_train.py",),
+        "TD errors written back to slots other than those sampled",
+    ),
+    Mutant(
+        "reward-clip-off", "per_dqn/train.py",
+        "learn_rewards = np.clip(rewards, -1.0, 1.0) if clip_rewards else rewards",
+        "learn_rewards = rewards",
+        ("tests/test_atari.py",),
+        "reward clipping removed from the Atari path",
+    ),
+    Mutant(
+        "gradient-steps-1", "per_dqn/train.py",
+        "for _ in range(train.gradient_steps):",
+        "for _ in range(1):",
+        ("tests/test_train.py",),
+        "train.gradient_steps ignored (always 1)",
+    ),
+    Mutant(
+        "eval-greedy", "per_dqn/train.py",
+        "self.agent, self.eval_env, train.eval_episodes, train.eval_epsilon,",
+        "self.agent, self.eval_env, train.eval_episodes, 0.0,",
+        ("tests/test_train.py",),
+        "the periodic evaluation ignores train.eval_epsilon",
+    ),
+    Mutant(
+        "priority-age-dropped", "per_dqn/train.py",
+        "health.record_priority_update(batch.indices, step)",
+        "pass",
+        ("tests/test_train.py",),
+        "the priority-age (staleness) update dropped",
+    ),
+    Mutant(
+        "stratified-off", "per_dqn/memory/_kernels.py",
+        "masses[k] = (k + strata_u[k]) * segment",
+        "masses[k] = strata_u[k] * total",
+        ("tests/memory",),
+        "stratified sampling replaced by independent draws over the whole range",
+    ),
+    Mutant(
+        "tree-float32", "per_dqn/memory/_kernels.py",
+        "            sum_nodes[p] = sum_nodes[2 * p] + sum_nodes[2 * p + 1]",
+        "            sum_nodes[p] = np.float32(sum_nodes[2 * p] + sum_nodes[2 * p + 1])",
+        ("tests/memory",),
+        "the sum tree's inner nodes rounded (drift from the exact sum of the leaves)",
+    ),
+    Mutant(
+        "first-error-wins", "per_dqn/memory/_kernels.py",
+        "    for k in range(batch):\n        raw = min(td_errors[k], clip) + eps",
+        "    for k in range(batch - 1, -1, -1):\n        raw = min(td_errors[k], clip) + eps",
+        ("tests/memory",),
+        "a slot sampled twice keeps its first TD error instead of its last",
+    ),
+    Mutant(
+        "rank-ties-oldest", "per_dqn/memory/_kernels.py",
+        "return ka > kb or (ka == kb and heap_stamp[a] > heap_stamp[b])",
+        "return ka > kb",
+        ("tests/memory", "tests/test_replay_stream.py"),
+        "rank-based PER: a new transition ties with clipped errors instead of ranking first",
+    ),
+    Mutant(
+        "alpha-not-on-insert", "per_dqn/memory/replay.py",
+        "leaf = self.max_priority**self.alpha",
+        "leaf = self.max_priority",
+        ("tests/memory",),
+        "new transitions enter with the raw max priority, alpha not applied",
+    ),
+    Mutant(
+        "shared-stream", "per_dqn/train.py",
+        "self.memory = make_memory(config.replay, self.spec, self.seeds.replay)",
+        "self.memory = make_memory(config.replay, self.spec, run.seed)",
+        ("tests/test_seeding.py",),
+        "the replay sampler seeded with run.seed, as exploration once was",
+    ),
+    Mutant(
+        "beta-stuck", "per_dqn/train.py",
+        "self.beta = LinearSchedule(cfg.replay.beta0, 1.0, cfg.train.total_env_steps)",
+        "self.beta = LinearSchedule(cfg.replay.beta0, cfg.replay.beta0, 1)",
+        ("tests/test_train.py",),
+        "beta never annealed to 1",
+    ),
+    Mutant(
+        "truncation-terminates", "per_dqn/train.py",
+        "obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active",
+        "obs, actions, learn_rewards, next_obs, learn_terminated | truncated, truncated, active",
+        ("tests/test_train.py",),
+        "a time-limit truncation stored as a termination (no bootstrap)",
+    ),
+    Mutant(
+        "double-dqn-off", "per_dqn/agent/dqn.py",
+        "best = next_q_online.argmax(dim=1, keepdim=True)",
+        "best = next_q_target.argmax(dim=1, keepdim=True)",
+        ("tests/agent",),
+        "Double DQN's action chosen by the target net",
+    ),
+    Mutant(
+        "is-weights-ignored", "per_dqn/agent/dqn.py",
+        'loss = (weights * self._loss(q_taken, targets, reduction="none")).mean()',
+        'loss = self._loss(q_taken, targets, reduction="none").mean()',
+        ("tests/agent",),
+        "importance-sampling weights left out of the loss",
+    ),
+)  # fmt: skip
+
+
+def check(mutant: Mutant, root: Path = ROOT) -> None:
+    """Raises ValueError unless ``mutant.old`` occurs exactly once in its file."""
+    text = (root / mutant.path).read_text(encoding="utf-8")
+    count = text.count(mutant.old)
+    if count != 1:
+        raise ValueError(f"mutant {mutant.name}: {mutant.path} holds its text {count} times")
+
+
+def _copy_repo(dest: Path) -> None:
+    """Copies the files git tracks or would track (not .venv, runs/ or caches) into ``dest``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = ROOT / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the working tree
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        else:
+            shutil.copy2(source, target)
+
+
+def run(mutant: Mutant) -> tuple[str, str, float]:
+    """Applies ``mutant`` to a copy of the repo and runs its tests there.
+
+    Returns:
+        (outcome, detail, seconds): ``caught`` with the first failing test, ``SURVIVED``, or
+        ``ERROR`` (the mutant did not even import: not a useful mutant) with pytest's last line.
+    """
+    check(mutant)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        copy = Path(tmp)
+        _copy_repo(copy)
+        path = copy / mutant.path
+        path.write_text(path.read_text(encoding="utf-8").replace(mutant.old, mutant.new, 1))
+        # The copy's own per_dqn comes first on sys.path (cwd), ahead of any installed one.
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+             *mutant.tests],
+            cwd=copy, capture_output=True, text=True,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )  # fmt: skip
+    seconds = time.perf_counter() - start
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0:
+        return "SURVIVED", lines[-1] if lines else "", seconds
+    failed = [line.split(" ", 2)[1] for line in lines if re.match(r"(FAILED|ERROR) ", line)]
+    if proc.returncode == 1 and failed:
+        return "caught", failed[0], seconds
+    return "ERROR", lines[-1] if lines else proc.stderr.strip()[-200:], seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", help="run only this mutant (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    unknown = set(args.only or ()) - {m.name for m in MUTANTS}
+    if unknown:
+        print(f"error: --only: unknown mutant(s) {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:22} {m.path:28} {m.why}")
+        return 0
+    bad = 0
+    print(f"{'mutant':22} {'outcome':9} {'s':>5}  caught by / detail")
+    for m in chosen:
+        outcome, detail, seconds = run(m)
+        bad += outcome != "caught"
+        print(f"{m.name:22} {outcome:9} {seconds:5.0f}  {detail}", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} mutants caught")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
