@@ -85,6 +85,10 @@ class AgentConfig(_Section):
         n_step: length of the multi-step return (1: one-step TD).
         gamma: discount per env step.
         learning_rate: Adam step size.
+        learning_rate_end: None keeps ``learning_rate`` for the whole run; a value anneals the
+            step size linearly from ``learning_rate`` at ``train.learning_starts`` to this at the
+            last env step (as Stable-Baselines3's linear schedules do), which keeps a late
+            update from undoing a learnt policy.
         adam_eps: Adam's epsilon (denominator guard), not exploration.
         loss: ``huber`` (delta 1) or ``mse``, each weighted per sample by the IS weights.
         grad_clip_norm: clip the global gradient norm to this (None: no clipping).
@@ -106,6 +110,7 @@ class AgentConfig(_Section):
     n_step: int = Field(1, ge=1, le=255)  # stored as uint8 in the memory
     gamma: float = Field(0.99, gt=0, le=1)
     learning_rate: float = Field(1e-3, gt=0)
+    learning_rate_end: float | None = Field(None, ge=0)
     adam_eps: float = Field(1e-8, gt=0)
     loss: Literal["huber", "mse"] = "huber"
     grad_clip_norm: float | None = Field(10.0, gt=0)

@@ -37,6 +37,7 @@ TRAIN_LOSS = "train/loss"
 TRAIN_Q_MEAN = "train/q_mean"
 TRAIN_TD_ERROR_ABS = "train/td_error_abs"
 TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_LEARNING_RATE = "train/learning_rate"
 EXPLORE_EPSILON = "explore/epsilon"
 EPISODE_RETURN = "episode/return"
 EPISODE_LENGTH = "episode/length"
@@ -67,6 +68,7 @@ SCALAR_TAGS: dict[str, str] = {
     TRAIN_Q_MEAN: "mean Q(s, a) of the sampled batches",
     TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
     TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
+    TRAIN_LEARNING_RATE: "Adam's step size (only when agent.learning_rate_end anneals it)",
     EXPLORE_EPSILON: "exploration epsilon",
     EPISODE_RETURN: "undiscounted return of each finished training episode",
     EPISODE_LENGTH: "length in env steps of each finished training episode",

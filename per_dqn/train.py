@@ -355,6 +355,15 @@ class _Loop:
         )
         # Annealed over the whole run, reaching exactly 1 on its last step (Schaul et al., 3.4).
         self.beta = LinearSchedule(cfg.replay.beta0, 1.0, cfg.train.total_env_steps)
+        agent_cfg, starts = cfg.agent, cfg.train.learning_starts
+        self.learning_rate = (
+            None
+            if agent_cfg.learning_rate_end is None
+            else LinearSchedule(
+                agent_cfg.learning_rate, agent_cfg.learning_rate_end,
+                max(cfg.train.total_env_steps - starts, 0), begin_step=starts,
+            )
+        )  # fmt: skip
         self.nstep = NStepAccumulator(cfg.env.num_envs, cfg.agent.n_step, cfg.agent.gamma)
         self.health = m.ReplayHealth(self.memory.capacity)
         self.learn_means = m.MeanAccumulator()
@@ -382,6 +391,8 @@ class _Loop:
         batch = memory.sample(self.cfg.train.batch_size, self.beta(step))
         priorities = memory.priorities(batch.indices) if self.prioritized else None
         health.record_sample(batch.indices, batch.weights, step, priorities)
+        if self.learning_rate is not None:
+            self.agent.set_learning_rate(self.learning_rate(step))
         result = self.agent.learn(batch)
         loss = result.metrics["loss"]
         if not math.isfinite(loss):
@@ -587,6 +598,8 @@ class _Loop:
     def _write_log(self) -> None:
         step = self.env_steps
         values = {m.EXPLORE_EPSILON: self.epsilon(step), m.PERF_SPS: self._sps()}
+        if self.learning_rate is not None:
+            values[m.TRAIN_LEARNING_RATE] = self.learning_rate(step)
         self._log_clock = (time.perf_counter(), step)
         values.update({_AGENT_METRIC_TAGS[k]: v for k, v in self.learn_means.pop_means().items()})
         values.update(self.health.pop_means())

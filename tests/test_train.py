@@ -325,3 +325,22 @@ def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
     assert all(priority_age[s] <= sample_age[s] for s in sample_age)
     late = [s for s in sample_age if s >= 800]
     assert all(priority_age[s] < 0.8 * sample_age[s] for s in late)
+
+
+def test_learning_rate_anneals_linearly_from_learning_starts(tmp_path):
+    """``agent.learning_rate_end``: Adam's step size is ``learning_rate`` until learning starts,
+    then falls linearly to ``learning_rate_end`` at the last env step (hand-computed values)."""
+    config = short_config("agent.learning_rate=0.002", "agent.learning_rate_end=0.0005")
+    trainer = Trainer(config, "cartpole")
+    try:
+        trainer.run(tmp_path)
+        last_lr = trainer.agent.optimizer.param_groups[0]["lr"]
+    finally:
+        trainer.close()
+    logged = dict(read_scalars(tmp_path)[m.TRAIN_LEARNING_RATE])
+    assert logged[200] == pytest.approx(0.002)  # before learning_starts (300)
+    for step, value in logged.items():
+        expected = 0.002 - 0.0015 * min(max(step - 300, 0), 900) / 900
+        assert value == pytest.approx(expected, rel=1e-6), step
+    assert len(logged) == 12
+    assert last_lr == pytest.approx(0.0005)  # the update at env step 1200

@@ -219,6 +219,11 @@ class DQNAgent:
             metrics["grad_norm"] = float(host[2 * size + 1])
         return LearnResult(td_abs, metrics)
 
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Sets Adam's step size for the next updates (a schedule's current value)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+
     @torch.no_grad()
     def update_target(self) -> None:
         """``target <- tau * online + (1 - tau) * target`` (a hard copy when ``tau == 1``)."""
