@@ -17,6 +17,7 @@ of the offending key, ready for the CLI to print.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,11 +31,38 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
 SHIPPED_CONFIG_DIR = "configs"
 
+# The largest value an int key may take: the loop's counters, the memory's indices and the
+# checkpoints hold int64, and a larger number would overflow one of them far from the config.
+INT64_MAX = 2**63 - 1
+# Threads beyond this are no machine's core count, and they are not harmless: torch segfaults
+# at `set_num_threads(10**6)` and ale-py refuses (with a traceback) a count past 2**31 - 1.
+MAX_THREADS = 1024
+# Episodes in one evaluation: their returns are allocated up front, and a million episodes
+# already outlast any training run.
+MAX_EVAL_EPISODES = 1_000_000
+
 
 class _Section(BaseModel):
     # strict: a YAML `1.0` is not an int and `"true"` is not a bool; frozen: a run cannot mutate
-    # the config it recorded in its run dir.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # the config it recorded in its run dir; allow_inf_nan=False: no float key has a use for
+    # .inf or .nan, which would pass most bounds (`nan > 0` is False but so is `nan <= 0`) and
+    # only show up hours later as a NaN loss or a loop that never ends.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _ints_fit_int64(cls, value: Any) -> Any:
+        # Every int key, a future one included, without a bound of its own in each Field.
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > INT64_MAX:
+                shown = (
+                    f"[{', '.join(_got(v) for v in value)}]"
+                    if isinstance(value, tuple)
+                    else _got(item)
+                )
+                raise ValueError(f"must be <= {INT64_MAX} (a 64-bit integer), got {shown}")
+        return value
 
 
 class EnvConfig(_Section):
@@ -59,20 +87,27 @@ class EnvConfig(_Section):
         frame_skip: (Atari) emulator frames per agent step.
         frame_stack: (Atari) frames per observation.
         full_action_space: (Atari) all 18 actions instead of the game's minimal set.
-        env_threads: (Atari) ale-py's worker threads (0: one per env, capped by the cores).
+        env_threads: (Atari) ale-py's worker threads (0: one per env, capped by the cores);
+            at most ``MAX_THREADS``, like ``num_envs``.
     """
 
     id: str = "CartPole-v1"
     num_envs: int = Field(1, ge=1, le=1024)
-    max_episode_steps: int | None = Field(None, ge=1)
+    # ale-py counts an episode's frames, max_episode_steps * frame_skip, in a 32-bit int: these
+    # two caps keep the product below 2**31 - 1 (a larger one is a TypeError inside ale-py).
+    max_episode_steps: int | None = Field(None, ge=1, le=10_000_000)
     clip_rewards: bool = False
     terminal_on_life_loss: bool = False
     sticky_action_prob: float = Field(0.25, ge=0, le=1)
-    noop_max: int = Field(30, ge=0)
-    frame_skip: int = Field(4, ge=1)
+    # No-ops run at every reset: past the default Atari time limit (27,000 agent steps) they would
+    # end most episodes before the agent acts, and ale-py spins for minutes at 2**31 - 1.
+    noop_max: int = Field(30, ge=0, le=27_000)
+    # 1 to 8 in the literature; past 100 frames (1.7 s of play at 60 Hz) an action cannot steer
+    # any Atari game.
+    frame_skip: int = Field(4, ge=1, le=100)
     frame_stack: int = Field(4, ge=1, le=32)
     full_action_space: bool = False
-    env_threads: int = Field(0, ge=0)
+    env_threads: int = Field(0, ge=0, le=MAX_THREADS)
 
 
 class AgentConfig(_Section):
@@ -176,7 +211,8 @@ class TrainConfig(_Section):
 
     Attributes:
         total_env_steps: env steps to train for (reset-only steps of the vector env not counted).
-        learning_starts: env steps of pure collection before the first update.
+        learning_starts: env steps of pure collection before the first update; less than
+            ``total_env_steps``, else the run would end without one.
         batch_size: transitions per gradient step.
         replay_period: env steps between updates (the paper's K).
         gradient_steps: gradient steps per update.
@@ -199,8 +235,8 @@ class TrainConfig(_Section):
     epsilon_end: float = Field(0.05, ge=0, le=1)
     epsilon_decay_steps: int = Field(10_000, ge=0)
     eval_interval: int = Field(10_000, ge=0)
-    eval_episodes: int = Field(5, ge=1)
-    final_eval_episodes: int = Field(20, ge=1)
+    eval_episodes: int = Field(5, ge=1, le=MAX_EVAL_EPISODES)
+    final_eval_episodes: int = Field(20, ge=1, le=MAX_EVAL_EPISODES)
     eval_epsilon: float = Field(0.0, ge=0, le=1)
     log_interval: int = Field(1_000, ge=1)
 
@@ -212,13 +248,14 @@ class RunConfig(_Section):
         seed: seeds torch, numpy, the envs and the memory; same seed, same config and CPU give
             the same curves.
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
-        torch_threads: intra-op threads for torch on CPU; small MLPs are fastest on one.
+        torch_threads: intra-op threads for torch on CPU; small MLPs are fastest on one. At
+            most ``MAX_THREADS``.
         runs_root: parent of the default run directories.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    torch_threads: int = Field(1, ge=1)
+    torch_threads: int = Field(1, ge=1, le=MAX_THREADS)
     runs_root: str = "runs"
 
 
@@ -241,11 +278,21 @@ class CheckpointConfig(_Section):
     replay: bool = True
 
 
+@dataclass(frozen=True)
+class _CrossProblem:
+    """One cross-field problem: the key to blame, the message, and the other keys it involves
+    (so that an override of one of those is named too)."""
+
+    path: str
+    message: str
+    involves: tuple[str, ...] = ()
+
+
 class _CrossFieldError(ValueError):
     """Several cross-section problems, each with its own dotted path."""
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{path}: {msg}" for path, msg in problems))
+    def __init__(self, problems: list[_CrossProblem]) -> None:
+        super().__init__("; ".join(f"{p.path}: {p.message}" for p in problems))
         self.problems = problems
 
 
@@ -262,19 +309,36 @@ class Config(_Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
         problems = []
-        batch = self.train.batch_size
-        if self.train.learning_starts < batch:
+        train = self.train
+        batch, starts, budget = train.batch_size, train.learning_starts, train.total_env_steps
+        if starts < batch:
             problems.append(
-                (
+                _CrossProblem(
                     "train.learning_starts",
-                    f"must be >= train.batch_size ({batch}), got {self.train.learning_starts}",
+                    f"must be >= train.batch_size ({batch}), got {starts}",
+                    ("train.batch_size",),
+                )
+            )
+        if starts >= budget:
+            # The first update comes at env step learning_starts at the earliest: such a run
+            # would spend its whole budget collecting and exit 0 with an untrained network.
+            problems.append(
+                _CrossProblem(
+                    "train.learning_starts",
+                    f"must be < train.total_env_steps ({budget}), got {starts}: the run would "
+                    "end before its first update; lower train.learning_starts or raise "
+                    "train.total_env_steps",
+                    ("train.total_env_steps",),
                 )
             )
         if self.replay.capacity < batch:
             problems.append(
-                ("replay.capacity", f"must be >= train.batch_size ({batch}), got "
-                 f"{self.replay.capacity}")
-            )  # fmt: skip
+                _CrossProblem(
+                    "replay.capacity",
+                    f"must be >= train.batch_size ({batch}), got {self.replay.capacity}",
+                    ("train.batch_size",),
+                )
+            )
         if problems:
             raise _CrossFieldError(problems)
         return self
@@ -415,10 +479,14 @@ def validate_config(data: dict[str, Any], label: str, overrides: Sequence[Overri
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            for path, msg in _describe(error):
+            for path, msg, involves in _describe(error):
                 source = _override_source(path, overrides)
                 if source:
                     msg += f" (set by {source})"
+                for other in involves:
+                    other_source = _override_source(other, overrides)
+                    if other_source and other_source != source:
+                        msg += f" ({other} set by {other_source})"
                 problems.append(f"{label}: {path}: {msg}" if path else f"{label}: {msg}")
         raise ConfigError(problems) from None
 
@@ -459,6 +527,32 @@ _StrictLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+class _NonFiniteFloat(float):
+    """A YAML float that is inf or nan, with the text it was read from.
+
+    ``1e400`` overflows to inf in Python; keeping ``text`` lets the error line show what the user
+    wrote rather than an ``inf`` they never typed. The models refuse every non-finite float, so
+    an instance never reaches a validated config.
+    """
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> _NonFiniteFloat:
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+
+def _construct_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
+    value = loader.construct_yaml_float(node)
+    if math.isfinite(value):
+        return value
+    return _NonFiniteFloat(value, str(node.value))
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
@@ -527,15 +621,29 @@ def _num(value: Any) -> str:
     return str(value)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _got(value: Any) -> str:
-    """``value`` as the user typed it in YAML (``true``, ``null``, ``'abc'``, ``1.0``)."""
+    """``value`` as the user typed it in YAML (``true``, ``null``, ``'abc'``, ``1e400``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, _NonFiniteFloat):
+        return value.text
+    if isinstance(value, float) and not math.isfinite(value):
+        return {math.inf: ".inf", -math.inf: "-.inf"}.get(value, ".nan")
+    if _is_int(value) and len(str(value)) > _MAX_SHOWN_DIGITS:
+        return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, str | int | float):
         return repr(value)
     return f"a {type(value).__name__}"
+
+
+# Longer ints are summarised: a 400-digit echo would bury the rest of the line.
+_MAX_SHOWN_DIGITS = 30
 
 
 _BOUNDS = {
@@ -569,13 +677,20 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _describe(error: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(dotted path, message)`` pairs for one pydantic error (a cross check may give several)."""
+def _describe(error: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(dotted path, message, other keys involved)`` for one pydantic error (a cross check may
+    give several)."""
+    ctx = error.get("ctx") or {}
+    if error["type"] == "value_error" and isinstance(ctx.get("error"), _CrossFieldError):
+        return [(p.path, p.message, p.involves) for p in ctx["error"].problems]
+    return [(*problem, ()) for problem in _describe_field(error)]
+
+
+def _describe_field(error: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` for a pydantic error about one key."""
     kind, loc, value = error["type"], tuple(error["loc"]), error.get("input")
     ctx = error.get("ctx") or {}
     path = _dotted(loc)
-    if kind == "value_error" and isinstance(ctx.get("error"), _CrossFieldError):
-        return list(ctx["error"].problems)
     if kind == "extra_forbidden":
         model = _model_at(loc)
         valid = sorted(model.model_fields) if model is not None else []
@@ -589,6 +704,9 @@ def _describe(error: dict[str, Any]) -> list[tuple[str, str]]:
         return [(path, f"must be {op} {_num(ctx[key])}, got {_got(value)}")]
     if kind == "literal_error":
         return [(path, f"must be one of {ctx['expected']}, got {_got(value)}")]
+    if kind == "finite_number" or (kind == "float_type" and _is_int(value)):
+        # An int too large for a float (YAML `1` followed by 400 zeros) is as unusable as 1e400.
+        return [(path, f"must be a finite number, got {_got(value)}")]
     if kind in _TYPE_NAMES:
         return [(path, f"must be {_TYPE_NAMES[kind]}, got {_got(value)}")]
     if kind == "value_error":

@@ -198,7 +198,9 @@ def test_loop_clips_rewards_and_ends_transitions_on_life_loss(tmp_path):
                 "sticky_action_prob": 0.0, "max_episode_steps": 2000},
         "agent": {"n_step": 1, "hidden_sizes": [32]},
         "replay": {"capacity": 2000},
-        "train": {"total_env_steps": 1200, "learning_starts": 1200, "batch_size": 32,
+        # learning_starts one short of the budget (the least a config may ask): one update at
+        # the last step, which leaves the stored rewards and flags alone.
+        "train": {"total_env_steps": 1200, "learning_starts": 1199, "batch_size": 32,
                   "epsilon_decay_steps": 1, "epsilon_end": 1.0, "eval_interval": 0,
                   "final_eval_episodes": 1, "log_interval": 1000},
     }  # fmt: skip

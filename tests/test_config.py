@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pydantic
@@ -10,6 +11,7 @@ import pytest
 from per_dqn.config import (
     Config,
     ConfigError,
+    EnvConfig,
     Override,
     load_config,
     parse_override,
@@ -173,3 +175,135 @@ def test_resolved_yaml_round_trips(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(cfg.to_yaml())
     assert load_config(path) == cfg
+
+
+# --- numbers: non-finite floats, absurd ints, the budget ------------------------------------------
+
+
+def fields_of(kind) -> list[str]:
+    """Dotted paths of every key of every section whose type admits ``kind`` (alone, with None,
+    or as a tuple's items), read from the models so that a key added later is covered too."""
+    paths = []
+    for section, field in Config.model_fields.items():
+        for key, sub in field.annotation.model_fields.items():
+            args = typing.get_args(sub.annotation)
+            if sub.annotation is kind or kind in args:
+                paths.append(f"{section}.{key}")
+    return paths
+
+
+FLOAT_FIELDS = fields_of(float)
+INT_FIELDS = fields_of(int)
+# What YAML users type for an unusable float: its infinities, its NaN, and a literal that
+# overflows a double (Python reads 1e400 as inf; the line still shows 1e400).
+NON_FINITE = [".inf", "-.inf", "+.inf", ".nan", ".NaN", "1e400", "-1e400", "1.5E+999"]
+
+
+def schema_paths(json_type: str) -> set[str]:
+    """The same walk done independently, over pydantic's JSON schema of ``Config``."""
+    schema = Config.model_json_schema()
+    paths = set()
+    for section, ref in schema["properties"].items():
+        name = ref.get("$ref", ref.get("allOf", [{}])[0].get("$ref", "")).rsplit("/", 1)[-1]
+        for key, prop in schema["$defs"][name]["properties"].items():
+            kinds = [prop, *prop.get("anyOf", []), prop.get("items", {})]
+            if any(kind.get("type") == json_type for kind in kinds):
+                paths.add(f"{section}.{key}")
+    return paths
+
+
+def test_the_field_walk_finds_every_numeric_key():
+    """The walk below must see every float and int key, plain, optional or in a tuple: checked
+    against the JSON schema, and against keys known to be of each kind."""
+    assert set(FLOAT_FIELDS) == schema_paths("number")
+    assert set(INT_FIELDS) == schema_paths("integer")
+    assert {"agent.learning_rate", "agent.grad_clip_norm", "replay.td_error_clip",
+            "env.sticky_action_prob"} <= set(FLOAT_FIELDS)  # fmt: skip
+    assert {"train.total_env_steps", "env.max_episode_steps", "agent.hidden_sizes",
+            "run.torch_threads", "env.env_threads"} <= set(INT_FIELDS)  # fmt: skip
+
+
+@pytest.mark.parametrize("path", FLOAT_FIELDS)
+def test_every_float_key_refuses_inf_nan_and_overflow(tmp_path, path):
+    """Issue item 6: .inf, .nan and 1e400 used to pass every key without an upper bound (and
+    .nan passed `learning_rate`'s `> 0`), to surface hours later as a NaN loss. Each is one line
+    naming the key and echoing the value as written, from the file and from --set alike."""
+    section, key = path.split(".")
+    for text in NON_FINITE:
+        expected = f"exp.yaml: {path}: must be a finite number, got {text}"
+        assert problems(tmp_path, f"{section}:\n  {key}: {text}\n") == [expected]
+        assert problems(tmp_path, "", [parse_override(f"{path}={text}")]) == [
+            f"{expected} (set by --set)"
+        ]
+    # An int too large for a double is the same overflow, written without an exponent.
+    assert problems(tmp_path, f"{section}:\n  {key}: 1{'0' * 400}\n") == [
+        f"exp.yaml: {path}: must be a finite number, got an integer of 401 digits"
+    ]
+
+
+@pytest.mark.parametrize("path", INT_FIELDS)
+def test_every_int_key_refuses_what_no_int64_holds(tmp_path, path):
+    """2**63 fits no counter, index or checkpoint field; every int key refuses it with one line
+    naming the key (its own bound, or the 64-bit one for a key without one)."""
+    section, key = path.split(".")
+    value = "[9223372036854775808]" if path == "agent.hidden_sizes" else "9223372036854775808"
+    (line,) = problems(tmp_path, f"{section}:\n  {key}: {value}\n")
+    assert line.startswith(f"exp.yaml: {path}: must be <= ")
+    assert line.endswith(f"got {value.replace('[', '').replace(']', '')}") or line.endswith(
+        f"got {value}"
+    )
+    (line,) = problems(tmp_path, "", [parse_override(f"{path}={value}")])
+    assert line.endswith("(set by --set)")
+    # Infinity is no integer either.
+    (line,) = problems(tmp_path, f"{section}:\n  {key}: 1e400\n")
+    assert line.endswith("got 1e400") and "must be" in line
+
+
+def test_int64_is_the_limit_not_less(tmp_path):
+    """The 64-bit cap refuses only what cannot be held: 2**63 - 1 itself is a valid budget."""
+    cfg = load_config(write(tmp_path, f"train:\n  total_env_steps: {2**63 - 1}\n"))
+    assert cfg.train.total_env_steps == 2**63 - 1
+
+
+@pytest.mark.parametrize("path", ["run.torch_threads", "env.env_threads"])
+def test_thread_counts_are_capped_at_1024(tmp_path, path):
+    """torch segfaults at `set_num_threads(10**6)` and ale-py raises a TypeError past 2**31 - 1;
+    1024 (num_envs' cap too) is no real machine's limit."""
+    section, key = path.split(".")
+    assert problems(tmp_path, f"{section}:\n  {key}: 1025\n") == [
+        f"exp.yaml: {path}: must be <= 1024, got 1025"
+    ]
+    assert problems(tmp_path, f"{section}:\n  {key}: 1000000\n") == [
+        f"exp.yaml: {path}: must be <= 1024, got 1000000"
+    ]
+    load_config(write(tmp_path, f"{section}:\n  {key}: 1024\n"))
+
+
+def test_atari_frame_caps_keep_the_episode_limit_in_an_int32():
+    """ale-py takes max_episode_steps * frame_skip as a 32-bit int (2**30 steps at frame_skip 4
+    is a TypeError inside it); the two caps keep the product below 2**31 - 1."""
+    env = EnvConfig.model_fields
+    cap = {name: next(m.le for m in env[name].metadata if hasattr(m, "le"))
+           for name in ("max_episode_steps", "frame_skip")}  # fmt: skip
+    assert cap["max_episode_steps"] * cap["frame_skip"] <= 2**31 - 1
+
+
+@pytest.mark.parametrize(("total", "starts"), [(1000, 1000), (1000, 5000)], ids=["at", "beyond"])
+def test_learning_starts_at_or_beyond_the_budget_is_refused(tmp_path, total, starts):
+    """Issue item 7: such a run used to spend its whole budget collecting and exit 0 with an
+    untrained network. One line names both keys and the fix, and which flag set the budget."""
+    text = f"train:\n  total_env_steps: {total}\n  learning_starts: {starts}\n"
+    why = (
+        f"exp.yaml: train.learning_starts: must be < train.total_env_steps ({total}), got "
+        f"{starts}: the run would end before its first update; lower train.learning_starts or "
+        "raise train.total_env_steps"
+    )
+    assert problems(tmp_path, text) == [why]
+    budget = Override("train.total_env_steps", total, "--steps")
+    assert problems(tmp_path, f"train:\n  learning_starts: {starts}\n", [budget]) == [
+        why + " (train.total_env_steps set by --steps)"
+    ]
+    # One step short of the budget leaves an update at the last step: accepted.
+    text = f"train:\n  total_env_steps: {total}\n  learning_starts: {total - 1}\n"
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.train.learning_starts == total - 1
