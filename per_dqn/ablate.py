@@ -286,8 +286,10 @@ def preflight(sweep: Sweep) -> None:
     anything is written, as ``per-dqn train`` does.
 
     Raises:
-        ValueError: the message starts with the config and the key to blame.
+        ValueError: the message starts with the config and the key to blame (an allocation
+            that fails included).
     """
+    from per_dqn.plan import allocation_failure
     from per_dqn.train import Trainer
 
     seen = set()
@@ -295,10 +297,16 @@ def preflight(sweep: Sweep) -> None:
         if job.env_id in seen:
             continue
         seen.add(job.env_id)
+        config = _job_config(job)
         try:
-            Trainer(_job_config(job), job.config_name).close()
+            Trainer(config, job.config_name).close()
         except ValueError as exc:
             raise ValueError(f"{sweep.record['config']}: {exc}") from None
+        except (MemoryError, RuntimeError) as exc:  # a replay memory or network too large
+            line = allocation_failure(exc, config)
+            if line is None:
+                raise
+            raise ValueError(f"{sweep.record['config']}: {line}") from None
 
 
 def _job_config(job: Job) -> Config:

@@ -1,6 +1,7 @@
 """The ``per-dqn`` command line: parse, load the config, call into the package, map errors to exits.
 
-Exit codes: 0 done; 2 bad input (config file, ``--set``, run dir, unusable env or device), one
+Exit codes: 0 done; 2 bad input (config file, ``--set``, run dir, unusable env or device, a
+replay memory or networks that cannot be allocated), one
 ``error: ...`` line per problem on stderr and nothing created on disk; 130 interrupted by Ctrl-C
 (the run dir keeps its events and a summary marked ``interrupted``); 1 (``ablate``) a run failed;
 3 the loss became NaN or infinite (the run stops; its last checkpoint is left as it was).
@@ -25,6 +26,7 @@ from per_dqn.config import (
 )
 
 if TYPE_CHECKING:
+    from per_dqn.plan import MemoryPlan
     from per_dqn.train import Trainer
 
 EXIT_BAD_INPUT = 2
@@ -156,7 +158,6 @@ def train(
     # Imported only now: torch, gymnasium and tensorboard take seconds, and bad input must not
     # wait for them.
     from per_dqn import metrics
-    from per_dqn.train import Trainer
 
     if run_dir is None:
         run_name = metrics.default_run_name(
@@ -168,12 +169,26 @@ def train(
             metrics.check_run_dir(run_dir)
         except FileExistsError as exc:
             _fail([str(exc)])
-    _check_memory_fits(cfg, config)
-    try:
-        trainer = Trainer(cfg, name)
-    except ValueError as exc:
-        _fail([f"{config}: {exc}"])
+    memory = _check_memory_fits(cfg, config)
+    trainer = _build_trainer(cfg, name, config, memory)
     _run(trainer, run_dir, quiet)
+
+
+def _build_trainer(cfg: Config, name: str, label: str, memory: MemoryPlan) -> Trainer:
+    """The run's Trainer; exits 2 with one line when its env, device, replay memory or networks
+    cannot be had (nothing is on disk yet)."""
+    from per_dqn.plan import allocation_failure
+    from per_dqn.train import Trainer
+
+    try:
+        return Trainer(cfg, name)
+    except ValueError as exc:
+        _fail([f"{label}: {exc}"])
+    except (MemoryError, RuntimeError) as exc:
+        line = allocation_failure(exc, cfg, memory)
+        if line is None:
+            raise
+        _fail([f"{label}: {line}"])
 
 
 def _fail_if_given(given: dict[str, object], why: str) -> None:
@@ -233,14 +248,9 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
             _fail([f"{run_dir}: the run is complete ({at:,} of {total:,} env steps); pass "
                    "--steps N to extend it"])  # fmt: skip
         _fail([f"--steps must be more than the checkpoint's {at:,} env steps, got {steps}"])
-    _check_memory_fits(cfg, str(config_path))
-
-    from per_dqn.train import Trainer
-
-    try:
-        trainer = Trainer(cfg, str(found.manifest.get("config_name", config_path.stem)))
-    except ValueError as exc:
-        _fail([f"{config_path}: {exc}"])
+    memory = _check_memory_fits(cfg, str(config_path))
+    name = str(found.manifest.get("config_name", config_path.stem))
+    trainer = _build_trainer(cfg, name, str(config_path), memory)
     try:
         notes = trainer.load_checkpoint(found.path)
     except ckpt.CheckpointError as exc:
@@ -254,8 +264,8 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
     _run(trainer, run_dir, quiet)
 
 
-def _check_memory_fits(cfg: Config, label: str) -> None:
-    """Exits 2 with one line when the replay memory cannot fit in the available RAM."""
+def _check_memory_fits(cfg: Config, label: str) -> MemoryPlan:
+    """The replay memory's plan; exits 2 with one line when it cannot fit in the available RAM."""
     from per_dqn.plan import memory_plan
 
     try:
@@ -264,6 +274,7 @@ def _check_memory_fits(cfg: Config, label: str) -> None:
         _fail([f"{label}: {exc}"])
     if not plan.fits:
         _fail([f"{label}: {plan.refusal()}"])
+    return plan
 
 
 @app.command("eval")

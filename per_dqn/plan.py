@@ -1,13 +1,18 @@
 """What a run will hold in memory, worked out from its config before anything is allocated.
 
 ``per-dqn plan`` prints it; ``per-dqn train`` refuses a config whose replay memory cannot fit in
-the machine's available RAM (one line, exit 2) instead of dying of OOM hours into the run.
+the machine's available RAM (one line, exit 2) instead of dying of OOM hours into the run. An
+allocation that fails anyway (a process limited below the RAM, networks too wide) is turned into
+one line by ``allocation_failure``.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -71,7 +76,9 @@ def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
 
 
 def gib(n_bytes: float) -> str:
-    """``n_bytes`` in GiB with two decimals, or MiB / KiB when smaller than that shows."""
+    """``n_bytes`` in TiB or GiB with two decimals, or MiB / KiB when smaller than that shows."""
+    if n_bytes >= 1 << 40:
+        return f"{n_bytes / (1 << 40):.2f} TiB"
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n_bytes >= (1 << shift) // 10:
             return f"{n_bytes / (1 << shift):.2f} {unit}"
@@ -144,3 +151,79 @@ def describe_plan(plan: MemoryPlan) -> list[str]:
         verdict = "fits" if plan.fits else "DOES NOT FIT"
         lines.append(f"available RAM      {gib(plan.available_bytes)}: {verdict}")
     return lines
+
+
+def allocation_failure(
+    exc: BaseException, config: Config, plan: MemoryPlan | None = None
+) -> str | None:
+    """The one line for a run whose replay memory or networks could not be allocated.
+
+    Which part failed is read from where ``exc`` was raised: inside ``per_dqn.memory`` it is the
+    replay memory (numpy raises ``MemoryError``), anywhere else the Q-networks (torch raises
+    ``RuntimeError`` on CPU, ``torch.OutOfMemoryError`` on CUDA).
+
+    Args:
+        exc: what building the trainer raised.
+        config: the run's config.
+        plan: ``memory_plan(config)`` if already made (else it is made here, if it can be).
+
+    Returns:
+        ``<key>: cannot allocate ...`` naming the key to change, with ``plan``'s estimate when the
+        replay memory failed; None when ``exc`` is not an allocation failure.
+    """
+    reason = _allocation_reason(exc)
+    if reason is None:
+        return None
+    if _raised_in(exc, "memory"):
+        replay = config.replay
+        line = (
+            f"replay.capacity: cannot allocate the {replay.capacity:,}-transition {replay.kind} "
+            f"replay memory ({reason})"
+        )
+        if plan is None:
+            try:
+                plan = memory_plan(config)
+            except ValueError:
+                return f"{line}; lower replay.capacity"
+        line += (
+            f"; `per-dqn plan` estimates {gib(plan.parts['total'])} for it "
+            f"(+{gib(PROCESS_OVERHEAD_BYTES)} for the rest of the process)"
+        )
+        if plan.available_bytes is not None:
+            line += f" and sees {gib(plan.available_bytes)} of RAM available"
+            if plan.fits:
+                line += ", more than this process may use (a ulimit -v or a container's limit?)"
+        return f"{line}; lower replay.capacity"
+    widths = list(config.agent.hidden_sizes)
+    return (
+        f"agent.hidden_sizes: cannot allocate the Q-networks for {widths} ({reason}); "
+        "lower agent.hidden_sizes"
+    )
+
+
+# What an allocator's refusal says: torch on CPU and CUDA (RuntimeError and its subclass
+# torch.OutOfMemoryError), and the C library's ENOMEM text.
+_OUT_OF_MEMORY = re.compile(
+    r"can't allocate memory|not enough memory|out of memory|cannot allocate memory", re.IGNORECASE
+)
+_TORCH_BYTES = re.compile(r"tried to allocate (\d+) bytes")
+
+
+def _allocation_reason(exc: BaseException) -> str | None:
+    """What the allocator said, in a few words; None if ``exc`` is not an allocation failure."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MemoryError):
+        return text or "MemoryError"
+    if not isinstance(exc, RuntimeError) or not _OUT_OF_MEMORY.search(text):
+        return None
+    asked = _TORCH_BYTES.search(text)
+    if asked:  # torch's CPU message starts with an internal assertion; the size is what matters
+        return f"torch could not allocate {gib(int(asked.group(1)))}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _raised_in(exc: BaseException, package: str) -> bool:
+    """Whether ``exc`` was raised from inside ``per_dqn.<package>``."""
+    root = Path(__file__).resolve().parent / package
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(Path(frame.filename).resolve().is_relative_to(root) for frame in frames)

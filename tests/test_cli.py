@@ -3,10 +3,15 @@ input creates nothing on disk."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
@@ -137,3 +142,219 @@ def test_config_validate(workdir):
 def test_no_arguments_shows_help():
     result = invoke()
     assert "train" in result.output and "config" in result.output
+
+
+# --- numbers, budgets and allocations (issue items 6-8) -------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+# A Q-network 10**12 units wide: 16 TB of weights, which torch fails to allocate at once on any
+# machine (the C library refuses it) without touching a page of RAM.
+HUGE_WIDTH = "agent.hidden_sizes=[1000000000000]"
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under ``root`` with its modification time and bytes: "nothing changed"."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "text"),
+    [("--set", "agent.learning_rate=1e400"), ("--set", "replay.alpha=.nan"),
+     ("--set", "train.epsilon_end=-.inf")],
+)  # fmt: skip
+def test_non_finite_numbers_are_refused_with_one_line(workdir, option, text):
+    """Issue item 6 from the command line: what the user wrote comes back, 1e400 included."""
+    path, value = text.split("=")
+    assert_bad_input(
+        invoke("train", "-c", "cartpole.yaml", option, text),
+        f"cartpole.yaml: {path}: must be a finite number, got {value} (set by --set)",
+    )
+    name = write(workdir / "exp.yaml", f"agent:\n  gamma: {value}\n")
+    assert_bad_input(
+        invoke("train", "-c", name), f"exp.yaml: agent.gamma: must be a finite number, got {value}"
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == ["exp.yaml"]
+
+
+def test_absurd_thread_counts_are_refused(workdir):
+    """torch segfaults at set_num_threads(10**6); the config stops it at 1024."""
+    assert_bad_input(
+        invoke("train", "-c", "cartpole.yaml", "--set", "run.torch_threads=1000000",
+               "--set", "env.env_threads=4294967296"),
+        "cartpole.yaml: env.env_threads: must be <= 1024, got 4294967296 (set by --set)",
+        "cartpole.yaml: run.torch_threads: must be <= 1024, got 1000000 (set by --set)",
+    )  # fmt: skip
+    assert list(workdir.iterdir()) == []
+
+
+STARTS_AFTER_BUDGET = (
+    "cartpole.yaml: train.learning_starts: must be < train.total_env_steps (500), got 1000: the "
+    "run would end before its first update; lower train.learning_starts or raise "
+    "train.total_env_steps (train.total_env_steps set by --steps)"
+)
+
+
+def test_learning_starts_beyond_steps_is_refused_before_anything_starts(workdir):
+    """Issue item 7: `--steps 500` under cartpole.yaml's learning_starts of 1000 used to train
+    for 500 steps without one update and exit 0."""
+    assert_bad_input(invoke("train", "-c", "cartpole.yaml", "--steps", "500"), STARTS_AFTER_BUDGET)
+    assert list(workdir.iterdir()) == []
+
+
+def test_ablate_refuses_learning_starts_beyond_steps_once(workdir):
+    """The same check in every run of a sweep, reported once, and no sweep dir."""
+    assert_bad_input(
+        invoke("ablate", "-c", "cartpole.yaml", "--seeds", "3", "--steps", "500"),
+        STARTS_AFTER_BUDGET,
+    )
+    assert list(workdir.iterdir()) == []
+
+
+def test_train_refuses_a_network_too_large_to_allocate(workdir):
+    """Issue item 8: torch's RuntimeError from the allocator used to end in a traceback."""
+    assert_bad_input(
+        invoke("train", "-c", "cartpole.yaml", "--set", HUGE_WIDTH),
+        "cartpole.yaml: agent.hidden_sizes: cannot allocate the Q-networks for [1000000000000] "
+        "(torch could not allocate 14.55 TiB); lower agent.hidden_sizes",
+    )
+    assert list(workdir.iterdir()) == []
+
+
+def test_ablate_preflight_refuses_a_network_too_large_to_allocate(workdir):
+    assert_bad_input(
+        invoke("ablate", "-c", "cartpole.yaml", "--seeds", "2", "--set", HUGE_WIDTH),
+        "cartpole.yaml: agent.hidden_sizes: cannot allocate the Q-networks for [1000000000000] "
+        "(torch could not allocate 14.55 TiB); lower agent.hidden_sizes",
+    )
+    assert list(workdir.iterdir()) == []
+
+
+def test_ablate_preflight_names_the_replay_memory_and_plan_s_estimate(workdir):
+    """`ablate` has no plan check before its preflight: a memory numpy cannot allocate (15 TiB
+    of observations) is one line with `plan`'s estimate."""
+    result = invoke("ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1",
+                    "--set", "replay.capacity=1000000000000")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "error: cartpole.yaml: replay.capacity: cannot allocate the 1,000,000,000,000-transition "
+        "uniform replay memory (Unable to allocate 14.6 TiB for an array with shape "
+        "(1000000000000, 4) and data type float32); `per-dqn plan` estimates 41.84 TiB for it "
+        "(+1.00 GiB for the rest of the process) and sees "
+    )
+    assert line.endswith("of RAM available; lower replay.capacity")
+    assert list(workdir.iterdir()) == []
+
+
+LIMITED_CLI = """
+import resource, sys
+import per_dqn.train  # torch, gymnasium, numba: loaded before the limit
+from per_dqn.cli import app
+vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
+limit = vm + (256 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+app(sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmSize from /proc")
+def test_train_names_plan_s_estimate_when_the_replay_memory_cannot_be_allocated(workdir):
+    """Issue item 8, the memory: a real `per-dqn train` process whose address space is limited
+    (RLIMIT_AS, as `ulimit -v` or a batch system sets it) to 256 MiB past what its imports use.
+    `plan` sees the machine's available RAM and lets a 0.86 GiB memory through; numpy's
+    MemoryError then used to end in a traceback. Now: one line with plan's estimate, exit 2,
+    nothing on disk."""
+    result = subprocess.run(
+        [sys.executable, "-c", LIMITED_CLI, "train", "-c", "cartpole.yaml", "-q",
+         "--set", "replay.kind=uniform", "--set", "replay.capacity=20000000"],
+        cwd=workdir, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "error: cartpole.yaml: replay.capacity: cannot allocate the 20,000,000-transition uniform "
+        "replay memory (Unable to allocate "
+    )
+    assert "`per-dqn plan` estimates 0.86 GiB for it (+1.00 GiB for the rest of the process) " in (
+        line
+    )
+    assert line.endswith(
+        "of RAM available, more than this process may use (a ulimit -v or a container's limit?); "
+        "lower replay.capacity"
+    )
+    assert result.stdout == ""
+    assert list(workdir.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A real 300-step CartPole run with a final checkpoint (about 3 s)."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    settings = ["train.learning_starts=100", "train.batch_size=32", "replay.capacity=1000",
+                "agent.hidden_sizes=[16]", "train.eval_interval=0", "train.final_eval_episodes=1",
+                "train.log_interval=100", "run.device=cpu"]  # fmt: skip
+    args = ["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", "--steps", "300"]
+    for text in settings:
+        args += ["--set", text]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
+def edited_copy(run_dir: Path, dest: Path, **train_or_agent: object) -> Path:
+    """A copy of ``run_dir`` whose config.yaml was edited by hand (``section__key=value``)."""
+    shutil.copytree(run_dir, dest)
+    config = yaml.safe_load((dest / "config.yaml").read_text())
+    for name, value in train_or_agent.items():
+        section, key = name.split("__")
+        config[section][key] = value
+    (dest / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def test_resume_refuses_learning_starts_beyond_the_new_budget(finished_run, tmp_path):
+    """Issue item 7 under `train --resume --steps`: the budget from --steps is checked against
+    a config.yaml whose learning_starts was raised by hand; nothing in the run dir changes."""
+    run_dir = edited_copy(finished_run, tmp_path / "run", train__learning_starts=2000)
+    before = tree(run_dir)
+    config = run_dir / "config.yaml"
+    assert_bad_input(
+        invoke("train", "--resume", str(run_dir), "--steps", "1000", "-q"),
+        f"{config}: train.learning_starts: must be < train.total_env_steps (1000), got 2000: the "
+        "run would end before its first update; lower train.learning_starts or raise "
+        "train.total_env_steps (train.total_env_steps set by --steps)",
+    )
+    assert tree(run_dir) == before
+
+
+def test_resume_refuses_a_network_too_large_to_allocate(finished_run, tmp_path):
+    """Issue item 8 under `train --resume`: one line, and the run dir is left as it was."""
+    run_dir = edited_copy(finished_run, tmp_path / "run", agent__hidden_sizes=[10**12])
+    before = tree(run_dir)
+    assert_bad_input(
+        invoke("train", "--resume", str(run_dir), "--steps", "600", "-q"),
+        f"{run_dir / 'config.yaml'}: agent.hidden_sizes: cannot allocate the Q-networks for "
+        "[1000000000000] (torch could not allocate 14.55 TiB); lower agent.hidden_sizes",
+    )
+    assert tree(run_dir) == before
+
+
+def test_only_allocation_failures_become_an_allocation_line():
+    """Any other RuntimeError while building the trainer is a bug and keeps its traceback. (The
+    CUDA text is torch.OutOfMemoryError's wording; this machine has no GPU to raise it.)"""
+    from per_dqn.config import Config
+    from per_dqn.plan import allocation_failure
+
+    assert allocation_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
+                              Config()) is None  # fmt: skip
+    line = allocation_failure(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                              Config())  # fmt: skip
+    assert line == (
+        "agent.hidden_sizes: cannot allocate the Q-networks for [128, 128] (CUDA out of memory. "
+        "Tried to allocate 2.00 GiB); lower agent.hidden_sizes"
+    )
