@@ -66,13 +66,14 @@ def test_parse_arms():
 
 def test_plan_pairs_seeds_across_arms(tmp_path):
     """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 3, 500, [], tmp_path / "o")
+    # Budgets in these planning tests stay above cartpole.yaml's learning_starts (1000).
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 3, 1500, [], tmp_path / "o")
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/s0", "uniform/s1", "uniform/s2", "rank/s0", "rank/s1", "rank/s2",
     ]  # fmt: skip
     configs = [yaml.safe_load(j.config_yaml) for j in sweep.jobs]
     assert [c["run"]["seed"] for c in configs] == [0, 1, 2, 0, 1, 2]
-    assert {c["train"]["total_env_steps"] for c in configs} == {500}
+    assert {c["train"]["total_env_steps"] for c in configs} == {1500}
     uniform_s1, rank_s1 = configs[1], configs[4]
     assert rank_s1["replay"].pop("kind") == "rank"
     assert uniform_s1["replay"].pop("kind") == "uniform"
@@ -152,17 +153,17 @@ def test_refuses_a_dir_that_is_not_a_sweep(workdir):
 
 def test_refuses_to_mix_sweeps(workdir):
     """A re-run with other parameters against the same dir names what differs and runs nothing."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 2, 600, [], Path("sw"))
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 2, 1600, [], Path("sw"))
     sweep.out.mkdir()
     m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     result = runner.invoke(
         app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,rank", "--seeds", "3",
-              "--steps", "700", "--out", "sw", "--set", "replay.alpha=0.5"],
+              "--steps", "1700", "--out", "sw", "--set", "replay.alpha=0.5"],
     )  # fmt: skip
     assert_bad_input(
         result,
         "sweep dir sw holds a sweep with other parameters (seeds: [0, 1] -> [0, 1, 2]; "
-        "replay.alpha: 0.6 -> 0.5; train.total_env_steps: 600 -> 700); repeat its command to "
+        "replay.alpha: 0.6 -> 0.5; train.total_env_steps: 1600 -> 1700); repeat its command to "
         "resume it, or choose another --out",
     )
     assert [p.name for p in sweep.out.iterdir()] == [ablate.SWEEP_FILE]
@@ -170,12 +171,12 @@ def test_refuses_to_mix_sweeps(workdir):
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
     """A sweep recorded before a per-dqn upgrade added a (defaulted) config key still resumes."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 600, [], Path("sw"))
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1600, [], Path("sw"))
     record = json.loads(json.dumps(sweep.record))
     del record["resolved_config"]["replay"]["sort_interval"]
     sweep.out.mkdir()
     m.write_json(sweep.out / ablate.SWEEP_FILE, record)
-    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 600, [], Path("sw"))
+    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1600, [], Path("sw"))
     assert again.pending() == list(again.jobs)
 
 
