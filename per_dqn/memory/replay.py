@@ -439,8 +439,11 @@ class RankBasedReplay(ReplayMemory):
         self._next_stamp = 0
         self._slot_pos = np.full(cap, -1, dtype=np.int64)
         self._heap_size = 0
-        # cum_mass[r] = sum_{j=1}^{r+1} j^-alpha: alpha is applied here and nowhere else.
-        self._cum_mass = np.cumsum(np.arange(1, cap + 1, dtype=np.float64) ** -self.alpha)
+        # cum_mass[r] = sum_{j=1}^{r+1} j^-alpha: alpha is applied here and nowhere else. Computed
+        # in place, so building it needs no temporaries beyond the 8 bytes a slot it keeps.
+        self._cum_mass = np.arange(1, cap + 1, dtype=np.float64)
+        np.power(self._cum_mass, -self.alpha, out=self._cum_mass)
+        np.cumsum(self._cum_mass, out=self._cum_mass)
         self.max_priority = 1.0
         self._updates_since_sort = 0
 
