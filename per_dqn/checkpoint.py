@@ -5,10 +5,13 @@ A run's checkpoints live in ``RUN_DIR/checkpoints``, one directory each::
 
     checkpoints/
         step_000050000/
-            manifest.json   written last: format, env step, and every file's size and SHA-256
+            manifest.json   written last: format, env step, every file's size and SHA-256, and
+                            the SHA-256 of its own canonical content (``manifest_sha256``)
             agent.pt        online and target networks, optimiser state, update_steps
-            loop.pt         the training loop: counters, RNG states, n-step windows, env states,
-                            episode accumulators, PER health arrays
+            loop.npz        the training loop's arrays: observations, RNG states of torch, n-step
+                            windows, episode accumulators, PER health arrays, env physics states
+            loop.json       the loop's other values: counters, numpy bit-generator states,
+                            time-limit counters, and where each array of loop.npz sits
             memory.npz      the replay memory's arrays, priorities included (uncompressed npz)
             memory.json     the memory's other values: cursor, size, RNG state, max priority
             config.yaml     the resolved config this state belongs to
@@ -20,22 +23,28 @@ fsynced. A directory under a final name therefore holds a complete checkpoint, a
 at any moment leaves every earlier checkpoint as it was. Only then are old checkpoints deleted,
 down to the newest ``keep_last``.
 
-Reading (``find_latest``): checkpoints are tried newest first. One whose manifest is missing or
-unreadable, or one of whose files is missing, has another size or fails its SHA-256, is skipped
-with a one-line warning, and the previous one is used.
+Reading (``find_latest``, ``read_latest``): checkpoints are tried newest first. One whose manifest
+is missing, unreadable or changed (its ``manifest_sha256`` fails, or its ``env_steps`` is not the
+step in its dir name), or one of whose files is missing, has another size or fails its SHA-256,
+is skipped with a one-line warning, and the previous one is used. The checksums guard against
+damage and edits, not against someone who rewrites the checksums too; what keeps a hostile
+checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is read with
+``torch.load(weights_only=True)``, everything else is JSON, YAML and npz without pickle.
 
-``loop.pt`` is a pickle (it holds the environments' Python objects, RNGs included): the checksum
-guards against damage, not against a malicious file, so resume only from checkpoints you made.
+Format 1 (before per-dqn stored the loop as npz + JSON) kept the loop in a pickle, ``loop.pt``;
+it is refused, not read (``FormatError``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import re
 import shutil
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +52,14 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CHECKPOINTS_DIR = "checkpoints"
 MANIFEST_FILE = "manifest.json"
+# The manifest key that holds the SHA-256 of the manifest's canonical JSON without this key.
+MANIFEST_DIGEST_KEY = "manifest_sha256"
 AGENT_FILE = "agent.pt"
-LOOP_FILE = "loop.pt"
+LOOP_ARRAYS_FILE = "loop.npz"
+LOOP_META_FILE = "loop.json"
 MEMORY_ARRAYS_FILE = "memory.npz"
 MEMORY_META_FILE = "memory.json"
 CONFIG_FILE = "config.yaml"
@@ -60,6 +72,11 @@ _ARRAY_KEY = "__array__"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message is one line naming it and the problem."""
+
+
+class FormatError(CheckpointError):
+    """A checkpoint of another format version: not damaged, so not skipped for an older one (all
+    of a run's checkpoints share a format), but refused whole."""
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -108,13 +125,32 @@ def _fsync_path(path: Path) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replaces ``path`` with ``text`` so that a crash leaves either the old or the new file."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replaces ``path`` with ``data`` so that a crash, or a reader at any moment, sees either the
+    old or the new file whole: a temp file beside it, fsynced, renamed over it, the dir fsynced."""
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_path(path.parent)
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """The SHA-256 of a manifest's canonical JSON (keys sorted, no spaces, ASCII), its own
+    ``manifest_sha256`` left out: a change to any value, one digit of ``env_steps`` included,
+    changes it, while re-indenting the file does not."""
+    body = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def write_checkpoint(
@@ -168,6 +204,7 @@ def write_checkpoint(
             **(meta or {}),
             "files": files,
         }
+        manifest[MANIFEST_DIGEST_KEY] = manifest_digest(manifest)
         with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as file:
             file.write(json.dumps(manifest, indent=2) + "\n")
             file.flush()
@@ -214,28 +251,93 @@ def _remove_temp_dirs(root: Path) -> None:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    """The checkpoint's manifest, checked for shape but not against the files.
+    """The checkpoint's manifest, checked for shape, for its own digest and against the dir name,
+    but not against the files.
 
     Raises:
-        CheckpointError: no manifest, or one that is not a checkpoint manifest of this format.
+        FormatError: a checkpoint of another format version.
+        CheckpointError: no manifest, or one that is unreadable, changed since it was written, or
+            names another env step than the dir's name.
     """
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        data = (path / MANIFEST_FILE).read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"{path}: no {MANIFEST_FILE}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = " ".join(str(exc).split())
-        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({reason})") from None
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != FORMAT_VERSION
-        or not isinstance(manifest.get("files"), dict)
-        or not isinstance(manifest.get("env_steps"), int)
-    ):
+        raise _Missing(f"{path}: no {MANIFEST_FILE}") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_one_line(exc)})") from None
+    return _parse_manifest(path, data)
+
+
+def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_one_line(exc)})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{path}: {MANIFEST_FILE} is not a checkpoint manifest")
+    version = manifest.get("format")
+    if MANIFEST_DIGEST_KEY not in manifest and version == 1:
+        # Format 1 had no digest; its loop state is a pickle that may run code when loaded.
+        raise FormatError(
+            f"{path}: a format-1 checkpoint (its loop state is a pickle, loop.pt, which this "
+            f"per-dqn never loads: it could run code); this per-dqn reads format {FORMAT_VERSION}: "
+            "resume it with the per-dqn release that wrote it, or start a new run"
+        )
+    if manifest.get(MANIFEST_DIGEST_KEY) != manifest_digest(manifest):
+        raise CheckpointError(
+            f"{path}: {MANIFEST_FILE} fails its own SHA-256 check ({MANIFEST_DIGEST_KEY})"
+        )
+    if version != FORMAT_VERSION:
+        raise FormatError(
+            f"{path}: a format-{version} checkpoint; this per-dqn reads format {FORMAT_VERSION}: "
+            "use the per-dqn release that wrote it"
+        )
+    steps = manifest.get("env_steps")
+    if not isinstance(manifest.get("files"), dict) or not isinstance(steps, int):
         raise CheckpointError(
             f"{path}: {MANIFEST_FILE} is not a format-{FORMAT_VERSION} checkpoint manifest"
         )
+    # A manifest copied into another checkpoint's dir passes its own digest: the name tells.
+    match = _NAME.fullmatch(path.name)
+    if match is not None and int(match.group(1)) != steps:
+        raise CheckpointError(
+            f"{path}: its {MANIFEST_FILE} says env step {steps:,}, its name step "
+            f"{int(match.group(1)):,}"
+        )
     return manifest
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
+
+
+class _Missing(CheckpointError):
+    """The checkpoint dir, its manifest or one of its files is not there: damage, or a rotation
+    that deleted it while it was being read (``read_latest`` tells them apart).
+
+    Attributes:
+        inode: the inode of the dir as it was opened, or None if it could not be.
+    """
+
+    def __init__(self, message: str, inode: int | None = None) -> None:
+        super().__init__(message)
+        self.inode = inode
+
+
+def _entry(path: Path, manifest: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    entry = manifest["files"].get(name)
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{path}: {name} is not listed in its {MANIFEST_FILE}")
+    return entry
+
+
+def _check_file(path: Path, name: str, entry: Mapping[str, Any], size: int, digest: str) -> None:
+    if size != entry.get("bytes"):
+        raise CheckpointError(
+            f"{path}: {name} has {size:,} bytes, its manifest says {entry.get('bytes'):,}"
+        )
+    if digest != entry.get("sha256"):
+        raise CheckpointError(f"{path}: {name} fails its SHA-256 check")
 
 
 def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[str, Any]:
@@ -246,26 +348,68 @@ def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[st
         files: check only these (each must be listed); None checks every listed file.
 
     Raises:
-        CheckpointError: a missing or unreadable manifest, or a file that is missing, unlisted,
-            of another size than listed (truncated) or whose SHA-256 differs (corrupted).
+        FormatError: a checkpoint of another format version.
+        CheckpointError: a missing, unreadable or changed manifest (see ``read_manifest``), or a
+            file that is missing, unlisted, of another size than listed (truncated) or whose
+            SHA-256 differs (corrupted).
     """
     manifest = read_manifest(path)
-    listed = manifest["files"]
-    for name in listed if files is None else files:
-        entry = listed.get(name)
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{path}: {name} is not listed in its {MANIFEST_FILE}")
+    for name in manifest["files"] if files is None else files:
+        entry = _entry(path, manifest, name)
         try:
             size = (path / name).stat().st_size
         except FileNotFoundError:
-            raise CheckpointError(f"{path}: {name} is missing") from None
-        if size != entry.get("bytes"):
-            raise CheckpointError(
-                f"{path}: {name} has {size:,} bytes, its manifest says {entry.get('bytes'):,}"
-            )
-        if sha256_file(path / name) != entry.get("sha256"):
-            raise CheckpointError(f"{path}: {name} fails its SHA-256 check")
+            raise _Missing(f"{path}: {name} is missing") from None
+        _check_file(path, name, entry, size, sha256_file(path / name))
     return manifest
+
+
+def read_verified(path: Path, files: Iterable[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Reads a checkpoint's manifest and the named files, each once, and checks them.
+
+    Everything is read through one handle on the directory, so a writer that renames it away
+    meanwhile (to replace or delete it) cannot mix two checkpoints' files; what is checked is
+    exactly what is returned, so nothing can change between the check and the use.
+
+    Returns:
+        The manifest and each named file's bytes.
+
+    Raises:
+        FormatError: a checkpoint of another format version.
+        CheckpointError: as ``verify_checkpoint``.
+    """
+    try:
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise _Missing(f"{path}: no such checkpoint dir") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
+    inode = os.fstat(dir_fd).st_ino
+
+    def read(name: str) -> bytes:
+        def opener(file: str, flags: int) -> int:
+            return os.open(file, flags, dir_fd=dir_fd)
+
+        try:
+            with open(name, "rb", opener=opener) as file:
+                return file.read()
+        except FileNotFoundError:
+            what = f"no {name}" if name == MANIFEST_FILE else f"{name} is missing"
+            raise _Missing(f"{path}: {what}", inode) from None
+        except OSError as exc:
+            raise CheckpointError(f"{path}: unreadable {name} ({_one_line(exc)})") from None
+
+    try:
+        manifest = _parse_manifest(path, read(MANIFEST_FILE))
+        data = {}
+        for name in files:
+            entry = _entry(path, manifest, name)
+            blob = read(name)
+            _check_file(path, name, entry, len(blob), hashlib.sha256(blob).hexdigest())
+            data[name] = blob
+    finally:
+        os.close(dir_fd)
+    return manifest, data
 
 
 @dataclass(frozen=True)
@@ -286,32 +430,129 @@ class Found:
     candidates: int
 
 
+def _warnings(problems: Iterable[str], used: Path | None) -> list[str]:
+    if used is None:
+        return [f"checkpoint {problem}; no earlier checkpoint is usable" for problem in problems]
+    return [f"checkpoint {problem}; using the previous one, {used.name}" for problem in problems]
+
+
 def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
-    """The newest checkpoint in ``root`` that passes ``verify_checkpoint(path, files)``."""
+    """The newest checkpoint in ``root`` that passes ``verify_checkpoint(path, files)``.
+
+    For a run dir with one writer, the run itself (resuming). A reader beside a live writer uses
+    ``read_latest``.
+
+    Raises:
+        FormatError: the newest checkpoint that is not damaged is of another format version.
+    """
     files = None if files is None else tuple(files)
     problems: list[str] = []
     candidates = list_checkpoints(root)
     for path in reversed(candidates):
         try:
             manifest = verify_checkpoint(path, files)
+        except FormatError:
+            raise
         except CheckpointError as exc:
             problems.append(str(exc))
             continue
-        fallback = f"using the previous one, {path.name}"
-        warnings = [f"checkpoint {problem}; {fallback}" for problem in problems]
-        return Found(path, manifest, warnings, len(candidates))
-    warnings = [f"checkpoint {problem}; no earlier checkpoint is usable" for problem in problems]
-    return Found(None, {}, warnings, len(candidates))
+        return Found(path, manifest, _warnings(problems, path), len(candidates))
+    return Found(None, {}, _warnings(problems, None), len(candidates))
 
 
-# --- array trees: the replay memory ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Read:
+    """The outcome of ``read_latest``.
+
+    Attributes:
+        path: the newest checkpoint that passed its checks, or None.
+        manifest: its manifest (empty when ``path`` is None).
+        files: the requested files' bytes, as checked.
+        warnings: as ``Found.warnings``; a checkpoint deleted by the writer's rotation while it
+            was read is no warning, only a reason to look again.
+        candidates: how many checkpoints were on disk at the last look.
+    """
+
+    path: Path | None
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+    warnings: list[str]
+    candidates: int
+
+
+# A reader that keeps losing the race against a writer's rotation gives up after this many looks.
+MAX_READ_ATTEMPTS = 100
+
+
+def read_latest(root: Path, files: Iterable[str]) -> Read:
+    """The newest checkpoint in ``root`` whose manifest and ``files`` pass their checks, with
+    those files read once each (``read_verified``): safe beside a run that is still writing and
+    rotating its checkpoints.
+
+    A checkpoint can be deleted by the rotation between being listed and being read. A file found
+    missing therefore means damage only if the checkpoint is still there, as the same dir, and no
+    newer usable one has appeared (the rotation deletes only after renaming a newer one in);
+    otherwise the checkpoints are listed again and the newest is tried.
+
+    Raises:
+        FormatError: the newest checkpoint that is not damaged is of another format version.
+        CheckpointError: the checkpoints kept being deleted before one could be read
+            (``MAX_READ_ATTEMPTS`` looks).
+    """
+    files = tuple(files)
+    rejected: dict[Path, str] = {}
+    for _ in range(MAX_READ_ATTEMPTS):
+        candidates = list_checkpoints(root)
+        look_again = False
+        for path in reversed(candidates):
+            if path in rejected:
+                continue
+            try:
+                manifest, data = read_verified(path, files)
+            except FormatError:
+                raise
+            except _Missing as exc:
+                if _rotated_away(root, path, exc.inode, rejected):
+                    look_again = True
+                    break
+                rejected[path] = str(exc)
+                continue
+            except CheckpointError as exc:
+                rejected[path] = str(exc)
+                continue
+            return Read(path, manifest, data, _warnings(rejected.values(), path), len(candidates))
+        if not look_again:
+            return Read(None, {}, {}, _warnings(rejected.values(), None), len(candidates))
+    raise CheckpointError(
+        f"{root}: its checkpoints were deleted faster than one could be read "
+        f"({MAX_READ_ATTEMPTS} attempts)"
+    )
+
+
+def _rotated_away(root: Path, path: Path, inode: int | None, rejected: Mapping[Path, str]) -> bool:
+    """Whether ``path`` went missing because the writer replaced or deleted it."""
+    try:
+        now = os.stat(path).st_ino
+    except FileNotFoundError:
+        return True
+    if inode is not None and now != inode:
+        return True  # renamed away and replaced by a new dir of the same step
+    step = _step(path)
+    return any(_step(other) > step and other not in rejected for other in list_checkpoints(root))
+
+
+# --- array trees: the replay memory and the loop ------------------------------------------------
 
 
 def save_tree(npz_path: Path, json_path: Path, tree: Any) -> None:
     """Writes a nested dict whose leaves are arrays or JSON values: arrays to an uncompressed
     ``.npz`` (streamed, no pickle), everything else to a JSON file that marks where each array was.
 
-    JSON keeps Python ints of any size (a PCG64 state is 128 bits) and floats exactly.
+    JSON keeps Python ints of any size (a PCG64 state is 128 bits) and floats exactly. Reading
+    either file runs no code: JSON, and ``np.load(allow_pickle=False)``.
+
+    Raises:
+        TypeError: a leaf of another type, an object array, or a key that is not a string.
     """
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(tree, "", arrays)
@@ -321,7 +562,8 @@ def save_tree(npz_path: Path, json_path: Path, tree: Any) -> None:
 
 
 def load_tree(npz_path: Path, json_path: Path) -> Any:
-    """Reads what ``save_tree`` wrote."""
+    """Reads what ``save_tree`` wrote; an npz that holds pickled objects is refused
+    (``ValueError``), never unpickled."""
     skeleton = json.loads(json_path.read_text(encoding="utf-8"))
     with np.load(npz_path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files}
@@ -337,6 +579,10 @@ def _split(node: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
             out[key] = _split(value, f"{path}.{key}" if path else key, arrays)
         return out
     if isinstance(node, np.ndarray):
+        if node.dtype.hasobject:
+            raise TypeError(f"cannot store an object array at {path!r} in a checkpoint tree")
+        if path in arrays:
+            raise TypeError(f"two arrays of a checkpoint tree are both at {path!r}")
         arrays[path] = node
         return {_ARRAY_KEY: path}
     if isinstance(node, np.generic):
@@ -358,63 +604,48 @@ def _join(node: Any, arrays: dict[str, np.ndarray]) -> Any:
     return node
 
 
-# --- environments ---------------------------------------------------------------------------------
+# --- torch files ---------------------------------------------------------------------------------
 
 
-def env_state(env: Any) -> bytes | None:
-    """A pickled copy of a single env (wrappers, physics state, RNG, time-limit counter), or None
-    if it cannot be pickled (an emulator behind a C++ handle, say)."""
+def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
+    """Reads a ``torch.save`` file's tensors and plain containers, running no code.
+
+    ``torch.load(weights_only=True)`` refuses any other object a pickle names. It does not check
+    the CRC-32 its zip container keeps for every member, so a flipped byte would load silently as
+    other weights: that check is made here first (``model.pt`` has no manifest to catch it).
+
+    Args:
+        data: the file's bytes.
+        label: how to name the file in errors (its path).
+        device: where the tensors go.
+
+    Raises:
+        CheckpointError: one line naming ``label``: a truncated or corrupt file, or one whose
+            pickle names anything but tensors and containers (it could run code).
+    """
+    import torch
+
     try:
-        return pickle.dumps(env)
-    except Exception:  # pickling raises TypeError, AttributeError, PicklingError... by object
-        return None
-
-
-def load_env_state(env: Any, blob: bytes) -> None:
-    """Makes ``env`` (the same object, which others hold) continue from ``env_state``'s copy.
-
-    Raises:
-        CheckpointError: the copy is of another env class.
-    """
-    saved = pickle.loads(blob)
-    if type(saved) is not type(env):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise CheckpointError(
-            f"the checkpoint's env is a {type(saved).__name__}, this run's a {type(env).__name__}"
-        )
-    state = vars(env)
-    state.clear()
-    state.update(vars(saved))
-
-
-def vector_env_state(envs: Any) -> dict[str, Any] | None:
-    """The sub-envs of a gymnasium ``SyncVectorEnv``, pickled, and which of them reset on their
-    next step; None for any other vector env (ale-py's ``AtariVectorEnv`` keeps its emulators in
-    C++) or when a sub-env cannot be pickled."""
-    from gymnasium.vector import SyncVectorEnv
-
-    if not isinstance(envs, SyncVectorEnv):
-        return None
-    blob = env_state(list(envs.envs))
-    if blob is None:
-        return None
-    # gymnasium 1.x keeps the next-step autoreset flags in this attribute; without them a sub-env
-    # that just ended would be stepped instead of reset.
-    return {"envs": blob, "autoreset": np.array(envs._autoreset_envs, dtype=np.bool_)}
-
-
-def load_vector_env_state(envs: Any, state: Mapping[str, Any]) -> None:
-    """Makes a ``SyncVectorEnv`` continue from ``vector_env_state``'s copy.
-
-    Raises:
-        CheckpointError: another number of sub-envs.
-    """
-    saved = pickle.loads(state["envs"])
-    if len(saved) != envs.num_envs:
+            f"{label}: truncated or corrupt, not a whole torch file ({_one_line(exc)})"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(f"{label}: corrupt: its member {bad} fails its CRC-32 check")
+    try:
+        return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\.\s|\n|$)", str(exc))
+        reason = _one_line(found.group(1) if found else exc)[:200]
         raise CheckpointError(
-            f"the checkpoint has {len(saved)} sub-envs, this run {envs.num_envs} (env.num_envs)"
-        )
-    envs.envs = saved
-    envs._autoreset_envs = np.array(state["autoreset"], dtype=np.bool_)
+            f"{label}: refused: it holds more than tensors ({reason}), and loading it could run "
+            "code"
+        ) from None
+    except Exception as exc:  # torch's reader raises RuntimeError, KeyError, ... by damage
+        reason = _one_line(exc)[:200]
+        raise CheckpointError(f"{label}: cannot load ({type(exc).__name__}: {reason})") from None
 
 
 # --- a training run's checkpoint ------------------------------------------------------------------
@@ -471,7 +702,7 @@ def save_run_checkpoint(
         root: the run's checkpoints dir.
         env_steps: the loop's env step.
         agent: the ``DQNAgent``.
-        loop_state: the loop's state (pickled with ``torch.save``).
+        loop_state: the loop's state: a tree of arrays and JSON values (see ``save_tree``).
         memory_state: the replay memory's ``state_dict()``, or None to leave the memory out.
         config_yaml: the resolved config.
         keep_last: checkpoints to keep.
@@ -481,7 +712,7 @@ def save_run_checkpoint(
 
     def write(directory: Path) -> None:
         torch.save(agent_state(agent), directory / AGENT_FILE)
-        torch.save(dict(loop_state), directory / LOOP_FILE)
+        save_tree(directory / LOOP_ARRAYS_FILE, directory / LOOP_META_FILE, loop_state)
         if memory_state is not None:
             save_tree(directory / MEMORY_ARRAYS_FILE, directory / MEMORY_META_FILE, memory_state)
         (directory / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
@@ -522,21 +753,20 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
     Raises:
         CheckpointError: it fails its checks or cannot be read.
     """
-    import torch
 
     manifest = verify_checkpoint(path)
-    for name in (AGENT_FILE, LOOP_FILE, CONFIG_FILE):
+    for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
         if name not in manifest["files"]:
             raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
+    # Nothing here unpickles: a run dir may come from someone else.
+    agent = load_weights((path / AGENT_FILE).read_bytes(), str(path / AGENT_FILE), device)
     try:
-        agent = torch.load(path / AGENT_FILE, map_location=device, weights_only=True)
-        # The loop's state holds pickled envs and RNG states: not a weights-only file.
-        loop = torch.load(path / LOOP_FILE, map_location="cpu", weights_only=False)
+        loop = load_tree(path / LOOP_ARRAYS_FILE, path / LOOP_META_FILE)
         memory = None
         if MEMORY_ARRAYS_FILE in manifest["files"]:
             memory = load_tree(path / MEMORY_ARRAYS_FILE, path / MEMORY_META_FILE)
         config_yaml = (path / CONFIG_FILE).read_text(encoding="utf-8")
-    except Exception as exc:  # unpickling and unzipping raise many kinds; the checksums passed
-        reason = " ".join(str(exc).split())[:300]
+    except Exception as exc:  # unzipping and parsing raise many kinds; the checksums passed
+        reason = _one_line(exc)[:300]
         raise CheckpointError(f"{path}: cannot load ({type(exc).__name__}: {reason})") from None
     return RunCheckpoint(path, manifest, agent, loop, memory, config_yaml)

@@ -229,7 +229,10 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         _fail([f"{run_dir}: not a run dir (no config.yaml)"])
-    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    try:
+        found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    except ckpt.FormatError as exc:  # a checkpoint of another format version: refused whole
+        _fail([str(exc)])
     for line in found.warnings:
         typer.echo(f"warning: {line}", err=True)
     if found.path is None:

@@ -4,8 +4,15 @@ Which weights are played:
 
 * a checkpoint dir (``RUN_DIR/checkpoints/step_*``): that checkpoint, with the config saved in it;
   a damaged one is an error, not a fallback, since it was asked for by name;
-* a run dir: its newest checkpoint whose ``agent.pt`` and ``config.yaml`` pass their checksums
-  (a damaged newer one is named in a warning), else its final ``model.pt``.
+* a run dir: its newest checkpoint whose manifest, ``agent.pt`` and ``config.yaml`` pass their
+  checks (a damaged newer one is named in a warning), else its final ``model.pt``.
+
+A run dir may belong to a run that is still training and deleting its older checkpoints as it
+writes new ones: each file is read once, checked, and used as read (``checkpoint.read_latest``),
+and a checkpoint deleted while it was being read sends the search back to the newest one.
+Weights are read with ``torch.load(weights_only=True)``, after their zip container's CRC-32s are
+checked (``checkpoint.load_weights``): a planted file runs no code, a corrupt ``model.pt`` is one
+error line naming it.
 
 The environment is the run's evaluation env (``envs.make_eval_env``), the same one training
 evaluated on. ``--video`` films the first episode as an animated GIF (Pillow) of ``env.render()``
@@ -28,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn import checkpoint as ckpt
-from per_dqn.config import Config, ConfigError, load_config
+from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
 
 MODEL_FILE = "model.pt"
 RUN_CONFIG_FILE = "config.yaml"
@@ -50,7 +57,8 @@ class Source:
     """Weights to evaluate and the run they belong to.
 
     Attributes:
-        weights_file: a checkpoint's ``agent.pt`` or a run's ``model.pt``.
+        weights_file: a checkpoint's ``agent.pt`` or a run's ``model.pt``, as named in errors.
+        weights: the online network's ``state_dict`` read from it (CPU tensors).
         config: the config the weights were trained with.
         run_dir: where ``videos/`` goes.
         env_steps: the env step the weights are from, when known.
@@ -59,6 +67,7 @@ class Source:
     """
 
     weights_file: Path
+    weights: dict[str, Any]
     config: Config
     run_dir: Path
     env_steps: int | None
@@ -73,13 +82,28 @@ def _config(path: Path) -> Config:
         raise ValueError("; ".join(exc.problems)) from None
 
 
-def _checkpoint_source(path: Path, warnings: list[str]) -> Source:
-    manifest = ckpt.verify_checkpoint(path, (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+def _config_from(data: bytes, path: Path) -> Config:
+    label = str(path)
+    try:
+        return validate_config(parse_yaml(data.decode("utf-8"), label), label)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{label}: cannot read ({exc})") from None
+    except ConfigError as exc:
+        raise ValueError("; ".join(exc.problems)) from None
+
+
+def _checkpoint_source(
+    path: Path, manifest: dict[str, Any], files: dict[str, bytes], warnings: list[str]
+) -> Source:
     run_dir = path.parent.parent if path.parent.name == ckpt.CHECKPOINTS_DIR else path
     steps = int(manifest["env_steps"])
+    agent = ckpt.load_weights(files[ckpt.AGENT_FILE], str(path / ckpt.AGENT_FILE))
+    if not isinstance(agent, dict) or not isinstance(agent.get("online"), dict):
+        raise ValueError(f"{path / ckpt.AGENT_FILE}: holds no online network (key 'online')")
     return Source(
         weights_file=path / ckpt.AGENT_FILE,
-        config=_config(path / ckpt.CONFIG_FILE),
+        weights=agent["online"],
+        config=_config_from(files[ckpt.CONFIG_FILE], path / ckpt.CONFIG_FILE),
         run_dir=run_dir,
         env_steps=steps,
         label=f"{path} (env step {steps:,})",
@@ -88,26 +112,36 @@ def _checkpoint_source(path: Path, warnings: list[str]) -> Source:
 
 
 def resolve_source(target: Path) -> Source:
-    """Finds the weights ``target`` names (see the module docstring).
+    """Finds and reads the weights ``target`` names (see the module docstring).
 
     Raises:
         ValueError: ``target`` is neither a run dir nor a checkpoint dir, a named checkpoint
-            fails its checks (``CheckpointError``), or a run dir has nothing to evaluate.
+            fails its checks (``CheckpointError``), a checkpoint's format is refused, the weights
+            cannot be read safely, or a run dir has nothing to evaluate.
     """
     target = Path(target)
+    wanted = (ckpt.AGENT_FILE, ckpt.CONFIG_FILE)
     if (target / ckpt.MANIFEST_FILE).is_file():
-        return _checkpoint_source(target, [])
+        manifest, files = ckpt.read_verified(target, wanted)
+        return _checkpoint_source(target, manifest, files, [])
     if not (target / RUN_CONFIG_FILE).is_file():
         raise ValueError(
             f"{target}: neither a run dir (no {RUN_CONFIG_FILE}) nor a checkpoint dir "
             f"(no {ckpt.MANIFEST_FILE})"
         )
-    found = ckpt.find_latest(ckpt.checkpoints_dir(target), (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+    found = ckpt.read_latest(ckpt.checkpoints_dir(target), wanted)
     if found.path is not None:
-        return _checkpoint_source(found.path, found.warnings)
+        return _checkpoint_source(found.path, found.manifest, found.files, found.warnings)
     model = target / MODEL_FILE
-    if not model.is_file():
-        raise ValueError(f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate")
+    try:
+        data = model.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(
+            f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"{model}: cannot read ({exc.strerror})") from None
+    weights = ckpt.load_weights(data, str(model))
     fallback = f"using {MODEL_FILE}"
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
@@ -118,7 +152,8 @@ def resolve_source(target: Path) -> Source:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # a run killed before its summary: the step is unknown, the weights are still fine
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
-    return Source(model, _config(target / RUN_CONFIG_FILE), target, steps, label, warnings)
+    config = _config(target / RUN_CONFIG_FILE)
+    return Source(model, weights, config, target, steps, label, warnings)
 
 
 @dataclass(frozen=True)
@@ -352,12 +387,9 @@ def evaluate_source(
     env = make_eval_env(config.env, render=video)
     try:
         agent = make_agent(config, describe(env), device)
-        state = torch.load(source.weights_file, map_location=device, weights_only=True)
-        if source.weights_file.name == ckpt.AGENT_FILE:
-            state = state["online"]
         try:
-            agent.online.load_state_dict(state)
-        except RuntimeError as exc:
+            agent.online.load_state_dict(source.weights)  # copies the CPU tensors to `device`
+        except (RuntimeError, TypeError, AttributeError) as exc:
             reason = " ".join(str(exc).split())[:300]
             raise ValueError(
                 f"{source.weights_file}: does not fit the network ({reason})"

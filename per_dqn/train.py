@@ -16,6 +16,7 @@ Env steps count the steps the agent experienced: gymnasium's next-step autoreset
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections import deque
@@ -32,7 +33,15 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ConfigError, ReplayConfig, parse_yaml, validate_config
-from per_dqn.envs import EnvSpec, describe, make_eval_env, make_vector_env
+from per_dqn.envs import (
+    EnvSpec,
+    check_env_state,
+    describe,
+    env_state,
+    load_env_state,
+    make_eval_env,
+    make_vector_env,
+)
 from per_dqn.evaluate import run_episodes
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
 from per_dqn.nstep import NStepAccumulator, stack
@@ -44,6 +53,9 @@ from per_dqn.seeding import RunSeeds, restart_seed
 TREE_DRIFT_EVERY_LOGS = 10
 # Env steps between progress-bar refreshes: often enough to look live, rare enough to cost nothing.
 PROGRESS_INTERVAL_STEPS = 250
+# Weights whose largest |value| exceeds this many times the largest at init and at every earlier
+# log point and checkpoint have diverged (see `_Loop.check_weights`).
+DIVERGED_WEIGHT_GROWTH = 1_000.0
 _AGENT_METRIC_TAGS = {
     "loss": m.TRAIN_LOSS,
     "q_mean": m.TRAIN_Q_MEAN,
@@ -53,8 +65,9 @@ _AGENT_METRIC_TAGS = {
 
 
 class DivergedError(RuntimeError):
-    """The loss became NaN or infinite; the run stopped before the bad weights reached a
-    priority, a log point or a checkpoint. The message is one line naming the step and value."""
+    """The loss became NaN or infinite, or the weights non-finite or far larger than ever before
+    (``DIVERGED_WEIGHT_GROWTH``); the run stopped before the bad weights reached a priority, a
+    log point, a checkpoint or ``model.pt``. The message is one line naming the step and value."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -217,7 +230,22 @@ class Trainer:
                 f"this config differs from the one {path.name} was written with (beyond "
                 "train.total_env_steps): the resume follows this config and is not exact"
             )
-        if state.loop["envs"] is None or state.loop["eval_env"] is None:
+        loop = state.loop
+        missing = [key for key in _LOOP_KEYS if not isinstance(loop, dict) or key not in loop]
+        if missing:
+            raise ckpt.CheckpointError(f"{path}: its loop state lacks {', '.join(missing)}")
+        if loop["env_steps"] != state.env_steps:
+            raise ckpt.CheckpointError(
+                f"{path}: its loop state is at env step {loop['env_steps']}, its manifest at "
+                f"{state.env_steps}"
+            )
+        for env, key in ((self.envs, "envs"), (self.eval_env, "eval_env")):
+            if loop[key] is not None:
+                try:
+                    check_env_state(env, loop[key])
+                except ValueError as exc:
+                    raise ckpt.CheckpointError(f"{path}: {key}: {exc}") from None
+        if loop["envs"] is None or loop["eval_env"] is None:
             notes.append(
                 f"{self.config.env.id} envs cannot be saved: they restart from a fresh reset "
                 "seeded from run.seed and the env step, so this resume is not exact"
@@ -296,13 +324,20 @@ class Trainer:
                 loop.train(None if resume is None else resume.loop)
                 if should_stop is not None and should_stop():
                     raise KeyboardInterrupt
+                loop.check_weights()
                 final = loop.final_eval()
             except KeyboardInterrupt:
                 interrupted, final = True, None
+            # However the loop ended (Ctrl-C included), the weights are checked before they are
+            # written.
+            loop.check_weights()
             if final is not None and self.config.checkpoint.enabled:
                 self._save_checkpoint(run_dir, logger, loop.state_dict(), final=True)
             wall = time.perf_counter() - start
-            torch.save(self.agent.online.state_dict(), run_dir / "model.pt")
+            # Atomic: `eval` beside this run reads the old file or the new one, never half.
+            buffer = io.BytesIO()
+            torch.save(self.agent.online.state_dict(), buffer)
+            ckpt.write_bytes_atomic(run_dir / "model.pt", buffer.getvalue())
             summary = {
                 "final_eval_return_mean": None if final is None else float(final.returns.mean()),
                 "final_eval_return_std": None if final is None else float(final.returns.std()),
@@ -324,6 +359,13 @@ class Trainer:
         finally:
             logger.close()
         return summary
+
+
+# What a checkpoint's loop state must hold (``_Loop.state_dict``).
+_LOOP_KEYS = (
+    "env_steps", "cursor", "rng", "eval_rng", "torch_rng", "cuda_rng", "nstep", "health",
+    "learn_means", "recent_returns", "logs_written", "weight_scale", "envs", "eval_env",
+)  # fmt: skip
 
 
 class _Loop:
@@ -371,6 +413,7 @@ class _Loop:
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.eval_env.reset(seed=self.seeds.eval_env)
         self._log_clock = (time.perf_counter(), 0)  # (time, env steps) of the previous log write
+        self.weight_scale = self._largest_weight()  # see `check_weights`
         self._logs_written = 0
         self._last_sps = 0.0
 
@@ -495,12 +538,14 @@ class _Loop:
             if self.env_steps >= next_log:
                 while next_log <= self.env_steps:
                     next_log += train.log_interval
+                self.check_weights()
                 self._write_log()
             # Due on the last step, the final evaluation stands in; the schedule still moves on,
             # so a run extended by `--resume --steps` does not evaluate again one step later.
             if self.env_steps >= next_eval:
                 next_eval += train.eval_interval
                 if self.env_steps < train.total_env_steps:
+                    self.check_weights()
                     result = evaluate(
                         self.agent, self.eval_env, train.eval_episodes, train.eval_epsilon,
                         self.eval_rng,
@@ -513,6 +558,7 @@ class _Loop:
             if self.env_steps >= next_checkpoint and self.env_steps < train.total_env_steps:
                 next_checkpoint = self._next_checkpoint()
                 assert self.checkpoint is not None  # else next_checkpoint is inf
+                self.check_weights()
                 self.checkpoint(self.state_dict())
 
     def _next_checkpoint(self) -> float:
@@ -531,15 +577,21 @@ class _Loop:
             "cursor": self._cursor(),
             "rng": self.rng.bit_generator.state,
             "eval_rng": self.eval_rng.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            # uint8 tensors, stored as arrays: the checkpoint holds no pickle.
+            "torch_rng": torch.get_rng_state().numpy(),
+            "cuda_rng": (
+                [state.numpy() for state in torch.cuda.get_rng_state_all()]
+                if torch.cuda.is_available()
+                else None
+            ),
             "nstep": self.nstep.state_dict(),
             "health": self.health.state_dict(),
             "learn_means": self.learn_means.state_dict(),
             "recent_returns": list(self.recent_returns),
             "logs_written": self._logs_written,
-            "envs": ckpt.vector_env_state(self.envs),
-            "eval_env": ckpt.env_state(self.eval_env),
+            "weight_scale": self.weight_scale,
+            "envs": env_state(self.envs),
+            "eval_env": env_state(self.eval_env),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -551,21 +603,24 @@ class _Loop:
         self.env_steps = int(state["env_steps"])
         self.rng.bit_generator.state = state["rng"]
         self.eval_rng.bit_generator.state = state["eval_rng"]
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(torch.from_numpy(np.asarray(state["torch_rng"], dtype=np.uint8)))
         if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+            torch.cuda.set_rng_state_all(
+                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in state["cuda_rng"]]
+            )
         self.health.load_state_dict(state["health"])
         self.learn_means.load_state_dict(state["learn_means"])
         self.recent_returns.extend(state["recent_returns"])
         self._logs_written = int(state["logs_written"])
+        self.weight_scale = float(state["weight_scale"])
         seed = restart_seed(self.cfg.run.seed, self.env_steps)
         if state["eval_env"] is not None:
-            ckpt.load_env_state(self.eval_env, state["eval_env"])
+            load_env_state(self.eval_env, state["eval_env"])
         else:
             self.eval_env.reset(seed=seed + self.cfg.env.num_envs)  # past every training sub-env
         cursor = dict(state["cursor"])
         if state["envs"] is not None:
-            ckpt.load_vector_env_state(self.envs, state["envs"])
+            load_env_state(self.envs, state["envs"])
             self.nstep.load_state_dict(state["nstep"])
         else:
             num_envs = self.cfg.env.num_envs
@@ -578,6 +633,38 @@ class _Loop:
                 prev_lives=info.get("lives"),
             )
         return cursor
+
+    def _largest_weight(self) -> float:
+        """The largest |value| in the online and target networks (NaN if any is NaN)."""
+        with torch.no_grad():
+            params = [*self.agent.online.parameters(), *self.agent.target.parameters()]
+            return float(torch.stack([p.detach().abs().max() for p in params]).max())
+
+    def check_weights(self) -> None:
+        """Stops the run if the weights diverged, before they are logged or written.
+
+        A finite loss does not mean sane weights: one Adam step at an absurd learning rate moves
+        every weight by about the learning rate (1e30, say) while the loss it reports is the one
+        computed before the step, and the NaN loss only comes a step later; a checkpoint taken in
+        between would hold those weights. The rule: weights are diverged when one is non-finite,
+        or the largest |weight| is more than ``DIVERGED_WEIGHT_GROWTH`` (1000) times the largest
+        seen at init and at every earlier log point and checkpoint (``weight_scale``). Healthy
+        training grows it by a small factor over a whole run (CartPole's init bound is 0.5, its
+        trained weights stay below ~10); a blow-up grows it by orders of magnitude between two
+        log points.
+
+        Raises:
+            DivergedError: one line with the value, the bound and the step.
+        """
+        largest = self._largest_weight()
+        bound = DIVERGED_WEIGHT_GROWTH * self.weight_scale
+        if not math.isfinite(largest) or largest > bound:
+            raise DivergedError(
+                f"the largest |weight| is {largest:.3g} at env step {self.env_steps:,} (update "
+                f"step {self.agent.update_steps:,}), more than {DIVERGED_WEIGHT_GROWTH:g}x the "
+                f"largest before ({self.weight_scale:.3g}): training diverged"
+            )
+        self.weight_scale = max(self.weight_scale, largest)
 
     def _end_episodes(
         self, finished: np.ndarray, ep_return: np.ndarray, ep_length: np.ndarray

@@ -1,22 +1,30 @@
-"""Checkpoint files on disk: the manifest's sizes and SHA-256 against hashlib, atomic writes that a
-failure mid-way leaves unseen, keep-last-K, and the fallback past a truncated, corrupted or
-half-written checkpoint. Also the pieces of state a checkpoint carries: the replay memory's
-arrays and RNG, a CartPole vector env mid-episode, the n-step windows and the health panel."""
+"""Checkpoint files on disk: the manifest's sizes and SHA-256s and its own digest against hashlib,
+atomic writes that a failure mid-way leaves unseen, keep-last-K, the fallback past a truncated,
+corrupted, edited or half-written checkpoint, reading beside a writer, and refusing format 1 and
+pickles. Also the pieces of state a checkpoint carries, all as npz + JSON: the replay memory's
+arrays and RNG, classic-control envs mid-episode, the n-step windows and the health panel."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import pickle
+import re
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from per_dqn import checkpoint as ckpt
+from per_dqn.envs import check_env_state, env_state, load_env_state
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay
 from per_dqn.metrics import ReplayHealth
 from per_dqn.nstep import NStepAccumulator
@@ -34,6 +42,14 @@ def names(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir())
 
 
+def digest(manifest: dict) -> str:
+    """The manifest digest by hand: SHA-256 of its JSON with sorted keys, no spaces, and its own
+    key left out."""
+    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
     path = ckpt.write_checkpoint(
         tmp_path, 1200, write_bytes({"a.bin": b"abc", "b.bin": b""}), keep_last=2,
@@ -42,8 +58,8 @@ def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
     assert path == tmp_path / "step_000001200"
     assert names(tmp_path) == ["step_000001200"]  # no temp dir left behind
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest == {
-        "format": 1,
+    expected = {
+        "format": 2,
         "env_steps": 1200,
         "final": True,
         "files": {
@@ -52,6 +68,7 @@ def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
             "b.bin": {"bytes": 0, "sha256": hashlib.sha256(b"").hexdigest()},
         },
     }
+    assert manifest == {**expected, "manifest_sha256": digest(expected)}
     assert ckpt.verify_checkpoint(path) == manifest
 
 
@@ -124,6 +141,73 @@ def test_a_damaged_checkpoint_is_skipped_with_one_warning(tmp_path, damage, prob
         ckpt.verify_checkpoint(newest)
 
 
+EDITED = "manifest.json fails its own SHA-256 check (manifest_sha256)"
+
+
+def edit_manifest(path: Path, change, reseal: bool = False) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    change(manifest)
+    if reseal:
+        manifest["manifest_sha256"] = digest(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+@pytest.mark.parametrize(
+    ("change", "reseal", "problem"),
+    [
+        (lambda m: m.update(env_steps=100), False, EDITED),
+        (lambda m: m.update(final=True), False, EDITED),
+        (
+            lambda m: m["files"]["x"].update(sha256=hashlib.sha256(b"other").hexdigest()),
+            False,
+            EDITED,
+        ),
+        (lambda m: m.pop("manifest_sha256"), False, EDITED),
+        (lambda m: m.update(env_steps=100), True, "its manifest.json says env step 100, its name "
+         "step 200"),
+    ],
+    ids=["env-steps-digit", "added-value", "file-digest", "digest-removed", "resealed-step"],
+)  # fmt: skip
+def test_an_edited_manifest_is_skipped_with_one_warning(tmp_path, change, reseal, problem):
+    """Pins the bug where manifest.json itself was unchecked: one changed digit of env_steps
+    passed. Its digest now covers every value; a manifest resealed with a fresh digest but another
+    step than its dir name (a copied manifest, say) is caught by the name."""
+    for step in (100, 200):
+        ckpt.write_checkpoint(tmp_path, step, write_bytes({"x": bytes(60)}), keep_last=3)
+    newest = tmp_path / "step_000000200"
+    (newest / "manifest.json").write_text(  # re-indenting changes no value: still accepted
+        json.dumps(json.loads((newest / "manifest.json").read_text()), indent=4)
+    )
+    assert ckpt.find_latest(tmp_path).path == newest
+    edit_manifest(newest, change, reseal)
+    for found in (ckpt.find_latest(tmp_path), ckpt.read_latest(tmp_path, ["x"])):
+        assert found.path == tmp_path / "step_000000100"
+        assert found.warnings == [
+            f"checkpoint {newest}: {problem}; using the previous one, step_000000100"
+        ]
+
+
+def test_format_1_is_refused_not_skipped(tmp_path):
+    """A format-1 manifest (no digest, a pickled loop.pt) is not damage to fall back from: every
+    checkpoint of that run is format 1. Resume and eval both stop at it with one line."""
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"x": b"1"}), keep_last=3)
+    old = tmp_path / "step_000000200"
+    old.mkdir()
+    (old / "loop.pt").write_bytes(b"\x80\x04N.")  # pickle of None
+    files = {"loop.pt": {"bytes": 4, "sha256": hashlib.sha256(b"\x80\x04N.").hexdigest()}}
+    (old / "manifest.json").write_text(json.dumps({"format": 1, "env_steps": 200, "files": files}))
+    message = f"{old}: a format-1 checkpoint (its loop state is a pickle, loop.pt"
+    with pytest.raises(ckpt.FormatError, match=re.escape(message)):
+        ckpt.find_latest(tmp_path)
+    with pytest.raises(ckpt.FormatError, match=re.escape(message)):
+        ckpt.read_latest(tmp_path, ["x"])
+    # A format-2 manifest edited to say format 1 is damage (its digest fails), not format 1.
+    shutil.rmtree(old)
+    ckpt.write_checkpoint(tmp_path, 300, write_bytes({"x": b"3"}), keep_last=3)
+    edit_manifest(tmp_path / "step_000000300", lambda m: m.update(format=1))
+    assert ckpt.find_latest(tmp_path).path == tmp_path / "step_000000100"
+
+
 def test_no_usable_checkpoint(tmp_path):
     assert ckpt.find_latest(tmp_path / "absent") == ckpt.Found(None, {}, [], 0)
     ckpt.write_checkpoint(tmp_path, 100, write_bytes({"x": b"abc"}), keep_last=1)
@@ -163,6 +247,149 @@ def test_write_text_atomic_replaces_whole(tmp_path):
     path.write_text("old")
     ckpt.write_text_atomic(path, "new")
     assert path.read_text() == "new" and names(tmp_path) == ["config.yaml"]
+
+
+def test_write_bytes_atomic_leaves_the_old_file_when_the_write_fails(tmp_path):
+    """How model.pt is written. A write that fails after the temp file is opened (here: data of
+    a type the file refuses, as no disk can be filled on demand) leaves the old file whole and no
+    temp file."""
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"old weights")
+    with pytest.raises(TypeError):
+        ckpt.write_bytes_atomic(path, "not bytes")  # type: ignore[arg-type]
+    assert path.read_bytes() == b"old weights" and names(tmp_path) == ["model.pt"]
+    ckpt.write_bytes_atomic(path, b"new weights")
+    assert path.read_bytes() == b"new weights" and names(tmp_path) == ["model.pt"]
+
+
+def test_read_latest_reads_each_file_once_as_checked(tmp_path):
+    """What ``eval`` gets is the bytes that passed the checks, not a second read of the path; a
+    missing file with no newer checkpoint around is damage, warned about like the others."""
+    for step, data in ((100, b"one"), (200, b"two")):
+        ckpt.write_checkpoint(tmp_path, step, write_bytes({"a": data, "b": b"x"}), keep_last=3)
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert (read.path, read.files, read.warnings) == (
+        tmp_path / "step_000000200",
+        {"a": b"two"},
+        [],
+    )
+    (tmp_path / "step_000000200" / "a").unlink()
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert read.path == tmp_path / "step_000000100" and read.files == {"a": b"one"}
+    assert read.warnings == [
+        f"checkpoint {tmp_path / 'step_000000200'}: a is missing; using the previous one, "
+        "step_000000100"
+    ]
+    with pytest.raises(ckpt.CheckpointError, match=r"c is not listed in its manifest\.json"):
+        ckpt.read_verified(tmp_path / "step_000000100", ["b", "c"])
+
+
+def test_a_checkpoint_rotated_away_mid_read_is_no_damage(tmp_path):
+    """What ``read_latest`` decides when a file of checkpoint P is found missing, on real dirs:
+    P deleted, or replaced by a new dir of its step, or with a newer checkpoint beside it (the
+    writer renames the new one in before it deletes) means the rotation took it: look again,
+    no warning. P still there, the same dir, nothing newer: damage."""
+    root = tmp_path
+    for step in (100, 200):
+        ckpt.write_checkpoint(root, step, write_bytes({"a": b"1"}), keep_last=3)
+    p = root / "step_000000200"
+    inode = os.stat(p).st_ino
+    assert not ckpt._rotated_away(root, p, inode, {})  # the same dir, nothing newer: damage
+    ckpt.write_checkpoint(root, 300, write_bytes({"a": b"3"}), keep_last=3)
+    assert ckpt._rotated_away(root, p, inode, {})  # a newer one appeared
+    assert not ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
+    shutil.rmtree(p)
+    assert ckpt._rotated_away(root, p, inode, {})  # deleted
+    p.mkdir()
+    assert ckpt._rotated_away(root, p, inode, {})  # replaced: another dir under its name
+
+
+def test_read_latest_beside_a_writer_that_rotates(tmp_path):
+    """A real writer thread writes checkpoints as fast as it can, keeping one, while this thread
+    reads the newest again and again for a second (the race is real: on the 2-core development
+    machine about one read in a thousand found its checkpoint deleted mid-read). Every read
+    returns a checkpoint, whole, with no warning."""
+    ckpt.write_checkpoint(tmp_path, 0, write_bytes({"a": b"0" * 1000}), keep_last=1)
+    stop = threading.Event()
+
+    def writer() -> None:
+        step = 0
+        while not stop.is_set():
+            step += 1
+            data = str(step).encode() * 1000
+            ckpt.write_checkpoint(tmp_path, step, write_bytes({"a": data}), keep_last=1)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reads = []
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            read = ckpt.read_latest(tmp_path, ["a"])
+            assert read.path is not None and read.warnings == []
+            step = int(read.manifest["env_steps"])
+            assert read.files["a"] == (str(step).encode() if step else b"0") * 1000
+            reads.append(step)
+    finally:
+        stop.set()
+        thread.join()
+    assert reads == sorted(reads) and len(set(reads)) > 10
+
+
+class Plant:
+    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_load_weights_runs_no_code_and_checks_the_crc(tmp_path):
+    """``torch.load(weights_only=True)`` alone loads a flipped byte in a tensor silently (it does
+    not check its zip's CRC-32s): ``load_weights`` does, and refuses a pickle that would run code
+    (shown live first) with one line."""
+    weights = {"w": torch.arange(64, dtype=torch.float32)}
+    torch.save(weights, tmp_path / "good.pt")
+    data = (tmp_path / "good.pt").read_bytes()
+    assert torch.equal(ckpt.load_weights(data, "good.pt")["w"], weights["w"])
+    # The tensor's bytes: the float 10.0 (0x41200000) at offset 40 of its storage member.
+    at = data.index(np.float32(10.0).tobytes())
+    flipped = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+    assert not torch.equal(torch.load(io.BytesIO(flipped), weights_only=True)["w"], weights["w"])
+    with pytest.raises(ckpt.CheckpointError, match=r"^bad.pt: corrupt: its member .+ fails its "
+                       "CRC-32 check$"):  # fmt: skip
+        ckpt.load_weights(flipped, "bad.pt")
+    with pytest.raises(ckpt.CheckpointError, match=r"^cut.pt: truncated or corrupt, not a whole"):
+        ckpt.load_weights(data[: len(data) // 2], "cut.pt")
+
+    marker = tmp_path / "ran"
+    torch.save({"w": Plant(marker)}, tmp_path / "plant.pt")
+    planted = (tmp_path / "plant.pt").read_bytes()
+    pickle.loads(pickle.dumps(Plant(marker)))
+    assert marker.exists()  # the plant is live
+    marker.unlink()
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.load_weights(planted, "plant.pt")
+    assert str(info.value) == (
+        "plant.pt: refused: it holds more than tensors (Unsupported global: GLOBAL io.open was "
+        "not an allowed global by default), and loading it could run code"
+    )
+    assert not marker.exists()
+
+
+def test_trees_hold_no_pickle(tmp_path):
+    """An npz holding an object array (whose pickle would run code) is refused on reading, and
+    ``save_tree`` never writes one."""
+    marker = tmp_path / "ran"
+    np.savez(tmp_path / "t.npz", a=np.array([Plant(marker)], dtype=object), allow_pickle=True)
+    (tmp_path / "t.json").write_text('{"a": {"__array__": "a"}}')
+    with pytest.raises(ValueError, match="Object arrays cannot be loaded when allow_pickle=False"):
+        ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+    assert not marker.exists()
+    with pytest.raises(TypeError, match="object array at 'a'"):
+        ckpt.save_tree(tmp_path / "u.npz", tmp_path / "u.json", {"a": np.array([None])})
 
 
 # --- the state a checkpoint carries ---------------------------------------------------------------
@@ -212,47 +439,96 @@ def cartpole_vector(num_envs: int) -> SyncVectorEnv:
     return SyncVectorEnv([lambda e=e: e for e in envs], autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def test_vector_env_state_continues_identically_through_an_autoreset():
-    """A copy taken right after an episode ended (the next step only resets that sub-env) steps
-    exactly like the original: physics, RNG, time limit and the autoreset flag all restored."""
+def through_files(tree, tmp_path: Path):
+    """A tree as a checkpoint stores it: npz + JSON, read back."""
+    ckpt.save_tree(tmp_path / "t.npz", tmp_path / "t.json", tree)
+    return ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+
+
+def test_vector_env_state_continues_identically_through_an_autoreset(tmp_path):
+    """A copy taken right after an episode ended (the next step only resets that sub-env), stored
+    as npz + JSON, steps exactly like the original: physics, RNG, time limit and the autoreset
+    flag all restored."""
     envs = cartpole_vector(2)
     envs.reset(seed=3)
     while True:
         _, _, terminated, truncated, _ = envs.step(np.zeros(2, dtype=np.int64))
         if (terminated | truncated).any():
             break
-    state = ckpt.vector_env_state(envs)
+    state = env_state(envs)
     assert state is not None and state["autoreset"].any()
     copy = cartpole_vector(2)
     copy.reset(seed=99)
-    ckpt.load_vector_env_state(copy, state)
+    load_env_state(copy, through_files(state, tmp_path))
     actions = np.random.default_rng(0).integers(2, size=(300, 2))
     for a in actions:
         for x, y in zip(envs.step(a)[:4], copy.step(a)[:4], strict=True):
             np.testing.assert_array_equal(x, y)
 
 
-def test_single_env_state_is_restored_in_place():
-    env = gym.make("CartPole-v1", disable_env_checker=True)
+@pytest.mark.parametrize(
+    ("env_id", "kwargs"),
+    [
+        ("CartPole-v1", {"max_episode_steps": 7}),  # truncates mid-test: the counter matters
+        ("Acrobot-v1", {}),
+        ("MountainCar-v0", {}),  # its state is a tuple after a step
+        ("Pendulum-v1", {}),
+        ("MountainCarContinuous-v0", {}),
+    ],
+)
+def test_single_env_state_is_restored_in_place(tmp_path, env_id, kwargs):
+    """Each classic-control env continues exactly, through a truncation and the reset after it
+    (whose draw shows the RNG continues), in the same object that others hold."""
+    env = gym.make(env_id, disable_env_checker=True, **kwargs)
     env.reset(seed=1)
-    env.step(0)
-    blob = ckpt.env_state(env)
-    other = gym.make("CartPole-v1", disable_env_checker=True)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(12)]
+    env.step(actions[0])
+    state = through_files(env_state(env), tmp_path)
+    other = gym.make(env_id, disable_env_checker=True, **kwargs)
     other.reset(seed=2)
     same_object = other
-    ckpt.load_env_state(other, blob)
+    load_env_state(other, state)
     assert other is same_object
-    for _ in range(5):
-        np.testing.assert_array_equal(env.step(1)[0], other.step(1)[0])
-    np.testing.assert_array_equal(env.reset()[0], other.reset()[0])  # the RNG continues too
+    for action in actions[1:]:
+        got, want = other.step(action), env.step(action)
+        for x, y in zip(got[:4], want[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+        if want[2] or want[3]:
+            np.testing.assert_array_equal(env.reset()[0], other.reset()[0])
 
 
-def test_an_unpicklable_env_has_no_state():
+def test_an_env_whose_state_is_unknown_has_none():
+    """Anything but the named wrappers and classic-control envs cannot be captured exactly."""
+
     class Handle(gym.Env):
+        action_space = gym.spaces.Discrete(2)
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,))
+
         def __init__(self) -> None:
             self.lock = __import__("threading").Lock()  # stands in for a C++ emulator handle
 
-    assert ckpt.env_state(Handle()) is None
+    assert env_state(Handle()) is None
+    wrapped = gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
+    assert env_state(wrapped) is None  # its own counters are not known here
+    vector = SyncVectorEnv([lambda: Handle()], autoreset_mode=AutoresetMode.NEXT_STEP)
+    assert env_state(vector) is None
+
+
+def test_a_state_of_another_env_is_refused_and_changes_nothing():
+    cartpole = gym.make("CartPole-v1", disable_env_checker=True)
+    cartpole.reset(seed=1)
+    acrobot = gym.make("Acrobot-v1", disable_env_checker=True)
+    acrobot.reset(seed=1)
+    before = acrobot.unwrapped.state.copy()
+    with pytest.raises(ValueError, match="the checkpoint's env is TimeLimit/OrderEnforcing/"
+                       "CartPoleEnv, this run's TimeLimit/OrderEnforcing/AcrobotEnv"):  # fmt: skip
+        load_env_state(acrobot, env_state(cartpole))
+    np.testing.assert_array_equal(acrobot.unwrapped.state, before)
+    with pytest.raises(ValueError, match="the checkpoint has 2 sub-envs, this run 3"):
+        check_env_state(cartpole_vector(3), env_state(cartpole_vector(2)))
+    with pytest.raises(ValueError, match="malformed env state"):
+        check_env_state(cartpole, {"kind": "CartPoleEnv"})
 
 
 def test_nstep_and_health_state_round_trip():

@@ -1,10 +1,16 @@
 """``per-dqn eval`` on real runs: the printed statistics against a hand-rolled greedy loop, which
-weights a run dir or a checkpoint dir resolves to, the GIF a ``--video`` writes (CartPole's
-renderer, and the real ALE's frames, enlarged), and one-line errors."""
+weights a run dir or a checkpoint dir resolves to, a run that is still rotating its checkpoints,
+the GIF a ``--video`` writes (CartPole's renderer, and the real ALE's frames, enlarged), and
+one-line errors for a truncated, corrupt or planted ``model.pt``."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,6 +20,7 @@ import torch
 from PIL import Image, ImageSequence
 from typer.testing import CliRunner
 
+import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
@@ -161,12 +168,135 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(run_dir, tmp_path):
     assert result.stderr.startswith(f"error: {newest}: agent.pt has 1,000 bytes")
 
 
-def test_a_run_without_checkpoints_plays_its_model(tmp_path):
-    run_dir = train(tmp_path / "run", "checkpoint.enabled=false", "train.total_env_steps=400")
-    assert not ckpt.checkpoints_dir(run_dir).exists()
-    result = evaluate(str(run_dir), "--episodes", "1")
+@pytest.fixture(scope="module")
+def model_only(tmp_path_factory) -> Path:
+    """A run with checkpoints switched off: ``model.pt`` is all there is to play."""
+    run_dir = tmp_path_factory.mktemp("model") / "run"
+    return train(run_dir, "checkpoint.enabled=false", "train.total_env_steps=400")
+
+
+def test_a_run_without_checkpoints_plays_its_model(model_only):
+    assert not ckpt.checkpoints_dir(model_only).exists()
+    assert not [p for p in model_only.iterdir() if p.name.startswith(".tmp-")]  # atomic write
+    result = evaluate(str(model_only), "--episodes", "1")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == f"weights: {run_dir / 'model.pt'} (env step 400)"
+    assert result.stdout.splitlines()[0] == f"weights: {model_only / 'model.pt'} (env step 400)"
+
+
+def flip_a_weight(data: bytes) -> bytes:
+    """One bit of the first float32 weight stored in a ``torch.save`` zip (the first member whose
+    name ends in ``data/0``), found with the stdlib's zip reader."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("data/0"))
+    # The member's data follow its local header: 30 bytes, then its name and extra field.
+    name_len, extra_len = (int.from_bytes(data[info.header_offset + k : info.header_offset + k + 2],
+                           "little") for k in (26, 28))  # fmt: skip
+    at = info.header_offset + 30 + name_len + extra_len
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda d: d[: len(d) // 2], "truncated or corrupt, not a whole torch file"),
+        (lambda d: d[:100], "truncated or corrupt, not a whole torch file"),
+        (flip_a_weight, "corrupt: its member archive/data/0 fails its CRC-32 check"),
+        (lambda d: b"", "truncated or corrupt, not a whole torch file"),
+    ],
+    ids=["half", "100-bytes", "flipped-weight", "empty"],
+)
+def test_a_truncated_or_corrupt_model_pt_is_one_line_naming_it(
+    model_only, tmp_path, damage, problem
+):
+    """Pins the traceback (or, for a flipped bit, the silent play of other weights: torch.load
+    does not check the zip's CRC-32s) that ``eval`` gave for a damaged model.pt."""
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    model = run_dir / "model.pt"
+    model.write_bytes(damage(model.read_bytes()))
+    result = evaluate(str(run_dir), "--episodes", "1")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {model}: {problem}"), line
+    assert result.stdout == ""
+
+
+class Plant:
+    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):
+    """``eval`` keeps ``weights_only=True``: a model.pt whose pickle would create a marker (shown
+    live with a plain ``torch.load`` first) is refused with one line, and no marker appears."""
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    model = run_dir / "model.pt"
+    marker = tmp_path / "ran"
+    torch.save({"w": Plant(marker)}, tmp_path / "control.pt")
+    torch.load(tmp_path / "control.pt", weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+    torch.save({"w": Plant(marker)}, model)
+    result = evaluate(str(run_dir), "--episodes", "1")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {model}: refused: it holds more than tensors (Unsupported global: GLOBAL io.open "
+        "was not an allowed global by default), and loading it could run code"
+    ]
+    assert not marker.exists()
+
+
+CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
+
+
+def test_eval_beside_a_run_that_rotates_its_checkpoints(tmp_path):
+    """Pins the FileNotFoundError ``eval RUN_DIR`` raised beside a run still training: the
+    checkpoint it found could be deleted by the run's keep-last rotation before it was read. A
+    real ``per-dqn train`` process writes a checkpoint every 20 env steps and keeps one, while
+    ``eval`` runs again and again beside it (a real race, so how often it is hit varies): every
+    eval exits 0 with no warning and plays a checkpoint no older than the previous eval's."""
+    run_dir = tmp_path / "run"
+    args = ["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q"]
+    for text in [
+        "train.total_env_steps=800", "train.learning_starts=100", "train.eval_interval=0",
+        "train.final_eval_episodes=1", "train.log_interval=1000", "replay.capacity=800",
+        "checkpoint.interval_steps=20", "checkpoint.keep_last=1", "run.device=cpu",
+    ]:  # fmt: skip
+        args += ["--set", text]
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from per_dqn.cli import app; app()", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir)):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        played = []
+        while process.poll() is None:
+            result = evaluate(str(run_dir), "--episodes", "1")
+            assert result.exit_code == 0, result.output
+            assert result.stderr == ""
+            found = re.fullmatch(r"weights: \S+/step_(\d+) \(env step [\d,]+\)",
+                                 result.stdout.splitlines()[0])  # fmt: skip
+            assert found is not None, result.stdout
+            played.append(int(found.group(1)))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    assert played == sorted(played) and len(set(played)) >= 5, played
 
 
 def test_bad_input_is_one_line_each(tmp_path):

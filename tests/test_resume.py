@@ -1,13 +1,17 @@
-"""Resuming real CartPole runs: after Ctrl-C, after SIGKILL and past a damaged checkpoint, the
-resumed run ends with exactly the curves, weights and memory of the run that was never stopped;
-TensorBoard sees no duplicated step; a NaN loss stops the run and leaves the last checkpoint; and
+"""Resuming real CartPole runs: after Ctrl-C, after SIGKILL and past a damaged or edited
+checkpoint, the resumed run ends with exactly the curves, weights and memory of the run that was
+never stopped; TensorBoard sees no duplicated or lost step; a NaN loss or diverged weights stop the
+run and leave the last good checkpoint; a checkpoint whose files would run code is refused; and
 ``--resume`` refuses what it cannot continue."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -15,11 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
+import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
@@ -39,6 +45,20 @@ SETTINGS = [
 INTERRUPT_AT_LEARN_CALL = 200
 
 runner = CliRunner()
+# The checkout under test, for CLI processes started from another cwd (the venv's `per-dqn`
+# script would import whichever checkout is installed).
+CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
+
+
+def cli_process(args: list[str], cwd: Path) -> subprocess.Popen:
+    """The real ``per-dqn`` command in its own process, running this checkout's package."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from per_dqn.cli import app; app()", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def train_args(run_dir: Path, *extra: str) -> list[str]:
@@ -163,7 +183,8 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     ("name", "damage", "problem"),
     [
         (ckpt.MEMORY_ARRAYS_FILE, "truncate", "memory.npz has"),
-        (ckpt.LOOP_FILE, "flip", "loop.pt fails its SHA-256 check"),
+        (ckpt.LOOP_ARRAYS_FILE, "flip", "loop.npz fails its SHA-256 check"),
+        (ckpt.LOOP_META_FILE, "truncate", "loop.json has"),
     ],
 )
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(
@@ -190,6 +211,98 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(
     assert ckpt.verify_checkpoint(newest)["env_steps"] == 900  # rewritten whole by the resume
 
 
+def reseal(path: Path) -> None:
+    """Rewrites a checkpoint's manifest to match its files as they now are, digest included: what
+    someone who edits a checkpoint on purpose can do. Sizes, SHA-256s and the digest (SHA-256 of
+    the manifest's JSON with sorted keys and no spaces, its own key left out) by hashlib here."""
+    manifest_path = path / ckpt.MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text())
+    for name in manifest["files"]:
+        data = (path / name).read_bytes()
+        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    manifest["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ("one-digit", "manifest.json fails its own SHA-256 check"),
+        ("resealed", "its manifest.json says env step 400, its name step 900"),
+    ],
+)
+def test_an_edited_manifest_is_skipped_and_the_merged_curves_keep_every_eval_point(
+    interrupted, reference, tmp_path, edit, problem
+):
+    """Pins the bug where changing one digit of ``env_steps`` in manifest.json (900 -> 400) went
+    unnoticed: the resume continued the loop from 900 but purged TensorBoard's points from 401,
+    so the merged curve silently lost the evaluation at 500. Now the manifest's own digest fails
+    (or, resealed with a fresh digest, its step disagrees with its dir name): one warning naming
+    the checkpoint, the previous one is used, and all event files of the run dir, merged as
+    TensorBoard merges them (purge_step applied), hold exactly the uninterrupted run's eval
+    points, none hidden and none twice."""
+    run_dir = copy_of(interrupted, tmp_path)
+    newest = ckpt.checkpoints_dir(run_dir) / "step_000000900"
+    path = newest / ckpt.MANIFEST_FILE
+    text = path.read_text()
+    assert text.count('"env_steps": 900,') == 1
+    path.write_text(text.replace('"env_steps": 900,', '"env_steps": 400,'))
+    if edit == "resealed":
+        reseal(newest)
+    result = resume(run_dir)
+    assert result.exit_code == 0, result.output
+    warning, resuming = result.stderr.splitlines()
+    assert warning.startswith(f"warning: checkpoint {newest}: {problem}")
+    assert warning.endswith("; using the previous one, step_000000600")
+    assert resuming == f"resuming {run_dir} from step_000000600 (600 of 1,500 env steps)"
+    merged = read_scalars(run_dir)[m.EVAL_RETURN_MEAN]
+    assert [step for step, _ in merged] == [500, 1000, 1500]
+    assert merged == read_scalars(reference)[m.EVAL_RETURN_MEAN]
+    assert_same_run(run_dir, reference)
+
+
+def change_one_thing(path: Path) -> None:
+    """A text file gets its first digit changed (7 -> 8, 9 -> 0); a binary one a bit flipped."""
+    data = path.read_bytes()
+    if path.suffix in (".json", ".yaml"):
+        match = re.search(rb"[0-9]", data)
+        assert match is not None
+        digit = str((int(match.group()) + 1) % 10).encode()
+        path.write_bytes(data[: match.start()] + digit + data[match.end() :])
+    else:
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x04
+        path.write_bytes(bytes(flipped))
+
+
+CHECKPOINT_FILES = [
+    ckpt.MANIFEST_FILE, ckpt.AGENT_FILE, ckpt.LOOP_ARRAYS_FILE, ckpt.LOOP_META_FILE,
+    ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE, ckpt.CONFIG_FILE,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_a_change_to_any_file_of_a_checkpoint_skips_it(reference, tmp_path, name):
+    """Every file of a real checkpoint, the manifest too, is covered: one changed digit or bit
+    and ``--resume`` (and, for the files it reads, ``eval``) skips that checkpoint with a warning
+    naming it and uses the previous one."""
+    run_dir = copy_of(reference, tmp_path)
+    root = ckpt.checkpoints_dir(run_dir)
+    newest = root / "step_000001500"
+    assert sorted(p.name for p in newest.iterdir()) == sorted(CHECKPOINT_FILES)
+    change_one_thing(newest / name)
+    found = ckpt.find_latest(root)
+    assert found.path == root / "step_000001200"
+    (warning,) = found.warnings
+    assert warning.startswith(f"checkpoint {newest}: {name}")
+    assert warning.endswith("; using the previous one, step_000001200")
+    if name in (ckpt.MANIFEST_FILE, ckpt.AGENT_FILE, ckpt.CONFIG_FILE):
+        read = ckpt.read_latest(root, (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+        assert read.path == root / "step_000001200" and read.warnings == found.warnings
+
+
 def test_an_edited_config_is_followed_with_a_note(interrupted, reference, tmp_path):
     """Each checkpoint keeps the config it was written with; a RUN_DIR/config.yaml edited since is
     what the resume uses, and the user is told the result is no longer the same run."""
@@ -211,13 +324,7 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(reference, tm
     """A real ``per-dqn train`` process killed with SIGKILL (no handler runs, nothing is flushed
     on the way out) after its first checkpoint, then resumed: the same run as never stopped."""
     run_dir = tmp_path / "run"
-    per_dqn = Path(sys.executable).with_name("per-dqn")
-    process = subprocess.Popen(
-        [str(per_dqn), *train_args(run_dir)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = cli_process(train_args(run_dir), tmp_path)
     first = ckpt.checkpoints_dir(run_dir) / "step_000000300"
     deadline = time.monotonic() + 120
     while not first.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -255,10 +362,10 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     few updates: exit 3 with one line naming the step and the value, and the checkpoint written
     before it is still the only one, intact; no model or summary from the bad weights."""
     run_dir = tmp_path / "run"
-    result = runner.invoke(
-        app,
-        train_args(run_dir, "agent.learning_rate=1e30", "checkpoint.interval_steps=250"),
-    )
+    # No log point, evaluation or checkpoint between the first update (300) and the NaN: the
+    # loss check is what stops it (the weights check is the next test's).
+    args = ["agent.learning_rate=1e30", "checkpoint.interval_steps=250", "train.log_interval=1000"]
+    result = runner.invoke(app, train_args(run_dir, *args))
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: train/loss is ")
@@ -269,6 +376,116 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     assert line.endswith(f"stopped (the last checkpoint, {checkpoints[0]}, is untouched)")
     ckpt.verify_checkpoint(checkpoints[0])
     assert not (run_dir / "model.pt").exists() and not (run_dir / "summary.json").exists()
+
+
+def largest_weight(checkpoint: Path) -> float:
+    state = torch.load(checkpoint / ckpt.AGENT_FILE, weights_only=True)
+    tensors = [*state["online"].values(), *state["target"].values()]
+    return max(float(t.abs().max()) for t in tensors)
+
+
+def test_diverged_weights_never_reach_a_checkpoint(tmp_path):
+    """Pins the bug where, after the NaN stop, the newest checkpoint held weights near 1e30: one
+    Adam step at learning rate 1e30 (mse loss, no gradient clip: a real divergence) moves every
+    weight by ~1e30 while the loss it reports is still finite, and a checkpoint due at that step
+    saved them before the next step's NaN. Now the weights are checked first: exit 3 with one
+    line, and the newest checkpoint is the last good one. Bound by hand: PyTorch initialises a
+    Linear layer within 1/sqrt(fan_in), at most 1/sqrt(4) = 0.5 here (CartPole's 4 inputs), so a
+    checkpoint before any update holds no |weight| above 0.5, and the rule allows 1000x that."""
+    run_dir = tmp_path / "run"
+    args = [
+        "agent.learning_rate=1e30", "agent.loss=mse", "agent.grad_clip_norm=null",
+        "checkpoint.interval_steps=150", "train.log_interval=1000",
+    ]  # fmt: skip
+    result = runner.invoke(app, train_args(run_dir, *args))
+    assert result.exit_code == 3, result.output
+    (line,) = result.stderr.splitlines()
+    checkpoints = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
+    assert [p.name for p in checkpoints] == ["step_000000150"]  # not step_000000300
+    found = re.fullmatch(
+        r"error: the largest \|weight\| is (\S+) at env step 300 \(update step 1\), more than "
+        r"1000x the largest before \((\S+)\): training diverged; stopped \(the last "
+        r"checkpoint, (\S+), is untouched\)",
+        line,
+    )
+    assert found is not None, line
+    assert float(found.group(1)) > 1e29 and float(found.group(2)) <= 0.5
+    assert found.group(3) == str(checkpoints[0])
+    good = largest_weight(checkpoints[0])
+    assert np.isfinite(good) and good <= 0.5 < float(found.group(1)) / 1000
+    assert not (run_dir / "model.pt").exists() and not (run_dir / "summary.json").exists()
+
+
+class Plant:
+    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_planted_checkpoint_files_are_refused_without_running_code(reference, tmp_path):
+    """A run dir is shared: a resume must not execute what its checkpoint holds. Each planted
+    file would create a marker when unpickled (shown first, as a control); with its manifest
+    resealed so every checksum passes, ``--resume`` refuses it with one line and the marker is
+    never created."""
+    marker = tmp_path / "ran"
+    torch.load(_planted_torch_file(tmp_path / "control.pt", marker), weights_only=False)
+    assert marker.exists()  # the plant is live
+    marker.unlink()
+
+    cases = {
+        ckpt.AGENT_FILE: "agent.pt: refused: it holds more than tensors (Unsupported global: "
+        "GLOBAL io.open was not an allowed global by default), and loading it could run code",
+        ckpt.LOOP_ARRAYS_FILE: "cannot load (ValueError: Object arrays cannot be loaded when "
+        "allow_pickle=False)",
+    }
+    for name, problem in cases.items():
+        run_dir = Path(shutil.copytree(reference, tmp_path / name))
+        newest = ckpt.checkpoints_dir(run_dir) / "step_000001500"
+        if name == ckpt.AGENT_FILE:
+            _planted_torch_file(newest / name, marker)
+        else:
+            with open(newest / name, "wb") as file:
+                np.savez(file, plant=np.array([Plant(marker)], dtype=object), allow_pickle=True)
+        reseal(newest)
+        result = resume(run_dir, "--steps", "1800")
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {newest}") and line.endswith(problem), line
+        assert not marker.exists()
+
+
+def _planted_torch_file(path: Path, marker: Path) -> Path:
+    torch.save({"online": {"w": Plant(marker)}}, path)
+    return path
+
+
+def test_a_format_1_checkpoint_with_its_pickled_loop_is_refused(reference, tmp_path):
+    """A checkpoint as per-dqn wrote it before format 2: a manifest of format 1 (no digest) that
+    lists a pickled ``loop.pt``. Resuming it is refused with one line naming the format and what
+    to do, and its pickle, which would create a marker, is never loaded."""
+    run_dir = copy_of(reference, tmp_path)
+    marker = tmp_path / "ran"
+    newest = ckpt.checkpoints_dir(run_dir) / "step_000001500"
+    (newest / "loop.pt").write_bytes(pickle.dumps(Plant(marker)))
+    reseal(newest)
+    manifest = json.loads((newest / ckpt.MANIFEST_FILE).read_text())
+    del manifest["manifest_sha256"]
+    manifest["format"] = 1
+    data = (newest / "loop.pt").read_bytes()
+    manifest["files"]["loop.pt"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (newest / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    result = resume(run_dir, "--steps", "1800")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {newest}: a format-1 checkpoint (its loop state is a pickle, loop.pt, which "
+        "this per-dqn never loads: it could run code); this per-dqn reads format 2: resume it "
+        "with the per-dqn release that wrote it, or start a new run"
+    ]
+    assert not marker.exists()
 
 
 def test_resume_refuses_what_it_cannot_continue(reference, tmp_path):
