@@ -231,20 +231,7 @@ class Trainer:
                 "train.total_env_steps): the resume follows this config and is not exact"
             )
         loop = state.loop
-        missing = [key for key in _LOOP_KEYS if not isinstance(loop, dict) or key not in loop]
-        if missing:
-            raise ckpt.CheckpointError(f"{path}: its loop state lacks {', '.join(missing)}")
-        if loop["env_steps"] != state.env_steps:
-            raise ckpt.CheckpointError(
-                f"{path}: its loop state is at env step {loop['env_steps']}, its manifest at "
-                f"{state.env_steps}"
-            )
-        for env, key in ((self.envs, "envs"), (self.eval_env, "eval_env")):
-            if loop[key] is not None:
-                try:
-                    check_env_state(env, loop[key])
-                except ValueError as exc:
-                    raise ckpt.CheckpointError(f"{path}: {key}: {exc}") from None
+        self._check_loop_state(loop, path, state.env_steps)
         if loop["envs"] is None or loop["eval_env"] is None:
             notes.append(
                 f"{self.config.env.id} envs cannot be saved: they restart from a fresh reset "
@@ -252,6 +239,37 @@ class Trainer:
             )
         self._resume = state
         return notes
+
+    def _check_loop_state(self, loop: Any, path: Path, env_steps: int) -> None:
+        """Checks what ``_Loop.load_state_dict`` will apply, so that a loop state that does not
+        fit is refused here, in one line, before the run writes anything.
+
+        Raises:
+            CheckpointError: a missing key, another env step than the manifest's, an RNG state
+                or env state that does not fit.
+        """
+        missing = [key for key in _LOOP_KEYS if not isinstance(loop, dict) or key not in loop]
+        if missing:
+            raise ckpt.CheckpointError(f"{path}: its loop state lacks {', '.join(missing)}")
+        if loop["env_steps"] != env_steps:
+            raise ckpt.CheckpointError(
+                f"{path}: its loop state is at env step {loop['env_steps']}, its manifest at "
+                f"{env_steps}"
+            )
+        for key in ("rng", "eval_rng"):
+            try:
+                np.random.Generator(np.random.PCG64()).bit_generator.state = loop[key]
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ckpt.CheckpointError(f"{path}: its loop state's {key}: {exc}") from None
+        torch_rng = loop["torch_rng"]
+        if not isinstance(torch_rng, np.ndarray) or torch_rng.dtype != np.uint8:
+            raise ckpt.CheckpointError(f"{path}: its loop state's torch_rng is not a uint8 array")
+        for env, key in ((self.envs, "envs"), (self.eval_env, "eval_env")):
+            if loop[key] is not None:
+                try:
+                    check_env_state(env, loop[key])
+                except ValueError as exc:
+                    raise ckpt.CheckpointError(f"{path}: {key}: {exc}") from None
 
     def _save_checkpoint(
         self, run_dir: Path, logger: m.TensorBoardLogger, loop_state: dict[str, Any], final: bool

@@ -430,32 +430,44 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
     """A run dir is shared: a resume must not execute what its checkpoint holds. Each planted
     file would create a marker when unpickled (shown first, as a control); with its manifest
     resealed so every checksum passes, ``--resume`` refuses it with one line and the marker is
-    never created."""
+    never created. A loop.json swapped for another env's state is refused the same way, before
+    the run writes anything."""
     marker = tmp_path / "ran"
     torch.load(_planted_torch_file(tmp_path / "control.pt", marker), weights_only=False)
     assert marker.exists()  # the plant is live
     marker.unlink()
 
-    cases = {
-        ckpt.AGENT_FILE: "agent.pt: refused: it holds more than tensors (Unsupported global: "
-        "GLOBAL io.open was not an allowed global by default), and loading it could run code",
-        ckpt.LOOP_ARRAYS_FILE: "cannot load (ValueError: Object arrays cannot be loaded when "
-        "allow_pickle=False)",
-    }
-    for name, problem in cases.items():
+    def plant_npz(path: Path) -> None:
+        with open(path, "wb") as file:
+            np.savez(file, plant=np.array([Plant(marker)], dtype=object), allow_pickle=True)
+
+    def swap_env(path: Path) -> None:
+        loop = json.loads(path.read_text())
+        loop["envs"]["envs"][0]["kind"] = "AcrobotEnv"
+        path.write_text(json.dumps(loop))
+
+    cases = [
+        (ckpt.AGENT_FILE, lambda path: _planted_torch_file(path, marker),
+         "agent.pt: refused: it holds more than tensors (Unsupported global: GLOBAL io.open was "
+         "not an allowed global by default), and loading it could run code"),
+        (ckpt.LOOP_ARRAYS_FILE, plant_npz,
+         ": cannot load (ValueError: Object arrays cannot be loaded when allow_pickle=False)"),
+        (ckpt.LOOP_META_FILE, swap_env,
+         ": envs: the checkpoint's env is TimeLimit/OrderEnforcing/AcrobotEnv, this run's "
+         "TimeLimit/OrderEnforcing/CartPoleEnv"),
+    ]  # fmt: skip
+    for name, plant, problem in cases:
         run_dir = Path(shutil.copytree(reference, tmp_path / name))
         newest = ckpt.checkpoints_dir(run_dir) / "step_000001500"
-        if name == ckpt.AGENT_FILE:
-            _planted_torch_file(newest / name, marker)
-        else:
-            with open(newest / name, "wb") as file:
-                np.savez(file, plant=np.array([Plant(marker)], dtype=object), allow_pickle=True)
+        plant(newest / name)
         reseal(newest)
+        before = sorted(p.name for p in run_dir.iterdir())
         result = resume(run_dir, "--steps", "1800")
         assert result.exit_code == 2, result.output
         (line,) = result.stderr.splitlines()
         assert line.startswith(f"error: {newest}") and line.endswith(problem), line
         assert not marker.exists()
+        assert sorted(p.name for p in run_dir.iterdir()) == before  # no event file, no summary
 
 
 def _planted_torch_file(path: Path, marker: Path) -> Path:
