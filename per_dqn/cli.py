@@ -4,7 +4,8 @@ Exit codes: 0 done; 2 bad input (config file, ``--set``, run dir, unusable env o
 replay memory or networks that cannot be allocated), one
 ``error: ...`` line per problem on stderr and nothing created on disk; 130 interrupted by Ctrl-C
 (the run dir keeps its events and a summary marked ``interrupted``); 1 (``ablate``) a run failed;
-3 the loss became NaN or infinite (the run stops; its last checkpoint is left as it was).
+3 the loss became NaN or infinite, or the weights diverged (the run stops; its last checkpoint is
+left as it was).
 """
 
 from __future__ import annotations
