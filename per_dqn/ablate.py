@@ -8,22 +8,31 @@ seeds torch (so the network initialisation), the envs and the memory from it, so
 seed start from the same network and see the same env seeds.
 
 Re-running the same sweep skips finished runs (a ``summary.json`` with ``interrupted: false``)
-and deletes and redoes the others, so a sweep survives Ctrl-C, a crash or a reboot. A re-run with
-different parameters against the same dir is refused rather than mixing runs.
+and resumes the others from their newest usable checkpoint, as ``per-dqn train --resume`` would
+(a run with none is cleared and redone from zero), so a sweep survives Ctrl-C, a crash or a
+reboot. A re-run with different parameters against the same dir is refused rather than mixing
+runs.
 
 Each worker is a ``spawn``-ed process that builds a ``Trainer`` and runs it into its run dir
 exactly as ``per-dqn train --quiet --run-dir ...`` would, one run at a time, torch on
-``run.torch_threads`` threads (1 by default). Ctrl-C interrupts the runs in progress the way it
-interrupts ``per-dqn train`` (summary marked ``interrupted``, events kept) and starts no new run.
+``run.torch_threads`` threads (1 by default), holding the run dir's writer lock
+(``metrics.RunDirLock``) so that no other command writes there meanwhile. Ctrl-C or SIGTERM
+interrupts the runs in progress the way they interrupt ``per-dqn train`` (stop between two env
+steps, checkpoint, summary marked ``interrupted``) and starts no new run.
+
+A sweep dies as a whole: a worker whose parent dies, even by SIGKILL, gets SIGTERM from the kernel
+(``prctl(PR_SET_PDEATHSIG)`` on Linux; elsewhere it notices at its next env step that its parent
+changed) and stops its run the same way, so no orphan keeps writing into a run dir that the next
+``ablate`` resumes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing as mp
 import os
 import queue
-import shutil
 import signal
 import time
 import traceback
@@ -357,15 +366,42 @@ class SweepResult:
 
 
 def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None) -> Outcome:
-    """Runs one job in this process, as ``per-dqn train --quiet`` would."""
-    config = _job_config(job)
+    """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
+    lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
+    unfinished run dir is cleared and the run starts from zero.
+
+    Raises:
+        RunDirInUse: another process writes the run dir.
+    """
+    from per_dqn import checkpoint as ckpt
     from per_dqn.train import Trainer
 
-    trainer = Trainer(config, job.config_name)
-    try:
-        summary = trainer.run(out / job.run_dir, should_stop=should_stop)
-    finally:
-        trainer.close()
+    config = _job_config(job)
+    run_dir = out / job.run_dir
+    with m.lock_run_dir(run_dir):
+        summary = report.read_summary(run_dir)
+        if summary is not None and summary.get("interrupted") is False:
+            # Finished by another command since this sweep was planned.
+            return Outcome(job, summary["final_eval_return_mean"], summary["wall_seconds"])
+        trainer = Trainer(config, job.config_name)
+        try:
+            found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+            # A final checkpoint without a finished summary (killed between the two writes) is
+            # not continued: that would evaluate a second time and score the run differently
+            # from one never stopped.
+            resumed = found.path is not None and not found.manifest.get("final")
+            if resumed:
+                try:
+                    trainer.load_checkpoint(found.path)
+                except ckpt.CheckpointError:
+                    resumed = False
+                    trainer.close()  # it may hold part of the checkpoint
+                    trainer = Trainer(config, job.config_name)
+            if not resumed:
+                _clear_run_dir(run_dir)
+            summary = trainer.run(run_dir, should_stop=should_stop)
+        finally:
+            trainer.close()
     return Outcome(
         job,
         final_return=summary["final_eval_return_mean"],
@@ -374,8 +410,25 @@ def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None)
     )
 
 
-# Set in a worker by its first SIGINT during a run; the run polls it between env steps.
+def _clear_run_dir(run_dir: Path) -> None:
+    """Deletes what an unfinished run left (its events would mix with the redo), lock aside."""
+    import shutil
+
+    for path in run_dir.iterdir():
+        if path.name == m.LOCK_FILE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+# Set in a worker by its first SIGINT or SIGTERM during a run; the run polls it between env steps.
 _STOP_REQUESTED = False
+# The sweep's process: a worker whose parent changes has lost it (it was reparented).
+_PARENT_PID: int | None = None
+# linux/prctl.h: deliver a signal to this process when the thread that created it exits.
+_PR_SET_PDEATHSIG = 1
 
 
 def _request_stop(signum: int, frame: Any) -> None:
@@ -391,20 +444,53 @@ def _request_stop(signum: int, frame: Any) -> None:
     _STOP_REQUESTED = True
 
 
+def _parent_is_gone() -> bool:
+    return _PARENT_PID is not None and os.getppid() != _PARENT_PID
+
+
 def _stop_requested() -> bool:
-    return _STOP_REQUESTED
+    # getppid is the fallback where PR_SET_PDEATHSIG is missing; it costs ~0.1 us a step.
+    return _STOP_REQUESTED or _parent_is_gone()
 
 
-def _worker(out: Path, jobs: Any, results: Any, stop: Any) -> None:
-    """A worker process: runs jobs from ``jobs`` until a ``None`` or ``stop`` is set.
+def _die_with_parent(parent_pid: int) -> None:
+    """Has the kernel send this process SIGTERM when its parent dies, however it dies.
+
+    Linux only (``prctl``); elsewhere ``_stop_requested`` polls the parent's pid instead. A parent
+    that died before the call is caught by that poll too.
+    """
+    global _PARENT_PID
+    _PARENT_PID = parent_pid
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | None = None) -> None:
+    """A worker process: runs jobs from ``jobs`` until a ``None``, ``stop`` is set, or the sweep's
+    process (``parent_pid``) is gone.
 
     SIGINT is ignored between runs (the parent decides when the sweep stops) and, during one,
-    asks ``Trainer.run`` to stop at its next env step, which it ends with an interrupted summary.
+    asks ``Trainer.run`` to stop at its next env step, which it ends with a checkpoint and an
+    interrupted summary. SIGTERM (also what the kernel sends when the parent dies) always asks
+    for that stop, and between runs ends the worker.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _request_stop)
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     while True:
-        job = jobs.get()
-        if job is None or stop.is_set() or _STOP_REQUESTED:
+        try:
+            # A timeout, so that a worker left without its parent between runs notices.
+            job = jobs.get(timeout=0.5)
+        except queue.Empty:
+            if _stop_requested():
+                results.cancel_join_thread()  # nobody may be left to read it
+                return
+            continue
+        if job is None or stop.is_set() or _stop_requested():
             return
         signal.signal(signal.SIGINT, _request_stop)
         try:
@@ -416,15 +502,30 @@ def _worker(out: Path, jobs: Any, results: Any, stop: Any) -> None:
             outcome = Outcome(job, error=" ".join("".join(lines).split()))
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if _parent_is_gone():
+            results.cancel_join_thread()
         results.put(outcome)
         if outcome.interrupted:
             return
 
 
+def lock_sweep_dir(sweep: Sweep) -> m.RunDirLock:
+    """Creates the sweep dir and takes its lock, so that a second ``ablate`` on the same dir is
+    refused while this one runs (each run dir is locked by its worker as well).
+
+    Raises:
+        RunDirError: another process holds it, or it cannot be created.
+    """
+    lock = m.lock_run_dir(sweep.out, what="sweep dir")
+    assert lock is not None  # created when absent
+    return lock
+
+
 def run_sweep(
     sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
 ) -> SweepResult:
-    """Writes ``sweep.json``, clears unfinished run dirs and runs them in worker processes.
+    """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
+    run from its newest usable checkpoint when it has one.
 
     Args:
         sweep: from ``plan_sweep`` (whose checks this relies on).
@@ -432,8 +533,8 @@ def run_sweep(
         on_outcome: called in this process as each run ends.
 
     Returns:
-        What ran; ``interrupted`` if Ctrl-C stopped it (runs in progress keep an interrupted
-        summary and are redone by the next call).
+        What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
+        keep an interrupted summary, and are resumed by the next call).
     """
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
@@ -442,13 +543,10 @@ def run_sweep(
     result = SweepResult()
     todo = []
     for job in sweep.jobs:
-        run_dir = out / job.run_dir
-        if report.is_finished(run_dir):
+        if report.is_finished(out / job.run_dir):
             result.skipped += 1
-            continue
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # a run cut short: its partial events would mix with the redo
-        todo.append(job)
+        else:
+            todo.append(job)
     if not todo:
         return result
 
@@ -461,7 +559,10 @@ def run_sweep(
         jobs.put(job)
     for _ in range(count):
         jobs.put(None)
-    procs = [ctx.Process(target=_worker, args=(out, jobs, results, stop)) for _ in range(count)]
+    procs = [
+        ctx.Process(target=_worker, args=(out, jobs, results, stop, os.getpid()))
+        for _ in range(count)
+    ]
     ended: set[str] = set()
 
     def record(outcome: Outcome) -> None:

@@ -1,19 +1,26 @@
 """The ``per-dqn`` command line: parse, load the config, call into the package, map errors to exits.
 
-Exit codes: 0 done; 2 bad input (config file, ``--set``, run dir, unusable env or device, a
-replay memory or networks that cannot be allocated), one
-``error: ...`` line per problem on stderr and nothing created on disk; 130 interrupted by Ctrl-C
-(the run dir keeps its events and a summary marked ``interrupted``); 1 (``ablate``) a run failed;
-3 the loss became NaN or infinite, or the weights diverged (the run stops; its last checkpoint is
-left as it was).
+Exit codes: 0 done; 2 bad input (config file, ``--set``, unusable env or device, a replay memory
+or networks that cannot be allocated, a run dir that is not empty, cannot be created or written,
+or is in use by another per-dqn process), one ``error: ...`` line per problem on stderr and
+nothing created on disk; 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM (``docker stop``,
+Slurm, systemd): the run stops between two env steps, checkpoints, marks its summary
+``interrupted`` and prints the command that resumes it; 1 a file could not be written (disk full,
+read-only filesystem, I/O error: one line naming it; the checkpoints written before it are
+intact, so ``train --resume`` finishes the run once the cause is gone), or (``ablate``) a run
+failed; 3 the loss became NaN or infinite, or the weights diverged (the run stops; its last
+checkpoint is left as it was).
 """
 
 from __future__ import annotations
 
+import shlex
+import signal
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -27,12 +34,15 @@ from per_dqn.config import (
 )
 
 if TYPE_CHECKING:
+    from per_dqn.metrics import RunDirLock
     from per_dqn.plan import MemoryPlan
     from per_dqn.train import Trainer
 
+EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 EXIT_DIVERGED = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job Ctrl-C ended
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 app = typer.Typer(
     name="per-dqn",
@@ -165,14 +175,15 @@ def train(
             cfg.env.id, name, cfg.replay.kind, cfg.run.seed, datetime.now()
         )
         run_dir = metrics.fresh_run_dir(Path(cfg.run.runs_root), run_name)
-    else:
-        try:
-            metrics.check_run_dir(run_dir)
-        except FileExistsError as exc:
-            _fail([str(exc)])
+    try:
+        metrics.check_run_dir(run_dir)
+    except metrics.RunDirError as exc:
+        _fail([str(exc)])
     memory = _check_memory_fits(cfg, config)
     trainer = _build_trainer(cfg, name, config, memory)
-    _run(trainer, run_dir, quiet)
+    # Checked again under the lock: another command may have started in run_dir meanwhile.
+    with _lock(run_dir, trainer, fresh=True):
+        _run(trainer, run_dir, quiet)
 
 
 def _build_trainer(cfg: Config, name: str, label: str, memory: MemoryPlan) -> Trainer:
@@ -199,32 +210,137 @@ def _fail_if_given(given: dict[str, object], why: str) -> None:
         _fail(problems)
 
 
+def _lock(run_dir: Path, trainer: Trainer, *, fresh: bool) -> RunDirLock:
+    """``run_dir``'s writer lock (see ``metrics.RunDirLock``); exits 2, closing ``trainer``, when
+    another process holds it or the dir cannot be used."""
+    from per_dqn import metrics
+
+    try:
+        lock = metrics.lock_run_dir(run_dir, fresh=fresh)
+    except metrics.RunDirError as exc:
+        trainer.close()
+        _fail([str(exc)])
+    assert lock is not None  # created when absent
+    return lock
+
+
+class _StopSignals:
+    """While active, Ctrl-C (SIGINT) and SIGTERM ask the run to stop at its next env step.
+
+    Called, it is the run's ``should_stop``. The handler raises nothing the first time: an
+    exception thrown from a handler lands wherever the main thread is, mid-step or inside a
+    library; the loop instead stops between two steps, where a checkpoint is exact. A second
+    signal gives up on the clean stop and raises ``KeyboardInterrupt`` at once.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _StopSignals:
+        for signum in self._SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        """130 after SIGINT (or a ``KeyboardInterrupt`` without a signal), 143 after SIGTERM."""
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
+    """How to continue ``run_dir``, for the line printed when a run stops early; names the
+    checkpoint's step when it is not ``env_steps``, where the run stopped."""
+    from per_dqn import checkpoint as ckpt
+
+    saved = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
+    if not saved:
+        return "it has no checkpoint to resume from"
+    command = f"resume with: per-dqn train --resume {shlex.quote(str(run_dir))}"
+    at = int(saved[-1].name.removeprefix("step_"))
+    return command if at == env_steps else f"{command} (from {saved[-1].name})"
+
+
 def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
-    """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C and
-    3 on a non-finite loss."""
+    """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C, 143
+    on SIGTERM, 1 when a file cannot be written and 3 on a non-finite loss."""
     from per_dqn import metrics
     from per_dqn.checkpoint import checkpoints_dir, list_checkpoints
     from per_dqn.train import DivergedError
 
+    stop = _StopSignals()
     try:
         total = trainer.config.train.total_env_steps
-        with metrics.ConsoleProgress(total, enabled=not quiet) as progress:
-            summary = trainer.run(run_dir, progress)
+        with stop, metrics.ConsoleProgress(total, enabled=not quiet) as progress:
+            summary = trainer.run(run_dir, progress, should_stop=stop)
     except DivergedError as exc:
         saved = list_checkpoints(checkpoints_dir(run_dir))
         kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"
         typer.echo(f"error: {exc}; stopped ({kept})", err=True)
         raise typer.Exit(EXIT_DIVERGED) from None
+    except OSError as exc:
+        saved = list_checkpoints(checkpoints_dir(run_dir))
+        then = (
+            f"the last checkpoint, {saved[-1]}, is intact; once it can be written, resume with: "
+            f"per-dqn train --resume {shlex.quote(str(run_dir))}"
+            if saved
+            else "no checkpoint to resume from"
+        )
+        typer.echo(
+            f"error: {exc.filename or run_dir}: {exc.strerror or exc}; stopped ({then})", err=True
+        )
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
+    except KeyboardInterrupt:  # a second signal, during the stop
+        typer.echo(
+            f"error: stopped again before the run was saved; {_resume_hint(run_dir)}", err=True
+        )
+        raise typer.Exit(stop.exit_code) from None
     finally:
         trainer.close()
     metrics.print_summary(summary)
     if summary["interrupted"]:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        typer.echo(
+            f"stopped at env step {summary['env_steps']:,}; "
+            f"{_resume_hint(run_dir, summary['env_steps'])}",
+            err=True,
+        )
+        raise typer.Exit(stop.exit_code)
 
 
 def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
+    from per_dqn import metrics
+
+    lock = None
+    if run_dir.is_dir():
+        try:  # before reading anything: a run still writing here is refused at once
+            lock = metrics.lock_run_dir(run_dir, create=False)
+        except metrics.RunDirError as exc:
+            _fail([str(exc)])
+    try:
+        _resume_locked(run_dir, steps, quiet, lock)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _resume_locked(run_dir: Path, steps: int | None, quiet: bool, lock: RunDirLock | None) -> None:
+    """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
     from per_dqn import checkpoint as ckpt
 
     config_path = run_dir / "config.yaml"
@@ -260,12 +376,15 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
     except ckpt.CheckpointError as exc:
         trainer.close()
         _fail([str(exc)])
+    if lock is None:  # a run dir from before per-dqn locked them
+        lock = _lock(run_dir, trainer, fresh=False)
     typer.echo(
         f"resuming {run_dir} from {found.path.name} ({at:,} of {total:,} env steps)", err=True
     )
     for note in notes:
         typer.echo(f"note: {note}", err=True)
-    _run(trainer, run_dir, quiet)
+    with lock:
+        _run(trainer, run_dir, quiet)
 
 
 def _check_memory_fits(cfg: Config, label: str) -> MemoryPlan:
@@ -411,11 +530,10 @@ def ablate(
     """Run every arm x seed into DIR/<arm>/s<seed> (resuming unfinished runs), then report.
 
     `--set env.id=[A,B]` (or `env.id=A,B`) sweeps several envs, into DIR/<env>/<arm>/s<seed>.
-    Exit 1 if a run failed, 130 on Ctrl-C (re-run the same command to resume).
+    Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = _parse_sets(set_)
     from per_dqn import ablate as sweeps
-    from per_dqn import report as reports
 
     try:
         sweep = sweeps.plan_sweep(config, sweeps.parse_arms(replay), seeds, steps, overrides, out)
@@ -427,6 +545,19 @@ def ablate(
         _fail(exc.problems)
     except ValueError as exc:
         _fail([str(exc)])
+    try:
+        lock = sweeps.lock_sweep_dir(sweep)
+    except ValueError as exc:  # metrics.RunDirError: in use, or cannot be created
+        _fail([str(exc)])
+    with lock:
+        _ablate_locked(sweep, todo, n_workers)
+
+
+def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
+    """``ablate`` once the sweep dir is locked: runs the sweep, prints its progress, reports."""
+    from per_dqn import ablate as sweeps
+    from per_dqn import report as reports
+
     total = len(sweep.jobs)
     used = min(n_workers, len(todo))
     workers_text = f" on {used} worker{'s' * (used > 1)}" if todo else ""
@@ -445,10 +576,24 @@ def ablate(
         )  # fmt: skip
         typer.echo(f"[{done[0]}/{total}] {outcome.job.run_dir}: {status}")
 
-    result = sweeps.run_sweep(sweep, n_workers, show)
+    terminated = []
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        # SIGTERM (docker stop, Slurm, systemd) stops the sweep as Ctrl-C does.
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = sweeps.run_sweep(sweep, n_workers, show)
+    except OSError as exc:  # the sweep's own record could not be written
+        typer.echo(f"error: {exc.filename or sweep.out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if result.interrupted:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     try:
         files = reports.write_report(sweep.out)
         typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
@@ -472,3 +617,7 @@ def report(
     except ValueError as exc:
         _fail([str(exc)])
     typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
+
+
+if __name__ == "__main__":
+    app()

@@ -7,10 +7,16 @@ slots the memory returns, so the memory stays a pure data structure.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import math
+import os
+import shutil
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -92,21 +98,60 @@ def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now:
     return f"{env}__{config_name}__{replay}__s{seed}__{now:%Y%m%d-%H%M%S}"
 
 
+# The lock file a run dir's writer holds (see ``RunDirLock``); it stays when the lock is released.
+LOCK_FILE = ".per-dqn.lock"
+
+
+class RunDirError(ValueError):
+    """A run dir (or sweep dir) this command must not or cannot write into; a one-line message."""
+
+
+class RunDirInUse(RunDirError):
+    """Another live process holds the dir's lock."""
+
+
 def is_nonempty_dir(path: Path) -> bool:
-    """True if ``path`` is a directory with at least one entry."""
-    return path.is_dir() and any(path.iterdir())
+    """True if ``path`` is a directory with at least one entry besides its lock file."""
+    return path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir())
 
 
 def check_run_dir(path: Path) -> None:
-    """Refuses a path a run must not write into.
+    """Refuses a path a fresh run must not or cannot write into, before anything is built.
+
+    ``lock_run_dir`` checks again when it takes the lock: this early call only saves the seconds a
+    ``Trainer`` takes to build before a refusal.
 
     Raises:
-        FileExistsError: ``path`` is a non-empty directory or is not a directory at all.
+        RunDirError: ``path`` is not a directory, is another writer's run dir (``RunDirInUse``),
+            is not empty, or cannot be created (a file where a parent folder should be, a
+            read-only filesystem).
     """
     if path.exists() and not path.is_dir():
-        raise FileExistsError(f"run dir {path} exists and is not a directory")
+        raise RunDirError(f"run dir {path} exists and is not a directory")
+    if path.is_dir():
+        _refuse_if_locked(path)
     if is_nonempty_dir(path):
-        raise FileExistsError(f"run dir {path} exists and is not empty; choose another --run-dir")
+        raise RunDirError(f"run dir {path} exists and is not empty; choose another --run-dir")
+    check_writable(path, "run dir")
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Refuses a directory that cannot be created or written: its nearest existing ancestor must
+    be a directory this process may write, on a filesystem mounted read-write.
+
+    Raises:
+        RunDirError: naming ``path`` and the ancestor to blame.
+    """
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise RunDirError(f"{what} {path}: {ancestor} is a file, not a directory")
+    # statvfs first: root passes every permission check, but not a read-only mount.
+    if os.statvfs(ancestor).f_flag & os.ST_RDONLY:
+        raise RunDirError(f"{what} {path}: {ancestor} is on a read-only filesystem")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise RunDirError(f"{what} {path}: {ancestor} is not writable (permission denied)")
 
 
 def fresh_run_dir(root: Path, name: str) -> Path:
@@ -118,11 +163,178 @@ def fresh_run_dir(root: Path, name: str) -> Path:
     return path
 
 
+class RunDirLock:
+    """An exclusive ``flock`` on ``DIR/.per-dqn.lock``, held while one process writes ``DIR``.
+
+    The kernel drops the lock when its process ends, however it ends (SIGKILL, out of memory, a
+    power cut), so a crashed run never leaves a stale lock to clear by hand: the next command
+    takes it at once. The file stays after ``release``: deleting it could let a third process lock
+    a new file of the same name while a second still holds the old one. It holds the holder's pid,
+    for the refusal message only (the lock, not the pid, decides).
+
+    Use ``lock_run_dir`` to take one.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Releases the lock (closing the file releases it); a second call does nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return f"pid {text}" if text.isdigit() else "pid unknown"
+
+
+def _in_use(path: Path, fd: int, what: str = "run dir") -> RunDirInUse:
+    return RunDirInUse(
+        f"{what} {path} is in use by another per-dqn process ({_holder(fd)}); wait for it to "
+        "end or stop it"
+    )
+
+
+def _refuse_if_locked(path: Path, what: str = "run dir") -> None:
+    """Raises ``RunDirInUse`` if a live process holds ``path``'s lock; creates, changes nothing."""
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path, fd, what) from None
+    finally:
+        os.close(fd)  # also drops the shared lock just taken
+
+
+def lock_run_dir(
+    path: Path, *, fresh: bool = False, create: bool = True, what: str = "run dir"
+) -> RunDirLock | None:
+    """Takes ``path``'s writer lock without waiting, before anything is written into it.
+
+    Args:
+        path: the run dir (or sweep dir).
+        fresh: the caller starts a new run: after taking the lock, ``path`` must still be empty
+            (another process may have run there since ``check_run_dir``).
+        create: create ``path`` and its lock file if absent. False takes the lock only if the
+            lock file exists and returns None otherwise (a refused command must create nothing;
+            the caller takes it with ``create=True`` once it is about to write).
+        what: how messages call ``path``.
+
+    Raises:
+        RunDirInUse: another live process holds the lock (the message names its pid).
+        RunDirError: ``path`` cannot be created or its lock file cannot be opened (the message
+            names the path and the reason: a file in the way, a read-only filesystem, a full
+            disk), or, with ``fresh``, ``path`` holds another run.
+    """
+    lock_path = path / LOCK_FILE
+    made = []
+    if create:
+        check_writable(path, what)
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        if not create:
+            try:
+                fd = os.open(lock_path, os.O_RDWR)
+            except FileNotFoundError:
+                return None
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            made = missing
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        for p in made:  # a refused command leaves nothing behind
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise RunDirError(f"{what} {path}: cannot use it: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        error = _in_use(path, fd, what)
+        os.close(fd)
+        raise error from None
+    lock = RunDirLock(path, fd)
+    if fresh and is_nonempty_dir(path):
+        lock.release()
+        raise RunDirError(f"run dir {path} exists and is not empty; choose another --run-dir")
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the pid only makes a refusal message nicer; the lock holds without it
+    return lock
+
+
+# --- write failures -------------------------------------------------------------------------------
+
+
+class WriteError(OSError):
+    """A file of a run could not be written (disk full, quota, read-only, I/O error).
+
+    An ``OSError`` whose ``filename`` is the file or checkpoint that failed and whose ``strerror``
+    says why, so the command line prints one line naming it.
+    """
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Re-raises a failure to write ``path`` as a ``WriteError`` naming ``path``.
+
+    Torch's serializer reports a full disk as ``RuntimeError("[enforce fail at
+    inline_container.cc:...] . unexpected pos ...")`` with no errno; that one is translated too,
+    with the free space of the filesystem as the reason.
+    """
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise WriteError(exc.errno, reason, str(path)) from exc
+    except RuntimeError as exc:
+        text = str(exc)
+        if "inline_container" not in text and "PytorchStreamWriter" not in text:
+            raise
+        raise WriteError(errno.EIO, _torch_write_reason(path), str(path)) from exc
+
+
+def _torch_write_reason(path: Path) -> str:
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    try:
+        free = shutil.disk_usage(ancestor).free
+    except OSError:
+        return "torch could not write it"
+    return f"torch could not write it ({free:,} bytes free on its filesystem)"
+
+
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Writes ``data`` as indented JSON, replacing ``path`` atomically."""
+    """Writes ``data`` as indented JSON, replacing ``path`` atomically.
+
+    Raises:
+        WriteError: it could not be written (``path`` is then as it was).
+    """
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    with writing(path):
+        try:
+            tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            tmp.replace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 # --- TensorBoard ----------------------------------------------------------------------------------
@@ -145,25 +357,63 @@ class TensorBoardLogger:
 
         if purge_step is not None:
             _wait_for_a_later_event_file_name(run_dir)
-        self._writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+        _silence_event_writer_threads()
+        self.path = run_dir / "events.out.tfevents.*"  # until the writer names its file
+        with writing(self.path):
+            self._writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+        name = getattr(self._writer.file_writer.event_writer, "_file_name", None)
+        if name is not None:
+            self.path = Path(name)
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
-        """One point per tag at env step ``step``; NaN values are skipped."""
-        for tag, value in values.items():
-            if not math.isnan(value):
-                self._writer.add_scalar(tag, value, step)
+        """One point per tag at env step ``step``; NaN values are skipped.
+
+        Raises:
+            WriteError: the event file could not be written (here or, earlier, in the writer's
+                background thread, whose failure surfaces at the next call).
+        """
+        with writing(self.path):
+            for tag, value in values.items():
+                if not math.isnan(value):
+                    self._writer.add_scalar(tag, value, step)
 
     def text(self, tag: str, text: str, step: int = 0) -> None:
         """A text entry (TensorBoard renders it as Markdown)."""
-        self._writer.add_text(tag, text, step)
+        with writing(self.path):
+            self._writer.add_text(tag, text, step)
 
     def flush(self) -> None:
         """Writes every pending event to disk."""
-        self._writer.flush()
+        with writing(self.path):
+            self._writer.flush()
 
     def close(self) -> None:
         """Flushes and closes the event file."""
-        self._writer.close()
+        with writing(self.path):
+            self._writer.close()
+
+
+_previous_excepthook = threading.excepthook
+
+
+def _silence_event_writer_threads() -> None:
+    """Keeps a failed write in TensorBoard's writer thread from printing a traceback.
+
+    The thread stores its exception and ``_AsyncWriter`` raises it in the main thread at the next
+    write, flush or close, where ``TensorBoardLogger`` turns it into a ``WriteError``; the
+    traceback ``threading`` would print as well is noise on top of that one-line error.
+    """
+    if getattr(threading.excepthook, "_per_dqn", False):
+        return
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.thread, _AsyncWriterThread) and isinstance(args.exc_value, OSError):
+            return
+        _previous_excepthook(args)
+
+    hook._per_dqn = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def _wait_for_a_later_event_file_name(run_dir: Path) -> None:

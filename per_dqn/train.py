@@ -16,6 +16,7 @@ Env steps count the steps the agent experienced: gymnasium's next-step autoreset
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import time
@@ -62,6 +63,12 @@ _AGENT_METRIC_TAGS = {
     "td_error_abs": m.TRAIN_TD_ERROR_ABS,
     "grad_norm": m.TRAIN_GRAD_NORM,
 }
+
+
+class StopRequested(KeyboardInterrupt):
+    """The run's ``should_stop`` asked it to stop; raised between two env steps, where the loop's
+    state is exact and can be checkpointed (a ``KeyboardInterrupt`` raised anywhere else may land
+    mid-step)."""
 
 
 class DivergedError(RuntimeError):
@@ -279,20 +286,23 @@ class Trainer:
         # Every point logged up to this step reaches the event file before the state that follows
         # it is saved: a resumed run purges only what comes after.
         logger.flush()
-        return ckpt.save_run_checkpoint(
-            ckpt.checkpoints_dir(run_dir),
-            env_steps=loop_state["env_steps"],
-            agent=self.agent,
-            loop_state=loop_state,
-            memory_state=self.memory.state_dict() if cfg.replay else None,
-            config_yaml=self.config.to_yaml(),
-            keep_last=cfg.keep_last,
-            meta={
-                "update_steps": self.agent.update_steps,
-                "final": final,
-                "config_name": self.config_name,
-            },
-        )
+        root = ckpt.checkpoints_dir(run_dir)
+        # A failed write leaves the earlier checkpoints whole (see ``checkpoint.write_checkpoint``).
+        with m.writing(root / ckpt.checkpoint_name(loop_state["env_steps"])):
+            return ckpt.save_run_checkpoint(
+                root,
+                env_steps=loop_state["env_steps"],
+                agent=self.agent,
+                loop_state=loop_state,
+                memory_state=self.memory.state_dict() if cfg.replay else None,
+                config_yaml=self.config.to_yaml(),
+                keep_last=cfg.keep_last,
+                meta={
+                    "update_steps": self.agent.update_steps,
+                    "final": final,
+                    "config_name": self.config_name,
+                },
+            )
 
     def run(
         self,
@@ -310,7 +320,9 @@ class Trainer:
         is written then (the state may be mid-step), so a resume starts from the last periodic one.
         ``should_stop`` is the same stop asked for cooperatively: polled once per env step (and
         before the final evaluation), it ends the run as an interrupt does, but always between
-        two steps, never inside a library call (a sweep's workers stop their runs this way).
+        two steps, never inside a library call, so the state is exact and is checkpointed first
+        (when checkpoints are on and the step has none yet): a resume then loses nothing. The CLI
+        turns Ctrl-C and SIGTERM into this stop, and a sweep's workers stop their runs this way.
 
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
@@ -319,43 +331,60 @@ class Trainer:
         Raises:
             DivergedError: a non-finite loss; nothing is written after it (no checkpoint, model
                 or summary).
+            WriteError: a file could not be written (disk full, read-only...); it names the file
+                or checkpoint. Checkpoints written before it are left whole.
         """
-        run_dir.mkdir(parents=True, exist_ok=True)
         config_yaml = self.config.to_yaml()
-        ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
+        with m.writing(run_dir / "config.yaml"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
         resume = self._resume
         start_steps = 0 if resume is None else resume.env_steps
         # The checkpoint was written after every point of its step was logged.
         logger = m.TensorBoardLogger(run_dir, None if resume is None else start_steps + 1)
         start = time.perf_counter()
+        saved_at = [start_steps]  # the step of the newest checkpoint (none at 0)
         try:
             if resume is None:
                 logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
 
             def save(loop_state: dict[str, Any]) -> None:
                 self._save_checkpoint(run_dir, logger, loop_state, final=False)
+                saved_at[0] = loop_state["env_steps"]
 
-            loop = _Loop(self, logger, progress, save if self.config.checkpoint.enabled else None)
+            checkpoints = self.config.checkpoint.enabled
+            loop = _Loop(self, logger, progress, save if checkpoints else None)
             loop.should_stop = should_stop
-            interrupted = False
+            interrupted = stopped_between_steps = False
             try:
                 loop.train(None if resume is None else resume.loop)
                 if should_stop is not None and should_stop():
-                    raise KeyboardInterrupt
+                    raise StopRequested
                 loop.check_weights()
                 final = loop.final_eval()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 interrupted, final = True, None
+                stopped_between_steps = isinstance(exc, StopRequested)
             # However the loop ended (Ctrl-C included), the weights are checked before they are
             # written.
             loop.check_weights()
-            if final is not None and self.config.checkpoint.enabled:
+            # A stop between two steps is checkpointed there, so that a resume loses nothing; not
+            # at the budget's end, where a checkpoint would read as a finished run.
+            if (
+                interrupted
+                and stopped_between_steps
+                and checkpoints
+                and saved_at[0] < loop.env_steps < self.config.train.total_env_steps
+            ):
+                save(loop.state_dict())
+            if final is not None and checkpoints:
                 self._save_checkpoint(run_dir, logger, loop.state_dict(), final=True)
             wall = time.perf_counter() - start
             # Atomic: `eval` beside this run reads the old file or the new one, never half.
             buffer = io.BytesIO()
             torch.save(self.agent.online.state_dict(), buffer)
-            ckpt.write_bytes_atomic(run_dir / "model.pt", buffer.getvalue())
+            with m.writing(run_dir / "model.pt"):
+                ckpt.write_bytes_atomic(run_dir / "model.pt", buffer.getvalue())
             summary = {
                 "final_eval_return_mean": None if final is None else float(final.returns.mean()),
                 "final_eval_return_std": None if final is None else float(final.returns.std()),
@@ -374,8 +403,12 @@ class Trainer:
                 "run_dir": str(run_dir),
             }
             m.write_json(run_dir / "summary.json", summary)
-        finally:
-            logger.close()
+        except BaseException:
+            # The first failure is the one to report; closing a writer that failed fails again.
+            with contextlib.suppress(OSError):
+                logger.close()
+            raise
+        logger.close()
         return summary
 
 
@@ -511,7 +544,7 @@ class _Loop:
 
         while self.env_steps < train.total_env_steps:
             if should_stop is not None and should_stop():
-                raise KeyboardInterrupt
+                raise StopRequested
             if autoreset.all():
                 actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
             else:

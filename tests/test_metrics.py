@@ -72,9 +72,9 @@ def test_run_dir_rules(tmp_path):
     m.check_run_dir(tmp_path / "absent")
     m.check_run_dir(tmp_path)  # exists but empty: fine
     (tmp_path / "x").write_text("")
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(m.RunDirError, match="not empty"):
         m.check_run_dir(tmp_path)
-    with pytest.raises(FileExistsError, match="not a directory"):
+    with pytest.raises(m.RunDirError, match="not a directory"):
         m.check_run_dir(tmp_path / "x")
 
 
