@@ -269,12 +269,14 @@ def check_out_dir(sweep: Sweep) -> None:
     """Refuses a sweep dir that holds anything but this same sweep.
 
     Raises:
-        ValueError: ``out`` is a file, a non-empty dir without ``sweep.json``, or a sweep with
-            different parameters (the message lists them).
+        ValueError: ``out`` is a file, a non-empty dir without ``sweep.json``, a sweep with
+            different parameters (the message lists them), or cannot be created or written
+            (a file where a parent folder should be, a read-only filesystem).
     """
     out = sweep.out
     if out.exists() and not out.is_dir():
         raise ValueError(f"sweep dir {out} exists and is not a directory")
+    m.check_writable(out, "sweep dir")
     if not m.is_nonempty_dir(out):
         return
     old = report.read_sweep(out)

@@ -306,18 +306,24 @@ def writing(path: Path) -> Iterator[None]:
         text = str(exc)
         if "inline_container" not in text and "PytorchStreamWriter" not in text:
             raise
-        raise WriteError(errno.EIO, _torch_write_reason(path), str(path)) from exc
+        raise _torch_write_error(path) from exc
 
 
-def _torch_write_reason(path: Path) -> str:
+def _torch_write_error(path: Path) -> WriteError:
+    """What torch's errno-less write failure most likely was: ENOSPC when the filesystem has no
+    byte left, else an I/O error with the free space in the message."""
     ancestor = path
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     try:
         free = shutil.disk_usage(ancestor).free
     except OSError:
-        return "torch could not write it"
-    return f"torch could not write it ({free:,} bytes free on its filesystem)"
+        return WriteError(errno.EIO, "torch could not write it", str(path))
+    if free == 0:
+        return WriteError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return WriteError(
+        errno.EIO, f"torch could not write it ({free:,} bytes free on its filesystem)", str(path)
+    )
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:

@@ -1,9 +1,11 @@
 """Sweeps: planning and its checks (no training), a tiny real sweep in worker processes producing
-all three report files, resume of an interrupted sweep, a real Ctrl-C, and one-line errors."""
+all three report files, resume of an interrupted sweep, a real Ctrl-C, a real SIGKILL of the sweep
+(its workers stop, a re-run resumes them exactly), and one-line errors."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -15,12 +17,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from per_dqn import ablate
+from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
+from per_dqn.train import Trainer
 
 # tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
 TINY = [
@@ -28,6 +33,20 @@ TINY = [
     "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
 ]  # fmt: skip
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_per_dqn(args: list[str]) -> subprocess.Popen:
+    """``per-dqn ARGS`` in a real process running this checkout's package, in its own process
+    group (as a shell gives a foreground job)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "per_dqn.cli", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def sets(*texts: str) -> list[str]:
@@ -218,8 +237,9 @@ def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
 
 
 def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
-    """Finished runs are kept as they are; an interrupted run and one killed before its summary
-    are deleted and run again."""
+    """Finished runs are kept as they are; an interrupted run and one killed before its summary,
+    with no checkpoint to continue (only the final one, which would evaluate twice), are cleared
+    and run again."""
     out = tmp_path / "sweep"
     shutil.copytree(tiny_sweep, out)
     for rel in ("uniform/s1", "proportional/s0"):
@@ -251,16 +271,9 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group):
     no new run starts. A terminal's Ctrl-C signals the whole process group (workers included);
     `kill -INT` signals the parent alone, which passes it on."""
     out = tmp_path / "sweep"
-    exe = Path(sys.executable).with_name("per-dqn")
-    args = tiny_args(out, workers=1)[1:]
+    args = tiny_args(out, workers=1)
     args[args.index("--steps") + 1] = "200000"
-    proc = subprocess.Popen(
-        [str(exe), "ablate", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a shell gives a foreground job
-    )
+    proc = start_per_dqn(args)
     try:
         deadline = time.monotonic() + 60
         started = []
@@ -300,3 +313,124 @@ def test_a_failing_run_is_reported_not_fatal(tmp_path):
     assert seen == [failed] and failed.job == job
     assert "train.batch_size: must be >= 1, got 0" in failed.error
     assert sweep.pending() == [job]
+
+
+# --- a sweep dies as a whole ----------------------------------------------------------------------
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, from /proc (Linux)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def running(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie (dead, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
+    """SIGKILL to a sweep (no handler of its can run): within 5 s no worker is left, each run in
+    progress stopped between two steps with a checkpoint of that step. While it ran, a second
+    ``ablate`` on its dir was refused with one line. Re-running the same command resumes both
+    runs from those checkpoints: each run dir holds one run, whose merged curves (TensorBoard's
+    reading, purge_step applied) have no step twice and equal an uninterrupted run's, bit for bit.
+
+    Bug pinned: the workers went on after their parent died, and a re-run deleted their run dirs
+    and redid them from zero while the orphans still wrote there (mixed event files, duplicated
+    steps)."""
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
+            "1200", "--workers", "2", "--out", str(out),
+            *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
+    run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
+    first = ckpt.checkpoint_name(300)
+    proc = start_per_dqn(args)
+    try:
+        deadline = time.monotonic() + 180
+        while not all((d / "checkpoints" / first).exists() for d in run_dirs):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers never checkpointed"
+            time.sleep(0.01)
+        workers = descendants(proc.pid)
+        writers = {int((d / m.LOCK_FILE).read_text()) for d in run_dirs}
+        assert len(writers) == 2 and writers <= workers  # one worker per run dir
+
+        second = runner.invoke(app, args)
+        assert_bad_input(
+            second,
+            f"sweep dir {out} is in use by another per-dqn process (pid {proc.pid}); wait for it "
+            "to end or stop it",
+        )
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        killed = time.monotonic()
+        while any(running(pid) for pid in workers) and time.monotonic() < killed + 5:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if running(pid)], "orphans after 5 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    stopped = {}
+    for run_dir in run_dirs:
+        s = summary(run_dir)
+        assert s["interrupted"] and 300 <= s["env_steps"] < 1200
+        stopped[run_dir] = s["env_steps"]
+        newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
+        assert newest.name == ckpt.checkpoint_name(s["env_steps"])
+
+    result = runner.invoke(app, args)  # the same command
+    assert result.exit_code == 0, result.output
+    assert "2 runs, 0 finished, 2 to run on 2 workers" in result.stdout
+    for run_dir in run_dirs:
+        s = summary(run_dir)
+        assert not s["interrupted"] and s["env_steps"] == 1200
+        assert s["resumed_from_env_steps"] == stopped[run_dir]
+        assert_no_duplicated_steps(run_dir)
+
+    # seed 0 never stopped, in this process
+    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1200,
+                            [parse_override(t) for t in args[args.index("--set") + 1 :: 2]],
+                            tmp_path / "ref").jobs[0]  # fmt: skip
+    trainer = Trainer(ablate._job_config(job), job.config_name)
+    try:
+        trainer.run(tmp_path / "ref" / "run")
+    finally:
+        trainer.close()
+    assert scalars(run_dirs[0]) == scalars(tmp_path / "ref" / "run")
+    assert (
+        summary(run_dirs[0])["final_eval_return_mean"]
+        == summary(tmp_path / "ref" / "run")["final_eval_return_mean"]
+    )
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar but the wall-clock one, merged over the run dir's event files as TensorBoard
+    merges them."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+        if tag != m.PERF_SPS
+    }
+
+
+def assert_no_duplicated_steps(run_dir: Path) -> None:
+    for tag, points in scalars(run_dir).items():
+        steps = [step for step, _ in points]
+        assert all(a < b for a, b in itertools.pairwise(steps)), tag
