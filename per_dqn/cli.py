@@ -451,6 +451,10 @@ def eval_(
         )
     except ValueError as exc:
         _fail([str(exc)])
+    except OSError as exc:  # the video could not be written: disk full, read-only...
+        where = exc.filename or source.run_dir / evaluate.VIDEO_DIR
+        typer.echo(f"error: {where}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
     for line in result.lines():
         typer.echo(line)
 

@@ -119,6 +119,27 @@ def test_refuses_a_non_empty_run_dir(workdir):
     assert [p.name for p in run_dir.iterdir()] == ["keep.txt"]
 
 
+def test_a_file_where_a_run_dir_should_be(workdir):
+    """A file at the run dir's path, or where one of its parent folders should be (``--run-dir``,
+    ``run.runs_root``, ``ablate --out``): one line naming the path and the file, exit 2, nothing
+    created. Bug pinned: a file in a parent's place passed the check and the run died later with
+    a NotADirectoryError traceback."""
+    (workdir / "afile").write_text("precious")
+    result = invoke("train", "-c", "cartpole.yaml", "--run-dir", "afile")
+    assert_bad_input(result, "run dir afile exists and is not a directory")
+    result = invoke("train", "-c", "cartpole.yaml", "--run-dir", "afile/run")
+    assert_bad_input(result, "run dir afile/run: afile is a file, not a directory")
+    result = invoke("train", "-c", "cartpole.yaml", "--set", "run.runs_root=afile/runs")
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: run dir afile/runs/CartPole-v1__cartpole__proportional__s0__")
+    assert line.endswith(": afile is a file, not a directory")
+    result = invoke("ablate", "-c", "cartpole.yaml", "--out", "afile/sweep")
+    assert_bad_input(result, "sweep dir afile/sweep: afile is a file, not a directory")
+    assert [p.name for p in workdir.iterdir()] == ["afile"]
+    assert (workdir / "afile").read_text() == "precious"
+
+
 def test_config_show_prints_the_resolved_config(workdir):
     result = invoke("config", "show", "cartpole", "--set", "replay.kind=rank")
     assert result.exit_code == 0, result.output

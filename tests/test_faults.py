@@ -362,6 +362,18 @@ def test_the_event_writer_thread_failure_surfaces_as_one_error(small_disk, capfd
     assert "Traceback" not in captured.err and "Exception in thread" not in captured.err
 
 
+def test_a_video_on_a_full_disk_gets_one_line(reference, small_disk):
+    """``eval --video`` into a run dir whose disk is full: one line naming where the GIF was going
+    and why, exit 1, no traceback (Pillow's OSError used to escape)."""
+    run_dir = Path(shutil.copytree(reference, small_disk / "run"))
+    fill(small_disk / "filler")
+    result = runner.invoke(app, ["eval", str(run_dir), "--episodes", "1", "--video"])
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {run_dir / 'videos'}")
+    assert line.endswith(": No space left on device")
+
+
 def test_disk_full_by_fault_injection(reference, tmp_path, mount_refused, monkeypatch):
     """Where no tmpfs can be mounted (so a real full disk cannot be made here), ENOSPC is injected
     at the second checkpoint's write; the line, the exit code, the intact first checkpoint and

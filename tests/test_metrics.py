@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 import numpy as np
@@ -76,6 +77,31 @@ def test_run_dir_rules(tmp_path):
         m.check_run_dir(tmp_path)
     with pytest.raises(m.RunDirError, match="not a directory"):
         m.check_run_dir(tmp_path / "x")
+
+
+def test_run_dir_lock(tmp_path):
+    """One holder at a time (flock is per open file, so a second open in this same process is
+    refused too); the lock file alone does not make a dir "not empty"; a fresh run refuses a dir
+    another run wrote into between its check and its lock; ``create=False`` creates nothing."""
+    run_dir = tmp_path / "run"
+    lock = m.lock_run_dir(run_dir, fresh=True)
+    assert lock is not None
+    assert (run_dir / m.LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    for attempt in (m.lock_run_dir, m.check_run_dir):
+        with pytest.raises(
+            m.RunDirInUse, match=rf"run dir {run_dir} is in use .*\(pid {os.getpid()}\)"
+        ):
+            attempt(run_dir)
+    lock.release()
+    lock.release()  # a second release does nothing
+    m.check_run_dir(run_dir)  # only the lock file: a fresh run may use it
+    (run_dir / "events").write_text("")
+    with pytest.raises(m.RunDirError, match="exists and is not empty"):
+        m.lock_run_dir(run_dir, fresh=True)
+    with m.lock_run_dir(run_dir, create=False) as again:  # a resume
+        assert again is not None
+    assert m.lock_run_dir(tmp_path / "other", create=False) is None
+    assert not (tmp_path / "other").exists()
 
 
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
