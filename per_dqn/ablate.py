@@ -451,7 +451,8 @@ def _parent_is_gone() -> bool:
 
 
 def _stop_requested() -> bool:
-    # getppid is the fallback where PR_SET_PDEATHSIG is missing; it costs ~0.1 us a step.
+    # The getppid poll is the fallback where PR_SET_PDEATHSIG is missing: ~1 us a call (timeit
+    # on the 2-core dev VM), next to the ~2 ms of a CartPole env step with learning.
     return _STOP_REQUESTED or _parent_is_gone()
 
 

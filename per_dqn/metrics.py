@@ -193,7 +193,13 @@ class RunDirLock:
 
 
 def _holder(fd: int) -> str:
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    """The lock holder's pid, as it wrote it; it writes it just after taking the lock, so an empty
+    file is read again for a moment."""
+    for _ in range(20):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text:
+            break
+        time.sleep(0.01)
     return f"pid {text}" if text.isdigit() else "pid unknown"
 
 

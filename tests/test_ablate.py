@@ -265,11 +265,16 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     assert "4 runs, 4 finished, 0 to run\n" in again.stdout
 
 
-@pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c", "kill-int"])
-def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group):
-    """SIGINT to the sweep: exit 130, the runs in progress end with an interrupted summary and
-    no new run starts. A terminal's Ctrl-C signals the whole process group (workers included);
-    `kill -INT` signals the parent alone, which passes it on."""
+@pytest.mark.parametrize(
+    ("to_group", "signum", "code"),
+    [(True, signal.SIGINT, 130), (False, signal.SIGINT, 130), (False, signal.SIGTERM, 143)],
+    ids=["ctrl-c", "kill-int", "kill-term"],
+)
+def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code):
+    """SIGINT to the sweep: exit 130, the runs in progress stop between two steps with a
+    checkpoint and an interrupted summary, and no new run starts. A terminal's Ctrl-C signals the
+    whole process group (workers included); `kill -INT` signals the parent alone, which passes it
+    on. SIGTERM (docker stop, Slurm) stops it the same way, with exit 143."""
     out = tmp_path / "sweep"
     args = tiny_args(out, workers=1)
     args[args.index("--steps") + 1] = "200000"
@@ -283,21 +288,23 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group):
         assert len(started) == 1, "the worker never started a run"
         time.sleep(0.5)
         if to_group:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signum)
         else:
-            os.kill(proc.pid, signal.SIGINT)
+            os.kill(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, stdout + stderr
+    assert proc.returncode == code, stdout + stderr
     assert "re-run the same command" in stdout
     begun = sorted(p.relative_to(out).as_posix() for p in out.glob("*/s*"))
     assert begun == sorted(p.relative_to(out).as_posix() for p in started)  # nothing new
     for run_dir in started:
         s = summary(run_dir)
-        assert s["interrupted"] is True and s["env_steps"] < 200_000
+        assert s["interrupted"] is True and 0 < s["env_steps"] < 200_000
+        newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
+        assert newest.name == ckpt.checkpoint_name(s["env_steps"])
     assert not (out / "report.md").exists()
 
 
