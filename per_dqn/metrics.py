@@ -169,8 +169,8 @@ class RunDirLock:
     The kernel drops the lock when its process ends, however it ends (SIGKILL, out of memory, a
     power cut), so a crashed run never leaves a stale lock to clear by hand: the next command
     takes it at once. The file stays after ``release``: deleting it could let a third process lock
-    a new file of the same name while a second still holds the old one. It holds the holder's pid,
-    for the refusal message only (the lock, not the pid, decides).
+    a new file of the same name while a second still holds the old one. It stays empty: a refused
+    command finds the holder's pid in ``/proc/locks``.
 
     Use ``lock_run_dir`` to take one.
     """
@@ -192,21 +192,29 @@ class RunDirLock:
         self.release()
 
 
-def _holder(fd: int) -> str:
-    """The lock holder's pid, as it wrote it; it writes it just after taking the lock, so an empty
-    file is read again for a moment."""
-    for _ in range(20):
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        if text:
-            break
-        time.sleep(0.01)
-    return f"pid {text}" if text.isdigit() else "pid unknown"
+def lock_holder(path: Path) -> int | None:
+    """The pid holding ``path``'s writer lock, from ``/proc/locks`` (Linux); None when nobody
+    holds it or the system does not say. The lock file itself is never written: a refused
+    command must change nothing, not even a pid in it."""
+    try:
+        info = (path / LOCK_FILE).stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; a waiter's line has "->" second
+        if fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and fields[5] == where:
+            return int(fields[4])
+    return None
 
 
-def _in_use(path: Path, fd: int, what: str = "run dir") -> RunDirInUse:
+def _in_use(path: Path, what: str = "run dir") -> RunDirInUse:
+    pid = lock_holder(path)
     return RunDirInUse(
-        f"{what} {path} is in use by another per-dqn process ({_holder(fd)}); wait for it to "
-        "end or stop it"
+        f"{what} {path} is in use by another per-dqn process (pid {pid or 'unknown'}); wait for "
+        "it to end or stop it"
     )
 
 
@@ -219,7 +227,7 @@ def _refuse_if_locked(path: Path, what: str = "run dir") -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _in_use(path, fd, what) from None
+        raise _in_use(path, what) from None
     finally:
         os.close(fd)  # also drops the shared lock just taken
 
@@ -267,18 +275,12 @@ def lock_run_dir(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        error = _in_use(path, fd, what)
         os.close(fd)
-        raise error from None
+        raise _in_use(path, what) from None
     lock = RunDirLock(path, fd)
     if fresh and is_nonempty_dir(path):
         lock.release()
         raise RunDirError(f"run dir {path} exists and is not empty; choose another --run-dir")
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # the pid only makes a refusal message nicer; the lock holds without it
     return lock
 
 

@@ -373,7 +373,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
             assert time.monotonic() < deadline, "the workers never checkpointed"
             time.sleep(0.01)
         workers = descendants(proc.pid)
-        writers = {int((d / m.LOCK_FILE).read_text()) for d in run_dirs}
+        writers = {m.lock_holder(d) for d in run_dirs}
         assert len(writers) == 2 and writers <= workers  # one worker per run dir
 
         second = runner.invoke(app, args)

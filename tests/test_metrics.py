@@ -81,12 +81,14 @@ def test_run_dir_rules(tmp_path):
 
 def test_run_dir_lock(tmp_path):
     """One holder at a time (flock is per open file, so a second open in this same process is
-    refused too); the lock file alone does not make a dir "not empty"; a fresh run refuses a dir
-    another run wrote into between its check and its lock; ``create=False`` creates nothing."""
+    refused too), named from /proc/locks; the lock file alone does not make a dir "not empty";
+    a fresh run refuses a dir another run wrote into between its check and its lock;
+    ``create=False`` creates nothing."""
     run_dir = tmp_path / "run"
     lock = m.lock_run_dir(run_dir, fresh=True)
     assert lock is not None
-    assert (run_dir / m.LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    assert m.lock_holder(run_dir) == os.getpid()
+    assert (run_dir / m.LOCK_FILE).read_bytes() == b""  # never written: refusals change nothing
     for attempt in (m.lock_run_dir, m.check_run_dir):
         with pytest.raises(
             m.RunDirInUse, match=rf"run dir {run_dir} is in use .*\(pid {os.getpid()}\)"
@@ -94,6 +96,7 @@ def test_run_dir_lock(tmp_path):
             attempt(run_dir)
     lock.release()
     lock.release()  # a second release does nothing
+    assert m.lock_holder(run_dir) is None
     m.check_run_dir(run_dir)  # only the lock file: a fresh run may use it
     (run_dir / "events").write_text("")
     with pytest.raises(m.RunDirError, match="exists and is not empty"):
