@@ -502,6 +502,7 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
     files = tuple(files)
     rejected: dict[Path, str] = {}
     for _ in range(MAX_READ_ATTEMPTS):
+        stamp = _dir_stamp(root)
         candidates = list_checkpoints(root)
         look_again = False
         for path in reversed(candidates):
@@ -521,12 +522,26 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
                 rejected[path] = str(exc)
                 continue
             return Read(path, manifest, data, _warnings(rejected.values(), path), len(candidates))
+        # readdir may skip an entry renamed while it runs (POSIX allows it), so a rotation can
+        # hide every checkpoint from one listing: "nothing usable" is trusted only from a
+        # listing that the writer did not change while it was taken.
+        if not look_again and (_dir_stamp(root) != stamp or list_checkpoints(root) != candidates):
+            look_again = True
         if not look_again:
             return Read(None, {}, {}, _warnings(rejected.values(), None), len(candidates))
     raise CheckpointError(
         f"{root}: its checkpoints were deleted faster than one could be read "
         f"({MAX_READ_ATTEMPTS} attempts)"
     )
+
+
+def _dir_stamp(root: Path) -> tuple[int, int] | None:
+    """The dir's inode and modification time: any entry renamed in or out changes it."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _rotated_away(root: Path, path: Path, inode: int | None, rejected: Mapping[Path, str]) -> bool:
