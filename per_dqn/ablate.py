@@ -118,6 +118,41 @@ def parse_arms(text: str) -> tuple[str, ...]:
     return arms
 
 
+# A seed list longer than this is a typo (10**9 runs), not a sweep.
+MAX_SEEDS = 100_000
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``--seeds``: ``"10"`` -> seeds 0..9; ``"100-119"`` -> 100..119; ``"3,7,11"`` -> those.
+
+    Raises:
+        ValueError: one line naming the bad part: not a number, a negative seed, an empty or
+            reversed range, a repeated seed, or more than ``MAX_SEEDS`` seeds.
+    """
+    text = text.strip()
+    bad = f"--seeds: expected a count (10), a range (100-119) or a list (3,7,11), got {text!r}"
+    if text.isdigit():
+        count = int(text)
+        if not 1 <= count <= MAX_SEEDS:
+            raise ValueError(f"--seeds must be a count from 1 to {MAX_SEEDS:,}, got {count}")
+        return tuple(range(count))
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(bad)
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"--seeds: range {part!r} ends before it starts")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise ValueError(f"--seeds lists more than {MAX_SEEDS:,} seeds, got {text!r}")
+        seeds.extend(range(first, last + 1))
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1}) if len(seeds) < 10_000 else []
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds lists a seed twice ({repeated[:5] or 'several'}), got {text!r}")
+    return tuple(seeds)
+
+
 def check_workers(workers: int | None) -> int:
     """The worker count: ``workers`` if given (>= 1), else one per CPU core."""
     if workers is None:
@@ -163,7 +198,7 @@ def _normalised(config: Config) -> dict[str, Any]:
 def plan_sweep(
     config: str,
     arms: Sequence[str],
-    seeds: int,
+    seeds: Sequence[int],
     steps: int | None = None,
     overrides: Sequence[Override] = (),
     out: Path | None = None,
@@ -173,7 +208,7 @@ def plan_sweep(
     Args:
         config: a shipped config name or a path.
         arms: replay kinds, e.g. from ``parse_arms``.
-        seeds: run seeds ``0 .. seeds - 1`` in every arm.
+        seeds: the run seeds (``parse_seeds``), the same in every arm.
         steps: ``train.total_env_steps`` of every run (None keeps the config's).
         overrides: ``--set`` overrides; an ``env.id`` list makes one sweep over several envs.
         out: the sweep dir; default ``<run.runs_root>/ablate__<envs>__<config name>``.
@@ -183,8 +218,9 @@ def plan_sweep(
         ValueError: bad arms, seeds or env list, or a sweep dir that holds something else
             (see ``check_out_dir``).
     """
-    if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("--seeds must name at least one seed")
     if not arms:
         raise ValueError("arms must not be empty")
     path = resolve_config_path(config)
@@ -196,7 +232,7 @@ def plan_sweep(
     runs_root, envs = "runs", list(env_list or [])
     for env in env_list or [None]:  # None: the config's own env
         for arm in arms:
-            for seed in range(seeds):
+            for seed in seeds:
                 extra = [
                     Override("replay.kind", arm, "--replay"),
                     Override("run.seed", seed, "--seeds"),
@@ -224,7 +260,7 @@ def plan_sweep(
         "config": config,
         "config_name": name,
         "arms": list(arms),
-        "seeds": list(range(seeds)),
+        "seeds": list(seeds),
         "envs": list(envs),
         "steps": steps,
         "overrides": [f"{o.path}={json.dumps(o.value)}" for o in overrides],

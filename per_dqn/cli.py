@@ -518,7 +518,13 @@ def ablate(
     replay: Annotated[
         str, typer.Option(help="Comma-separated arms: uniform, proportional, rank.")
     ] = "uniform,proportional,rank",
-    seeds: Annotated[int, typer.Option(help="Seeds 0..N-1, the same ones in every arm.")] = 10,
+    seeds: Annotated[
+        str,
+        typer.Option(
+            help="Seeds, the same ones in every arm: a count N (0..N-1), a range A-B or a list "
+            "A,B,C."
+        ),
+    ] = "10",
     steps: Annotated[
         int | None, typer.Option(help="Total env steps per run; overrides train.total_env_steps.")
     ] = None,
@@ -540,7 +546,9 @@ def ablate(
     from per_dqn import ablate as sweeps
 
     try:
-        sweep = sweeps.plan_sweep(config, sweeps.parse_arms(replay), seeds, steps, overrides, out)
+        sweep = sweeps.plan_sweep(
+            config, sweeps.parse_arms(replay), sweeps.parse_seeds(seeds), steps, overrides, out
+        )
         n_workers = sweeps.check_workers(workers)
         todo = sweep.pending()
         if todo:

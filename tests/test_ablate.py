@@ -86,7 +86,9 @@ def test_parse_arms():
 def test_plan_pairs_seeds_across_arms(tmp_path):
     """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind."""
     # Budgets in these planning tests stay above cartpole.yaml's learning_starts (1000).
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 3, 1500, [], tmp_path / "o")
+    sweep = ablate.plan_sweep(
+        "cartpole.yaml", ("uniform", "rank"), range(3), 1500, [], tmp_path / "o"
+    )
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/s0", "uniform/s1", "uniform/s2", "rank/s0", "rank/s1", "rank/s2",
     ]  # fmt: skip
@@ -103,7 +105,7 @@ def test_plan_pairs_seeds_across_arms(tmp_path):
 @pytest.mark.parametrize("value", ["[CartPole-v1, Acrobot-v1]", "CartPole-v1,Acrobot-v1"])
 def test_several_envs_in_one_sweep(tmp_path, value):
     sweep = ablate.plan_sweep(
-        "cartpole.yaml", ("uniform",), 1, None, [parse_override(f"env.id={value}")], tmp_path
+        "cartpole.yaml", ("uniform",), [0], None, [parse_override(f"env.id={value}")], tmp_path
     )
     assert [(j.env_id, j.run_dir) for j in sweep.jobs] == [
         ("CartPole-v1", "CartPole-v1/uniform/s0"),
@@ -114,14 +116,14 @@ def test_several_envs_in_one_sweep(tmp_path, value):
 
 def test_default_out_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1)
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0])
     assert sweep.out == Path("runs/ablate__CartPole-v1__cartpole")
 
 
 def test_config_problems_are_reported_once(tmp_path):
     with pytest.raises(ConfigError) as info:
         ablate.plan_sweep(
-            "cartpole.yaml", ablate.ARMS, 4, 0, [parse_override("replay.alpha=-1")], tmp_path
+            "cartpole.yaml", ablate.ARMS, range(4), 0, [parse_override("replay.alpha=-1")], tmp_path
         )
     assert info.value.problems == [
         "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --set)",
@@ -143,7 +145,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
     [
         (["--replay", "uniform,bogus"], "--replay: unknown arm 'bogus'; choose from uniform, "
                                         "proportional, rank"),
-        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--seeds", "0"], "--seeds must be a count from 1 to 100,000, got 0"),
         (["--workers", "0"], "--workers must be >= 1, got 0"),
         (["--steps", "0"], "cartpole.yaml: train.total_env_steps: must be >= 1, got 0 (set by "
                            "--steps)"),
@@ -172,7 +174,7 @@ def test_refuses_a_dir_that_is_not_a_sweep(workdir):
 
 def test_refuses_to_mix_sweeps(workdir):
     """A re-run with other parameters against the same dir names what differs and runs nothing."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), 2, 1600, [], Path("sw"))
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), range(2), 1600, [], Path("sw"))
     sweep.out.mkdir()
     m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     result = runner.invoke(
@@ -190,12 +192,12 @@ def test_refuses_to_mix_sweeps(workdir):
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
     """A sweep recorded before a per-dqn upgrade added a (defaulted) config key still resumes."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1600, [], Path("sw"))
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
     record = json.loads(json.dumps(sweep.record))
     del record["resolved_config"]["replay"]["sort_interval"]
     sweep.out.mkdir()
     m.write_json(sweep.out / ablate.SWEEP_FILE, record)
-    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1600, [], Path("sw"))
+    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
     assert again.pending() == list(again.jobs)
 
 
@@ -410,7 +412,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
         assert_no_duplicated_steps(run_dir)
 
     # seed 0 never stopped, in this process
-    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), 1, 1200,
+    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1200,
                             [parse_override(t) for t in args[args.index("--set") + 1 :: 2]],
                             tmp_path / "ref").jobs[0]  # fmt: skip
     trainer = Trainer(ablate._job_config(job), job.config_name)
@@ -441,3 +443,38 @@ def assert_no_duplicated_steps(run_dir: Path) -> None:
     for tag, points in scalars(run_dir).items():
         steps = [step for step, _ in points]
         assert all(a < b for a, b in itertools.pairwise(steps)), tag
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [("3", (0, 1, 2)), ("100-103", (100, 101, 102, 103)), ("3,7,11", (3, 7, 11)),
+     ("0-1, 5", (0, 1, 5)), ("7-7", (7,))],
+)  # fmt: skip
+def test_seeds_as_a_count_a_range_or_a_list(text, seeds):
+    assert ablate.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("0", "a count from 1"), ("5-3", "ends before it starts"), ("1,1", "a seed twice"),
+     ("a-b", "expected a count"), ("-3", "expected a count"), ("1,,2", "expected a count"),
+     ("0-200000", "more than 100,000")],
+)  # fmt: skip
+def test_bad_seeds_are_one_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        ablate.parse_seeds(text)
+
+
+def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
+    result = CliRunner().invoke(
+        app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,rank", "--steps", "1500",
+              "--out", str(tmp_path / "sw"), "--seeds", "5-4"],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "ends before it starts" in result.output
+    assert not (tmp_path / "sw").exists()
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), ablate.parse_seeds("100-101"),
+                              1500, [], tmp_path / "sw")  # fmt: skip
+    assert [j.run_dir for j in sweep.jobs] == [
+        "uniform/s100", "uniform/s101", "rank/s100", "rank/s101"
+    ]  # fmt: skip
+    assert sweep.record["seeds"] == [100, 101]
