@@ -114,6 +114,17 @@ def assert_same_run(resumed: Path, reference: Path) -> None:
     assert summary["update_steps"] == expected["update_steps"]
 
 
+def resume_past_the_damaged(run_dir: Path, newest: Path, problem: str) -> None:
+    """``--resume`` succeeds with one warning naming ``newest`` and ``problem``, and resumes from
+    the checkpoint before it, step 600."""
+    result = resume(run_dir)
+    assert result.exit_code == 0, result.output
+    warning, resuming = result.stderr.splitlines()
+    assert warning.startswith(f"warning: checkpoint {newest}: {problem}")
+    assert warning.endswith("; using the previous one, step_000000600")
+    assert resuming == f"resuming {run_dir} from step_000000600 (600 of 1,500 env steps)"
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """The run never stopped."""
@@ -201,12 +212,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(
     else:
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
-    result = resume(run_dir)
-    assert result.exit_code == 0, result.output
-    warning, resuming = result.stderr.splitlines()
-    assert warning.startswith(f"warning: checkpoint {newest}: {problem}")
-    assert warning.endswith("; using the previous one, step_000000600")
-    assert resuming == f"resuming {run_dir} from step_000000600 (600 of 1,500 env steps)"
+    resume_past_the_damaged(run_dir, newest, problem)
     assert_same_run(run_dir, reference)
     assert ckpt.verify_checkpoint(newest)["env_steps"] == 900  # rewritten whole by the resume
 
@@ -251,12 +257,7 @@ def test_an_edited_manifest_is_skipped_and_the_merged_curves_keep_every_eval_poi
     path.write_text(text.replace('"env_steps": 900,', '"env_steps": 400,'))
     if edit == "resealed":
         reseal(newest)
-    result = resume(run_dir)
-    assert result.exit_code == 0, result.output
-    warning, resuming = result.stderr.splitlines()
-    assert warning.startswith(f"warning: checkpoint {newest}: {problem}")
-    assert warning.endswith("; using the previous one, step_000000600")
-    assert resuming == f"resuming {run_dir} from step_000000600 (600 of 1,500 env steps)"
+    resume_past_the_damaged(run_dir, newest, problem)
     merged = read_scalars(run_dir)[m.EVAL_RETURN_MEAN]
     assert [step for step, _ in merged] == [500, 1000, 1500]
     assert merged == read_scalars(reference)[m.EVAL_RETURN_MEAN]
