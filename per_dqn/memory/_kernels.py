@@ -292,6 +292,49 @@ def heap_set(
 
 
 @_jit
+def break_ties_newest_first(order, keys, stamps, newest_stamp):  # pragma: no cover - compiled
+    """Reorders each run of equal keys in ``order`` (heap positions sorted by key, descending)
+    newest stamp first, in O(n); returns False, changing nothing, if there are ties and the
+    stamps are not the contiguous range ``newest_stamp - n + 1 .. newest_stamp``.
+
+    A second full sort by stamp (``np.lexsort``) costs three times the key sort at 2**20 entries.
+    The live stamps are always contiguous, because the ring overwrites its oldest slot, so one
+    pass over the entries newest first deals every tied entry to the next free place of its run.
+    """
+    n = order.shape[0]
+    run_start = np.full(n, -1, dtype=np.int64)  # per heap position, in a tie run: its start
+    next_free = np.empty(n, dtype=np.int64)
+    ties = False
+    i = 0
+    while i < n:
+        j = i + 1
+        key = keys[order[i]]
+        while j < n and keys[order[j]] == key:
+            j += 1
+        if j - i > 1:
+            ties = True
+            next_free[i] = i
+            for m in range(i, j):
+                run_start[order[m]] = i
+        i = j
+    if not ties:
+        return True  # the key sort is the ranking; the stamps are not needed
+    by_age = np.full(n, -1, dtype=np.int64)  # by_age[newest_stamp - stamp] = heap position
+    for p in range(n):
+        age = newest_stamp - stamps[p]
+        if age < 0 or age >= n or by_age[age] >= 0:
+            return False
+        by_age[age] = p
+    for age in range(n):
+        p = by_age[age]
+        start = run_start[p]
+        if start >= 0:
+            order[next_free[start]] = p
+            next_free[start] += 1
+    return True
+
+
+@_jit
 def rank_boundaries(cum_mass, size, batch, out):  # pragma: no cover - compiled
     """Splits ranks ``0..size-1`` into ``batch`` segments of (nearly) equal probability mass.
 

@@ -495,7 +495,10 @@ class RankBasedReplay(ReplayMemory):
         """Sorts the heap array by decreasing ``|delta|``, ties newest first, so that positions
         are exact ranks (a sorted array is a valid heap)."""
         n = self._heap_size
-        order = np.lexsort((-self._heap_stamp[:n], -self._heap_key[:n]))
+        keys, stamps = self._heap_key[:n], self._heap_stamp[:n]
+        order = np.argsort(keys)[::-1].copy()  # ties in any order, fixed next
+        if not _kernels.break_ties_newest_first(order, keys, stamps, self._next_stamp - 1):
+            order = np.lexsort((-stamps, -keys))  # never expected: stamps not contiguous
         self._heap_slot[:n] = self._heap_slot[:n][order]
         self._heap_key[:n] = self._heap_key[:n][order]
         self._heap_stamp[:n] = self._heap_stamp[:n][order]

@@ -465,3 +465,28 @@ def test_rank_heap_matches_a_reference_ordering(data, capacity):
         assert mem._heap_slot[0] == expected[0]
     mem.sort()
     assert mem.ranks(expected).tolist() == list(range(1, len(expected) + 1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40))
+def test_tie_break_pass_matches_a_full_sort(data, n):
+    """The O(n) pass that orders tied keys newest first gives ``np.lexsort``'s order, and refuses
+    (changing nothing) to break ties with stamps that are not the contiguous range it relies on."""
+    from per_dqn.memory import _kernels
+
+    keys = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=n,
+                                       max_size=n)))  # fmt: skip
+    newest = data.draw(st.integers(n - 1, 10**6))
+    stamps = newest - np.random.default_rng(data.draw(st.integers(0, 99))).permutation(n)
+    order = np.argsort(keys)[::-1].copy()
+    assert _kernels.break_ties_newest_first(order, keys, stamps, newest)
+    np.testing.assert_array_equal(order, np.lexsort((-stamps, -keys)))
+    if n == 1:
+        return
+    keys[-1] = keys[0]  # a tie, so the stamps are needed
+    before = np.argsort(keys)[::-1].copy()
+    gapped = stamps.copy()
+    gapped[0] = newest + 1  # outside the live range
+    copy = before.copy()
+    assert not _kernels.break_ties_newest_first(copy, keys, gapped, newest)
+    np.testing.assert_array_equal(copy, before)
