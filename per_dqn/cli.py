@@ -262,6 +262,11 @@ class _StopSignals:
         return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
 
 
+def _resume_command(run_dir: Path) -> str:
+    """The command that continues ``run_dir``, quoted for a shell."""
+    return f"per-dqn train --resume {shlex.quote(str(run_dir))}"
+
+
 def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
     """How to continue ``run_dir``, for the line printed when a run stops early; names the
     checkpoint's step when it is not ``env_steps``, where the run stopped."""
@@ -270,7 +275,7 @@ def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
     saved = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
     if not saved:
         return "it has no checkpoint to resume from"
-    command = f"resume with: per-dqn train --resume {shlex.quote(str(run_dir))}"
+    command = f"resume with: {_resume_command(run_dir)}"
     at = int(saved[-1].name.removeprefix("step_"))
     return command if at == env_steps else f"{command} (from {saved[-1].name})"
 
@@ -296,7 +301,7 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
         saved = list_checkpoints(checkpoints_dir(run_dir))
         then = (
             f"the last checkpoint, {saved[-1]}, is intact; once it can be written, resume with: "
-            f"per-dqn train --resume {shlex.quote(str(run_dir))}"
+            f"{_resume_command(run_dir)}"
             if saved
             else "no checkpoint to resume from"
         )

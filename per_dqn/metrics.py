@@ -135,6 +135,13 @@ def check_run_dir(path: Path) -> None:
     check_writable(path, "run dir")
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest ancestor that does."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_writable(path: Path, what: str) -> None:
     """Refuses a directory that cannot be created or written: its nearest existing ancestor must
     be a directory this process may write, on a filesystem mounted read-write.
@@ -142,9 +149,7 @@ def check_writable(path: Path, what: str) -> None:
     Raises:
         RunDirError: naming ``path`` and the ancestor to blame.
     """
-    ancestor = path
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = _nearest_existing(path)
     if not ancestor.is_dir():
         raise RunDirError(f"{what} {path}: {ancestor} is a file, not a directory")
     # statvfs first: root passes every permission check, but not a read-only mount.
@@ -320,11 +325,8 @@ def writing(path: Path) -> Iterator[None]:
 def _torch_write_error(path: Path) -> WriteError:
     """What torch's errno-less write failure most likely was: ENOSPC when the filesystem has no
     byte left, else an I/O error with the free space in the message."""
-    ancestor = path
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
     try:
-        free = shutil.disk_usage(ancestor).free
+        free = shutil.disk_usage(_nearest_existing(path)).free
     except OSError:
         return WriteError(errno.EIO, "torch could not write it", str(path))
     if free == 0:
