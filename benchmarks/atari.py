@@ -110,7 +110,7 @@ from per_dqn.config import Config, load_config, parse_override, resolve_config_p
 from per_dqn.envs import atari_game, make_eval_env, make_vector_env
 from per_dqn.memory import Batch, PrioritizedReplay, UniformReplay, planned_nbytes
 from per_dqn.plan import PROCESS_OVERHEAD_BYTES
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 try:
     import cpprb

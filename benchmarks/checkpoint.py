@@ -32,7 +32,8 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs import EnvSpec
-from per_dqn.train import Trainer, make_agent, make_memory
+from per_dqn.build import make_agent, make_memory
+from per_dqn.run import Trainer
 
 
 def sizes(path: Path) -> list[tuple[str, int]]:

@@ -24,7 +24,7 @@ import torch
 from _common import cpu_model
 
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 KINDS = ("uniform", "proportional", "rank")
 

@@ -337,7 +337,7 @@ def preflight(sweep: Sweep) -> None:
             that fails included).
     """
     from per_dqn.plan import allocation_failure
-    from per_dqn.train import Trainer
+    from per_dqn.run import Trainer
 
     seen = set()
     for job in sweep.jobs:
@@ -412,7 +412,7 @@ def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None)
         RunDirInUse: another process writes the run dir.
     """
     from per_dqn import checkpoint as ckpt
-    from per_dqn.train import Trainer
+    from per_dqn.run import Trainer
 
     config = _job_config(job)
     run_dir = out / job.run_dir

@@ -1,17 +1,22 @@
 """Training checkpoints on disk: atomic writes, checksummed manifests, the last K kept, and a
 fallback past a damaged checkpoint to the one before it.
 
-A run's checkpoints live in ``RUN_DIR/checkpoints``, one directory each::
+A run's checkpoints live in ``RUN_DIR/checkpoints``, one directory each. This module knows no
+component: a checkpoint is a set of named parts, each some component's ``state_dict()``, stored
+as trees of arrays (``save_run_checkpoint``). A training run's parts::
 
     checkpoints/
         step_000050000/
-            manifest.json   written last: format, env step, every file's size and SHA-256, and
-                            the SHA-256 of its own canonical content (``manifest_sha256``)
-            agent.pt        online and target networks, optimiser state, update_steps
-            loop.npz        the training loop's arrays: observations, RNG states of torch, n-step
-                            windows, episode accumulators, PER health arrays, env physics states
-            loop.json       the loop's other values: counters, numpy bit-generator states,
-                            time-limit counters, and where each array of loop.npz sits
+            manifest.json   written last: format, env step, its parts, every file's size and
+                            SHA-256, and the SHA-256 of its own canonical content
+                            (``manifest_sha256``)
+            agent.pt        the agent's state_dict: networks, optimiser state, update_steps
+            loop.npz        the loop's arrays (LoopState): observations, torch's RNG state, n-step
+                            windows, episode accumulators, PER health arrays
+            loop.json       the loop's other values: counters, numpy bit-generator states, and
+                            where each array of loop.npz sits
+            envs.npz/.json  the envs' state (physics, time-limit counters, RNGs), where it can be
+                            captured (CartPole yes, ale-py's emulators no)
             memory.npz      the replay memory's arrays, priorities included (uncompressed npz)
             memory.json     the memory's other values: cursor, size, RNG state, max priority
             config.yaml     the resolved config this state belongs to
@@ -31,8 +36,9 @@ damage and edits, not against someone who rewrites the checksums too; what keeps
 checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is read with
 ``torch.load(weights_only=True)``, everything else is JSON, YAML and npz without pickle.
 
-Format 1 (before per-dqn stored the loop as npz + JSON) kept the loop in a pickle, ``loop.pt``;
-it is refused, not read (``FormatError``).
+Formats: 3 is written. 2 kept the envs' state inside the loop's part; it is read, and the loader
+moves it (``run.upgrade_parts``). 1 kept the loop in a pickle, ``loop.pt``; it is refused, not
+read (``FormatError``), as is any other version, with one line naming it.
 """
 
 from __future__ import annotations
@@ -52,7 +58,11 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+# Formats this per-dqn reads: 2 differs only in where the envs' state sits (inside the loop's part),
+# which the loader moves (``run.upgrade_parts``).
+READABLE_FORMATS = (2, 3)
+_READABLE = "formats " + " and ".join(str(v) for v in READABLE_FORMATS)
 CHECKPOINTS_DIR = "checkpoints"
 MANIFEST_FILE = "manifest.json"
 # The manifest key that holds the SHA-256 of the manifest's canonical JSON without this key.
@@ -60,6 +70,8 @@ MANIFEST_DIGEST_KEY = "manifest_sha256"
 AGENT_FILE = "agent.pt"
 LOOP_ARRAYS_FILE = "loop.npz"
 LOOP_META_FILE = "loop.json"
+ENVS_ARRAYS_FILE = "envs.npz"
+ENVS_META_FILE = "envs.json"
 MEMORY_ARRAYS_FILE = "memory.npz"
 MEMORY_META_FILE = "memory.json"
 CONFIG_FILE = "config.yaml"
@@ -280,22 +292,22 @@ def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
         # Format 1 had no digest; its loop state is a pickle that may run code when loaded.
         raise FormatError(
             f"{path}: a format-1 checkpoint (its loop state is a pickle, loop.pt, which this "
-            f"per-dqn never loads: it could run code); this per-dqn reads format {FORMAT_VERSION}: "
+            f"per-dqn never loads: it could run code); this per-dqn reads {_READABLE}: "
             "resume it with the per-dqn release that wrote it, or start a new run"
         )
     if manifest.get(MANIFEST_DIGEST_KEY) != manifest_digest(manifest):
         raise CheckpointError(
             f"{path}: {MANIFEST_FILE} fails its own SHA-256 check ({MANIFEST_DIGEST_KEY})"
         )
-    if version != FORMAT_VERSION:
+    if version not in READABLE_FORMATS:
         raise FormatError(
-            f"{path}: a format-{version} checkpoint; this per-dqn reads format {FORMAT_VERSION}: "
+            f"{path}: a format-{version} checkpoint; this per-dqn reads {_READABLE}: "
             "use the per-dqn release that wrote it"
         )
     steps = manifest.get("env_steps")
     if not isinstance(manifest.get("files"), dict) or not isinstance(steps, int):
         raise CheckpointError(
-            f"{path}: {MANIFEST_FILE} is not a format-{FORMAT_VERSION} checkpoint manifest"
+            f"{path}: {MANIFEST_FILE} is not a format-{version} checkpoint manifest"
         )
     # A manifest copied into another checkpoint's dir passes its own digest: the name tells.
     match = _NAME.fullmatch(path.name)
@@ -666,59 +678,28 @@ def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
 # --- a training run's checkpoint ------------------------------------------------------------------
 
 
-def agent_state(agent: Any) -> dict[str, Any]:
-    """A ``DQNAgent``'s networks, optimiser and update counter."""
-    return {
-        "online": agent.online.state_dict(),
-        "target": agent.target.state_dict(),
-        "optimizer": agent.optimizer.state_dict(),
-        "update_steps": agent.update_steps,
-    }
-
-
-def load_agent_state(agent: Any, state: Mapping[str, Any]) -> None:
-    """Restores ``agent_state``'s output into a ``DQNAgent`` built from the same config.
-
-    Raises:
-        CheckpointError: networks of another shape (the config changed since).
-    """
-    # The optimiser's settings (learning rate, eps, ...) stay the config's: a resumed run follows
-    # its config.yaml. Only the moments and step counts come from the checkpoint.
-    settings = [
-        {key: value for key, value in group.items() if key != "params"}
-        for group in agent.optimizer.param_groups
-    ]
-    try:
-        agent.online.load_state_dict(state["online"])
-        agent.target.load_state_dict(state["target"])
-        agent.optimizer.load_state_dict(state["optimizer"])
-        for group, kept in zip(agent.optimizer.param_groups, settings, strict=True):
-            group.update(kept)
-    except (RuntimeError, ValueError, KeyError) as exc:
-        reason = " ".join(str(exc).split())[:300]
-        raise CheckpointError(f"the networks do not match this config ({reason})") from None
-    agent.update_steps = int(state["update_steps"])
-
-
 def save_run_checkpoint(
     root: Path,
     *,
     env_steps: int,
-    agent: Any,
-    loop_state: Mapping[str, Any],
-    memory_state: Mapping[str, Any] | None,
+    weights: Mapping[str, Any],
+    trees: Mapping[str, Any],
     config_yaml: str,
     keep_last: int,
     meta: Mapping[str, Any] | None = None,
 ) -> Path:
     """Writes a training checkpoint (see the module docstring for its files).
 
+    This module knows no component: the caller hands it named parts, each some component's
+    ``state_dict()``, and each becomes files named after it.
+
     Args:
         root: the run's checkpoints dir.
         env_steps: the loop's env step.
-        agent: the ``DQNAgent``.
-        loop_state: the loop's state: a tree of arrays and JSON values (see ``save_tree``).
-        memory_state: the replay memory's ``state_dict()``, or None to leave the memory out.
+        weights: parts holding torch tensors (the agent), each written to ``NAME.pt`` with
+            ``torch.save`` and read back with ``torch.load(weights_only=True)``.
+        trees: parts that are trees of arrays and JSON values (the loop, the envs, the replay
+            memory), each written to ``NAME.npz`` + ``NAME.json`` (see ``save_tree``).
         config_yaml: the resolved config.
         keep_last: checkpoints to keep.
         meta: extra manifest values.
@@ -726,13 +707,13 @@ def save_run_checkpoint(
     import torch
 
     def write(directory: Path) -> None:
-        torch.save(agent_state(agent), directory / AGENT_FILE)
-        save_tree(directory / LOOP_ARRAYS_FILE, directory / LOOP_META_FILE, loop_state)
-        if memory_state is not None:
-            save_tree(directory / MEMORY_ARRAYS_FILE, directory / MEMORY_META_FILE, memory_state)
+        for name, state in weights.items():
+            torch.save(state, directory / f"{name}.pt")
+        for name, tree in trees.items():
+            save_tree(directory / f"{name}.npz", directory / f"{name}.json", tree)
         (directory / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
 
-    meta = {"replay_included": memory_state is not None, **(meta or {})}
+    meta = {"parts": sorted([*weights, *trees]), **(meta or {})}
     return write_checkpoint(root, env_steps, write, keep_last=keep_last, meta=meta)
 
 
@@ -742,18 +723,16 @@ class RunCheckpoint:
 
     Attributes:
         path: its directory.
-        manifest: its manifest (``env_steps``, ``final``, ``config_name``, ...).
-        agent: ``agent_state`` output, tensors on the requested device.
-        loop: the loop's state.
-        memory: the replay memory's ``state_dict``, or None if it was left out.
+        manifest: its manifest (``format``, ``env_steps``, ``final``, ``config_name``, ...).
+        parts: each part's tree by name (``agent``, ``loop``, ``envs``, ``memory``), tensors on
+            the requested device; a part the checkpoint leaves out (``memory`` under
+            ``checkpoint.replay: false``) is absent.
         config_yaml: the config the state belongs to.
     """
 
     path: Path
     manifest: dict[str, Any]
-    agent: dict[str, Any]
-    loop: dict[str, Any]
-    memory: dict[str, Any] | None
+    parts: dict[str, Any]
     config_yaml: str
 
     @property
@@ -761,27 +740,38 @@ class RunCheckpoint:
         """The env step the state belongs to."""
         return int(self.manifest["env_steps"])
 
+    @property
+    def format(self) -> int:
+        """The format version it was written in."""
+        return int(self.manifest["format"])
+
 
 def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
-    """Verifies every file of a training checkpoint against its manifest, then loads it.
+    """Verifies every file of a training checkpoint against its manifest, then loads each part.
+
+    A part is a ``NAME.pt`` file (tensors) or a ``NAME.npz`` + ``NAME.json`` pair.
 
     Raises:
         CheckpointError: it fails its checks or cannot be read.
     """
-
     manifest = verify_checkpoint(path)
+    files = set(manifest["files"])
     for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
-        if name not in manifest["files"]:
+        if name not in files:
             raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
     # Nothing here unpickles: a run dir may come from someone else.
-    agent = load_weights((path / AGENT_FILE).read_bytes(), str(path / AGENT_FILE), device)
+    parts: dict[str, Any] = {}
+    for name in sorted(files):
+        stem, suffix = os.path.splitext(name)
+        if suffix == ".pt":
+            parts[stem] = load_weights((path / name).read_bytes(), str(path / name), device)
     try:
-        loop = load_tree(path / LOOP_ARRAYS_FILE, path / LOOP_META_FILE)
-        memory = None
-        if MEMORY_ARRAYS_FILE in manifest["files"]:
-            memory = load_tree(path / MEMORY_ARRAYS_FILE, path / MEMORY_META_FILE)
+        for name in sorted(files):
+            stem, suffix = os.path.splitext(name)
+            if suffix == ".npz" and f"{stem}.json" in files:
+                parts[stem] = load_tree(path / name, path / f"{stem}.json")
         config_yaml = (path / CONFIG_FILE).read_text(encoding="utf-8")
     except Exception as exc:  # unzipping and parsing raise many kinds; the checksums passed
         reason = _one_line(exc)[:300]
         raise CheckpointError(f"{path}: cannot load ({type(exc).__name__}: {reason})") from None
-    return RunCheckpoint(path, manifest, agent, loop, memory, config_yaml)
+    return RunCheckpoint(path, manifest, parts, config_yaml)

@@ -36,7 +36,7 @@ from per_dqn.config import (
 if TYPE_CHECKING:
     from per_dqn.metrics import RunDirLock
     from per_dqn.plan import MemoryPlan
-    from per_dqn.train import Trainer
+    from per_dqn.run import Trainer
 
 EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -190,7 +190,7 @@ def _build_trainer(cfg: Config, name: str, label: str, memory: MemoryPlan) -> Tr
     """The run's Trainer; exits 2 with one line when its env, device, replay memory or networks
     cannot be had (nothing is on disk yet)."""
     from per_dqn.plan import allocation_failure
-    from per_dqn.train import Trainer
+    from per_dqn.run import Trainer
 
     try:
         return Trainer(cfg, name)
@@ -285,7 +285,7 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
     on SIGTERM, 1 when a file cannot be written and 3 on a non-finite loss."""
     from per_dqn import metrics
     from per_dqn.checkpoint import checkpoints_dir, list_checkpoints
-    from per_dqn.train import DivergedError
+    from per_dqn.loop import DivergedError
 
     stop = _StopSignals()
     try:
@@ -448,7 +448,7 @@ def eval_(
     for line in source.warnings:
         typer.echo(f"warning: {line}", err=True)
 
-    from per_dqn.train import make_agent
+    from per_dqn.build import make_agent
 
     try:
         result = evaluate.evaluate_source(

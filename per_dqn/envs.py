@@ -4,7 +4,7 @@ Training uses a vector env in gymnasium 1.x's default ``NEXT_STEP`` autoreset mo
 sub-env's episode ends (terminated or truncated), the *next* ``step`` call only resets that
 sub-env, returning its first observation with reward 0 and both flags False, and ignores the
 action. The observation returned on the ending step is the true final observation (there is no
-``final_obs`` in ``info`` in this mode). ``train.py`` relies on exactly this; ``tests/test_envs.py``
+``final_obs`` in ``info`` in this mode). ``loop.py`` relies on exactly this; ``tests/test_envs.py``
 pins it, for ``SyncVectorEnv`` and for ale-py's ``AtariVectorEnv`` alike.
 
 Atari (``ALE/<Game>-v5`` ids) runs on ``ale_py.vector_env.AtariVectorEnv``, which does the whole
@@ -212,6 +212,65 @@ def make_eval_env(config: EnvConfig, render: bool = False) -> gym.Env:
     if render:
         return _make_one(config, render_mode="rgb_array")
     return _make_one(config)
+
+
+class Envs:
+    """A run's environments: the training vector env and the separate evaluation env, with
+    their state for checkpoints.
+
+    Args:
+        config: the env section.
+
+    Raises:
+        ValueError: an unknown or unsupported id, or spaces DQN cannot use.
+    """
+
+    def __init__(self, config: EnvConfig) -> None:
+        self.train = make_vector_env(config)
+        try:
+            self.eval = make_eval_env(config)
+        except BaseException:
+            self.train.close()
+            raise
+        self.spec = describe(self.train)
+
+    def close(self) -> None:
+        """Closes both."""
+        self.train.close()
+        self.eval.close()
+
+    @property
+    def restorable(self) -> bool:
+        """Whether both envs' states can be captured (classic control yes, ale-py no)."""
+        return env_state(self.train) is not None and env_state(self.eval) is not None
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"train": ..., "eval": ...}``, each ``env_state``'s tree or None where the env's state
+        cannot be captured."""
+        return {"train": env_state(self.train), "eval": env_state(self.eval)}
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raises the ``ValueError`` that ``load_state_dict`` would, and changes nothing."""
+        if not isinstance(state, Mapping) or set(state) != {"train", "eval"}:
+            raise ValueError("the envs' state must hold `train` and `eval`")
+        for key, env in (("train", self.train), ("eval", self.eval)):
+            if state[key] is not None:
+                try:
+                    check_env_state(env, state[key])
+                except ValueError as exc:
+                    raise ValueError(f"{key} env: {exc}") from None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores ``state_dict()`` output; a None part (an env that could not be saved) leaves
+        that env as it is: the caller restarts it from a seeded reset.
+
+        Raises:
+            ValueError: a state of other envs (checked whole before anything changes).
+        """
+        self.check_state_dict(state)
+        for key, env in (("train", self.train), ("eval", self.eval)):
+            if state[key] is not None:
+                load_env_state(env, state[key])
 
 
 # --- state for checkpoints ------------------------------------------------------------------------

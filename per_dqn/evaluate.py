@@ -19,7 +19,7 @@ evaluated on. ``--video`` films the first episode as an animated GIF (Pillow) of
 frames into ``RUN_DIR/videos/``; frames narrower than ``MIN_VIDEO_SIDE`` (Atari's 84x84) are
 enlarged by a whole factor so the pixels stay sharp.
 
-This module builds no agent itself: the CLI passes ``train.make_agent``, so an evaluated network
+This module builds no agent itself: the CLI passes ``build.make_agent``, so an evaluated network
 is always built exactly as training built it.
 """
 
@@ -362,7 +362,7 @@ def evaluate_source(
 
     Args:
         source: from ``resolve_source``.
-        make_agent: ``(config, env_spec, device) -> DQNAgent`` (``train.make_agent``).
+        make_agent: ``(config, env_spec, device) -> DQNAgent`` (``build.make_agent``).
         episodes: episodes to play.
         epsilon: exploration epsilon (None: the config's ``train.eval_epsilon``).
         seed: episode seed (None: ``run.seed + EVAL_SEED_OFFSET``).

@@ -337,20 +337,16 @@ def _torch_write_error(path: Path) -> WriteError:
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Writes ``data`` as indented JSON, replacing ``path`` atomically.
+    """Writes ``data`` as indented JSON, replacing ``path`` atomically and durably (the one atomic
+    writer, ``checkpoint.write_bytes_atomic``: temp file, fsync, rename, dir fsync).
 
     Raises:
         WriteError: it could not be written (``path`` is then as it was).
     """
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    from per_dqn.checkpoint import write_text_atomic
+
     with writing(path):
-        try:
-            tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-            tmp.replace(path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 # --- TensorBoard ----------------------------------------------------------------------------------

@@ -14,9 +14,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from per_dqn.config import Config, ReplayConfig
+from per_dqn.build import uses_frame_storage
+from per_dqn.config import Config
 from per_dqn.envs import EnvSpec, describe, make_eval_env
 from per_dqn.memory import planned_nbytes
 
@@ -68,11 +67,6 @@ class MemoryPlan:
             f"process) but only {gib(self.available_bytes or 0)} of RAM is available; "
             f"lower replay.capacity (see `per-dqn plan`)"
         )
-
-
-def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
-    """Whether the memory keeps frames once: asked for, and observations are uint8 stacks."""
-    return config.dedup_frames and len(spec.obs_shape) == 3 and spec.obs_dtype == np.uint8
 
 
 def gib(n_bytes: float) -> str:

@@ -25,7 +25,7 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 # tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
 TINY = [

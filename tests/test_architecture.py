@@ -11,15 +11,22 @@ PACKAGE = Path(__file__).resolve().parents[1] / "per_dqn"
 
 # module prefix -> top-level names it must never import
 FORBIDDEN = {
-    "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.train",
-                       "per_dqn.cli", "per_dqn.envs", "per_dqn.metrics", "per_dqn.config"},
+    "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.run",
+                       "per_dqn.loop", "per_dqn.build", "per_dqn.cli", "per_dqn.envs",
+                       "per_dqn.metrics", "per_dqn.config"},
     "per_dqn.schedules": {"per_dqn", "torch", "numpy", "gymnasium"},
-    "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.train", "per_dqn.cli", "per_dqn.metrics",
-                      "per_dqn.envs"},
+    # Checkpoints store trees of arrays and know no component.
+    "per_dqn.checkpoint": {"per_dqn.agent", "per_dqn.memory", "per_dqn.envs", "per_dqn.loop",
+                           "per_dqn.run", "per_dqn.build", "gymnasium"},
+    # The loop does no I/O: no files, run dirs or TensorBoard writer of its own.
+    "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate"},
+    "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.run", "per_dqn.loop", "per_dqn.cli",
+                      "per_dqn.metrics", "per_dqn.envs"},
 }  # fmt: skip
-NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.train"}
-# `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one.
-ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.ablate"}
+NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
+# `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one;
+# `api` is the Python entry point beside the CLI.
+ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.ablate", "per_dqn.sweeps.ablate", "per_dqn.api"}
 
 
 def module_name(path: Path) -> str:

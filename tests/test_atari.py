@@ -18,7 +18,7 @@ from per_dqn.config import Config, EnvConfig
 from per_dqn.envs import atari_game, describe, make_eval_env, make_vector_env
 from per_dqn.memory import PrioritizedReplay, UniformReplay
 from per_dqn.nstep import NStepAccumulator, stack
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 pytestmark = pytest.mark.atari
 

@@ -59,7 +59,7 @@ def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
     assert names(tmp_path) == ["step_000001200"]  # no temp dir left behind
     manifest = json.loads((path / "manifest.json").read_text())
     expected = {
-        "format": 2,
+        "format": 3,
         "env_steps": 1200,
         "final": True,
         "files": {

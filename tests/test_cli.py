@@ -273,7 +273,7 @@ def test_ablate_preflight_names_the_replay_memory_and_plan_s_estimate(workdir):
 
 LIMITED_CLI = """
 import resource, sys
-import per_dqn.train  # torch, gymnasium, numba: loaded before the limit
+import per_dqn.run  # torch, gymnasium, numba: loaded before the limit
 from per_dqn.cli import app
 vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
 limit = vm + (256 << 20)

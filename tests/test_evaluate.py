@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 import per_dqn
 from per_dqn import checkpoint as ckpt
+from per_dqn.build import make_agent
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs import describe
 from per_dqn.evaluate import write_gif
-from per_dqn.train import Trainer, make_agent
+from per_dqn.run import Trainer
 
 SETTINGS = [
     "train.total_env_steps=1000", "train.learning_starts=300", "train.eval_interval=0",

@@ -27,7 +27,7 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 # Checkpoints at 300, 600, ..., 1500 (the last one final); a 2,000-transition memory keeps each

@@ -31,7 +31,7 @@ from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 # Checkpoints at 300, 600, ..., 1500 (the last one the final one), evaluations at 500 and 1000.
 SETTINGS = [
@@ -280,7 +280,8 @@ def change_one_thing(path: Path) -> None:
 
 CHECKPOINT_FILES = [
     ckpt.MANIFEST_FILE, ckpt.AGENT_FILE, ckpt.LOOP_ARRAYS_FILE, ckpt.LOOP_META_FILE,
-    ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE, ckpt.CONFIG_FILE,
+    ckpt.ENVS_ARRAYS_FILE, ckpt.ENVS_META_FILE, ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE,
+    ckpt.CONFIG_FILE,
 ]  # fmt: skip
 
 
@@ -431,7 +432,7 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
     """A run dir is shared: a resume must not execute what its checkpoint holds. Each planted
     file would create a marker when unpickled (shown first, as a control); with its manifest
     resealed so every checksum passes, ``--resume`` refuses it with one line and the marker is
-    never created. A loop.json swapped for another env's state is refused the same way, before
+    never created. An envs.json swapped for another env's state is refused the same way, before
     the run writes anything."""
     marker = tmp_path / "ran"
     torch.load(_planted_torch_file(tmp_path / "control.pt", marker), weights_only=False)
@@ -443,9 +444,9 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
             np.savez(file, plant=np.array([Plant(marker)], dtype=object), allow_pickle=True)
 
     def swap_env(path: Path) -> None:
-        loop = json.loads(path.read_text())
-        loop["envs"]["envs"][0]["kind"] = "AcrobotEnv"
-        path.write_text(json.dumps(loop))
+        envs = json.loads(path.read_text())
+        envs["train"]["envs"][0]["kind"] = "AcrobotEnv"
+        path.write_text(json.dumps(envs))
 
     cases = [
         (ckpt.AGENT_FILE, lambda path: _planted_torch_file(path, marker),
@@ -453,8 +454,8 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
          "not an allowed global by default), and loading it could run code"),
         (ckpt.LOOP_ARRAYS_FILE, plant_npz,
          ": cannot load (ValueError: Object arrays cannot be loaded when allow_pickle=False)"),
-        (ckpt.LOOP_META_FILE, swap_env,
-         ": envs: the checkpoint's env is TimeLimit/OrderEnforcing/AcrobotEnv, this run's "
+        (ckpt.ENVS_META_FILE, swap_env,
+         ": train env: the checkpoint's env is TimeLimit/OrderEnforcing/AcrobotEnv, this run's "
          "TimeLimit/OrderEnforcing/CartPoleEnv"),
     ]  # fmt: skip
     for name, plant, problem in cases:
@@ -495,8 +496,8 @@ def test_a_format_1_checkpoint_with_its_pickled_loop_is_refused(reference, tmp_p
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
         f"error: {newest}: a format-1 checkpoint (its loop state is a pickle, loop.pt, which "
-        "this per-dqn never loads: it could run code); this per-dqn reads format 2: resume it "
-        "with the per-dqn release that wrote it, or start a new run"
+        "this per-dqn never loads: it could run code); this per-dqn reads formats 2 and 3: resume "
+        "it with the per-dqn release that wrote it, or start a new run"
     ]
     assert not marker.exists()
 
@@ -529,3 +530,26 @@ def test_resume_refuses_what_it_cannot_continue(reference, tmp_path):
         runner.invoke(app, ["train"]),
         "--config is required (or --resume RUN_DIR to continue a run)",
     )
+
+
+FORMAT_2_RUN = Path(__file__).parent / "data" / "format2-cartpole"
+
+
+def test_a_format_2_checkpoint_from_before_the_redesign_resumes_exactly(tmp_path):
+    """Checkpoints carry a format version, and one written before the envs became their own part
+    (format 2, by per-dqn at dcc030f; tests/data/format2-cartpole/README.md) still loads: the
+    resumed run ends with exactly the weights that the same run, uninterrupted, ended with under
+    the code that wrote the checkpoint (its model.pt, kept beside it)."""
+    run_dir = Path(shutil.copytree(FORMAT_2_RUN, tmp_path / "run"))
+    manifest = json.loads((run_dir / "checkpoints/step_000000300/manifest.json").read_text())
+    assert manifest["format"] == 2
+    result = resume(run_dir)
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.stderr  # an exact resume
+    resumed = torch.load(run_dir / "model.pt", weights_only=True)
+    reference = torch.load(run_dir / "reference-model-step600.pt", weights_only=True)
+    assert resumed.keys() == reference.keys()
+    for key in reference:
+        assert torch.equal(resumed[key], reference[key]), key
+    newest = ckpt.verify_checkpoint(run_dir / "checkpoints/step_000000600")
+    assert newest["format"] == ckpt.FORMAT_VERSION == 3

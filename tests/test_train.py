@@ -16,7 +16,7 @@ from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
-from per_dqn.train import Trainer
+from per_dqn.run import Trainer
 
 # A run short enough for a test that still learns, logs, evaluates and checks the tree.
 SHORT = [
@@ -243,14 +243,12 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
     the same RNG state, draws the same batch, and the copied agent's ``learn`` gives the same
     |delta| (CPU, same weights). Repeated slots keep their last error.
     """
-    from per_dqn import checkpoint as ckpt
-    from per_dqn.train import _Loop, make_agent, make_memory
+    from per_dqn.build import make_agent, make_memory
 
     config = short_config("replay.alpha=0.7", "replay.td_error_clip=null")
     trainer = Trainer(config, "cartpole")
-    logger = m.TensorBoardLogger(tmp_path)
     try:
-        loop = _Loop(trainer, logger, None)
+        loop = trainer.loop
         env, rng = trainer.eval_env, np.random.default_rng(0)
         obs, _ = env.reset(seed=0)
         for _ in range(300):  # real CartPole transitions under a random policy
@@ -261,11 +259,11 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
         memory_copy = make_memory(config.replay, trainer.spec, 0)
         memory_copy.load_state_dict(trainer.memory.state_dict())
         agent_copy = make_agent(config, trainer.spec, trainer.device)
-        ckpt.load_agent_state(agent_copy, ckpt.agent_state(trainer.agent))
+        agent_copy.load_state_dict(trainer.agent.state_dict())
 
-        loop._learn()
+        loop.learn()
 
-        batch = memory_copy.sample(config.train.batch_size, loop.beta(loop.env_steps))
+        batch = memory_copy.sample(config.train.batch_size, loop.beta(loop.state.env_steps))
         td_abs = agent_copy.learn(batch).td_abs.astype(np.float64)
         last_error = dict(zip(batch.indices.tolist(), td_abs.tolist(), strict=True))
         slots = np.array(sorted(last_error))
@@ -273,7 +271,6 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
         expected = (errors + config.replay.priority_eps) ** config.replay.alpha
         np.testing.assert_allclose(trainer.memory.priorities(slots), expected, rtol=1e-12)
     finally:
-        logger.close()
         trainer.close()
 
 

@@ -1,15 +1,16 @@
 """Double/Dueling DQN learner: targets, the IS-weighted loss, the optimiser and the target net.
 
-The agent never logs and never touches the replay memory: ``learn`` returns metrics and the new
-absolute TD errors, and the training loop decides where they go (Acme's losses do the same).
+The agent never logs and never touches the replay memory: ``learn`` returns metrics and a
+``PriorityUpdate`` (the sampled slots with their new absolute TD errors), and the training loop
+hands it to the memory whole (Acme's losses return keys with their priorities the same way).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from torch.nn import functional as F
 
 from per_dqn.agent import layout
 from per_dqn.agent.networks import NatureCNN, make_q_network
-from per_dqn.memory import Batch
+from per_dqn.memory import Batch, PriorityUpdate
 
 
 def td_targets(
@@ -57,14 +58,21 @@ class LearnResult:
     """What one gradient step produced.
 
     Attributes:
-        td_abs: ``|y - Q(s, a)|`` per sample, float32, in batch order, for
-            ``update_priorities``; measured before the step, as in Schaul et al. (Algorithm 1).
+        priorities: the sampled slots with their new ``|y - Q(s, a)|`` (float32, batch order),
+            measured before the step as in Schaul et al. (Algorithm 1); hand it whole to
+            ``memory.update`` (as Acme's learners return keys with their priorities, so no index
+            is ever paired with an error by hand).
         metrics: ``loss`` (the IS-weighted loss), ``q_mean`` (mean ``Q(s, a)`` of the batch),
             ``td_error_abs`` (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping).
     """
 
-    td_abs: np.ndarray
+    priorities: PriorityUpdate
     metrics: dict[str, float]
+
+    @property
+    def td_abs(self) -> np.ndarray:
+        """The new ``|delta|`` per sample, in batch order."""
+        return self.priorities.td_abs
 
 
 class DQNAgent:
@@ -217,7 +225,42 @@ class DQNAgent:
         }
         if self.grad_clip_norm is not None:
             metrics["grad_norm"] = float(host[2 * size + 1])
-        return LearnResult(td_abs, metrics)
+        return LearnResult(PriorityUpdate(batch.indices, td_abs), metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The networks, the optimiser's moments and step counts, and the update counter."""
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "update_steps": self.update_steps,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores ``state_dict()`` output into an agent built from the same config.
+
+        The optimiser's settings (learning rate, eps, ...) stay this agent's: a resumed run
+        follows its config. Only the moments and step counts come from ``state``.
+
+        Raises:
+            ValueError: networks or an optimiser of another shape (the config changed since);
+                one line.
+        """
+        settings = [
+            {key: value for key, value in group.items() if key != "params"}
+            for group in self.optimizer.param_groups
+        ]
+        try:
+            self.online.load_state_dict(state["online"])
+            self.target.load_state_dict(state["target"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            for group, kept in zip(self.optimizer.param_groups, settings, strict=True):
+                group.update(kept)
+            update_steps = int(state["update_steps"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            reason = " ".join(str(exc).split())[:300]
+            raise ValueError(f"the networks do not match this config ({reason})") from None
+        self.update_steps = update_steps
 
     def set_learning_rate(self, learning_rate: float) -> None:
         """Sets Adam's step size for the next updates (a schedule's current value)."""

@@ -1,0 +1,433 @@
+"""The training loop's state (``LoopState``) and its step (``Loop.step``), with no I/O.
+
+One call of ``Loop.step``::
+
+    actions   <- epsilon-greedy(agent, obs)            (skipped when every sub-env only resets)
+    step      -> next_obs, rewards, terminated, truncated
+    n-step accumulator -> finished windows -> memory.add / add_batch  (reset-only steps: nothing)
+    every replay_period env steps after learning_starts, gradient_steps times:
+        batch  <- memory.sample(batch_size, beta)           (indices, IS weights, priorities)
+        result <- agent.learn(batch)                        (metrics, PriorityUpdate)
+        memory.update(result.priorities)
+
+Env steps count the steps the agent experienced: gymnasium's next-step autoreset spends one
+``step`` call per episode on the reset alone, and that call is neither stored nor counted.
+
+``LoopState`` is the one place the loop's state lives (counters, the open n-step windows, the
+RNGs, the lives, the episode accumulators, the schedules' positions); its ``state_dict`` is the
+loop's part of a checkpoint. The run (``run.py``) decides what to log, evaluate and save, and
+when: everything here is computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from per_dqn import metrics as m
+from per_dqn.agent import DQNAgent
+from per_dqn.config import Config
+from per_dqn.envs import Envs
+from per_dqn.memory import ReplayMemory
+from per_dqn.nstep import NStepAccumulator, stack
+from per_dqn.schedules import LinearSchedule
+from per_dqn.seeding import RunSeeds, restart_seed
+
+# Weights whose largest |value| exceeds this many times the largest at init and at every earlier
+# check have diverged (see `Loop.check_weights`).
+DIVERGED_WEIGHT_GROWTH = 1_000.0
+# Episode returns the "recent return" of the progress display averages.
+RECENT_EPISODES = 20
+
+
+class DivergedError(RuntimeError):
+    """The loss became NaN or infinite, or the weights non-finite or far larger than ever before
+    (``DIVERGED_WEIGHT_GROWTH``); the run stopped before the bad weights reached a priority, a
+    log point, a checkpoint or ``model.pt``. The message is one line naming the step and value."""
+
+
+@dataclass
+class LoopState:
+    """Everything the loop carries from one step to the next, besides the agent, the memory and
+    the envs (which hold their own state).
+
+    Attributes:
+        env_steps: agent steps taken so far (reset-only steps not counted).
+        obs: the current observation of every sub-env.
+        autoreset: sub-envs whose next step only resets them (gymnasium's next-step autoreset).
+        ep_return: each sub-env's undiscounted return so far in its episode.
+        ep_length: each sub-env's steps so far in its episode.
+        prev_lives: each sub-env's lives after the last step (terminal-on-life-loss), else None.
+        next_update: the env step at which learning is next due.
+        next_log: the env step of the next log point.
+        next_eval: the env step of the next periodic evaluation (inf: none).
+        rng: exploration's generator (``RunSeeds.explore``).
+        eval_rng: the evaluations' epsilon draws (``RunSeeds.eval_explore``).
+        nstep: the open n-step windows.
+        health: the PER health panel's per-slot history and pending batch statistics.
+        learn_means: the learner's metrics since the last log point.
+        recent_returns: the last ``RECENT_EPISODES`` episode returns.
+        logs_written: log points written (the tree-drift check runs on every 10th).
+        weight_scale: the largest |weight| at every earlier weight check (``Loop.check_weights``).
+    """
+
+    env_steps: int
+    obs: np.ndarray
+    autoreset: np.ndarray
+    ep_return: np.ndarray
+    ep_length: np.ndarray
+    prev_lives: np.ndarray | None
+    next_update: int
+    next_log: int
+    next_eval: float
+    rng: np.random.Generator
+    eval_rng: np.random.Generator
+    nstep: NStepAccumulator
+    health: m.ReplayHealth
+    learn_means: m.MeanAccumulator = field(default_factory=m.MeanAccumulator)
+    recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_EPISODES))
+    logs_written: int = 0
+    weight_scale: float = 0.0
+
+    # Keys of ``state_dict``; a loaded state must hold every one (``check_state_dict``).
+    KEYS = (
+        "env_steps", "obs", "autoreset", "ep_return", "ep_length", "prev_lives", "next_update",
+        "next_log", "next_eval", "rng", "eval_rng", "torch_rng", "cuda_rng", "nstep", "health",
+        "learn_means", "recent_returns", "logs_written", "weight_scale",
+    )  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
+        return {
+            "env_steps": self.env_steps,
+            "obs": self.obs,
+            "autoreset": self.autoreset,
+            "ep_return": self.ep_return,
+            "ep_length": self.ep_length,
+            "prev_lives": self.prev_lives,
+            "next_update": self.next_update,
+            "next_log": self.next_log,
+            "next_eval": self.next_eval,
+            "rng": self.rng.bit_generator.state,
+            "eval_rng": self.eval_rng.bit_generator.state,
+            # uint8 tensors, stored as arrays: the checkpoint holds no pickle.
+            "torch_rng": torch.get_rng_state().numpy(),
+            "cuda_rng": (
+                [state.numpy() for state in torch.cuda.get_rng_state_all()]
+                if torch.cuda.is_available()
+                else None
+            ),
+            "nstep": self.nstep.state_dict(),
+            "health": self.health.state_dict(),
+            "learn_means": self.learn_means.state_dict(),
+            "recent_returns": list(self.recent_returns),
+            "logs_written": self.logs_written,
+            "weight_scale": self.weight_scale,
+        }
+
+    @classmethod
+    def check_state_dict(cls, state: Any) -> None:
+        """Raises the ``ValueError`` that ``load_state_dict`` would, and changes nothing."""
+        missing = [key for key in cls.KEYS if not isinstance(state, dict) or key not in state]
+        if missing:
+            raise ValueError(f"its loop state lacks {', '.join(missing)}")
+        for key in ("rng", "eval_rng"):
+            try:
+                np.random.Generator(np.random.PCG64()).bit_generator.state = state[key]
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"its loop state's {key}: {exc}") from None
+        torch_rng = state["torch_rng"]
+        if not isinstance(torch_rng, np.ndarray) or torch_rng.dtype != np.uint8:
+            raise ValueError("its loop state's torch_rng is not a uint8 array")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()`` output (torch's RNG states included).
+
+        Raises:
+            ValueError: a state that does not fit (``check_state_dict``).
+        """
+        self.check_state_dict(state)
+        self.env_steps = int(state["env_steps"])
+        self.obs = state["obs"]
+        self.autoreset = np.asarray(state["autoreset"], dtype=np.bool_)
+        self.ep_return = np.asarray(state["ep_return"], dtype=np.float64)
+        self.ep_length = np.asarray(state["ep_length"], dtype=np.int64)
+        self.prev_lives = state["prev_lives"]
+        self.next_update = int(state["next_update"])
+        self.next_log = int(state["next_log"])
+        self.next_eval = float(state["next_eval"])
+        self.rng.bit_generator.state = state["rng"]
+        self.eval_rng.bit_generator.state = state["eval_rng"]
+        torch.set_rng_state(torch.from_numpy(np.asarray(state["torch_rng"], dtype=np.uint8)))
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(
+                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in state["cuda_rng"]]
+            )
+        self.nstep.load_state_dict(state["nstep"])
+        self.health.load_state_dict(state["health"])
+        self.learn_means.load_state_dict(state["learn_means"])
+        self.recent_returns.clear()
+        self.recent_returns.extend(state["recent_returns"])
+        self.logs_written = int(state["logs_written"])
+        self.weight_scale = float(state["weight_scale"])
+
+
+def upgrade_format_2(parts: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 checkpoint's parts in format 3's shape.
+
+    Format 2 kept the loop's locals under ``loop["cursor"]`` and the envs' states under
+    ``loop["envs"]`` / ``loop["eval_env"]``; format 3 has a flat ``LoopState`` and an ``envs``
+    part. Nothing else changed, so the same numbers continue the run exactly.
+
+    Raises:
+        ValueError: a loop part that is not format 2's.
+    """
+    loop = parts.get("loop")
+    if not isinstance(loop, dict) or not isinstance(loop.get("cursor"), dict):
+        raise ValueError("its format-2 loop state lacks cursor")
+    loop = dict(loop)
+    cursor = loop.pop("cursor")
+    envs = {"train": loop.pop("envs", None), "eval": loop.pop("eval_env", None)}
+    loop.update(cursor)
+    return {**parts, "loop": loop, "envs": envs}
+
+
+class Loop:
+    """Steps the envs, stores transitions and learns; owns a ``LoopState``.
+
+    Args:
+        config: the run's config.
+        agent: the learner.
+        memory: the replay memory.
+        envs: the training and evaluation envs.
+        seeds: the run's random streams.
+    """
+
+    def __init__(
+        self, config: Config, agent: DQNAgent, memory: ReplayMemory, envs: Envs, seeds: RunSeeds
+    ) -> None:
+        self.config = config
+        self.agent = agent
+        self.memory = memory
+        self.envs = envs
+        self.seeds = seeds
+        train = config.train
+        self.epsilon = LinearSchedule(
+            train.epsilon_start, train.epsilon_end, train.epsilon_decay_steps
+        )
+        # Annealed over the whole run, reaching exactly 1 on its last step (Schaul et al., 3.4).
+        self.beta = LinearSchedule(config.replay.beta0, 1.0, train.total_env_steps)
+        agent_cfg, starts = config.agent, train.learning_starts
+        self.learning_rate = (
+            None
+            if agent_cfg.learning_rate_end is None
+            else LinearSchedule(
+                agent_cfg.learning_rate, agent_cfg.learning_rate_end,
+                max(train.total_env_steps - starts, 0), begin_step=starts,
+            )
+        )  # fmt: skip
+        num_envs = config.env.num_envs
+        obs, info = envs.train.reset(seed=seeds.env)
+        envs.eval.reset(seed=seeds.eval_env)
+        self.life_loss = config.env.terminal_on_life_loss and "lives" in info
+        self.state = LoopState(
+            env_steps=0,
+            obs=obs,
+            autoreset=np.zeros(num_envs, dtype=np.bool_),
+            ep_return=np.zeros(num_envs),
+            ep_length=np.zeros(num_envs, dtype=np.int64),
+            prev_lives=info["lives"] if self.life_loss else None,
+            next_update=max(train.learning_starts, 1),
+            next_log=train.log_interval,
+            next_eval=train.eval_interval if train.eval_interval > 0 else math.inf,
+            rng=np.random.default_rng(seeds.explore),
+            eval_rng=np.random.default_rng(seeds.eval_explore),
+            nstep=NStepAccumulator(num_envs, agent_cfg.n_step, agent_cfg.gamma),
+            health=m.ReplayHealth(memory.capacity),
+        )
+        self.state.weight_scale = self._largest_weight()
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def load_state_dict(self, loop: dict[str, Any], envs: dict[str, Any]) -> bool:
+        """Continues from a checkpoint's ``loop`` and ``envs`` parts (the agent and the memory of
+        the same checkpoint are loaded by their owners); returns whether the resume is exact.
+
+        Envs whose state could not be saved (ale-py's) restart from a reset seeded by
+        ``seeding.restart_seed``: every open episode and n-step window is dropped then, since none
+        may span the reset.
+
+        Raises:
+            ValueError: a state that does not fit this run (checked before anything changes).
+        """
+        LoopState.check_state_dict(loop)
+        self.envs.check_state_dict(envs)
+        state = self.state
+        state.load_state_dict(loop)
+        self.envs.load_state_dict(envs)
+        seed = restart_seed(self.config.run.seed, state.env_steps)
+        if envs["eval"] is None:
+            self.envs.eval.reset(seed=seed + self.config.env.num_envs)  # past every sub-env
+        if envs["train"] is not None:
+            return envs["eval"] is not None
+        num_envs = self.config.env.num_envs
+        obs, info = self.envs.train.reset(seed=seed)
+        state.obs = obs
+        state.autoreset = np.zeros(num_envs, dtype=np.bool_)
+        state.ep_return = np.zeros(num_envs)
+        state.ep_length = np.zeros(num_envs, dtype=np.int64)
+        state.prev_lives = info.get("lives") if self.life_loss else None
+        state.nstep = NStepAccumulator(num_envs, self.config.agent.n_step, self.config.agent.gamma)
+        return False
+
+    # --- the step ------------------------------------------------------------------------------
+
+    def _actions(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        """Epsilon-greedy actions for every sub-env; the network runs only if one is greedy."""
+        rng, n = self.state.rng, obs.shape[0]
+        explore = rng.random(n) < epsilon
+        if explore.all():
+            return rng.integers(self.agent.num_actions, size=n)
+        actions = self.agent.greedy_actions(obs)
+        if explore.any():
+            actions[explore] = rng.integers(self.agent.num_actions, size=int(explore.sum()))
+        return actions
+
+    def step(self) -> list[tuple[float, int]]:
+        """One vector-env step, the transitions it completes, and the learning then due.
+
+        Returns:
+            ``(return, length)`` of each episode that ended on this step.
+
+        Raises:
+            DivergedError: a non-finite loss.
+        """
+        state, memory, train = self.state, self.memory, self.config.train
+        num_envs = self.config.env.num_envs
+        autoreset, obs = state.autoreset, state.obs
+        if autoreset.all():
+            actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
+        else:
+            actions = self._actions(obs, self.epsilon(state.env_steps))
+        next_obs, rewards, terminated, truncated, info = self.envs.train.step(actions)
+        active = ~autoreset
+        stepped = int(active.sum())
+        finished: list[tuple[float, int]] = []
+        if stepped:
+            state.env_steps += stepped
+            done = np.logical_or(terminated, truncated)
+            # What the learner sees: clipped rewards, and a lost life as the end of the
+            # bootstrapped return while the game plays on (Mnih et al., 2015).
+            learn_rewards = np.clip(rewards, -1.0, 1.0) if self.config.env.clip_rewards else rewards
+            learn_terminated = terminated
+            if self.life_loss:
+                learn_terminated = terminated | (info["lives"] < state.prev_lives)
+            fresh = state.nstep.step(
+                obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active
+            )
+            if len(fresh) == 1:  # the common case; `add` costs a third of `add_batch`
+                state.health.record_add(memory.add(*fresh[0]), state.env_steps)
+            elif fresh:
+                state.health.record_add(memory.add_batch(*stack(fresh)), state.env_steps)
+            state.ep_return[active] += rewards[active]
+            state.ep_length[active] += 1
+            if done.any():
+                ended = np.flatnonzero(done)
+                for i in ended:
+                    finished.append((float(state.ep_return[i]), int(state.ep_length[i])))
+                    state.recent_returns.append(float(state.ep_return[i]))
+                state.ep_return[ended] = 0.0
+                state.ep_length[ended] = 0
+            state.autoreset = done
+        else:
+            state.autoreset = np.zeros(num_envs, dtype=np.bool_)
+        if self.life_loss:
+            state.prev_lives = info["lives"]  # a reset step brings the new game's lives
+        state.obs = next_obs
+
+        while state.env_steps >= state.next_update:
+            state.next_update += train.replay_period
+            if len(memory) >= train.batch_size:
+                for _ in range(train.gradient_steps):
+                    self.learn()
+        return finished
+
+    def learn(self) -> None:
+        """One gradient step and its priority update."""
+        state, memory = self.state, self.memory
+        step = state.env_steps
+        batch = memory.sample(self.config.train.batch_size, self.beta(step))
+        state.health.record_sample(batch.indices, batch.weights, step, batch.priorities)
+        if self.learning_rate is not None:
+            self.agent.set_learning_rate(self.learning_rate(step))
+        result = self.agent.learn(batch)
+        loss = result.metrics["loss"]
+        if not math.isfinite(loss):
+            raise DivergedError(
+                f"train/loss is {loss} at env step {step:,} (update step "
+                f"{self.agent.update_steps:,}): training diverged"
+            )
+        memory.update(result.priorities)
+        state.health.record_priority_update(result.priorities.indices, step)
+        state.learn_means.add(result.metrics)
+
+    # --- schedule points -----------------------------------------------------------------------
+
+    def log_due(self) -> bool:
+        """True once per log interval; moves the next log point past the current step."""
+        state = self.state
+        if state.env_steps < state.next_log:
+            return False
+        while state.next_log <= state.env_steps:
+            state.next_log += self.config.train.log_interval
+        return True
+
+    def eval_due(self) -> bool:
+        """True when a periodic evaluation is due before the budget's end; the schedule moves on
+        even on the last step (where the final evaluation stands in), so that a run extended by
+        ``--resume --steps`` does not evaluate again one step later."""
+        state = self.state
+        if state.env_steps < state.next_eval:
+            return False
+        state.next_eval += self.config.train.eval_interval
+        return state.env_steps < self.config.train.total_env_steps
+
+    # --- weights -------------------------------------------------------------------------------
+
+    def _largest_weight(self) -> float:
+        """The largest |value| in the online and target networks (NaN if any is NaN)."""
+        with torch.no_grad():
+            params = [*self.agent.online.parameters(), *self.agent.target.parameters()]
+            return float(torch.stack([p.detach().abs().max() for p in params]).max())
+
+    def check_weights(self) -> None:
+        """Stops the run if the weights diverged, before they are logged or written.
+
+        A finite loss does not mean sane weights: one Adam step at an absurd learning rate moves
+        every weight by about the learning rate (1e30, say) while the loss it reports is the one
+        computed before the step, and the NaN loss only comes a step later; a checkpoint taken in
+        between would hold those weights. The rule: weights are diverged when one is non-finite,
+        or the largest |weight| is more than ``DIVERGED_WEIGHT_GROWTH`` (1000) times the largest
+        seen at init and at every earlier log point and checkpoint (``weight_scale``). Healthy
+        training grows it by a small factor over a whole run (CartPole's init bound is 0.5, its
+        trained weights stay below ~10); a blow-up grows it by orders of magnitude between two
+        log points.
+
+        Raises:
+            DivergedError: one line with the value, the bound and the step.
+        """
+        state = self.state
+        largest = self._largest_weight()
+        bound = DIVERGED_WEIGHT_GROWTH * state.weight_scale
+        if not math.isfinite(largest) or largest > bound:
+            raise DivergedError(
+                f"the largest |weight| is {largest:.3g} at env step {state.env_steps:,} (update "
+                f"step {self.agent.update_steps:,}), more than {DIVERGED_WEIGHT_GROWTH:g}x the "
+                f"largest before ({state.weight_scale:.3g}): training diverged"
+            )
+        state.weight_scale = max(state.weight_scale, largest)

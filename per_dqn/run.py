@@ -1,0 +1,475 @@
+"""A training run: the run dir, logging, evaluation, the checkpoint cadence, the stop flag and the
+summary, around the loop of ``loop.py``.
+
+``Trainer`` builds every part from the config (``build.py``) before anything is written, then
+``run`` drives ``Loop.step`` and decides, at each env step, what is logged, evaluated and saved.
+A checkpoint is the tree of the parts' ``state_dict()``s: the agent, the replay memory, the envs
+and the loop's ``LoopState``; ``checkpoint.py`` stores it and knows none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from per_dqn import checkpoint as ckpt
+from per_dqn import metrics as m
+from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
+from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
+from per_dqn.envs import Envs
+from per_dqn.evaluate import Episodes, run_episodes
+from per_dqn.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.seeding import RunSeeds
+
+__all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
+
+# The tree-drift check is O(capacity); every this many log points is "now and then".
+TREE_DRIFT_EVERY_LOGS = 10
+# Env steps between progress-display refreshes: often enough to look live, rare enough to cost
+# nothing.
+PROGRESS_INTERVAL_STEPS = 250
+_AGENT_METRIC_TAGS = {
+    "loss": m.TRAIN_LOSS,
+    "q_mean": m.TRAIN_Q_MEAN,
+    "td_error_abs": m.TRAIN_TD_ERROR_ABS,
+    "grad_norm": m.TRAIN_GRAD_NORM,
+}
+_DIAGNOSTIC_TAGS = {
+    "mean_priority": m.PER_MEAN_PRIORITY,
+    "max_priority": m.PER_MAX_PRIORITY,
+    "tree_drift": m.PER_TREE_DRIFT,
+}
+
+
+class StopRequested(KeyboardInterrupt):
+    """The run's ``should_stop`` (or a callback) asked it to stop; raised between two env steps,
+    where the loop's state is exact and can be checkpointed (a ``KeyboardInterrupt`` raised
+    anywhere else may land mid-step)."""
+
+
+class Callback(Protocol):
+    """Hooks a run calls; each may return True to stop the run (early stopping).
+
+    A stopped run is checkpointed where it stopped (when checkpoints are on), its summary says
+    ``interrupted``, and ``per-dqn train --resume`` continues it. Every hook is optional: a
+    callback object needs only the methods it uses.
+    """
+
+    def on_log(self, env_steps: int, values: dict[str, float]) -> bool | None:
+        """A log point: the scalars just written to TensorBoard, by tag."""
+
+    def on_eval(self, env_steps: int, returns: np.ndarray) -> bool | None:
+        """A periodic evaluation's episode returns (the final evaluation is not a hook: the run
+        ends there anyway)."""
+
+    def on_checkpoint(self, env_steps: int, path: Path) -> bool | None:
+        """A checkpoint was written to ``path``."""
+
+
+def eval_scalars(episodes: Episodes) -> dict[str, float]:
+    """The ``eval/*`` TensorBoard values of an evaluation."""
+    return {
+        m.EVAL_RETURN_MEAN: float(episodes.returns.mean()),
+        m.EVAL_RETURN_STD: float(episodes.returns.std()),
+        m.EVAL_LENGTH_MEAN: float(episodes.lengths.mean()),
+    }
+
+
+def upgrade_parts(checkpoint: ckpt.RunCheckpoint) -> dict[str, Any]:
+    """The checkpoint's parts in this version's shape (format 2 is moved into format 3's)."""
+    if checkpoint.format == 2:
+        try:
+            return upgrade_format_2(checkpoint.parts)
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"{checkpoint.path}: {exc}") from None
+    return checkpoint.parts
+
+
+class Trainer:
+    """Everything a run needs, built (and checked) before anything is written to disk.
+
+    Args:
+        config: the validated experiment.
+        config_name: the config's name (file stem), recorded in the summary.
+
+    Raises:
+        ValueError: an environment or device the config asks for cannot be had; the message
+            starts with the config key to blame.
+    """
+
+    def __init__(self, config: Config, config_name: str) -> None:
+        self.config = config
+        self.config_name = config_name
+        run = config.run
+        self.device = resolve_device(run.device)
+        set_torch_threads(self.device, run.torch_threads)
+        self.seeds = RunSeeds.from_seed(run.seed)  # one independent stream per consumer
+        torch.manual_seed(self.seeds.network)
+        self.environments = Envs(config.env)
+        self.spec = self.environments.spec
+        self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
+        self.agent = make_agent(config, self.spec, self.device)
+        self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)
+        self._resumed_from: int | None = None
+
+    @property
+    def envs(self) -> Any:
+        """The training vector env."""
+        return self.environments.train
+
+    @property
+    def eval_env(self) -> Any:
+        """The evaluation env."""
+        return self.environments.eval
+
+    def close(self) -> None:
+        """Closes the environments."""
+        self.environments.close()
+
+    def load_checkpoint(self, path: Path) -> list[str]:
+        """Loads a training checkpoint into every part so that ``run`` continues it; returns
+        one-line notes for the user on what is not exact.
+
+        Raises:
+            CheckpointError: the checkpoint fails its checksums, cannot be read, or does not fit
+                this config. Its parts are all checked before the loop's state changes.
+        """
+        checkpoint = ckpt.load_run_checkpoint(path, self.device)
+        parts = upgrade_parts(checkpoint)
+        env_steps = checkpoint.env_steps
+        loop = parts.get("loop")
+        if isinstance(loop, dict) and loop.get("env_steps") != env_steps:
+            raise ckpt.CheckpointError(
+                f"{path}: its loop state is at env step {loop.get('env_steps')}, its manifest at "
+                f"{env_steps}"
+            )
+        try:
+            self.agent.load_state_dict(parts["agent"])
+        except ValueError as exc:
+            raise ckpt.CheckpointError(str(exc)) from None
+        notes = []
+        if "memory" not in parts:
+            notes.append(
+                f"{path.name} holds no replay memory (checkpoint.replay: false): the resumed run "
+                "starts from an empty memory"
+            )
+        else:
+            try:
+                self.memory.load_state_dict(parts["memory"])
+            except ValueError as exc:
+                raise ckpt.CheckpointError(
+                    f"{path}: its replay memory does not fit this config ({exc})"
+                ) from None
+        try:
+            saved = validate_config(parse_yaml(checkpoint.config_yaml, str(path)), str(path))
+        except ConfigError:
+            saved = None
+        budget = {"total_env_steps": self.config.train.total_env_steps}
+        if (
+            saved is None
+            or saved.model_copy(update={"train": saved.train.model_copy(update=budget)})
+            != self.config
+        ):
+            notes.append(
+                f"this config differs from the one {path.name} was written with (beyond "
+                "train.total_env_steps): the resume follows this config and is not exact"
+            )
+        try:
+            exact = self.loop.load_state_dict(loop, parts.get("envs"))
+        except ValueError as exc:
+            raise ckpt.CheckpointError(f"{path}: {exc}") from None
+        if not exact:
+            notes.append(
+                f"{self.config.env.id} envs cannot be saved: they restart from a fresh reset "
+                "seeded from run.seed and the env step, so this resume is not exact"
+            )
+        self._resumed_from = env_steps
+        return notes
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run's state by part: what a checkpoint holds (the memory only when
+        ``checkpoint.replay`` is on)."""
+        parts = {
+            "agent": self.agent.state_dict(),
+            "loop": self.loop.state.state_dict(),
+            "envs": self.environments.state_dict(),
+        }
+        if self.config.checkpoint.replay:
+            parts["memory"] = self.memory.state_dict()
+        return parts
+
+    def _save_checkpoint(self, run_dir: Path, logger: m.TensorBoardLogger, final: bool) -> Path:
+        """Writes a checkpoint of every part."""
+        cfg, env_steps = self.config.checkpoint, self.loop.state.env_steps
+        # Every point logged up to this step reaches the event file before the state that follows
+        # it is saved: a resumed run purges only what comes after.
+        logger.flush()
+        root = ckpt.checkpoints_dir(run_dir)
+        parts = self.state_dict()
+        agent = parts.pop("agent")
+        # A failed write leaves the earlier checkpoints whole (see ``checkpoint.write_checkpoint``).
+        with m.writing(root / ckpt.checkpoint_name(env_steps)):
+            return ckpt.save_run_checkpoint(
+                root,
+                env_steps=env_steps,
+                weights={"agent": agent},
+                trees=parts,
+                config_yaml=self.config.to_yaml(),
+                keep_last=cfg.keep_last,
+                meta={
+                    "update_steps": self.agent.update_steps,
+                    "final": final,
+                    "config_name": self.config_name,
+                },
+            )
+
+    def run(
+        self,
+        run_dir: Path,
+        progress: m.ConsoleProgress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        callbacks: Sequence[Any] = (),
+    ) -> dict[str, Any]:
+        """Trains, evaluates, and writes ``config.yaml``, events, checkpoints and ``summary.json``.
+
+        After ``load_checkpoint`` the run continues that checkpoint in ``run_dir``: its event
+        files get no duplicated points (see ``TensorBoardLogger``'s ``purge_step``).
+
+        A ``KeyboardInterrupt`` stops the loop cleanly: the summary is written with
+        ``interrupted: true`` and no final evaluation, and the event file is closed; no checkpoint
+        is written then (the state may be mid-step), so a resume starts from the last periodic one.
+        ``should_stop`` is the same stop asked for cooperatively: polled once per env step (and
+        before the final evaluation), it ends the run as an interrupt does, but always between
+        two steps, never inside a library call, so the state is exact and is checkpointed first
+        (when checkpoints are on and the step has none yet): a resume then loses nothing. The CLI
+        turns Ctrl-C and SIGTERM into this stop, and a sweep's workers stop their runs this way.
+        A callback (see ``Callback``) that returns True stops the run the same way.
+
+        Returns:
+            The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
+            ``sps`` cover this call only.
+
+        Raises:
+            DivergedError: a non-finite loss or diverged weights; nothing is written after it (no
+                checkpoint, model or summary).
+            WriteError: a file could not be written (disk full, read-only...); it names the file
+                or checkpoint. Checkpoints written before it are left whole.
+        """
+        config_yaml = self.config.to_yaml()
+        with m.writing(run_dir / "config.yaml"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
+        start_steps = self._resumed_from or 0
+        # The checkpoint was written after every point of its step was logged.
+        logger = m.TensorBoardLogger(
+            run_dir, None if self._resumed_from is None else start_steps + 1
+        )
+        start = time.perf_counter()
+        try:
+            if self._resumed_from is None:
+                logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
+            session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks))
+            summary = session.run(start_steps, start)
+        except BaseException:
+            # The first failure is the one to report; closing a writer that failed fails again.
+            with contextlib.suppress(OSError):
+                logger.close()
+            raise
+        logger.close()
+        return summary
+
+
+class _Session:
+    """One ``Trainer.run`` call: the I/O around the loop's steps."""
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        run_dir: Path,
+        logger: m.TensorBoardLogger,
+        progress: m.ConsoleProgress | None,
+        should_stop: Callable[[], bool] | None,
+        callbacks: list[Any],
+    ) -> None:
+        self.trainer = trainer
+        self.config = trainer.config
+        self.loop = trainer.loop
+        self.run_dir = run_dir
+        self.logger = logger
+        self.progress = progress
+        self.should_stop = should_stop
+        self.callbacks = callbacks
+        self.checkpoints = self.config.checkpoint.enabled
+        self.saved_at = self.loop.state.env_steps  # the step of the newest checkpoint
+        self.stop_asked = False  # a callback asked to stop
+        self.last_sps = 0.0
+        self.last_eval = math.nan
+        self.last_loss = math.nan
+
+    # --- hooks ---------------------------------------------------------------------------------
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is not None and method(*args):
+                self.stop_asked = True
+
+    def _stopping(self) -> bool:
+        return self.stop_asked or (self.should_stop is not None and self.should_stop())
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def run(self, start_steps: int, start: float) -> dict[str, Any]:
+        trainer, loop, config = self.trainer, self.loop, self.config
+        state = loop.state
+        interrupted = stopped_between_steps = False
+        final: Episodes | None = None
+        try:
+            self._train()
+            if self._stopping():
+                raise StopRequested
+            loop.check_weights()
+            final = self._final_eval()
+        except KeyboardInterrupt as exc:
+            interrupted, final = True, None
+            stopped_between_steps = isinstance(exc, StopRequested)
+        # However the loop ended (Ctrl-C included), the weights are checked before they are
+        # written.
+        loop.check_weights()
+        # A stop between two steps is checkpointed there, so that a resume loses nothing; not at
+        # the budget's end, where a checkpoint would read as a finished run.
+        if (
+            interrupted
+            and stopped_between_steps
+            and self.checkpoints
+            and self.saved_at < state.env_steps < config.train.total_env_steps
+        ):
+            trainer._save_checkpoint(self.run_dir, self.logger, final=False)
+        if final is not None and self.checkpoints:
+            trainer._save_checkpoint(self.run_dir, self.logger, final=True)
+        wall = time.perf_counter() - start
+        # Atomic: `eval` beside this run reads the old file or the new one, never half.
+        buffer = io.BytesIO()
+        torch.save(trainer.agent.online.state_dict(), buffer)
+        with m.writing(self.run_dir / "model.pt"):
+            ckpt.write_bytes_atomic(self.run_dir / "model.pt", buffer.getvalue())
+        summary = {
+            "final_eval_return_mean": None if final is None else float(final.returns.mean()),
+            "final_eval_return_std": None if final is None else float(final.returns.std()),
+            "final_eval_episodes": 0 if final is None else len(final.returns),
+            "env_steps": state.env_steps,
+            "update_steps": trainer.agent.update_steps,
+            "wall_seconds": wall,
+            "sps": (state.env_steps - start_steps) / wall if wall > 0 else 0.0,
+            "replay": config.replay.kind,
+            "seed": config.run.seed,
+            "env_id": config.env.id,
+            "config": trainer.config_name,
+            "device": str(trainer.device),
+            "interrupted": interrupted,
+            "resumed_from_env_steps": trainer._resumed_from,
+            "run_dir": str(self.run_dir),
+        }
+        m.write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+    def _next_checkpoint(self) -> float:
+        """The env step of the next periodic checkpoint: the next multiple of the interval."""
+        interval = self.config.checkpoint.interval_steps
+        if not self.checkpoints or interval == 0:
+            return math.inf
+        return (self.loop.state.env_steps // interval + 1) * interval
+
+    def _train(self) -> None:
+        """Steps until ``total_env_steps``, logging, evaluating and checkpointing as they fall
+        due; the order within a step (episodes, log, eval, progress, checkpoint last) puts
+        everything logged at a step before the checkpoint that follows it."""
+        loop, state, train = self.loop, self.loop.state, self.config.train
+        total = train.total_env_steps
+        self.clock = (time.perf_counter(), state.env_steps)  # (time, env steps) at the last log
+        next_checkpoint = self._next_checkpoint()
+        next_progress = state.env_steps + PROGRESS_INTERVAL_STEPS
+        logger = self.logger
+        while state.env_steps < total:
+            if self._stopping():
+                raise StopRequested
+            for ret, length in loop.step():
+                logger.scalars({m.EPISODE_RETURN: ret, m.EPISODE_LENGTH: length}, state.env_steps)
+            if loop.log_due():
+                loop.check_weights()
+                self._write_log()
+            if loop.eval_due():
+                loop.check_weights()
+                result = self._evaluate(train.eval_episodes)
+                self._call("on_eval", state.env_steps, result.returns)
+            if self.progress is not None and state.env_steps >= next_progress:
+                next_progress = state.env_steps + PROGRESS_INTERVAL_STEPS
+                self._update_progress()
+            # Last in the step, so that everything logged at this env step precedes it.
+            if state.env_steps >= next_checkpoint and state.env_steps < total:
+                next_checkpoint = self._next_checkpoint()
+                loop.check_weights()
+                path = self.trainer._save_checkpoint(self.run_dir, self.logger, final=False)
+                self.saved_at = state.env_steps
+                self._call("on_checkpoint", state.env_steps, path)
+
+    def _evaluate(self, episodes: int) -> Episodes:
+        loop, train = self.loop, self.config.train
+        result = run_episodes(
+            loop.agent, loop.envs.eval, episodes, train.eval_epsilon, loop.state.eval_rng
+        )
+        self.logger.scalars(eval_scalars(result), loop.state.env_steps)
+        self.last_eval = float(result.returns.mean())
+        return result
+
+    def _write_log(self) -> None:
+        loop, state = self.loop, self.loop.state
+        step = state.env_steps
+        clock, steps = self.clock
+        now = time.perf_counter()
+        sps = (step - steps) / (now - clock) if now > clock else 0.0
+        self.clock = (now, step)
+        values = {m.EXPLORE_EPSILON: loop.epsilon(step), m.PERF_SPS: sps}
+        if loop.learning_rate is not None:
+            values[m.TRAIN_LEARNING_RATE] = loop.learning_rate(step)
+        learned = state.learn_means.pop_means()
+        values.update({_AGENT_METRIC_TAGS[k]: v for k, v in learned.items()})
+        values.update(state.health.pop_means())
+        memory = loop.memory
+        if memory.weighted:
+            values[m.PER_BETA] = loop.beta(step)
+        full = state.logs_written % TREE_DRIFT_EVERY_LOGS == 0
+        for key, value in memory.diagnostics(full=full).items():
+            values[_DIAGNOSTIC_TAGS[key]] = value
+        self.logger.scalars(values, step)
+        state.logs_written += 1
+        self.last_sps = sps
+        if "loss" in learned:
+            self.last_loss = learned["loss"]
+        self._call("on_log", step, values)
+
+    def _update_progress(self) -> None:
+        assert self.progress is not None
+        loop, state = self.loop, self.loop.state
+        recent = state.recent_returns
+        self.progress.update(
+            state.env_steps,
+            sps=self.last_sps,
+            ret=float(np.mean(recent)) if recent else math.nan,
+            eps=loop.epsilon(state.env_steps),
+            beta=loop.beta(state.env_steps),
+        )
+
+    def _final_eval(self) -> Episodes:
+        """The final evaluation, logged at the last env step."""
+        if self.progress is not None:
+            self._update_progress()
+        return self._evaluate(self.config.train.final_eval_episodes)
