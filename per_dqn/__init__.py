@@ -1,3 +1,28 @@
-"""per-dqn: Double/Dueling DQN with Prioritized Experience Replay."""
+"""per-dqn: Double/Dueling DQN with Prioritized Experience Replay.
+
+The Python API (docs/api.md)::
+
+    import per_dqn
+
+    result = per_dqn.train("cartpole", overrides={"train.total_env_steps": 20_000})
+    policy = per_dqn.load(result.run_dir)
+
+``per_dqn.memory`` is the replay memory on its own (numpy only), for any training loop.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_API = ("train", "resume", "load", "Policy", "TrainResult")
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # The API is imported on first use: `import per_dqn` (and the CLI's config checks) stay free
+    # of torch's start-up cost.
+    if name in _API:
+        from per_dqn import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'per_dqn' has no attribute {name!r}")

@@ -35,7 +35,6 @@ from per_dqn.config import (
 
 if TYPE_CHECKING:
     from per_dqn.metrics import RunDirLock
-    from per_dqn.plan import MemoryPlan
     from per_dqn.run import Trainer
 
 EXIT_WRITE_FAILED = 1
@@ -179,28 +178,21 @@ def train(
         metrics.check_run_dir(run_dir)
     except metrics.RunDirError as exc:
         _fail([str(exc)])
-    memory = _check_memory_fits(cfg, config)
-    trainer = _build_trainer(cfg, name, config, memory)
+    trainer = _build_trainer(cfg, name, config)
     # Checked again under the lock: another command may have started in run_dir meanwhile.
     with _lock(run_dir, trainer, fresh=True):
         _run(trainer, run_dir, quiet)
 
 
-def _build_trainer(cfg: Config, name: str, label: str, memory: MemoryPlan) -> Trainer:
+def _build_trainer(cfg: Config, name: str, label: str) -> Trainer:
     """The run's Trainer; exits 2 with one line when its env, device, replay memory or networks
     cannot be had (nothing is on disk yet)."""
-    from per_dqn.plan import allocation_failure
-    from per_dqn.run import Trainer
+    from per_dqn import api
 
     try:
-        return Trainer(cfg, name)
+        return api.build_trainer(cfg, name)
     except ValueError as exc:
         _fail([f"{label}: {exc}"])
-    except (MemoryError, RuntimeError) as exc:
-        line = allocation_failure(exc, cfg, memory)
-        if line is None:
-            raise
-        _fail([f"{label}: {line}"])
 
 
 def _fail_if_given(given: dict[str, object], why: str) -> None:
@@ -346,63 +338,30 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
 
 def _resume_locked(run_dir: Path, steps: int | None, quiet: bool, lock: RunDirLock | None) -> None:
     """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
-    from per_dqn import checkpoint as ckpt
+    from per_dqn import api
 
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
-        _fail([f"{run_dir}: not a run dir (no config.yaml)"])
-    try:
-        found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
-    except ckpt.FormatError as exc:  # a checkpoint of another format version: refused whole
-        _fail([str(exc)])
-    for line in found.warnings:
+    def warn(line: str) -> None:
         typer.echo(f"warning: {line}", err=True)
-    if found.path is None:
-        why = (
-            f"none of its {found.candidates} checkpoints passes its checks"
-            if found.candidates
-            else "it has no checkpoint"
-        )
-        _fail([f"{run_dir}: nothing to resume from: {why}"])
-    at = found.manifest["env_steps"]
-    overrides = [] if steps is None else [Override("train.total_env_steps", steps, "--steps")]
-    cfg, _ = _load(str(config_path), overrides)
-    total = cfg.train.total_env_steps
-    if total <= at:
-        if steps is None:
-            _fail([f"{run_dir}: the run is complete ({at:,} of {total:,} env steps); pass "
-                   "--steps N to extend it"])  # fmt: skip
-        _fail([f"--steps must be more than the checkpoint's {at:,} env steps, got {steps}"])
-    memory = _check_memory_fits(cfg, str(config_path))
-    name = str(found.manifest.get("config_name", config_path.stem))
-    trainer = _build_trainer(cfg, name, str(config_path), memory)
+
     try:
-        notes = trainer.load_checkpoint(found.path)
-    except ckpt.CheckpointError as exc:
-        trainer.close()
+        resumption = api.prepare_resume(run_dir, steps, warn)
+    except ConfigError as exc:
+        _fail(exc.problems)
+    except ValueError as exc:  # CheckpointError and FormatError included
         _fail([str(exc)])
+    trainer = resumption.trainer
     if lock is None:  # a run dir from before per-dqn locked them
         lock = _lock(run_dir, trainer, fresh=False)
+    total = trainer.config.train.total_env_steps
     typer.echo(
-        f"resuming {run_dir} from {found.path.name} ({at:,} of {total:,} env steps)", err=True
+        f"resuming {run_dir} from {resumption.checkpoint.name} ({resumption.env_steps:,} of "
+        f"{total:,} env steps)",
+        err=True,
     )
-    for note in notes:
+    for note in resumption.notes:
         typer.echo(f"note: {note}", err=True)
     with lock:
         _run(trainer, run_dir, quiet)
-
-
-def _check_memory_fits(cfg: Config, label: str) -> MemoryPlan:
-    """The replay memory's plan; exits 2 with one line when it cannot fit in the available RAM."""
-    from per_dqn.plan import memory_plan
-
-    try:
-        plan = memory_plan(cfg)
-    except ValueError as exc:
-        _fail([f"{label}: {exc}"])
-    if not plan.fits:
-        _fail([f"{label}: {plan.refusal()}"])
-    return plan
 
 
 @app.command("eval")

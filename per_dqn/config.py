@@ -40,6 +40,8 @@ MAX_THREADS = 1024
 # Episodes in one evaluation: their returns are allocated up front, and a million episodes
 # already outlast any training run.
 MAX_EVAL_EPISODES = 1_000_000
+# A user's Q-network factory: ``package.module:callable`` (the callable may be dotted).
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 class _Section(BaseModel):
@@ -130,7 +132,10 @@ class AgentConfig(_Section):
         target_update_interval: gradient steps between target-network updates.
         tau: weight of the online net in a target update; 1.0 is a hard copy.
         network: ``auto`` (Nature CNN for image stacks, MLP otherwise), ``mlp`` or
-            ``nature_cnn``; ``hidden_sizes`` is the CNN's fully connected width.
+            ``nature_cnn``, whose fully connected width is ``hidden_sizes``; or a user's network
+            as ``"package.module:factory"``, called as ``factory(obs_shape, num_actions)`` and
+            returning a ``torch.nn.Module`` from float32 observations to Q-values (checked when
+            the run is built; see docs/api.md).
         channels_last: NHWC activations in the CNN (faster on CPU, same values).
         precision: ``fp32`` (the default) or ``bf16``: the networks' forward passes under
             bfloat16 autocast (weights, optimiser, loss and targets stay float32). Faster where
@@ -151,7 +156,7 @@ class AgentConfig(_Section):
     grad_clip_norm: float | None = Field(10.0, gt=0)
     target_update_interval: int = Field(500, ge=1)
     tau: float = Field(1.0, gt=0, le=1)
-    network: Literal["auto", "mlp", "nature_cnn"] = "auto"
+    network: str = "auto"
     channels_last: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
 
@@ -160,6 +165,15 @@ class AgentConfig(_Section):
     def _list_to_tuple(cls, value: Any) -> Any:
         # YAML has no tuple; strict mode would otherwise reject every list.
         return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("network")
+    @classmethod
+    def _network_name(cls, value: str) -> str:
+        if value in ("auto", "mlp", "nature_cnn") or _FACTORY.fullmatch(value):
+            return value
+        raise ValueError(
+            f"must be 'auto', 'mlp', 'nature_cnn' or 'package.module:factory', got {value!r}"
+        )
 
     @field_validator("hidden_sizes")
     @classmethod

@@ -123,6 +123,7 @@ class DQNAgent:
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"`precision` must be 'fp32' or 'bf16', got {precision!r}")
         self.device = device
+        self.obs_shape = tuple(int(d) for d in obs_shape)
         self.num_actions = num_actions
         self.double = double
         self.gamma = gamma

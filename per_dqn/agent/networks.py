@@ -8,7 +8,9 @@ arithmetic, and the loop runs three forwards per gradient step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -165,6 +167,103 @@ class NatureCNN(QNetwork):
         return super().torso(self.convs(x).flatten(1))
 
 
+BUILTIN_NETWORKS = ("auto", "mlp", "nature_cnn")
+
+
+class CustomQNetwork(nn.Module):
+    """A user's Q-network, from a ``"package.module:factory"`` (see ``make_q_network``), behind
+    the interface the agent calls.
+
+    The factory is called as ``factory(obs_shape, num_actions)`` and returns a module mapping a
+    float32 batch ``(B, *obs_shape)`` (observations as the env gives them, uint8 frames as
+    0..255 floats) to Q-values ``(B, num_actions)``.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as float32."""
+        return obs.float()
+
+    def q_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Q-values ``(B, num_actions)`` for ``prepare``'d observations."""
+        return self.module(x)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values for observations of shape ``(B, *obs_shape)``."""
+        return self.q_values(self.prepare(obs))
+
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        """``argmax_a Q(obs, a)``."""
+        return self.forward(obs).argmax(dim=1)
+
+
+def resolve_factory(spec: str) -> Callable[..., nn.Module]:
+    """The callable a ``"package.module:factory"`` string names (``factory`` may be dotted, e.g.
+    ``Class.method``).
+
+    Raises:
+        ValueError: one line starting with ``agent.network`` when it cannot be imported or is
+            not callable.
+    """
+    module_name, sep, qualname = spec.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(
+            f"agent.network: must be one of {', '.join(BUILTIN_NETWORKS)} or "
+            f"'package.module:factory', got {spec!r}"
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # an import runs user code, which may raise anything
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(
+            f"agent.network: cannot import {spec!r} ({type(exc).__name__}: {reason})"
+        ) from None
+    if not callable(target):
+        raise ValueError(f"agent.network: {spec!r} is a {type(target).__name__}, not callable")
+    return target
+
+
+def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNetwork:
+    """Builds and probes a user's network (see ``CustomQNetwork``)."""
+    factory = resolve_factory(spec)
+    shape = tuple(int(d) for d in obs_shape)
+    try:
+        module = factory(shape, num_actions)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(
+            f"agent.network: {spec}{(shape, num_actions)} raised {type(exc).__name__}: {reason}"
+        ) from None
+    if not isinstance(module, nn.Module):
+        raise ValueError(
+            f"agent.network: {spec} returned a {type(module).__name__}, not a torch.nn.Module"
+        )
+    if not any(True for _ in module.parameters()):
+        raise ValueError(f"agent.network: {spec} returned a module without parameters")
+    network = CustomQNetwork(module)
+    try:
+        with torch.no_grad():
+            out = network(torch.zeros((2, *shape)))
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(
+            f"agent.network: {spec}'s module fails on a batch of shape {(2, *shape)} "
+            f"({type(exc).__name__}: {reason})"
+        ) from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_actions):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"agent.network: {spec}'s module must map a batch of shape {(2, *shape)} to Q-values "
+            f"of shape {(2, num_actions)}, got {got}"
+        )
+    return network
+
+
 def make_q_network(
     obs_shape: Sequence[int],
     num_actions: int,
@@ -172,11 +271,13 @@ def make_q_network(
     dueling: bool,
     network: str = "auto",
     channels_last: bool = False,
-) -> QNetwork:
-    """The Q-network ``network`` names; ``auto`` picks the CNN for 3-D observations.
+) -> nn.Module:
+    """The Q-network ``network`` names; ``auto`` picks the CNN for 3-D observations, and
+    ``"package.module:factory"`` builds a user's network (``CustomQNetwork``).
 
     Raises:
-        ValueError: an unknown ``network`` or a shape it cannot take.
+        ValueError: an unknown ``network``, a factory that cannot be imported or builds a module
+            of the wrong output shape, or a shape a built-in network cannot take.
     """
     if network == "auto":
         network = "nature_cnn" if len(obs_shape) == 3 else "mlp"
@@ -184,4 +285,4 @@ def make_q_network(
         return QNetwork(obs_shape, num_actions, hidden_sizes, dueling)
     if network == "nature_cnn":
         return NatureCNN(obs_shape, num_actions, hidden_sizes, dueling, channels_last)
-    raise ValueError(f"`network` must be 'auto', 'mlp' or 'nature_cnn', got {network!r}")
+    return _custom(network, obs_shape, num_actions)
