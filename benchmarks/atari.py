@@ -37,7 +37,7 @@ Five sections, each printed as a markdown table as soon as it is measured:
    ``benchmarks/learner.py`` (imported: the textbook update on ready torch tensors). Each update
    is timed on its own; rows take turns in blocks of 5 updates, rotating. ``DQNAgent.learn``
    takes numpy batches, so its time includes moving them into torch.
-4. **Whole loop.** ``per_dqn.train.Trainer`` on ``atari100k.yaml`` with ``env.id=--env-id``,
+4. **Whole loop.** ``per_dqn.run.Trainer`` on ``atari100k.yaml`` with ``env.id=--env-id``,
    ``train.total_env_steps=--train-steps``, ``train.learning_starts=1000``,
    ``replay.capacity=10000``, ``env.max_episode_steps=500``, ``train.eval_interval=0``,
    ``train.final_eval_episodes=1``, ``checkpoint.enabled=false``, ``run.device=cpu`` (and

@@ -30,9 +30,9 @@ from _common import command_line, machine_line, markdown_table
 
 from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
+from per_dqn.build import make_agent, make_memory
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs import EnvSpec
-from per_dqn.build import make_agent, make_memory
 from per_dqn.run import Trainer
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import markdown_table
 
 from per_dqn import metrics as m
-from per_dqn.report import read_summary
+from per_dqn.sweeps.runs import read_summary
 
 PANELS = [  # (tag, y label, episodes or log points in the rolling mean)
     (m.EPISODE_RETURN, "training episode return (mean of 10 episodes)", 10),

@@ -507,7 +507,7 @@ def ablate(
     Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = _parse_sets(set_)
-    from per_dqn import ablate as sweeps
+    from per_dqn.sweeps import ablate as sweeps
 
     try:
         sweep = sweeps.plan_sweep(
@@ -531,8 +531,8 @@ def ablate(
 
 def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
     """``ablate`` once the sweep dir is locked: runs the sweep, prints its progress, reports."""
-    from per_dqn import ablate as sweeps
-    from per_dqn import report as reports
+    from per_dqn.sweeps import ablate as sweeps
+    from per_dqn.sweeps import report as reports
 
     total = len(sweep.jobs)
     used = min(n_workers, len(todo))
@@ -583,10 +583,12 @@ def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
 
 @app.command()
 def report(
-    sweep_dir: Annotated[Path, typer.Argument(help="A sweep dir written by `per-dqn ablate`.")],
+    sweep_dir: Annotated[
+        Path, typer.Argument(help="A sweep dir written by `per-dqn ablate` (not one run's dir).")
+    ],
 ) -> None:
     """Write report.md, curves.png and scores.csv into a sweep dir, from its run dirs alone."""
-    from per_dqn import report as reports
+    from per_dqn.sweeps import report as reports
 
     try:
         files = reports.write_report(sweep_dir)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +26,15 @@ FORBIDDEN = {
     "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate"},
     "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.run", "per_dqn.loop", "per_dqn.cli",
                       "per_dqn.metrics", "per_dqn.envs"},
+    # The sweep runner reads run dirs through `runs`; the report writer (and its plotting) is the
+    # CLI's to call once a sweep ends (issue 13: "ablate imports the report writer").
+    "per_dqn.sweeps.ablate": {"per_dqn.sweeps.report", "matplotlib"},
+    "per_dqn.sweeps.runs": {"per_dqn.sweeps.report", "per_dqn.sweeps.ablate", "matplotlib"},
 }  # fmt: skip
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
 # `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one;
 # `api` is the Python entry point beside the CLI.
-ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.ablate", "per_dqn.sweeps.ablate", "per_dqn.api"}
+ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.sweeps.ablate", "per_dqn.api"}
 
 
 def module_name(path: Path) -> str:
@@ -41,6 +49,8 @@ def imports_of(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            # `from per_dqn.sweeps import report` imports the module per_dqn.sweeps.report.
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -67,3 +77,60 @@ def test_the_checker_sees_imports():
     """Guards against a vacuous pass: the memory package's own imports are found."""
     found = imports_of(PACKAGE / "memory" / "replay.py")
     assert {"numpy", "per_dqn.memory"} <= found
+
+
+def test_the_checker_sees_modules_imported_by_from_import():
+    """Guards against a vacuous pass: ``from per_dqn.sweeps import runs`` names the module, not
+    just its package (the checker once saw only ``per_dqn.sweeps`` there)."""
+    assert "per_dqn.sweeps.runs" in imports_of(PACKAGE / "sweeps" / "ablate.py")
+    assert "per_dqn.sweeps.runs" in imports_of(PACKAGE / "sweeps" / "report.py")
+
+
+# Run in a fresh interpreter: imports ablate, then plans a sweep and reads a sweep dir back (the
+# run-dir reading a re-run does), and prints which of WATCHED got loaded on the way.
+_PROBE = """
+import json, sys
+from pathlib import Path
+for module in sys.argv[2].split(","):
+    __import__(module)
+if sys.argv[1] == "plan":
+    from per_dqn import metrics as m
+    from per_dqn.sweeps import ablate
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
+    sweep.out.mkdir()
+    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
+    assert [j.run_dir for j in sweep.pending()] == ["uniform/s0"]
+watched = ["per_dqn.sweeps.report", "per_dqn.sweeps.stats", "matplotlib"]
+print(json.dumps(sorted(name for name in watched if name in sys.modules)))
+"""
+
+
+def loaded_by(modules: list[str], plan: bool, cwd: Path) -> list[str]:
+    """Which of the probe's watched modules a fresh ``python`` loads importing ``modules``."""
+    root = str(PACKAGE.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, "plan" if plan else "import", ",".join(modules)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": root},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_sweep_runner_never_loads_the_report_writer_or_matplotlib(tmp_path):
+    """Issue 13's "ablate imports the report writer": importing the sweep runner, planning a
+    sweep and reading its dir back (what a re-run does to skip finished runs) load neither
+    ``per_dqn.sweeps.report``, its statistics, nor matplotlib. The CLI loads the report writer
+    only once a sweep has ended."""
+    assert loaded_by(["per_dqn.sweeps.ablate", "per_dqn.sweeps.runs"], True, tmp_path) == []
+    assert (tmp_path / "sweep" / "sweep.json").is_file()  # the probe did read a sweep dir
+
+
+def test_the_import_probe_sees_the_report_writer(tmp_path):
+    """Negative control for the test above: the same probe reports the report writer and its
+    statistics when they are imported, and matplotlib when the plotting is."""
+    found = loaded_by(["per_dqn.sweeps.report", "matplotlib.figure"], False, tmp_path)
+    assert found == ["matplotlib", "per_dqn.sweeps.report", "per_dqn.sweeps.stats"]

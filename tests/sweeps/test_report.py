@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from per_dqn import metrics as m
-from per_dqn import report, stats
 from per_dqn.cli import app
+from per_dqn.sweeps import report, runs, stats
 
 R = report
 
@@ -203,7 +203,7 @@ def test_without_sweep_json_reads_every_summary(tmp_path):
     fake_run(out, "a/s0", "CartPole-v1", "uniform", 0, 10.0, [(100, 10.0)])
     fake_run(out, "a/s1", "CartPole-v1", "uniform", 1, 30.0, [(100, 30.0)])
     fake_run(out, "b/s0", "CartPole-v1", "rank", 0, 0.0, [(50, 5.0)], interrupted=True)
-    sweep = R.collect(out)
+    sweep = runs.collect(out)
     assert [(r.arm, r.seed) for r in sweep.runs] == [("uniform", 0), ("uniform", 1)]
     assert sweep.missing == ("b/s0 (interrupted)",)
     text = R.render_markdown(sweep, {"CartPole-v1": 475.0})
@@ -249,6 +249,13 @@ def test_errors(tmp_path):
     fake_run(out, "y/s0", "CartPole-v1", "uniform", 0, 2.0, [(1, 2.0)])
     with pytest.raises(ValueError, match="are both CartPole-v1 uniform seed 0"):
         R.write_report(out)
+    # A run cut short before its summary is still one run's dir, not a sweep.
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.yaml").write_text("run:\n  seed: 0\n")
+    with pytest.raises(ValueError, match=r"cut is the run dir of one training run \(it holds "):
+        R.write_report(cut)
+    assert [p.name for p in cut.iterdir()] == ["config.yaml"]
 
 
 def test_cli_report(cartpole_sweep, tmp_path):

@@ -1,17 +1,18 @@
 """Ablation reports, rebuilt from the run dirs alone: ``report.md``, ``curves.png``, ``scores.csv``.
 
-A sweep dir (see ``per_dqn.ablate``) holds one normal run dir per env x arm x seed, each with the
-``summary.json`` and TensorBoard event file that ``Trainer.run`` writes, and ``sweep.json``
-naming the runs the sweep planned. Everything here is read back from those files, so a report can
-be rewritten at any time (``per-dqn report DIR``), also from a sweep that is still running or was
-interrupted: it says how many runs it used and which are missing.
+A sweep dir (see ``per_dqn.sweeps.ablate``) holds one normal run dir per env x arm x seed, each
+with the ``summary.json`` and TensorBoard event file that ``Trainer.run`` writes, and
+``sweep.json`` naming the runs the sweep planned. Everything here is read back from those files
+(by ``per_dqn.sweeps.runs``), so a report can be rewritten at any time (``per-dqn report DIR``),
+also from a sweep that is still running or was interrupted: it says how many runs it used and
+which are missing. A single run's dir is refused: a report compares arms over seeds.
 
 What is reported, per env and arm (Agarwal et al., 2021, "Deep RL at the edge of the statistical
 precipice"):
 
 - the *score* of a run is the mean return of its final greedy evaluation
   (``final_eval_return_mean``); IQM, mean and median of the scores over seeds, each with a 95%
-  stratified bootstrap confidence interval (``per_dqn.stats``);
+  stratified bootstrap confidence interval (``per_dqn.sweeps.stats``);
 - *steps to threshold*: the first env step at which the run's ``eval/return_mean`` curve reaches
   gymnasium's ``reward_threshold`` for the env (CartPole-v1: 475), as a median over seeds in
   which a seed that never reaches it counts as later than every seed that does;
@@ -24,24 +25,21 @@ precipice"):
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from per_dqn import atari_scores, stats
+from per_dqn import atari_scores
 from per_dqn import metrics as m
+from per_dqn.sweeps import stats
+from per_dqn.sweeps.runs import Run, SweepRuns, collect
 
-SWEEP_FILE = "sweep.json"
-SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
 CURVES_FILE = "curves.png"
 SCORES_FILE = "scores.csv"
-ARMS = ("uniform", "proportional", "rank")
 BASELINE_ARM = "uniform"
 # The bootstrap is seeded so that the same run dirs always give the same report, byte for byte.
 BOOTSTRAP_REPS = 2000
@@ -54,52 +52,7 @@ SCORES_COLUMNS = (
 _ARM_COLORS = {"uniform": "#4c72b0", "proportional": "#dd8452", "rank": "#55a868"}
 
 
-# --- run dirs -------------------------------------------------------------------------------------
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or None if it is absent or unreadable (a run cut short)."""
-    try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def is_finished(run_dir: Path) -> bool:
-    """True if the run completed: its summary exists and says ``interrupted: false``."""
-    summary = read_summary(run_dir)
-    return summary is not None and summary.get("interrupted") is False
-
-
-def read_sweep(out: Path) -> dict[str, Any] | None:
-    """The sweep's own record (``sweep.json``), or None if the dir has none.
-
-    Raises:
-        ValueError: the file exists but is not a JSON object.
-    """
-    path = out / SWEEP_FILE
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the sweep record ({exc})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
-        raise ValueError(f"{path}: not a sweep record (no list of runs)")
-    return record
-
-
-def read_curve(run_dir: Path, tag: str = m.EVAL_RETURN_MEAN) -> list[tuple[int, float]]:
-    """``(env_step, value)`` points of one scalar tag from the run's event files, by step."""
-    # Imported here: tensorboard takes a second to import and a bad command line must not wait.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    if tag not in events.Tags()["scalars"]:
-        return []
-    return sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))
+# --- thresholds -----------------------------------------------------------------------------------
 
 
 def reward_threshold(env_id: str) -> float | None:
@@ -133,137 +86,6 @@ def censored_median(values: Sequence[int | None]) -> float:
     n = len(ordered)
     low, high = ordered[(n - 1) // 2], ordered[n // 2]
     return (low + high) / 2 if math.isfinite(high) else math.inf
-
-
-@dataclass(frozen=True)
-class Run:
-    """One finished run, as read from its run dir.
-
-    Attributes:
-        env_id: the env it trained on.
-        arm: its replay kind.
-        seed: its seed.
-        path: its run dir relative to the sweep dir.
-        score: the mean return of its final evaluation.
-        score_std: the standard deviation of those returns.
-        eval_episodes: episodes of the final evaluation.
-        env_steps: env steps trained.
-        wall_seconds: wall time of the run.
-        curve: the ``eval/return_mean`` points, by env step.
-    """
-
-    env_id: str
-    arm: str
-    seed: int
-    path: str
-    score: float
-    score_std: float
-    eval_episodes: int
-    env_steps: int
-    wall_seconds: float
-    curve: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class SweepRuns:
-    """What a sweep dir holds: its finished runs and the planned runs it lacks.
-
-    Attributes:
-        out: the sweep dir.
-        record: ``sweep.json`` (None for a dir of run dirs without one).
-        envs: env ids in sweep order.
-        arms: arms in sweep order.
-        runs: the finished runs.
-        expected: how many runs the sweep planned (None without a record).
-        missing: ``"<run dir> (<why>)"`` for each planned run that is not finished.
-    """
-
-    out: Path
-    record: dict[str, Any] | None
-    envs: tuple[str, ...]
-    arms: tuple[str, ...]
-    runs: tuple[Run, ...]
-    expected: int | None
-    missing: tuple[str, ...]
-
-    def scores(self, env_id: str, arm: str) -> dict[int, float]:
-        """Seed -> score of the finished runs of ``arm`` on ``env_id``."""
-        return {r.seed: r.score for r in self.runs if r.env_id == env_id and r.arm == arm}
-
-
-def _read_run(out: Path, run_dir: Path, summary: dict[str, Any]) -> Run:
-    return Run(
-        env_id=str(summary["env_id"]),
-        arm=str(summary["replay"]),
-        seed=int(summary["seed"]),
-        path=run_dir.relative_to(out).as_posix(),
-        score=float(summary["final_eval_return_mean"]),
-        score_std=float(summary["final_eval_return_std"]),
-        eval_episodes=int(summary["final_eval_episodes"]),
-        env_steps=int(summary["env_steps"]),
-        wall_seconds=float(summary["wall_seconds"]),
-        curve=tuple(read_curve(run_dir)),
-    )
-
-
-def _why_missing(run_dir: Path) -> str:
-    if not run_dir.exists():
-        return "not run"
-    summary = read_summary(run_dir)
-    if summary is None:
-        return "no summary: running or cut short"
-    return "interrupted"
-
-
-def collect(out: Path) -> SweepRuns:
-    """Reads every run of the sweep dir ``out``.
-
-    With a ``sweep.json`` the planned runs are read and the unfinished ones listed as missing;
-    without one, every run dir below ``out`` that holds a ``summary.json`` is read.
-
-    Raises:
-        ValueError: ``out`` is not a directory, or holds no finished run.
-    """
-    if not out.is_dir():
-        raise ValueError(f"sweep dir {out} does not exist or is not a directory")
-    record = read_sweep(out)
-    runs: list[Run] = []
-    missing: list[str] = []
-    if record is not None:
-        for planned in record["runs"]:
-            run_dir = out / planned["run_dir"]
-            summary = read_summary(run_dir)
-            if summary is not None and summary.get("interrupted") is False:
-                runs.append(_read_run(out, run_dir, summary))
-            else:
-                missing.append(f"{planned['run_dir']} ({_why_missing(run_dir)})")
-        envs = tuple(record["envs"])
-        arms = tuple(record["arms"])
-        expected: int | None = len(record["runs"])
-    else:
-        for path in sorted(out.rglob(SUMMARY_FILE)):
-            run_dir = path.parent
-            summary = read_summary(run_dir)
-            if summary is not None and summary.get("interrupted") is False:
-                runs.append(_read_run(out, run_dir, summary))
-            else:
-                missing.append(f"{run_dir.relative_to(out).as_posix()} ({_why_missing(run_dir)})")
-        envs = tuple(dict.fromkeys(r.env_id for r in runs))
-        found = {r.arm for r in runs}
-        arms = tuple(a for a in ARMS if a in found) + tuple(sorted(found - set(ARMS)))
-        expected = None
-    if not runs:
-        raise ValueError(f"sweep dir {out} holds no finished run (a run dir with {SUMMARY_FILE})")
-    seen: dict[tuple[str, str, int], str] = {}
-    for r in runs:
-        key = (r.env_id, r.arm, r.seed)
-        if key in seen:
-            raise ValueError(
-                f"sweep dir {out}: runs {seen[key]} and {r.path} are both {r.env_id} {r.arm} "
-                f"seed {r.seed}; a report needs one run per env, arm and seed"
-            )
-        seen[key] = r.path
-    return SweepRuns(out, record, envs, arms, tuple(runs), expected, tuple(missing))
 
 
 # --- statistics -----------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ A sweep dies as a whole: a worker whose parent dies, even by SIGKILL, gets SIGTE
 (``prctl(PR_SET_PDEATHSIG)`` on Linux; elsewhere it notices at its next env step that its parent
 changed) and stops its run the same way, so no orphan keeps writing into a run dir that the next
 ``ablate`` resumes.
+
+Run dirs and ``sweep.json`` are read through ``per_dqn.sweeps.runs``, never the report writer, so
+that deciding which runs are left to do imports no plotting and no statistics
+(``tests/test_architecture.py`` checks it); the CLI writes the report once the sweep ends.
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from per_dqn import metrics as m
-from per_dqn import report
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -52,9 +55,9 @@ from per_dqn.config import (
     resolve_config_path,
     validate_config,
 )
+from per_dqn.sweeps import runs
+from per_dqn.sweeps.runs import ARMS, SWEEP_FILE
 
-ARMS = report.ARMS
-SWEEP_FILE = report.SWEEP_FILE
 # The config keys a sweep sets per run; the rest of the resolved config is the sweep's own.
 SWEEP_AXES = (("env", "id"), ("replay", "kind"), ("run", "seed"))
 # After Ctrl-C, how long interrupted runs get to write their summaries before being killed.
@@ -98,7 +101,7 @@ class Sweep:
 
     def pending(self) -> list[Job]:
         """The runs not finished yet."""
-        return [j for j in self.jobs if not report.is_finished(self.out / j.run_dir)]
+        return [j for j in self.jobs if not runs.is_finished(self.out / j.run_dir)]
 
 
 def parse_arms(text: str) -> tuple[str, ...]:
@@ -315,7 +318,7 @@ def check_out_dir(sweep: Sweep) -> None:
     m.check_writable(out, "sweep dir")
     if not m.is_nonempty_dir(out):
         return
-    old = report.read_sweep(out)
+    old = runs.read_sweep(out)
     if old is None:
         raise ValueError(
             f"sweep dir {out} exists, is not empty and holds no {SWEEP_FILE}; choose another --out"
@@ -417,7 +420,7 @@ def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None)
     config = _job_config(job)
     run_dir = out / job.run_dir
     with m.lock_run_dir(run_dir):
-        summary = report.read_summary(run_dir)
+        summary = runs.read_summary(run_dir)
         if summary is not None and summary.get("interrupted") is False:
             # Finished by another command since this sweep was planned.
             return Outcome(job, summary["final_eval_return_mean"], summary["wall_seconds"])
@@ -577,12 +580,12 @@ def run_sweep(
     """
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
-    if report.read_sweep(out) is None:
+    if runs.read_sweep(out) is None:
         m.write_json(out / SWEEP_FILE, sweep.record)
     result = SweepResult()
     todo = []
     for job in sweep.jobs:
-        if report.is_finished(out / job.run_dir):
+        if runs.is_finished(out / job.run_dir):
             result.skipped += 1
         else:
             todo.append(job)

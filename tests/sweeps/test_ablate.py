@@ -20,12 +20,12 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from per_dqn import ablate
 from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.run import Trainer
+from per_dqn.sweeps import ablate
 
 # tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
 TINY = [
@@ -33,7 +33,7 @@ TINY = [
     "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
 ]  # fmt: skip
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_per_dqn(args: list[str]) -> subprocess.Popen:
@@ -236,6 +236,46 @@ def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     record = json.loads((out / "sweep.json").read_text())
     assert record["arms"] == ["uniform", "proportional"] and record["seeds"] == [0, 1]
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: relative path -> (size, mtime in ns)."""
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
+    """Pins a bug: `per-dqn report RUN_DIR` on one training run's dir (config.yaml,
+    summary.json, model.pt) read it as a sweep of one run and wrote report.md, curves.png and
+    scores.csv into it, exit 0. Now: one line naming the path and what to pass instead, exit 2,
+    nothing written, for a run inside a sweep (the line names its sweep dir) and a lone one."""
+    before = tree(tiny_sweep)
+    inside = tiny_sweep / "uniform" / "s0"
+    assert_bad_input(
+        runner.invoke(app, ["report", str(inside)]),
+        f"{inside} is the run dir of one training run (it holds config.yaml), not a sweep dir; "
+        f"pass its sweep dir, {tiny_sweep}",
+    )
+    assert tree(tiny_sweep) == before
+
+    lone = tmp_path / "one"
+    shutil.copytree(inside, lone)  # what `per-dqn train --quiet --run-dir` leaves
+    before = tree(lone)
+    assert {"config.yaml", "summary.json", "model.pt"} <= set(before)
+    assert_bad_input(
+        runner.invoke(app, ["report", str(lone)]),
+        f"{lone} is the run dir of one training run (it holds config.yaml), not a sweep dir; "
+        "pass the sweep dir that `per-dqn ablate` wrote (the one holding sweep.json), or a "
+        "folder of run dirs",
+    )
+    assert tree(lone) == before
+    # Its parent is a folder of run dirs, which a report reads as before.
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Runs used: 1 (no sweep.json)" in (tmp_path / "report.md").read_text()
 
 
 def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):

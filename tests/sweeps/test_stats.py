@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from per_dqn import stats
+from per_dqn.sweeps import stats
 
 
 def test_iqm_by_hand():
