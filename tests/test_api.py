@@ -1,0 +1,156 @@
+"""The Python API (per_dqn.api): train/resume/load, callbacks, custom networks; docs/api.md's
+examples run in tests/test_docs.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import per_dqn
+from per_dqn.config import ConfigError
+from per_dqn.metrics import RunDirError
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = {
+    "train.total_env_steps": 1_500, "train.learning_starts": 200, "train.eval_interval": 500,
+    "train.eval_episodes": 2, "train.final_eval_episodes": 2, "train.log_interval": 250,
+    "checkpoint.interval_steps": 500, "agent.hidden_sizes": [32, 32], "replay.capacity": 2_000,
+}  # fmt: skip
+
+
+def tiny_net(obs_shape, num_actions):
+    """A module-level factory, importable as tests.test_api:tiny_net."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(obs_shape)), 16), nn.ReLU(),
+                         nn.Linear(16, num_actions))  # fmt: skip
+
+
+def wrong_width(obs_shape, num_actions):
+    return nn.Linear(int(np.prod(obs_shape)), num_actions + 1)
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "model.pt", weights_only=True)
+
+
+class StopAtCheckpoint:
+    def __init__(self, step: int) -> None:
+        self.step, self.seen = step, []
+
+    def on_checkpoint(self, env_steps, path):
+        self.seen.append((env_steps, path.name))
+        return env_steps >= self.step
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.logs, self.evals = [], []
+
+    def on_log(self, env_steps, values):
+        self.logs.append((env_steps, dict(values)))
+
+    def on_eval(self, env_steps, returns):
+        self.evals.append((env_steps, returns.copy()))
+
+
+def test_a_run_stopped_by_a_callback_resumes_to_the_uninterrupted_run(tmp_path):
+    """Early stopping keeps a run resumable, exactly: stopped by a callback at its step-500
+    checkpoint, then resumed, it ends with the weights of the same run never stopped (CPU)."""
+    full = per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "full")
+    stopper = StopAtCheckpoint(500)
+    stopped = per_dqn.train(
+        "cartpole", overrides=SHORT, run_dir=tmp_path / "stopped", callbacks=[stopper]
+    )
+    assert stopper.seen == [(500, "step_000000500")]
+    assert stopped.summary["interrupted"] and stopped.summary["env_steps"] == 500
+    resumed = per_dqn.resume(tmp_path / "stopped")
+    assert not resumed.summary["interrupted"] and resumed.summary["resumed_from_env_steps"] == 500
+    assert resumed.final_return == full.final_return
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "stopped")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_callbacks_see_every_log_point_and_evaluation(tmp_path):
+    recorder = Recorder()
+    per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "run", callbacks=[recorder])
+    assert [step for step, _ in recorder.logs] == [250, 500, 750, 1000, 1250, 1500]
+    assert "train/loss" in recorder.logs[-1][1] and "per/beta" in recorder.logs[-1][1]
+    # Periodic evaluations only: the one due at the budget's end is the final evaluation.
+    assert [step for step, _ in recorder.evals] == [500, 1000]
+    assert all(r.shape == (2,) for _, r in recorder.evals)
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        per_dqn.train({"replay": {"kind": "prop"}}, run_dir=tmp_path / "a")
+    assert str(caught.value).startswith("config: replay.kind: ")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match=r"cartpole: replay\.capacty: unknown key"):
+        per_dqn.train("cartpole", overrides=["replay.capacty=5"], run_dir=tmp_path / "b")
+    with pytest.raises(ValueError, match=r"network: .*lambda.* cannot be found again by name"):
+        per_dqn.train("cartpole", network=lambda shape, n: nn.Linear(4, n), run_dir=tmp_path / "c")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("someone else's")
+    with pytest.raises(RunDirError, match="exists and is not empty"):
+        per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "d")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_custom_network_trains_evaluates_and_loads(tmp_path):
+    run = per_dqn.train("cartpole", overrides=SHORT, network=tiny_net, run_dir=tmp_path / "run")
+    policy = per_dqn.load(run.run_dir)
+    assert policy.config.agent.network == f"{tiny_net.__module__}:tiny_net"
+    assert isinstance(policy.agent.online.module, nn.Sequential)
+    obs = np.zeros((3, 4), dtype=np.float32)
+    expected = policy.agent.online.module(torch.as_tensor(obs)).argmax(1).numpy()
+    np.testing.assert_array_equal(policy.act(obs), expected)
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ("no_such_module:f", "agent.network: cannot import 'no_such_module:f' "
+                             "(ModuleNotFoundError: No module named 'no_such_module')"),
+        ("tests.test_api:wrong_width", "agent.network: tests.test_api:wrong_width's module must "
+                                       "map a batch of shape (2, 4) to Q-values of shape (2, 2), "
+                                       "got (2, 3)"),
+        ("not a name", "agent.network: must be 'auto', 'mlp', 'nature_cnn' or "
+                       "'package.module:factory', got 'not a name' (set by --set)"),
+    ],
+)  # fmt: skip
+def test_cli_names_a_bad_network_in_one_line(tmp_path, network, message):
+    done = subprocess.run(
+        [sys.executable, "-m", "per_dqn.cli", "train", "--config", "cartpole.yaml",
+         "--set", f"agent.network={network}", "--run-dir", str(tmp_path / "run"), "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and line.endswith(message), line
+    assert not (tmp_path / "run").exists()
+
+
+def test_policy_acts_on_batches_and_checks_its_input(tmp_path):
+    run = per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "run")
+    policy = per_dqn.load(run.run_dir, seed=3)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    greedy = policy.q_values(obs).argmax(1)
+    np.testing.assert_array_equal(policy.act(obs), greedy)
+    explored = policy.act(obs, epsilon=1.0)
+    assert explored.shape == (64,) and set(explored) <= {0, 1}
+    assert not np.array_equal(explored, greedy)  # uniformly random, not greedy
+    with pytest.raises(ValueError, match=r"obs: expected a batch of shape \(B, 4\), got \(4,\)"):
+        policy.act(obs[0])
+    with pytest.raises(ValueError, match="epsilon: must be in"):
+        policy.act(obs, epsilon=2.0)
+    played = policy.evaluate(episodes=2)
+    assert played.returns.shape == (2,) and played.lengths.min() >= 8
+    with pytest.raises(ValueError, match="env_id: Acrobot-v1 has observations"):
+        policy.evaluate("Acrobot-v1", episodes=1)
+    # A checkpoint dir loads too, at its own step.
+    assert per_dqn.load(run.run_dir / "checkpoints" / "step_000001000").env_steps == 1000
