@@ -11,14 +11,13 @@ from per_dqn.memory.replay import (
     ReplayMemory,
     UniformReplay,
 )
-from per_dqn.memory.storage import Batch, PriorityUpdate
+from per_dqn.memory.storage import Batch
 from per_dqn.memory.trees import MinTree, SumTree
 
 __all__ = [
     "Batch",
     "MinTree",
     "PrioritizedReplay",
-    "PriorityUpdate",
     "RankBasedReplay",
     "ReplayMemory",
     "SumTree",

@@ -161,23 +161,7 @@ class ReplayMemory:
             )
         beta = _in_range("beta", beta, 0.0, 1.0)
         indices, weights = self._draw(batch_size, beta, size)
-        batch = self._storage.gather(indices, weights)
-        if self.weighted:
-            batch = batch._replace(priorities=self.priorities(indices))
-        return batch
-
-    weighted = False
-
-    def update(self, update) -> None:
-        self.update_priorities(update.indices, update.td_abs)
-
-    def diagnostics(self, full: bool = False) -> dict[str, float]:
-        if not self.weighted:
-            return {}
-        out = {"mean_priority": self.mean_priority, "max_priority": self.max_priority}
-        if full and hasattr(self, "tree_drift"):
-            out["tree_drift"] = self.tree_drift()
-        return out
+        return self._storage.gather(indices, weights)
 
     def _draw(self, batch_size: int, beta: float, size: int) -> tuple[np.ndarray, np.ndarray]:
         return self._rng.integers(0, size, batch_size), np.ones(batch_size)
@@ -275,7 +259,6 @@ class PrioritizedReplay(ReplayMemory):
     """
 
     kind = "proportional"
-    weighted = True
 
     def __init__(
         self,
@@ -433,7 +416,6 @@ class RankBasedReplay(ReplayMemory):
     """
 
     kind = "rank"
-    weighted = True
 
     def __init__(
         self,

@@ -32,14 +32,6 @@ class Batch(NamedTuple):
     indices: np.ndarray
     weights: np.ndarray
     n_steps: np.ndarray
-    priorities: np.ndarray | None = None
-
-
-class PriorityUpdate(NamedTuple):
-    """New priorities for sampled slots: the learner's answer to a Batch."""
-
-    indices: np.ndarray
-    td_abs: np.ndarray
 
 
 class TransitionStorage:
