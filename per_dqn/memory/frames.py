@@ -242,7 +242,9 @@ class FrameStorage(TransitionStorage):
             )
         return slots
 
-    def gather(self, indices: np.ndarray, weights: np.ndarray) -> Batch:
+    def gather(
+        self, indices: np.ndarray, weights: np.ndarray, priorities: np.ndarray | None = None
+    ) -> Batch:
         shape = (indices.shape[0], *self.obs_shape)
         return Batch(
             obs=self.frames[self.obs_ptr[indices]].reshape(shape),
@@ -253,6 +255,7 @@ class FrameStorage(TransitionStorage):
             indices=indices,
             weights=weights.astype(np.float32),
             n_steps=self.n_steps[indices],
+            priorities=priorities,
         )
 
     def state_dict(self) -> dict:
