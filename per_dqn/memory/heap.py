@@ -72,7 +72,8 @@ class RankHeap:
         stamp; an absent one is appended. Either way it then sifts to its place, so a new
         transition with the largest key goes to the top.
 
-        Trusts its input: ``slots`` an int64 array of distinct slots in ``[0, capacity)``.
+        Trusts its input: ``slots`` an int64 array of slots in ``[0, capacity)`` (a slot listed
+        twice, as when one batch wraps the ring, ends with its later stamp).
         """
         keys = np.full(slots.shape[0], key)
         self._size = _kernels.heap_set(

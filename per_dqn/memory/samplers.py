@@ -326,7 +326,8 @@ class ProportionalSampler(Sampler):
         bad = np.flatnonzero(~(np.isfinite(priorities) & (priorities >= 0.0)))
         if bad.size:
             raise ValueError(
-                f"`priorities` must be finite and >= 0, got {priorities[bad[0]]!r} at slot {bad[0]}"
+                f"`priorities` must be finite and >= 0, "
+                f"got {float(priorities[bad[0]])!r} at slot {bad[0]}"
             )
 
     def load_state_dict(self, state: dict[str, Any], size: int) -> None:
