@@ -574,7 +574,9 @@ def cpprb_subject(name: str, buffer: Any, data: FillData, prioritized: bool) -> 
     if buffer.get_stored_size() != capacity:
         raise AssertionError(f"{name}: {buffer.get_stored_size()} stored, not {capacity}")
     batch = buffer.sample(64, beta=BETA) if prioritized else buffer.sample(64)
-    if not np.allclose(batch["next_obs"] - batch["obs"], 0.01):  # as FillData wrote them
+    # Exactly as FillData wrote them, in float32 (a tolerance on the difference, as this check
+    # once had, fails at random for |obs| > 2, where a float32 ulp exceeds it).
+    if not np.array_equal(batch["next_obs"], batch["obs"] + np.float32(0.01)):
         raise AssertionError(f"{name}: sampled transitions are not the ones written")
     if prioritized:
         if not np.array_equal(batch["obs"], data.obs[batch["indexes"]]):
