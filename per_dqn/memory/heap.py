@@ -111,9 +111,9 @@ class RankHeap:
         batch = u.shape[0]
         slots = np.empty(batch, dtype=np.int64)
         weights = np.empty(batch)
-        positions = np.empty(batch, dtype=np.int64)
-        _kernels.rank_sample(bounds, self._slot, beta, u, slots, weights, positions)
-        return slots, weights, self._key[positions]
+        keys = np.empty(batch)
+        _kernels.rank_sample(bounds, self._slot, self._key, beta, u, slots, weights, keys)
+        return slots, weights, keys
 
     def sort(self) -> None:
         """Sorts the array by decreasing key, ties newest first, so that positions are exact

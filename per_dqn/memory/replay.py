@@ -28,6 +28,11 @@ from per_dqn.memory.samplers import (
 )
 from per_dqn.memory.storage import Batch, PriorityUpdate, TransitionStorage
 
+_INT64 = np.dtype(np.int64)
+# PriorityUpdate(a, b) without the Python frame of the NamedTuple's generated __new__ (~0.1 us a
+# gradient step; the result is the same tuple subclass instance).
+_new_update = tuple.__new__
+
 
 def make_storage(
     capacity: int,
@@ -175,35 +180,42 @@ class ReplayMemory:
                 f"`batch_size` must be <= stored transitions ({size}), got {batch_size}"
             )
         beta = in_range("beta", beta, 0.0, 1.0)
-        indices, weights, priorities = self._sampler.draw(batch_size, beta, size)
-        return self._storage.gather(indices, weights, priorities)
+        # draw -> (indices, weights, priorities), the arguments of gather
+        return self._storage.gather(*self._sampler.draw(batch_size, beta, size))
 
     # --- priorities --------------------------------------------------------------------------
 
     def _check_update(self, indices, td_errors) -> PriorityUpdate:
+        # This runs once per gradient step: the `is`/`ndim` tests skip the no-op cast and
+        # reshapes of the usual input (1-D int64 and float64 arrays), ~0.3 us of a ~4 us update.
         indices = np.asarray(indices)
-        td_errors = np.asarray(td_errors, dtype=np.float64).reshape(-1)
-        if indices.dtype.kind not in "iu":
-            raise TypeError(f"`indices` must be integers, got dtype {indices.dtype}")
-        indices = indices.astype(np.int64, copy=False).reshape(-1)
+        td_errors = np.asarray(td_errors, dtype=np.float64)
+        if td_errors.ndim != 1:
+            td_errors = td_errors.reshape(-1)
+        if indices.dtype is not _INT64:
+            if indices.dtype.kind not in "iu":
+                raise TypeError(f"`indices` must be integers, got dtype {indices.dtype}")
+            indices = indices.astype(np.int64)
+        if indices.ndim != 1:
+            indices = indices.reshape(-1)
         if indices.shape != td_errors.shape:
             raise ValueError(
                 f"`indices` and `td_errors` must have the same length, "
                 f"got {indices.shape[0]} and {td_errors.shape[0]}"
             )
-        bad = _kernels.first_out_of_range(indices, self._storage.size)
+        bad = _kernels.first_invalid_update(indices, self._storage.size, td_errors)
         if bad >= 0:
             raise ValueError(
                 f"`indices` must lie in [0, {self._storage.size}) (stored transitions), "
                 f"got {indices[bad]} at position {bad}"
             )
-        bad = _kernels.first_invalid_error(td_errors)
-        if bad >= 0:
+        if bad < -1:
+            bad = -2 - bad
             raise ValueError(
                 f"`td_errors` must be finite and >= 0 (pass |delta|), "
                 f"got {float(td_errors[bad])!r} at position {bad} (index {indices[bad]})"
             )
-        return PriorityUpdate(indices, td_errors)
+        return _new_update(PriorityUpdate, (indices, td_errors))
 
     def update(self, update: PriorityUpdate) -> None:
         """Hands a learner's ``PriorityUpdate(indices, td_abs)`` to the sampler, checked.

@@ -222,6 +222,7 @@ class ProportionalSampler(Sampler):
         if not 0.0 < self.priority_eps < np.inf:
             raise ValueError(f"`priority_eps` must be > 0, got {priority_eps}")
         self.td_error_clip = _clip("td_error_clip", td_error_clip)
+        self._clip = np.inf if self.td_error_clip is None else self.td_error_clip
         self.uniform_mix = float(uniform_mix)
         if not 0.0 <= self.uniform_mix < 1.0:
             raise ValueError(f"`uniform_mix` must be in [0, 1), got {uniform_mix}")
@@ -231,6 +232,7 @@ class ProportionalSampler(Sampler):
                 f"got {weight_normalization!r}"
             )
         self.weight_normalization = weight_normalization
+        self._batch_norm = weight_normalization == "batch"
         super().__init__(capacity, seed)
         self.sums = SumTree(self.capacity)
         self.mins = MinTree(self.capacity)
@@ -248,14 +250,11 @@ class ProportionalSampler(Sampler):
         """New transitions enter at ``max_priority ** alpha`` (alpha applied here, once)."""
         leaf = self.max_priority**self.alpha
         if not isinstance(slots, np.ndarray):  # one add: no arrays to allocate
-            self.sums.write_one(slots, leaf)
-            self.mins.write_one(slots, leaf)
+            self.sums.write_both_one(self.mins, slots, leaf)
             if self._size < self.capacity:
                 self._size += 1
         else:
-            leaves = np.full(slots.shape[0], leaf)
-            self.sums.write(slots, leaves)
-            self.mins.write(slots, leaves)
+            self.sums.write_both(self.mins, slots, np.full(slots.shape[0], leaf))
             self._size = min(self._size + slots.shape[0], self.capacity)
 
     def draw(
@@ -271,7 +270,7 @@ class ProportionalSampler(Sampler):
             coin_u = uniform_idx = None
         return self.sums.sample_proportional(
             self.mins, size, beta, strata_u, self.uniform_mix, coin_u, uniform_idx,
-            self.weight_normalization == "batch",
+            self._batch_norm,
         )  # fmt: skip
 
     def update(self, update: PriorityUpdate) -> None:
@@ -279,9 +278,9 @@ class ProportionalSampler(Sampler):
 
         Repeated indices: the last error wins (see ``SumTree.update``).
         """
-        clip = np.inf if self.td_error_clip is None else self.td_error_clip
+        indices, td_abs = update
         max_raw = self.sums.update_proportional(
-            self.mins, update.indices, update.td_abs, clip, self.priority_eps, self.alpha
+            self.mins, indices, td_abs, self._clip, self.priority_eps, self.alpha
         )
         self.max_priority = max(self.max_priority, max_raw)
 
@@ -422,10 +421,10 @@ class RankSampler(Sampler):
 
     def update(self, update: PriorityUpdate) -> None:
         """Re-keys each index by ``min(|delta|, clip)``; re-sorts every ``sort_interval`` calls."""
-        td_abs = update.td_abs
+        indices, td_abs = update
         if self.td_error_clip is not None:
             td_abs = np.minimum(td_abs, self.td_error_clip)
-        self.heap.update(update.indices, td_abs)
+        self.heap.update(indices, td_abs)
         if td_abs.size:
             self.max_priority = max(self.max_priority, float(td_abs.max()))
         self._updates_since_sort += 1

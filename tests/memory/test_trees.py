@@ -219,6 +219,22 @@ def test_no_drift_after_many_updates():
 # --- the trusted methods the proportional sampler calls ------------------------------------------
 
 
+def test_write_both_writes_the_same_leaves_into_both_trees():
+    """``write_both``/``write_both_one`` (the proportional insert) equal ``write`` on each tree."""
+    tree, mins = SumTree(5), MinTree(5)
+    ref_sum, ref_min = SumTree(5), MinTree(5)
+    slots, values = np.array([0, 3, 1, 3]), np.array([1.5, 2.0, 0.25, 4.0])
+    tree.write_both(mins, slots, values)
+    ref_sum.write(slots, values)
+    ref_min.write(slots, values)
+    tree.write_both_one(mins, 4, 0.125)
+    ref_sum.write_one(4, 0.125)
+    ref_min.write_one(4, 0.125)
+    assert tree._nodes.tolist() == ref_sum._nodes.tolist()
+    assert mins._nodes.tolist() == ref_min._nodes.tolist()
+    assert tree.total == 1.5 + 0.25 + 4.0 + 0.125 and mins.min == 0.125
+
+
 def test_write_and_write_one_are_update_without_checks():
     """Hand-drawn: capacity 5, leaves 1, 2, 3, 4 written as a batch then leaf 4 = 5 alone::
 
@@ -292,7 +308,11 @@ def test_fused_methods_refuse_a_min_tree_of_another_layout():
     with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
         tree.sample_proportional(MinTree(2), 4, 1.0, np.array([0.5]))
     with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
-        tree.update_proportional(SumTree(6), np.array([0]), np.array([1.0]), 9.0, 1.0, 1.0)
+        tree.update_proportional(MinTree(100), np.array([0]), np.array([1.0]), 9.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.write_both_one(MinTree(3), 5, 1.0)
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.write_both(MinTree(9), np.array([5]), np.array([1.0]))
 
 
 @settings(max_examples=100, deadline=None)
