@@ -31,8 +31,8 @@ The rows, and why each is there:
 - A pure-Python sum tree (Python lists, a Python loop per element for updates and per draw for the
   descent, numpy storage): the textbook implementation, i.e. what PER costs without care.
 - A vectorised-numpy sum tree (level-by-level descent and updates over the whole batch, no
-  numba) wired into the same ``PrioritizedReplay`` logic, storage and gather: the row that says
-  whether the numba kernels of ``per_dqn.memory._kernels`` earn their place.
+  numba), a sampler in the same ``ReplayMemory`` with the same storage and gather: the row that
+  says whether the numba kernels behind ``SumTree`` and ``MinTree`` earn their place.
 - cpprb 11 ``PrioritizedReplayBuffer`` (alpha 0.6) and ``ReplayBuffer``: the established C++
   implementation. Plain buffers only (no ``Nstep``, ``next_of`` or ``stack_compress``), in which
   configuration ``add`` writes straight into the main buffer; the script checks that the stored
@@ -41,7 +41,11 @@ The rows, and why each is there:
 Both baselines are checked against ``per_dqn.memory.PrioritizedReplay`` before timing: with the
 same seed they must draw the same indices with the same weights.
 
-Run ``make bench`` (or ``.venv/bin/python benchmarks/replay.py``); ``--quick`` is a smoke run.
+Run ``make bench`` (or ``.venv/bin/python benchmarks/replay.py``); ``--quick`` is a short run,
+``--smoke`` a seconds-long check that the script works (``make test`` runs it).
+
+The script uses only the public API of ``per_dqn.memory``: the baselines are ``Sampler``
+subclasses composed with per_dqn's storage in a ``ReplayMemory``.
 """
 
 from __future__ import annotations
@@ -72,7 +76,15 @@ from _common import (
     time_loop,
 )
 
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
+from per_dqn.memory import (
+    PrioritizedReplay,
+    PriorityUpdate,
+    RankBasedReplay,
+    ReplayMemory,
+    Sampler,
+    UniformReplay,
+    make_storage,
+)
 
 try:
     import cpprb
@@ -90,26 +102,45 @@ TD_POOL = 32  # |delta| arrays cycled by the update and step loops
 # --- the two baselines -----------------------------------------------------------------------
 
 
-class PurePythonPrioritizedReplay(ReplayMemory):
+def _check_update_elementwise(memory: ReplayMemory, indices, td_errors) -> PriorityUpdate:
+    """The textbook check of an update: one Python comparison per element."""
+    size = len(memory)
+    indices = np.asarray(indices)
+    td_errors = np.asarray(td_errors, dtype=np.float64)
+    for index, td_error in zip(indices.tolist(), td_errors.tolist(), strict=True):
+        if not 0 <= index < size:
+            raise ValueError(f"`indices` must lie in [0, {size}), got {index}")
+        if not 0.0 <= td_error < math.inf:
+            raise ValueError(f"`td_errors` must be finite and >= 0, got {td_error!r}")
+    return PriorityUpdate(indices.astype(np.int64, copy=False), td_errors)
+
+
+class PurePythonSampler(Sampler):
     """Proportional PER with the textbook pure-Python sum and min trees.
 
     The trees are Python lists of floats; every leaf write walks its root path in a Python loop,
-    and every draw descends the sum tree in a Python loop, one element at a time. Storage, gather
-    and ``sample``'s argument checks are ``per_dqn``'s (numpy), so only the trees differ. Same
-    maths as ``PrioritizedReplay`` with ``uniform_mix=0`` and global weight normalisation; the
-    strata come from the same numpy generator so that ``check_baselines_agree`` can compare draws.
+    and every draw descends the sum tree in a Python loop, one element at a time. Same maths as
+    ``ProportionalSampler`` with ``uniform_mix=0`` and global weight normalisation; the strata come
+    from the same numpy generator so that ``check_baselines_agree`` can compare draws.
     """
 
-    kind = "proportional-python"
+    kind = "proportional"
+    weighted = True
 
-    def __init__(self, *, alpha: float = 0.6, priority_eps: float = 1e-6, **base: Any) -> None:
-        super().__init__(**base)
+    def __init__(
+        self, capacity: int, alpha: float = 0.6, priority_eps: float = 1e-6, seed: int = 0
+    ) -> None:
+        super().__init__(capacity, seed)
         self.alpha = float(alpha)
         self.priority_eps = float(priority_eps)
         self._offset = 1 << max(0, self.capacity - 1).bit_length()
         self._sum = [0.0] * (2 * self._offset)
         self._min = [math.inf] * (2 * self._offset)
         self.max_priority = 1.0
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * 2 * self._offset * 8  # as float64 arrays; Python lists hold more
 
     def _set(self, slot: int, leaf: float) -> None:
         sums, mins = self._sum, self._min
@@ -123,21 +154,22 @@ class PurePythonPrioritizedReplay(ReplayMemory):
             mins[pos] = min(mins[left], mins[left + 1])
             pos >>= 1
 
-    def _on_insert_one(self, slot: int) -> None:
-        self._set(slot, self.max_priority**self.alpha)
-
-    def _on_insert(self, slots: np.ndarray) -> None:
+    def on_insert(self, slots: int | np.ndarray) -> None:
         leaf = self.max_priority**self.alpha
+        if not isinstance(slots, np.ndarray):
+            self._set(slots, leaf)
+            return
         for slot in slots.tolist():
             self._set(slot, leaf)
 
-    def _draw(self, batch_size: int, beta: float, size: int) -> tuple[np.ndarray, np.ndarray]:
+    def draw(self, batch_size: int, beta: float, size: int):
         sums, offset = self._sum, self._offset
         segment = sums[1] / batch_size
         least = self._min[1]
         indices: list[int] = []
         weights: list[float] = []
-        for k, u in enumerate(self._rng.random(batch_size).tolist()):
+        priorities: list[float] = []
+        for k, u in enumerate(self.rng.random(batch_size).tolist()):
             mass = (k + u) * segment  # stratified: one draw in each of B equal segments
             pos = 1
             while pos < offset:
@@ -148,32 +180,40 @@ class PurePythonPrioritizedReplay(ReplayMemory):
                     mass -= left
                     pos = 2 * pos + 1
             indices.append(pos - offset)
+            priorities.append(sums[pos])
             weights.append((least / sums[pos]) ** beta)  # (P_min / P(i)) ** beta
-        return np.array(indices, dtype=np.int64), np.array(weights)
+        return np.array(indices, dtype=np.int64), np.array(weights), np.array(priorities)
 
-    def update_priorities(self, indices, td_errors) -> None:
-        """Sets ``p_i = (|delta_i| + priority_eps) ** alpha``, checking each element in turn."""
-        size = len(self)
-        pairs = zip(
-            np.asarray(indices).tolist(),
-            np.asarray(td_errors, dtype=np.float64).tolist(),
-            strict=True,
-        )
-        for index, td_error in pairs:
-            if not 0 <= index < size:
-                raise ValueError(f"`indices` must lie in [0, {size}), got {index}")
-            if not 0.0 <= td_error < math.inf:
-                raise ValueError(f"`td_errors` must be finite and >= 0, got {td_error!r}")
+    def update(self, update: PriorityUpdate) -> None:
+        """Sets ``p_i = (|delta_i| + priority_eps) ** alpha``, one element at a time."""
+        for index, td_error in zip(update.indices.tolist(), update.td_abs.tolist(), strict=True):
             raw = td_error + self.priority_eps
             self._set(index, raw**self.alpha)
             self.max_priority = max(self.max_priority, raw)
 
+    def diagnostics(self, full: bool = False) -> dict[str, float]:
+        return {"max_priority": self.max_priority}
 
-class NumpyPrioritizedReplay(PrioritizedReplay):
-    """``PrioritizedReplay`` with its numba kernels replaced by vectorised numpy.
 
-    The trees' arrays, the storage, the gather and ``sample``'s checks are ``PrioritizedReplay``'s
-    own; only the four hot paths are rewritten:
+class PurePythonReplay(ReplayMemory):
+    """A ``ReplayMemory`` (per_dqn's storage, gather and ``sample`` checks) over
+    ``PurePythonSampler``, whose updates are checked element by element in Python as well."""
+
+    def __init__(self, *, capacity: int, obs_shape: tuple[int, ...], alpha: float = 0.6,
+                 seed: int = 0, obs_dtype: Any = np.float32) -> None:  # fmt: skip
+        super().__init__(
+            make_storage(capacity, obs_shape, obs_dtype),
+            PurePythonSampler(capacity, alpha, seed=seed),
+        )
+
+    def update_priorities(self, indices, td_errors) -> None:
+        self.sampler.update(_check_update_elementwise(self, indices, td_errors))
+
+
+class NumpySampler(Sampler):
+    """``ProportionalSampler`` with vectorised numpy in place of the numba kernels.
+
+    Its own float64 sum and min trees have ``SumTree``'s layout; only the four hot paths differ:
 
     - batch leaf writes go up the tree one level at a time for the whole batch (all ancestors are
       computed up front; parents are recomputed from their children, so a parent shared by two
@@ -182,34 +222,41 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
       is the leaf plus its ``k`` lower siblings, a ``cumsum`` (``minimum.accumulate`` for the min
       tree), which is bit-identical to recomputing parent after parent;
     - the descent is level by level over the whole batch;
-    - ``update_priorities`` checks its input with numpy reductions instead of the numba scans.
+    - updates are checked with numpy reductions instead of the numba scans (``NumpyReplay``).
 
     Supports only the configuration benchmarked: ``uniform_mix=0``, no ``td_error_clip`` and
     global weight normalisation.
     """
 
-    kind = "proportional-numpy"
+    kind = "proportional"
+    weighted = True
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if self.uniform_mix or self.td_error_clip is not None:
-            raise ValueError("the numpy baseline supports only uniform_mix=0 and no td_error_clip")
-        if self.weight_normalization != "global":
-            raise ValueError("the numpy baseline supports only global weight normalisation")
-        self._sum_nodes = self._sum._nodes
-        self._min_nodes = self._min._nodes
-        self._sum_children = self._sum_nodes.reshape(-1, 2)  # row i = (node 2i, node 2i + 1)
-        self._min_children = self._min_nodes.reshape(-1, 2)
-        self._offset = self._sum._offset
+    def __init__(
+        self, capacity: int, alpha: float = 0.6, priority_eps: float = 1e-6, seed: int = 0
+    ) -> None:
+        super().__init__(capacity, seed)
+        self.alpha = float(alpha)
+        self.priority_eps = float(priority_eps)
+        self.max_priority = 1.0
+        self._offset = 1 << max(0, self.capacity - 1).bit_length()
+        self._sum_nodes = np.zeros(2 * self._offset)
+        self._min_nodes = np.full(2 * self._offset, np.inf)
         self._depth = self._offset.bit_length() - 1
         self._path_shifts = np.arange(self._depth + 1, dtype=np.int64)
         self._path_values = np.empty(self._depth + 1)
         self._level_shifts = self._path_shifts[1:, None]
         self._strata: dict[int, np.ndarray] = {}
 
-    def _on_insert_one(self, slot: int) -> None:
+    @property
+    def nbytes(self) -> int:
+        return self._sum_nodes.nbytes + self._min_nodes.nbytes
+
+    def on_insert(self, slots: int | np.ndarray) -> None:
         leaf = self.max_priority**self.alpha
-        path = (self._offset + slot) >> self._path_shifts  # leaf, parent, ..., root
+        if isinstance(slots, np.ndarray):
+            self._write_leaves(slots, np.full(slots.shape[0], leaf))
+            return
+        path = (self._offset + slots) >> self._path_shifts  # leaf, parent, ..., root
         siblings = path[:-1] ^ 1
         values = self._path_values
         for nodes, accumulate in (
@@ -220,9 +267,6 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
             values[1:] = nodes[siblings]
             accumulate(values, out=values)
             nodes[path] = values
-
-    def _on_insert(self, slots: np.ndarray) -> None:
-        self._write_leaves(slots, np.full(slots.shape[0], self.max_priority**self.alpha))
 
     def _write_leaves(self, slots: np.ndarray, leaves: np.ndarray) -> None:
         # All ancestors and their children come from three whole-batch ops up front; the levels
@@ -240,7 +284,7 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
             sums[parent] = sums[lo] + sums[hi]
             mins[parent] = np.minimum(mins[lo], mins[hi])
 
-    def _draw(self, batch_size: int, beta: float, size: int) -> tuple[np.ndarray, np.ndarray]:
+    def draw(self, batch_size: int, beta: float, size: int):
         # Temporaries are allocated per level on purpose: on numpy 2 a fresh ``nodes[child]`` is
         # several times cheaper than ``np.take(..., out=)``, and ``where=`` ufuncs cost more than
         # the multiply they save (measured on the benchmark machine).
@@ -248,7 +292,7 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
         strata = self._strata.get(batch_size)
         if strata is None:
             strata = self._strata[batch_size] = np.arange(batch_size, dtype=np.float64)
-        masses = (strata + self._rng.random(batch_size)) * (nodes[1] / batch_size)
+        masses = (strata + self.rng.random(batch_size)) * (nodes[1] / batch_size)
         child = np.full(batch_size, 2, dtype=np.int64)  # left child of the current node
         for _ in range(self._depth):
             left = nodes[child]
@@ -260,11 +304,32 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
         # Every stored leaf is > 0 and they are contiguous from slot 0, so a draw that rounding
         # pushed past the last stored leaf belongs to it (the numba descent checks right > 0).
         np.minimum(indices, size - 1, out=indices)
-        weights = (self._min_nodes[1] / nodes[indices + self._offset]) ** beta
-        return indices, weights
+        priorities = nodes[indices + self._offset]
+        weights = (self._min_nodes[1] / priorities) ** beta
+        return indices, weights, priorities
+
+    def update(self, update: PriorityUpdate) -> None:
+        if not update.indices.size:
+            return
+        raw = update.td_abs + self.priority_eps
+        self._write_leaves(update.indices, raw**self.alpha)
+        self.max_priority = max(self.max_priority, float(raw.max()))
+
+    def diagnostics(self, full: bool = False) -> dict[str, float]:
+        return {"max_priority": self.max_priority}
+
+
+class NumpyReplay(ReplayMemory):
+    """A ``ReplayMemory`` over ``NumpySampler``, whose updates are checked with numpy reductions
+    (instead of the memory's numba scans)."""
+
+    def __init__(self, *, capacity: int, obs_shape: tuple[int, ...], alpha: float = 0.6,
+                 seed: int = 0, obs_dtype: Any = np.float32) -> None:  # fmt: skip
+        super().__init__(
+            make_storage(capacity, obs_shape, obs_dtype), NumpySampler(capacity, alpha, seed=seed)
+        )
 
     def update_priorities(self, indices, td_errors) -> None:
-        """``PrioritizedReplay.update_priorities``, checked and applied with numpy only."""
         indices = np.asarray(indices)
         if indices.dtype.kind not in "iu":
             raise TypeError(f"`indices` must be integers, got dtype {indices.dtype}")
@@ -272,16 +337,13 @@ class NumpyPrioritizedReplay(PrioritizedReplay):
         td_errors = np.asarray(td_errors, dtype=np.float64).reshape(-1)
         if indices.shape != td_errors.shape:
             raise ValueError("`indices` and `td_errors` must have the same length")
-        if not indices.size:
-            return
-        if indices.min() < 0 or indices.max() >= len(self):
-            raise ValueError(f"`indices` must lie in [0, {len(self)})")
-        lowest, highest = td_errors.min(), td_errors.max()  # min propagates NaN
-        if not (lowest >= 0.0 and highest < np.inf):
-            raise ValueError("`td_errors` must be finite and >= 0 (pass |delta|)")
-        raw = td_errors + self.priority_eps
-        self._write_leaves(indices, raw**self.alpha)
-        self.max_priority = max(self.max_priority, float(highest) + self.priority_eps)
+        if indices.size:
+            if indices.min() < 0 or indices.max() >= len(self):
+                raise ValueError(f"`indices` must lie in [0, {len(self)})")
+            lowest, highest = td_errors.min(), td_errors.max()  # min propagates NaN
+            if not (lowest >= 0.0 and highest < np.inf):
+                raise ValueError("`td_errors` must be finite and >= 0 (pass |delta|)")
+        self.sampler.update(PriorityUpdate(indices, td_errors))
 
 
 def check_baselines_agree() -> None:
@@ -296,8 +358,8 @@ def check_baselines_agree() -> None:
     kwargs: dict[str, Any] = dict(capacity=capacity, obs_shape=OBS_SHAPE, seed=5, alpha=0.6)
     memories = [
         PrioritizedReplay(**kwargs),
-        NumpyPrioritizedReplay(**kwargs),
-        PurePythonPrioritizedReplay(**kwargs),
+        NumpyReplay(**kwargs),
+        PurePythonReplay(**kwargs),
     ]
     obs = rng.standard_normal((45, *OBS_SHAPE)).astype(np.float32)
     zeros = np.zeros(30)
@@ -512,7 +574,9 @@ def cpprb_subject(name: str, buffer: Any, data: FillData, prioritized: bool) -> 
     if buffer.get_stored_size() != capacity:
         raise AssertionError(f"{name}: {buffer.get_stored_size()} stored, not {capacity}")
     batch = buffer.sample(64, beta=BETA) if prioritized else buffer.sample(64)
-    if not np.allclose(batch["next_obs"] - batch["obs"], 0.01):  # as FillData wrote them
+    # Exactly as FillData wrote them, in float32 (a tolerance on the difference, as this check
+    # once had, fails at random for |obs| > 2, where a float32 ulp exceeds it).
+    if not np.array_equal(batch["next_obs"], batch["obs"] + np.float32(0.01)):
         raise AssertionError(f"{name}: sampled transitions are not the ones written")
     if prioritized:
         if not np.array_equal(batch["obs"], data.obs[batch["indexes"]]):
@@ -559,11 +623,9 @@ def build_subjects(capacity: int, data: FillData, log: Callable[[str], None]) ->
             PrioritizedReplay(alpha=0.6, weight_normalization="global", **base, seed=1),
             data,
         ),
-        ROW_NUMPY: lambda: per_dqn_subject(
-            ROW_NUMPY, NumpyPrioritizedReplay(alpha=0.6, **base, seed=2), data
-        ),
+        ROW_NUMPY: lambda: per_dqn_subject(ROW_NUMPY, NumpyReplay(alpha=0.6, **base, seed=2), data),
         ROW_PYTHON: lambda: per_dqn_subject(
-            ROW_PYTHON, PurePythonPrioritizedReplay(alpha=0.6, **base, seed=3), data
+            ROW_PYTHON, PurePythonReplay(alpha=0.6, **base, seed=3), data
         ),
         ROW_CPPRB: lambda: cpprb_subject(
             ROW_CPPRB,
@@ -717,17 +779,28 @@ def package_versions() -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: capacity 2**14, 3 repeats, short loops"
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick", action="store_true", help="quick run: capacity 2**14, 3 repeats, short loops"
     )
-    parser.add_argument("--repeats", type=int, help="timed loops per cell (default 7, quick 3)")
-    parser.add_argument("--capacity", type=int, help="transitions (default 2**20, quick 2**14)")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smoke test (seconds; what `make test` runs): capacity 512, 1 repeat, tiny loops; "
+        "its figures mean nothing",
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="timed loops per cell (default 7, quick 3, smoke 1)"
+    )
+    parser.add_argument(
+        "--capacity", type=int, help="transitions (default 2**20, quick 2**14, smoke 512)"
+    )
     args = parser.parse_args(argv)
     if args.repeats is None:
-        args.repeats = 3 if args.quick else 7
+        args.repeats = 1 if args.smoke else 3 if args.quick else 7
     if args.capacity is None:
-        args.capacity = 1 << 14 if args.quick else 1 << 20
-    args.target_s = 0.02 if args.quick else 0.2
+        args.capacity = 512 if args.smoke else 1 << 14 if args.quick else 1 << 20
+    args.target_s = 0.001 if args.smoke else 0.02 if args.quick else 0.2
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.capacity < 256:

@@ -14,7 +14,8 @@ import torch
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ReplayConfig
 from per_dqn.envs import EnvSpec
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
+from per_dqn.memory import ReplayMemory
+from per_dqn.memory import make_memory as memory_of_kind
 
 
 def resolve_device(name: str) -> torch.device:
@@ -44,31 +45,29 @@ def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
 
 def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> ReplayMemory:
     """The replay memory ``config.kind`` names, sized for ``spec``'s observations."""
-    base: dict[str, Any] = {
+    kwargs: dict[str, Any] = {
         "capacity": config.capacity,
         "obs_shape": spec.obs_shape,
         "obs_dtype": spec.obs_dtype,
         "seed": seed,
     }
     if uses_frame_storage(config, spec):
-        base.update(dedup_frames=True, frame_slack=config.frame_slack)
-    if config.kind == "uniform":
-        return UniformReplay(**base)
+        kwargs.update(dedup_frames=True, frame_slack=config.frame_slack)
     if config.kind == "rank":
-        return RankBasedReplay(
+        kwargs.update(
             alpha=config.alpha,
             td_error_clip=config.td_error_clip,
             sort_interval=config.sort_interval,
-            **base,
         )
-    return PrioritizedReplay(
-        alpha=config.alpha,
-        priority_eps=config.priority_eps,
-        td_error_clip=config.td_error_clip,
-        uniform_mix=config.uniform_mix,
-        weight_normalization=config.weight_normalization,
-        **base,
-    )
+    elif config.kind == "proportional":
+        kwargs.update(
+            alpha=config.alpha,
+            priority_eps=config.priority_eps,
+            td_error_clip=config.td_error_clip,
+            uniform_mix=config.uniform_mix,
+            weight_normalization=config.weight_normalization,
+        )
+    return memory_of_kind(config.kind, **kwargs)
 
 
 def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:

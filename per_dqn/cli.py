@@ -32,6 +32,7 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
+from per_dqn.memory import KINDS
 
 if TYPE_CHECKING:
     from per_dqn.metrics import RunDirLock
@@ -53,12 +54,7 @@ config_app = typer.Typer(help="Show or check experiment configs.", no_args_is_he
 app.add_typer(config_app, name="config")
 
 
-class Replay(StrEnum):
-    """Replay memory kinds (``replay.kind``)."""
-
-    uniform = "uniform"
-    proportional = "proportional"
-    rank = "rank"
+Replay = StrEnum("Replay", {kind: kind for kind in KINDS})  # replay.kind
 
 
 class Device(StrEnum):

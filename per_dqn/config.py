@@ -28,6 +28,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from per_dqn.memory import KINDS
+
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
 SHIPPED_CONFIG_DIR = "configs"
 
@@ -206,7 +208,7 @@ class ReplayConfig(_Section):
             ``capacity``.
     """
 
-    kind: Literal["uniform", "proportional", "rank"] = "proportional"
+    kind: Literal[KINDS] = "proportional"  # type: ignore[valid-type]
     capacity: int = Field(100_000, ge=1)
     alpha: float = Field(0.6, ge=0)
     beta0: float = Field(0.4, ge=0, le=1)

@@ -134,3 +134,36 @@ def test_the_import_probe_sees_the_report_writer(tmp_path):
     statistics when they are imported, and matplotlib when the plotting is."""
     found = loaded_by(["per_dqn.sweeps.report", "matplotlib.figure"], False, tmp_path)
     assert found == ["matplotlib", "per_dqn.sweeps.report", "per_dqn.sweeps.stats"]
+
+
+def test_memory_runs_without_torch_gymnasium_or_the_agent():
+    """The memory is a standalone library: every name it exports, and a full add / sample /
+    update / diagnostics / state round of each kind, load none of torch, gymnasium, ale_py or any
+    other per_dqn module (checked at run time, in a fresh interpreter, beyond the static check)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "import per_dqn.memory as memory\n"
+        "from per_dqn.memory import *\n"
+        "for kind in KINDS:\n"
+        "    m = make_memory(kind, capacity=8, obs_shape=(2,), seed=0)\n"
+        "    m.add_batch(np.zeros((5, 2)), [0] * 5, [0.0] * 5, np.ones((5, 2)), [False] * 5)\n"
+        "    b = m.sample(4, 0.5)\n"
+        "    m.update(PriorityUpdate(b.indices, np.ones(4)))\n"
+        "    m.diagnostics(full=True)\n"
+        "    m.load_state_dict(m.state_dict())\n"
+        "top = {'.'.join(n.split('.')[:2]) for n in sys.modules}\n"
+        "bad = [n for n in top if n.split('.')[0] in ('torch', 'gymnasium', 'ale_py')\n"
+        "       or (n.startswith('per_dqn.') and n != 'per_dqn.memory')]\n"
+        "print(len(memory.__all__))\n"
+        "print(','.join(sorted(bad)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=PACKAGE.parent,
+    )  # fmt: skip
+    count, bad = out.stdout.split("\n")[:2]
+    assert int(count) > 10  # the star import above loaded every exported name
+    assert bad == "", f"per_dqn.memory loaded {bad}"

@@ -67,6 +67,33 @@ def min_set_one(nodes, leaf_offset, index, value):  # pragma: no cover - compile
 
 
 @_jit
+def sum_min_set(sum_nodes, min_nodes, leaf_offset, indices, values):  # pragma: no cover
+    """``sum_set`` and ``min_set`` of the same leaves in one call (a proportional insert)."""
+    for k in range(indices.shape[0]):
+        pos = leaf_offset + indices[k]
+        sum_nodes[pos] = values[k]
+        min_nodes[pos] = values[k]
+        pos >>= 1
+        while pos >= 1:
+            sum_nodes[pos] = sum_nodes[2 * pos] + sum_nodes[2 * pos + 1]
+            min_nodes[pos] = min(min_nodes[2 * pos], min_nodes[2 * pos + 1])
+            pos >>= 1
+
+
+@_jit
+def sum_min_set_one(sum_nodes, min_nodes, leaf_offset, index, value):  # pragma: no cover
+    """``sum_min_set`` for a single leaf, without allocating index/value arrays."""
+    pos = leaf_offset + index
+    sum_nodes[pos] = value
+    min_nodes[pos] = value
+    pos >>= 1
+    while pos >= 1:
+        sum_nodes[pos] = sum_nodes[2 * pos] + sum_nodes[2 * pos + 1]
+        min_nodes[pos] = min(min_nodes[2 * pos], min_nodes[2 * pos + 1])
+        pos >>= 1
+
+
+@_jit
 def _descend(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
     # All masses go down one level together: the loads of different masses are independent, so
     # the CPU overlaps their cache misses instead of waiting out ~20 dependent misses per mass
@@ -203,6 +230,21 @@ def first_out_of_range(indices, upper):  # pragma: no cover - compiled
     for k in range(indices.shape[0]):
         if indices[k] < 0 or indices[k] >= upper:
             return k
+    return -1
+
+
+@_jit
+def first_invalid_update(indices, upper, td_errors):  # pragma: no cover - compiled
+    """``first_out_of_range`` then ``first_invalid_error`` in one call (one dispatch on the
+    update path): ``k >= 0`` if index ``k`` is outside ``[0, upper)``, else ``-2 - k`` if error
+    ``k`` is NaN, infinite or negative, else -1."""
+    for k in range(indices.shape[0]):
+        if indices[k] < 0 or indices[k] >= upper:
+            return k
+    for k in range(td_errors.shape[0]):
+        v = td_errors[k]
+        if not (v >= 0.0 and v < np.inf):
+            return -2 - k
     return -1
 
 
@@ -366,8 +408,9 @@ def rank_boundaries(cum_mass, size, batch, out):  # pragma: no cover - compiled
 
 
 @_jit
-def rank_sample(bounds, heap_slot, beta, u, out_idx, out_w, out_pos):  # pragma: no cover
-    """One uniform draw inside each rank segment, and exact IS weights for that distribution.
+def rank_sample(bounds, heap_slot, heap_key, beta, u, out_idx, out_w, out_key):  # pragma: no cover
+    """One uniform draw inside each rank segment, and exact IS weights for that distribution;
+    ``out_key`` gets the drawn entries' keys.
 
     A rank in segment ``k`` of ``n_k`` ranks is drawn with probability ``P = 1 / (B n_k)``, so
     ``w = (N P)^-beta``, normalised by the largest possible weight, that of the largest segment.
@@ -382,7 +425,7 @@ def rank_sample(bounds, heap_slot, beta, u, out_idx, out_w, out_pos):  # pragma:
         pos = bounds[k] + int(u[k] * n_k)
         if pos >= bounds[k + 1]:
             pos = bounds[k + 1] - 1
-        out_pos[k] = pos
+        out_key[k] = heap_key[pos]
         out_idx[k] = heap_slot[pos]
     # w_k / w_max = (P_min / P_k)^beta = (n_k / n_max)^beta
     for k in range(batch):

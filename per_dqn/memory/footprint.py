@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from per_dqn.memory import KINDS
 from per_dqn.memory.frames import MIN_SPARE_FRAMES
 from per_dqn.memory.trees import _leaf_offset
 
-KINDS = ("uniform", "proportional", "rank")
 # actions int64 + rewards float32 + terminated bool + n_steps uint8, per transition.
 _FIELD_BYTES = 8 + 4 + 1 + 1
 

@@ -22,6 +22,10 @@ class Batch(NamedTuple):
         n_steps: uint8 number of env steps between ``obs`` and ``next_obs`` (1 for one-step
             transitions); an n-step target bootstraps with ``gamma ** n_steps``, which stays right
             for the shorter windows at the end of an episode.
+        priorities: float64 priorities of the sampled transitions as the sampler read them during
+            the draw (proportional: the leaf ``p_i``, alpha applied; rank: the ranking key
+            ``min(|delta|, clip)``), so that nobody has to look them up again; None for uniform
+            replay (and by default, for a batch built by hand).
     """
 
     obs: np.ndarray
@@ -32,6 +36,22 @@ class Batch(NamedTuple):
     indices: np.ndarray
     weights: np.ndarray
     n_steps: np.ndarray
+    priorities: np.ndarray | None = None
+
+
+class PriorityUpdate(NamedTuple):
+    """New priorities for sampled transitions, keyed by their slots: what a learner hands back.
+
+    The indices travel with their errors (as Acme's learner returns ``(keys, priorities)``), so
+    the errors can never be paired with other slots than the ones they were computed for.
+
+    Attributes:
+        indices: integer slots: ``Batch.indices`` of the batch the errors were computed on.
+        td_abs: absolute TD errors ``|delta|``, one per index (finite and >= 0).
+    """
+
+    indices: np.ndarray
+    td_abs: np.ndarray
 
 
 class TransitionStorage:
@@ -109,17 +129,21 @@ class TransitionStorage:
         self.size = min(self.size + n, self.capacity)
         return slots
 
-    def gather(self, indices: np.ndarray, weights: np.ndarray) -> Batch:
-        """The transitions at ``indices`` as a Batch."""
+    def gather(
+        self, indices: np.ndarray, weights: np.ndarray, priorities: np.ndarray | None = None
+    ) -> Batch:
+        """The transitions at ``indices`` as a Batch, with the sampler's weights and priorities."""
+        # Positional, in Batch's field order: ~0.15 us cheaper a sample than keywords.
         return Batch(
-            obs=self.obs[indices],
-            actions=self.actions[indices],
-            rewards=self.rewards[indices],
-            next_obs=self.next_obs[indices],
-            terminated=self.terminated[indices],
-            indices=indices,
-            weights=weights.astype(np.float32),
-            n_steps=self.n_steps[indices],
+            self.obs[indices],  # obs
+            self.actions[indices],
+            self.rewards[indices],
+            self.next_obs[indices],  # next_obs
+            self.terminated[indices],
+            indices,
+            weights.astype(np.float32),
+            self.n_steps[indices],
+            priorities,
         )
 
     def state_dict(self) -> dict:

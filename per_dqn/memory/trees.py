@@ -19,6 +19,17 @@ the leaves however many updates it has seen.
 ``find_prefix_sum`` is the descent of Schaul et al. (2016), Appendix B.2.1: a mass ``m`` in
 ``[0, total)`` selects the leaf ``i`` with ``c_{i-1} <= m < c_i``, ``c_i`` being the sum of leaves
 ``0..i``. Leaves of value 0 own an empty interval and are never returned.
+
+The trees own their numba kernels (``_kernels.py``): the replay memory's samplers call only the
+methods below, so the methods the tests pin are the code training runs. Two kinds of method:
+
+- checked (``update``, ``find_prefix_sum``, ``set_leaves``, ``[]``): validate their input and
+  raise ``ValueError`` naming the bad value, changing nothing;
+- trusted (``write``, ``write_one``, ``write_both``, ``write_both_one``, ``sample_proportional``,
+  ``update_proportional``): the hot
+  path of a replay memory, whose slots come from its storage and whose errors it has already
+  validated. They skip the checks (which would cost a measurable share of a 32-item call) and say
+  so in their docstrings; an out-of-range slot there is undefined behaviour, not an error.
 """
 
 from __future__ import annotations
@@ -34,6 +45,9 @@ def _leaf_offset(capacity: int) -> int:
 
 class _SegmentTree:
     _fill: float = 0.0
+    # The kernels that write leaves and recompute their ancestors (set per subclass).
+    _set = staticmethod(_kernels.sum_set)
+    _set_one = staticmethod(_kernels.sum_set_one)
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
@@ -65,6 +79,25 @@ class _SegmentTree:
         if np.any(idx < 0) or np.any(idx >= self.capacity):
             raise ValueError(f"`indices` must lie in [0, {self.capacity}), got {indices}")
         return self._nodes[self._offset + idx]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the node array (``2 * P`` float64 nodes)."""
+        return self._nodes.nbytes
+
+    def write(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Sets leaves ``slots`` to ``values`` in order (the last of a repeated slot wins) and
+        recomputes their ancestors: ``update`` without its checks.
+
+        Trusts its input: ``slots`` an int64 array of indices in ``[0, capacity)`` (a replay
+        memory's storage hands them out), ``values`` a float64 array of the same length that is
+        valid for the tree. Use ``update`` for anything else.
+        """
+        self._set(self._nodes, self._offset, slots, values)
+
+    def write_one(self, slot: int, value: float) -> None:
+        """``write`` for one leaf, without allocating arrays (one ``add``). Trusts its input."""
+        self._set_one(self._nodes, self._offset, slot, value)
 
     @property
     def leaves(self) -> np.ndarray:
@@ -115,7 +148,7 @@ class SumTree(_SegmentTree):
         """
         indices, values = self._check(indices, values)
         self._validate_values(values)
-        _kernels.sum_set(self._nodes, self._offset, indices, values)
+        self.write(indices, values)
 
     @property
     def total(self) -> float:
@@ -149,6 +182,95 @@ class SumTree(_SegmentTree):
         _kernels.sum_find(self._nodes, self._offset, masses, out)
         return out
 
+    def write_both(self, mins: MinTree, slots: np.ndarray, values: np.ndarray) -> None:
+        """``write`` of the same leaves into this tree and ``mins``, in one kernel call.
+
+        Trusts its input, as ``write`` does; ``mins`` of the same capacity.
+        """
+        self._check_pair(mins)
+        _kernels.sum_min_set(self._nodes, mins._nodes, self._offset, slots, values)
+
+    def write_both_one(self, mins: MinTree, slot: int, value: float) -> None:
+        """``write_both`` for one leaf, without allocating arrays (one add). Trusts its input."""
+        self._check_pair(mins)
+        _kernels.sum_min_set_one(self._nodes, mins._nodes, self._offset, slot, value)
+
+    def sample_proportional(
+        self,
+        mins: MinTree,
+        size: int,
+        beta: float,
+        strata_u: np.ndarray,
+        uniform_mix: float = 0.0,
+        coin_u: np.ndarray | None = None,
+        uniform_idx: np.ndarray | None = None,
+        batch_norm: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stratified proportional sampling with importance-sampling weights, in one pass.
+
+        Draw ``k`` of ``B = len(strata_u)`` takes the leaf holding mass
+        ``(k + strata_u[k]) * total / B`` (Schaul et al., 2016, Appendix B.2.1: one draw in each
+        of ``B`` equal slices of the total). Where ``coin_u[k] < uniform_mix`` the draw is
+        replaced by ``uniform_idx[k]``. With ``P(i) = m / N + (1 - m) p_i / total`` (``m`` the
+        mix, ``N = size``), the weights are ``w_i = (N P(i)) ** -beta`` divided by the largest
+        possible weight (``mins``, the min tree over the same leaves) or, with ``batch_norm``,
+        by the batch's largest.
+
+        Trusts its input: the tree is not empty, ``mins`` holds the same leaves (+inf beyond
+        ``size``), ``size`` is the number of written leaves, ``beta`` is in [0, 1], the uniforms
+        are in [0, 1) and ``uniform_idx`` in ``[0, size)``. ``find_prefix_sum`` is the checked
+        descent (the same kernel).
+
+        Returns:
+            ``(indices, weights, priorities)``: int64 leaves, float64 weights and the float64
+            leaf values ``p_i`` of the drawn leaves.
+        """
+        self._check_pair(mins)
+        batch = strata_u.shape[0]
+        if coin_u is None:
+            coin_u = strata_u  # never below uniform_mix == 0, so never read as a coin
+            uniform_idx = np.empty(batch, dtype=np.int64)
+        indices = np.empty(batch, dtype=np.int64)
+        weights = np.empty(batch)
+        priorities = np.empty(batch)
+        _kernels.proportional_sample(
+            self._nodes, mins._nodes, self._offset, size, beta, uniform_mix, batch_norm,
+            strata_u, coin_u, uniform_idx, indices, weights, priorities,
+        )  # fmt: skip
+        return indices, weights, priorities
+
+    def update_proportional(
+        self,
+        mins: MinTree,
+        indices: np.ndarray,
+        td_errors: np.ndarray,
+        clip: float,
+        eps: float,
+        alpha: float,
+    ) -> float:
+        """Sets leaves ``p_i = (min(|delta_i|, clip) + eps) ** alpha`` here and in ``mins``.
+
+        Both trees' paths are recomputed one level at a time for the whole batch, so the cache
+        misses of different paths overlap. Repeated indices: the last error wins.
+
+        Trusts its input: ``indices`` int64 in ``[0, capacity)``, ``td_errors`` float64, finite
+        and >= 0, of the same length; ``mins`` of the same capacity.
+
+        Returns:
+            The largest raw priority ``min(|delta|, clip) + eps`` of the batch (0 when empty).
+        """
+        self._check_pair(mins)
+        return _kernels.proportional_update(
+            self._nodes, mins._nodes, self._offset, indices, td_errors, clip, eps, alpha
+        )
+
+    def _check_pair(self, mins: MinTree) -> None:
+        # The kernels index both node arrays with this tree's layout: a smaller partner would be
+        # written out of bounds (numba does not check), so this one check is always paid; it
+        # compares layouts rather than calling isinstance, the cheapest test on this path.
+        if mins._offset != self._offset:
+            raise ValueError(f"`mins` must be a MinTree of capacity {self.capacity}, got {mins!r}")
+
     def _validate_values(self, values: np.ndarray) -> None:
         bad = _kernels.first_invalid_error(values)
         if bad >= 0:
@@ -170,6 +292,8 @@ class MinTree(_SegmentTree):
     """
 
     _fill = np.inf
+    _set = staticmethod(_kernels.min_set)
+    _set_one = staticmethod(_kernels.min_set_one)
 
     def update(self, indices, values) -> None:
         """Sets leaves ``indices`` to ``values``; repeated indices: the last value wins.
@@ -179,7 +303,7 @@ class MinTree(_SegmentTree):
         """
         indices, values = self._check(indices, values)
         self._validate_values(values)
-        _kernels.min_set(self._nodes, self._offset, indices, values)
+        self.write(indices, values)
 
     @property
     def min(self) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from per_dqn import metrics as m
+from per_dqn.memory import KINDS
 
 SWEEP_FILE = "sweep.json"
 SUMMARY_FILE = "summary.json"
@@ -22,7 +23,7 @@ SUMMARY_FILE = "summary.json"
 # a dir holding either, and no sweep.json, is one training run, not a sweep.
 RUN_DIR_FILES = ("config.yaml", SUMMARY_FILE)
 # The replay kinds a sweep compares, in the order reports list them.
-ARMS = ("uniform", "proportional", "rank")
+ARMS = KINDS  # the replay kinds, in report order (per_dqn.memory.KINDS: the one list)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:

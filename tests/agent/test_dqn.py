@@ -115,7 +115,7 @@ def test_is_weights_scale_the_loss(loss, per_sample):
 def test_zero_weight_sample_contributes_no_gradient():
     """The gradient of mean(w * L) with w = [1, 0] is half that of the first sample alone."""
     both = make_batch(rewards=[3.0, -7.0], terminated=[True, False], n_steps=[1, 1])
-    first = Batch(*(np.asarray(field)[:1] for field in both))
+    first = Batch(*(None if field is None else np.asarray(field)[:1] for field in both))
     a, b = make_agent(), make_agent()
     a.learn(both._replace(weights=np.array([1.0, 0.0], dtype=np.float32)))
     b.learn(first)

@@ -43,7 +43,7 @@ def draw_counts(mem, n_draws, batch_size, size):
 
 def test_importing_memory_pulls_in_neither_torch_nor_gymnasium():
     code = (
-        "import sys, per_dqn.memory, per_dqn.schedules; "
+        "import sys, per_dqn.schedules; from per_dqn.memory import *; "
         "bad = [m for m in ('torch', 'gymnasium', 'ale_py') if m in sys.modules]; "
         "print(','.join(bad))"
     )
@@ -423,7 +423,7 @@ def test_rank_based_heap_is_resorted_periodically():
     rng = np.random.default_rng(2)
     for _ in range(3):
         mem.update_priorities(np.arange(64), rng.random(64))
-    keys = mem.priorities(mem._heap_slot[:64])
+    keys = mem.priorities(mem.sampler.heap.order())
     assert (np.diff(keys) <= 0).all()  # a re-sort just happened: positions are exact ranks
 
 
@@ -460,9 +460,10 @@ def test_rank_heap_matches_a_reference_ordering(data, capacity):
                 key[s] = min(e, 1.0)
         expected = sorted(key, key=lambda s: (-key[s], -stamp[s]))
         n = len(key)
-        heap = [(mem.priorities([s]).item(), stamp[s]) for s in mem._heap_slot[:n]]
+        order = mem.sampler.heap.order()
+        heap = [(mem.priorities([s]).item(), stamp[s]) for s in order]
         assert all(heap[(i - 1) // 2] > heap[i] for i in range(1, n))  # heap order, no ties
-        assert mem._heap_slot[0] == expected[0]
+        assert len(order) == n and order[0] == expected[0]
     mem.sort()
     assert mem.ranks(expected).tolist() == list(range(1, len(expected) + 1))
 

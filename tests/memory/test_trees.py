@@ -214,3 +214,147 @@ def test_no_drift_after_many_updates():
     fresh = SumTree(1000)
     fresh.set_leaves(tree.leaves)
     assert tree.total == fresh.total
+
+
+# --- the trusted methods the proportional sampler calls ------------------------------------------
+
+
+def test_write_both_writes_the_same_leaves_into_both_trees():
+    """``write_both``/``write_both_one`` (the proportional insert) equal ``write`` on each tree."""
+    tree, mins = SumTree(5), MinTree(5)
+    ref_sum, ref_min = SumTree(5), MinTree(5)
+    slots, values = np.array([0, 3, 1, 3]), np.array([1.5, 2.0, 0.25, 4.0])
+    tree.write_both(mins, slots, values)
+    ref_sum.write(slots, values)
+    ref_min.write(slots, values)
+    tree.write_both_one(mins, 4, 0.125)
+    ref_sum.write_one(4, 0.125)
+    ref_min.write_one(4, 0.125)
+    assert tree._nodes.tolist() == ref_sum._nodes.tolist()
+    assert mins._nodes.tolist() == ref_min._nodes.tolist()
+    assert tree.total == 1.5 + 0.25 + 4.0 + 0.125 and mins.min == 0.125
+
+
+def test_write_and_write_one_are_update_without_checks():
+    """Hand-drawn: capacity 5, leaves 1, 2, 3, 4 written as a batch then leaf 4 = 5 alone::
+
+           15                    min 1
+       10       5
+     3    7   5   0
+    1 2  3 4 5 . . .
+    """
+    tree, mins = SumTree(5), MinTree(5)
+    tree.write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    mins.write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    tree.write_one(4, 5.0)
+    mins.write_one(4, 5.0)
+    assert tree._nodes[1:8].tolist() == [15.0, 10.0, 5.0, 3.0, 7.0, 5.0, 0.0]
+    assert mins.min == 1.0 and mins[4] == 5.0
+    tree.write(np.array([2, 2]), np.array([9.0, 0.5]))  # repeated slot: the last value wins
+    assert tree[2] == 0.5 and tree.total == 12.5
+    mins.write_one(0, 7.0)
+    assert mins.min == 2.0
+
+
+def hand_trees():
+    """Leaves 1, 2, 3, 4 (capacity 6, two slots unwritten): total 10, min 1."""
+    tree, mins = SumTree(6), MinTree(6)
+    tree.update(np.arange(4), [1.0, 2.0, 3.0, 4.0])
+    mins.update(np.arange(4), [1.0, 2.0, 3.0, 4.0])
+    return tree, mins
+
+
+def test_sample_proportional_by_hand():
+    """B = 2 strata of mass 5: u = (0.1, 0.5) -> masses 0.5 and 7.5 -> leaves 0 and 3.
+    P = p / 10, global weights (P_min / P)^beta with P_min = 0.1: beta 1 -> 1 and 1/4."""
+    tree, mins = hand_trees()
+    idx, w, p = tree.sample_proportional(mins, 4, 1.0, np.array([0.1, 0.5]))
+    assert idx.tolist() == [0, 3] and p.tolist() == [1.0, 4.0]
+    np.testing.assert_allclose(w, [1.0, 0.25], rtol=1e-15)
+    # batch normalisation: the batch's own largest weight is 1 -> same here; beta 0.5 -> sqrt
+    idx, w, _ = tree.sample_proportional(mins, 4, 0.5, np.array([0.3, 0.3]), batch_norm=True)
+    assert idx.tolist() == [1, 3]  # masses 1.5 and 6.5
+    np.testing.assert_allclose(w, [1.0, (2 / 4) ** 0.5], rtol=1e-15)
+    # uniform mixture: a coin below the mix replaces the draw by the uniform index
+    idx, w, p = tree.sample_proportional(
+        mins, 4, 1.0, np.array([0.1, 0.5]), uniform_mix=0.5,
+        coin_u=np.array([0.9, 0.2]), uniform_idx=np.array([2, 1]),
+    )  # fmt: skip
+    assert idx.tolist() == [0, 1] and p.tolist() == [1.0, 2.0]
+    prob = 0.5 / 4 + 0.5 * np.array([1.0, 2.0]) / 10
+    p_min = 0.5 / 4 + 0.5 * 1.0 / 10
+    np.testing.assert_allclose(w, p_min / prob, rtol=1e-15)
+
+
+def test_update_proportional_by_hand():
+    """(min(|d|, clip) + eps) ** alpha into both trees; repeated slot: the last error wins;
+    returns the largest raw priority. clip 3, eps 1, alpha 0.5: |d| 8 -> 2, 0 -> 1, 3 -> 2."""
+    tree, mins = hand_trees()
+    max_raw = tree.update_proportional(
+        mins, np.array([1, 2, 1]), np.array([8.0, 0.0, 3.0]), 3.0, 1.0, 0.5
+    )
+    assert max_raw == 4.0
+    assert tree.leaves.tolist()[:4] == [1.0, 2.0, 1.0, 4.0] and tree.total == 8.0
+    assert mins.min == 1.0 and mins[2] == 1.0
+    mins_after = MinTree(6)
+    mins_after.set_leaves(np.r_[tree.leaves[:4], np.inf, np.inf])
+    assert mins._nodes.tolist() == mins_after._nodes.tolist()
+
+
+def test_fused_methods_refuse_a_min_tree_of_another_layout():
+    """The kernels index both node arrays with the sum tree's layout: a smaller min tree would be
+    written out of bounds, so it is refused."""
+    tree, _ = hand_trees()
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.sample_proportional(MinTree(2), 4, 1.0, np.array([0.5]))
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.update_proportional(MinTree(100), np.array([0]), np.array([1.0]), 9.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.write_both_one(MinTree(3), 5, 1.0)
+    with pytest.raises(ValueError, match="`mins` must be a MinTree of capacity 6"):
+        tree.write_both(MinTree(9), np.array([5]), np.array([1.0]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), capacity=st.integers(min_value=1, max_value=70))
+def test_fused_sample_matches_find_prefix_sum_and_the_formula(data, capacity):
+    """``sample_proportional`` (training's path) against the checked descent and the PER formula
+    computed in numpy, for dyadic leaves (exact sums) and any strata."""
+    filled = data.draw(st.integers(1, capacity))
+    values = np.array(data.draw(st.lists(dyadic.map(lambda v: v + 0.125), min_size=filled,
+                                         max_size=filled)))  # fmt: skip
+    tree, mins = SumTree(capacity), MinTree(capacity)
+    tree.update(np.arange(filled), values)
+    mins.update(np.arange(filled), values)
+    batch = data.draw(st.integers(1, 16))
+    u = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=batch,
+                                    max_size=batch)))  # fmt: skip
+    beta = data.draw(st.sampled_from([0.0, 0.4, 1.0]))
+    idx, w, p = tree.sample_proportional(mins, filled, beta, u)
+    masses = (np.arange(batch) + u) * (tree.total / batch)
+    masses = np.minimum(masses, np.nextafter(tree.total, 0.0))
+    np.testing.assert_array_equal(idx, tree.find_prefix_sum(masses))
+    np.testing.assert_array_equal(p, values[idx])
+    np.testing.assert_allclose(w, (values.min() / values[idx]) ** beta, rtol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), capacity=st.integers(min_value=1, max_value=40))
+def test_fused_update_matches_checked_updates(data, capacity):
+    """``update_proportional`` leaves both trees exactly as ``update`` with the leaves computed
+    in Python would (repeated indices: the last wins)."""
+    tree, mins = SumTree(capacity), MinTree(capacity)
+    ref_sum, ref_min = SumTree(capacity), MinTree(capacity)
+    for _ in range(data.draw(st.integers(1, 5))):
+        idx = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=10))
+        td = data.draw(st.lists(st.floats(0, 100), min_size=len(idx), max_size=len(idx)))
+        clip, eps, alpha = 10.0, 0.01, data.draw(st.sampled_from([0.0, 0.6, 1.0]))
+        raw = [min(d, clip) + eps for d in td]
+        got = tree.update_proportional(
+            mins, np.array(idx), np.array(td, dtype=np.float64), clip, eps, alpha
+        )
+        assert got == max(raw)
+        ref_sum.update(idx, [r**alpha for r in raw])
+        ref_min.update(idx, [r**alpha for r in raw])
+        assert tree._nodes.tolist() == ref_sum._nodes.tolist()
+        assert mins._nodes.tolist() == ref_min._nodes.tolist()

@@ -112,7 +112,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "rank-based PER: a new transition ties with clipped errors instead of ranking first",
     ),
     Mutant(
-        "alpha-not-on-insert", "per_dqn/memory/replay.py",
+        "alpha-not-on-insert", "per_dqn/memory/samplers.py",
         "leaf = self.max_priority**self.alpha",
         "leaf = self.max_priority",
         ("tests/memory",),

@@ -1,0 +1,205 @@
+"""The array-backed binary max-heap of rank-based prioritized replay.
+
+Schaul et al. (2016, Appendix B.2.1) keep the transitions in a binary heap ordered by ``|delta|``
+and read its array as an approximately sorted list: the transition at array position ``r - 1`` has
+rank ``r``. The array is fully re-sorted now and then (a sorted array is a valid heap), which makes
+the positions exact ranks again.
+
+Layout (5 entries; ``slot`` is the memory slot, ``key`` its ``|delta|``, ``stamp`` its insertion
+number; position ``p`` has children ``2p + 1`` and ``2p + 2``)::
+
+    position   0      1      2      3      4
+    slot       3      0      4      1      2
+    key       2.0    1.0    1.0    0.5    0.25
+    stamp      3      0      4      1      2
+
+Order is lexicographic on ``(key, stamp)``: a larger key ranks higher, and between equal keys the
+newer transition (larger stamp) does. New transitions enter with the largest key seen so far
+(Algorithm 1: "store transition with maximal priority"), so without the stamp a new transition
+tied with every clipped ``|delta|`` and could sink to the bottom (see ``RankBasedReplay``).
+
+Like the trees, the heap owns its numba kernels (``_kernels.py``). ``insert``, ``update`` and
+``sample_segments`` are the replay memory's hot path and trust their input (slots handed out by
+the storage, errors already validated); ``keys``, ``ranks`` and ``load_state_dict`` check theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from per_dqn.memory import _kernels
+
+
+class RankHeap:
+    """Binary max-heap of memory slots keyed by ``(|delta|, insertion stamp)``.
+
+    Args:
+        capacity: the most entries it holds (the memory's capacity), an int >= 1.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
+            raise TypeError(f"`capacity` must be an int, got {type(capacity).__name__}")
+        if capacity < 1:
+            raise ValueError(f"`capacity` must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._slot = np.zeros(self.capacity, dtype=np.int64)  # position -> slot
+        self._key = np.zeros(self.capacity, dtype=np.float64)  # position -> |delta|
+        self._stamp = np.zeros(self.capacity, dtype=np.int64)  # position -> insertion stamp
+        self._pos = np.full(self.capacity, -1, dtype=np.int64)  # slot -> position (-1: absent)
+        self._size = 0
+        self._next_stamp = 0
+
+    def __repr__(self) -> str:
+        return f"RankHeap(capacity={self.capacity}, size={self._size})"
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the four arrays (slots, keys, stamps, positions): 32 per entry of capacity."""
+        return self._slot.nbytes + self._key.nbytes + self._stamp.nbytes + self._pos.nbytes
+
+    # --- the hot path (trusted input) ---------------------------------------------------------
+
+    def insert(self, slots: np.ndarray, key: float) -> None:
+        """Enters ``slots`` as new transitions with ``key``, each newer than all before it.
+
+        A slot already in the heap (overwritten after the ring wrapped) is re-keyed and gets a new
+        stamp; an absent one is appended. Either way it then sifts to its place, so a new
+        transition with the largest key goes to the top.
+
+        Trusts its input: ``slots`` an int64 array of slots in ``[0, capacity)`` (a slot listed
+        twice, as when one batch wraps the ring, ends with its later stamp).
+        """
+        keys = np.full(slots.shape[0], key)
+        self._size = _kernels.heap_set(
+            self._slot, self._key, self._stamp, self._pos, self._size, slots, keys,
+            self._next_stamp,
+        )  # fmt: skip
+        self._next_stamp += slots.shape[0]
+
+    def update(self, slots: np.ndarray, keys: np.ndarray) -> None:
+        """Re-keys each slot (in order: a repeated slot keeps its last key); stamps stay.
+
+        Trusts its input: ``slots`` int64, all in the heap; ``keys`` float64, finite and >= 0.
+        """
+        _kernels.heap_set(
+            self._slot, self._key, self._stamp, self._pos, self._size, slots, keys, -1
+        )
+
+    def sample_segments(
+        self, bounds: np.ndarray, u: np.ndarray, beta: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One position drawn uniformly inside each segment ``[bounds[k], bounds[k + 1])``.
+
+        A position in segment ``k`` of ``n_k`` positions is drawn with probability
+        ``P = 1 / (B n_k)``, so ``w = (N P) ** -beta`` normalised by the largest possible weight,
+        that of the largest segment: ``(n_k / n_max) ** beta``. Every segment is drawn once per
+        batch, so the batch's largest weight is that same weight.
+
+        Trusts its input: ``bounds`` int64 of ``B + 1`` strictly increasing positions from 0 to
+        ``len(self)``; ``u`` ``B`` uniforms in [0, 1); ``beta`` in [0, 1].
+
+        Returns:
+            ``(slots, weights, keys)``: the drawn slots (int64), their weights and their keys
+            (float64, the ranking keys ``|delta|`` at the drawn positions).
+        """
+        batch = u.shape[0]
+        slots = np.empty(batch, dtype=np.int64)
+        weights = np.empty(batch)
+        keys = np.empty(batch)
+        _kernels.rank_sample(bounds, self._slot, self._key, beta, u, slots, weights, keys)
+        return slots, weights, keys
+
+    def sort(self) -> None:
+        """Sorts the array by decreasing key, ties newest first, so that positions are exact
+        ranks (a sorted array is a valid heap)."""
+        n = self._size
+        keys, stamps = self._key[:n], self._stamp[:n]
+        order = np.argsort(keys)[::-1].copy()  # ties in any order, fixed next
+        if not _kernels.break_ties_newest_first(order, keys, stamps, self._next_stamp - 1):
+            order = np.lexsort((-stamps, -keys))  # never expected: stamps not contiguous
+        self._slot[:n] = self._slot[:n][order]
+        self._key[:n] = self._key[:n][order]
+        self._stamp[:n] = self._stamp[:n][order]
+        self._pos[self._slot[:n]] = np.arange(n)
+
+    # --- reading (checked) ---------------------------------------------------------------------
+
+    def _positions(self, slots) -> np.ndarray:
+        slots = np.asarray(slots, dtype=np.int64)
+        flat = slots.reshape(-1)
+        bad = _kernels.first_out_of_range(flat, self.capacity)
+        if bad < 0:
+            positions = self._pos[slots]
+            bad = _kernels.first_out_of_range(positions.reshape(-1), self.capacity)
+        if bad >= 0:
+            raise ValueError(
+                f"`slots` must be slots in the heap, got {int(flat[bad])} at position {bad}"
+            )
+        return positions
+
+    def keys(self, slots) -> np.ndarray:
+        """The keys ``|delta|`` of ``slots``.
+
+        Raises:
+            ValueError: a slot that is not in the heap.
+        """
+        return self._key[self._positions(slots)]
+
+    def ranks(self, slots) -> np.ndarray:
+        """The 1-based rank (array position + 1) of each of ``slots``.
+
+        Raises:
+            ValueError: a slot that is not in the heap.
+        """
+        return self._positions(slots) + 1
+
+    def order(self) -> np.ndarray:
+        """A copy of the slots in array order (rank 1 first; exact ranks right after ``sort``)."""
+        return self._slot[: self._size].copy()
+
+    def mean_key(self) -> float:
+        """Mean key over the entries (0 when empty)."""
+        n = self._size
+        return float(self._key[:n].mean()) if n else 0.0
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The entries in array order, and the next insertion stamp (copies)."""
+        n = self._size
+        return {
+            "heap_slots": self._slot[:n].copy(),
+            "heap_keys": self._key[:n].copy(),
+            "heap_stamps": self._stamp[:n].copy(),
+            "next_stamp": self._next_stamp,
+        }
+
+    def check_state(self, state: dict[str, Any], size: int) -> None:
+        """Raises ValueError, changing nothing, unless ``state`` holds ``size`` entries."""
+        if "heap_stamps" not in state:
+            raise ValueError(
+                "rank-based state has no `heap_stamps` (written before new transitions were "
+                "ranked above ties); it cannot be resumed exactly"
+            )
+        shapes = [np.shape(state[name]) for name in ("heap_slots", "heap_keys", "heap_stamps")]
+        if size > self.capacity or any(shape != (size,) for shape in shapes):
+            got = ", ".join(str(shape[0]) if shape else "a scalar" for shape in shapes)
+            raise ValueError(f"heap arrays must have {size} entries, got {got}")
+
+    def load_state_dict(self, state: dict[str, Any], size: int) -> None:
+        """Restores ``state_dict()`` output holding ``size`` entries (see ``check_state``)."""
+        self.check_state(state, size)
+        slots = np.asarray(state["heap_slots"], dtype=np.int64)
+        self._size = size
+        self._slot[:size] = slots
+        self._key[:size] = np.asarray(state["heap_keys"], dtype=np.float64)
+        self._stamp[:size] = np.asarray(state["heap_stamps"], dtype=np.int64)
+        self._next_stamp = int(state["next_stamp"])
+        self._pos[:] = -1
+        self._pos[slots] = np.arange(size)
