@@ -20,6 +20,7 @@ import contextlib
 import io
 import math
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,10 +145,11 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """Returns and lengths of evaluation episodes."""
+    """Returns and lengths of evaluation episodes, and the line saying which cap cut them."""
 
     returns: np.ndarray
     lengths: np.ndarray
+    cap_warning: str | None = None
 
     def scalars(self) -> dict[str, float]:
         """The ``eval/*`` TensorBoard values."""
@@ -159,11 +161,23 @@ class EvalResult:
 
 
 def evaluate(
-    agent: DQNAgent, env: gym.Env, episodes: int, epsilon: float, rng: np.random.Generator
+    agent: DQNAgent,
+    env: gym.Env,
+    episodes: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    train: Any = None,
+    progress: m.ConsoleProgress | None = None,
 ) -> EvalResult:
-    """Runs ``episodes`` full episodes with an epsilon-greedy (default greedy) policy."""
-    played = run_episodes(agent, env, episodes, epsilon, rng)
-    return EvalResult(played.returns, played.lengths)
+    """Runs ``episodes`` episodes with an epsilon-greedy (default greedy) policy, within the
+    evaluation caps of ``train`` (a ``TrainConfig``; None: no caps), shown on ``progress``."""
+    played = run_episodes(
+        agent, env, episodes, epsilon, rng,
+        max_episode_steps=None if train is None else train.eval_max_episode_steps,
+        max_total_steps=None if train is None else train.eval_max_total_steps,
+        on_progress=None if progress is None else progress.evaluating,
+    )  # fmt: skip
+    return EvalResult(played.returns, played.lengths, played.cap_warning())
 
 
 class Trainer:
@@ -467,6 +481,8 @@ class _Loop:
         self.weight_scale = self._largest_weight()  # see `check_weights`
         self._logs_written = 0
         self._last_sps = 0.0
+        self._last_loss = math.nan  # shown on the progress display
+        self._last_eval = math.nan
 
     def _actions(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
         """Epsilon-greedy actions for every sub-env; the network runs only if one is greedy."""
@@ -599,8 +615,9 @@ class _Loop:
                     self.check_weights()
                     result = evaluate(
                         self.agent, self.eval_env, train.eval_episodes, train.eval_epsilon,
-                        self.eval_rng,
+                        self.eval_rng, train, self.progress,
                     )  # fmt: skip
+                    self._eval_done(result, f"the evaluation at env step {self.env_steps:,}")
                     self.logger.scalars(result.scalars(), self.env_steps)
             if self.progress is not None and self.env_steps >= next_progress:
                 next_progress = self.env_steps + PROGRESS_INTERVAL_STEPS
@@ -753,6 +770,7 @@ class _Loop:
         self.logger.scalars(values, step)
         self._logs_written += 1
         self._last_sps = values[m.PERF_SPS]
+        self._last_loss = values.get(m.TRAIN_LOSS, self._last_loss)
 
     def _update_progress(self) -> None:
         assert self.progress is not None
@@ -763,7 +781,21 @@ class _Loop:
             ret=ret,
             eps=self.epsilon(self.env_steps),
             beta=self.beta(self.env_steps),
+            loss=self._last_loss,
+            last_eval=self._last_eval,
         )
+
+    def _eval_done(self, result: EvalResult, what: str) -> None:
+        """Shows an evaluation's mean return, and warns when a cap cut it."""
+        self._last_eval = float(result.returns.mean())
+        if result.cap_warning is not None:
+            line = f"{what}: {result.cap_warning}"
+            if self.progress is not None:
+                self.progress.warn(line)
+            else:
+                warnings.warn(line, RuntimeWarning, stacklevel=2)
+        if self.progress is not None:
+            self._update_progress()
 
     def final_eval(self) -> EvalResult:
         """The final greedy evaluation, logged at the last env step."""
@@ -771,7 +803,9 @@ class _Loop:
         if self.progress is not None:
             self._update_progress()
         result = evaluate(
-            self.agent, self.eval_env, train.final_eval_episodes, train.eval_epsilon, self.eval_rng
-        )
+            self.agent, self.eval_env, train.final_eval_episodes, train.eval_epsilon,
+            self.eval_rng, train, self.progress,
+        )  # fmt: skip
+        self._eval_done(result, "the final evaluation")
         self.logger.scalars(result.scalars(), self.env_steps)
         return result
