@@ -198,7 +198,9 @@ class SingleAtariEnv(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self._vector.reset(seed=seed)
         if self._screen is not None:
-            self._frame = self._screen.reset(seed=seed)[0][0, 0]
+            screen, screen_info = self._screen.reset(seed=seed)
+            self._frame = screen[0, 0]
+            self._check_lockstep(info, screen_info, 0.0, 0.0)
         self._obs, self._needs_reset = obs[0], False
         return obs[0], {key: value[0] for key, value in info.items()}
 
@@ -208,11 +210,27 @@ class SingleAtariEnv(gym.Env):
         actions = np.asarray([action], dtype=np.int64)
         obs, rewards, terminated, truncated, info = self._vector.step(actions)
         if self._screen is not None:
-            self._frame = self._screen.step(actions)[0][0, 0]
+            screen, screen_rewards, _, _, screen_info = self._screen.step(actions)
+            self._frame = screen[0, 0]
+            self._check_lockstep(info, screen_info, rewards[0], screen_rewards[0])
         self._obs = obs[0]
         self._needs_reset = bool(terminated[0] or truncated[0])
         info = {key: value[0] for key, value in info.items()}
         return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    @staticmethod
+    def _check_lockstep(
+        info: dict[str, Any], screen_info: dict[str, Any], reward: float, screen_reward: float
+    ) -> None:
+        """Raises if the filming emulator no longer plays the agent's game (a film of another
+        game would be worse than none)."""
+        keys = ("episode_frame_number", "lives")
+        if reward != screen_reward or any(info[k][0] != screen_info[k][0] for k in keys):
+            raise RuntimeError(
+                "the game view's emulator fell out of step with the agent's: "
+                f"frame {info['episode_frame_number'][0]} vs "
+                f"{screen_info['episode_frame_number'][0]}, reward {reward} vs {screen_reward}"
+            )
 
     def render(self) -> np.ndarray:
         if self._obs is None:
