@@ -1,15 +1,15 @@
 """The ``per-dqn`` command line: parse, load the config, call into the package, map errors to exits.
 
-Exit codes: 0 done; 2 bad input (config file, ``--set``, unusable env or device, a replay memory
-or networks that cannot be allocated, a run dir that is not empty, cannot be created or written,
-or is in use by another per-dqn process), one ``error: ...`` line per problem on stderr and
-nothing created on disk; 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM (``docker stop``,
-Slurm, systemd): the run stops between two env steps, checkpoints, marks its summary
-``interrupted`` and prints the command that resumes it; 1 a file could not be written (disk full,
-read-only filesystem, I/O error: one line naming it; the checkpoints written before it are
-intact, so ``train --resume`` finishes the run once the cause is gone), or (``ablate``) a run
-failed; 3 the loss became NaN or infinite, or the weights diverged (the run stops; its last
-checkpoint is left as it was).
+Exit codes: 0 done; 2 bad input (a bad option value, an unknown or missing option, config file,
+``--set``, unusable env or device, a replay memory or networks that cannot be allocated, a run dir
+that is not empty, cannot be created or written, or is in use by another per-dqn process), one
+``error: ...`` line per problem on stderr and nothing created on disk; 130 stopped by Ctrl-C
+(SIGINT) and 143 by SIGTERM (``docker stop``, Slurm, systemd): the run stops between two env steps,
+checkpoints, marks its summary ``interrupted`` and prints the command that resumes it; 1 a file
+could not be written (disk full, read-only filesystem, I/O error: one line naming it; the
+checkpoints written before it are intact, so ``train --resume`` finishes the run once the cause is
+gone), or (``ablate``) a run failed; 3 the loss became NaN or infinite, or the weights diverged (the
+run stops; its last checkpoint is left as it was).
 """
 
 from __future__ import annotations
@@ -239,7 +239,9 @@ def train(
     device: Annotated[
         Device | None, typer.Option(help="auto, cpu or cuda; overrides run.device.")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress display (warnings still print).")
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
