@@ -3,13 +3,19 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# torch is pinned through constraints.txt so that no CUDA build is ever pulled on a CPU machine.
+# constraints.txt pins torch's version, not its build: on Linux the default index serves torch
+# 2.13.0 built for CUDA, ~2.7 GB with its nvidia-* packages (README, "Set-up").
 PIP    := $(BIN)/python -m pip install --constraint constraints.txt
+# The index torch is installed from before everything else; empty: the default index. For the
+# CPU-only build, PyTorch's CPU wheel index, the URL PyTorch's "Get Started" selector gives for
+# Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
+TORCH_INDEX_URL ?=
 
 .PHONY: install train tensorboard test bench bench-train lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX_URL),$(PIP) torch --index-url '$(TORCH_INDEX_URL)')
 	$(PIP) -e '.[dev]'
 	touch $(STAMP)
 

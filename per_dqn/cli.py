@@ -1,21 +1,22 @@
 """The ``per-dqn`` command line: parse, load the config, call into the package, map errors to exits.
 
-Exit codes: 0 done; 2 bad input (config file, ``--set``, unusable env or device, a replay memory
-or networks that cannot be allocated, a run dir that is not empty, cannot be created or written,
-or is in use by another per-dqn process), one ``error: ...`` line per problem on stderr and
-nothing created on disk; 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM (``docker stop``,
-Slurm, systemd): the run stops between two env steps, checkpoints, marks its summary
-``interrupted`` and prints the command that resumes it; 1 a file could not be written (disk full,
-read-only filesystem, I/O error: one line naming it; the checkpoints written before it are
-intact, so ``train --resume`` finishes the run once the cause is gone), or (``ablate``) a run
-failed; 3 the loss became NaN or infinite, or the weights diverged (the run stops; its last
-checkpoint is left as it was).
+Exit codes: 0 done; 2 bad input (a bad option value, an unknown or missing option, config file,
+``--set``, unusable env or device, a replay memory or networks that cannot be allocated, a run dir
+that is not empty, cannot be created or written, or is in use by another per-dqn process), one
+``error: ...`` line per problem on stderr and nothing created on disk; 130 stopped by Ctrl-C
+(SIGINT) and 143 by SIGTERM (``docker stop``, Slurm, systemd): the run stops between two env steps,
+checkpoints, marks its summary ``interrupted`` and prints the command that resumes it; 1 a file
+could not be written (disk full, read-only filesystem, I/O error: one line naming it; the
+checkpoints written before it are intact, so ``train --resume`` finishes the run once the cause is
+gone), or (``ablate``) a run failed; 3 the loss became NaN or infinite, or the weights diverged (the
+run stops; its last checkpoint is left as it was).
 """
 
 from __future__ import annotations
 
 import shlex
 import signal
+import sys
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -23,7 +24,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
+try:  # typer vendors click from 0.20 on
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - an older typer on a separate click
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+from per_dqn import __version__
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -44,17 +52,113 @@ EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job Ctrl-C ended
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
+
+class _OneLineErrors(TyperGroup):
+    """The command group, with click's usage errors (a bad choice, an unknown or missing option)
+    as one plain ``error: ...`` line and exit 2, the style of every other bad input.
+
+    Typer would draw them in a boxed rich panel (plain click: three lines). Overriding ``main``
+    covers both ways in: the console script (``Typer.__call__``) and ``CliRunner``, which calls
+    the click command's ``main`` directly.
+    """
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # a bare group (`per-dqn`, `per-dqn config`): its help
+            typer.echo(exc.format_message(), err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except UsageError as exc:
+            sys.exit(_usage_error(exc, sys.argv[1:] if args is None else list(args)))
+        except ClickException as exc:
+            typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:  # end of input at a prompt; per-dqn prompts for nothing today
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        # Without standalone mode a command's `typer.Exit(code)` comes back as its code; our
+        # commands return nothing otherwise.
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _usage_error(exc: UsageError, args: list[str]) -> int:
+    """Prints a click ``UsageError`` as one line naming the option and the value given, with the
+    command whose ``--help`` explains it."""
+    message = _lower_first(_one_line(exc.format_message()).rstrip("."))
+    param = getattr(exc, "param", None)
+    if param is not None and getattr(exc, "message", None):
+        # `BadParameter`: click's reason may not echo the value (typer: "Input should be a valid
+        # integer, ..."); the value is found where it was given.
+        reason = _lower_first(_one_line(exc.message).removeprefix("Value error, ").rstrip("."))
+        hint = " / ".join(repr(opt) for opt in param.opts) if param.opts else repr(param.name)
+        value = _given_value(args, param.opts)
+        shown = "" if value is None or repr(value) in reason else f"{value!r}: "
+        message = f"invalid value for {hint}: {shown}{reason}"
+    where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+    typer.echo(f"error: {message}{where}", err=True)
+    return EXIT_BAD_INPUT
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _given_value(args: list[str], opts: list[str]) -> str | None:
+    """The value given to an option among ``opts`` (its last use), as typed; None if not found."""
+    value = None
+    for i, arg in enumerate(args):
+        for opt in opts:
+            if arg == opt and i + 1 < len(args):
+                value = args[i + 1]
+            elif opt.startswith("--") and arg.startswith(opt + "="):
+                value = arg[len(opt) + 1 :]
+    return value
+
+
 app = typer.Typer(
     name="per-dqn",
     help="Double/Dueling DQN with Prioritized Experience Replay.",
     no_args_is_help=True,
     add_completion=False,
+    cls=_OneLineErrors,
 )
 config_app = typer.Typer(help="Show or check experiment configs.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"per-dqn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Double/Dueling DQN with Prioritized Experience Replay."""
+
+
 Replay = StrEnum("Replay", {kind: kind for kind in KINDS})  # replay.kind
+
+
+class VideoView(StrEnum):
+    """What ``eval --video`` films."""
+
+    game = "game"
+    agent = "agent"
 
 
 class Device(StrEnum):
@@ -130,7 +234,9 @@ def train(
     device: Annotated[
         Device | None, typer.Option(help="auto, cpu or cuda; overrides run.device.")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress display (warnings still print).")
+    ] = False,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -383,9 +489,21 @@ def eval_(
     seed: Annotated[
         int | None, typer.Option(help="Seed of the episodes (default: the run's seed + 20000).")
     ] = None,
+    video_view: Annotated[
+        VideoView | None,
+        typer.Option(
+            help="With --video: `game` films the game's own frames (Atari: the emulator's RGB "
+            "screen; the default), `agent` the agent's 84x84 grayscale view (Atari only)."
+        ),
+    ] = None,
 ) -> None:
-    """Play a trained agent: print the mean, std, min and max return over the episodes."""
+    """Play a trained agent: print the mean, std, min and max return over the episodes.
+
+    The run's `train.eval_max_episode_steps` and `train.eval_max_total_steps` bound the
+    episodes (a warning names the one reached)."""
     problems = []
+    if video_view is not None and not video:
+        problems.append(f"--video-view {video_view.value} needs --video")
     if episodes < 1:
         problems.append(f"--episodes must be >= 1, got {episodes}")
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:
@@ -407,14 +525,18 @@ def eval_(
 
     try:
         result = evaluate.evaluate_source(
-            source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video
-        )
+            source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
+            video_view=(video_view or VideoView.game).value,
+        )  # fmt: skip
     except ValueError as exc:
         _fail([str(exc)])
     except OSError as exc:  # the video could not be written: disk full, read-only...
         where = exc.filename or source.run_dir / evaluate.VIDEO_DIR
         typer.echo(f"error: {where}: {exc.strerror or exc}", err=True)
         raise typer.Exit(EXIT_WRITE_FAILED) from None
+    cut = result.episodes.cap_warning()
+    if cut is not None:
+        typer.echo(f"warning: {cut}", err=True)
     for line in result.lines():
         typer.echo(line)
 

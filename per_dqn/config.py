@@ -39,6 +39,12 @@ INT64_MAX = 2**63 - 1
 # Threads beyond this are no machine's core count, and they are not harmless: torch segfaults
 # at `set_num_threads(10**6)` and ale-py refuses (with a traceback) a count past 2**31 - 1.
 MAX_THREADS = 1024
+# Atari ids (``envs.ATARI_NAMESPACE``; the config may not import envs, which imports gymnasium).
+ATARI_NAMESPACE = "ALE/"
+# Atari evaluation caps in emulator frames: an episode's standard time limit, 30 minutes of play
+# at 60 Hz (Machado et al., 2018), and Dopamine's evaluation phase (125,000 agent steps).
+ATARI_EVAL_EPISODE_FRAMES = 108_000
+ATARI_EVAL_TOTAL_FRAMES = 500_000
 # Episodes in one evaluation: their returns are allocated up front, and a million episodes
 # already outlast any training run.
 MAX_EVAL_EPISODES = 1_000_000
@@ -239,6 +245,15 @@ class TrainConfig(_Section):
         eval_episodes: episodes per periodic evaluation.
         final_eval_episodes: episodes of the final evaluation.
         eval_epsilon: exploration epsilon during evaluation (0: greedy).
+        eval_max_episode_steps: agent steps after which an evaluation episode is cut and counts
+            as truncated (null: the env's own time limit only). Left out, it follows the env:
+            Atari's standard 108,000 frames (27,000 agent steps at frame skip 4), none elsewhere
+            (CartPole's time limit already ends an episode at 500).
+        eval_max_total_steps: agent steps one evaluation may take in all; the episode underway
+            is cut and no other starts (null: no budget). Left out: Atari 500,000 frames
+            (125,000 agent steps at frame skip 4, Dopamine's evaluation phase), none elsewhere.
+            An untrained agent that never serves in Breakout plays every episode to the time
+            limit: without it, 30 such episodes took 17 minutes.
         log_interval: env steps between TensorBoard scalar writes.
     """
 
@@ -254,6 +269,8 @@ class TrainConfig(_Section):
     eval_episodes: int = Field(5, ge=1, le=MAX_EVAL_EPISODES)
     final_eval_episodes: int = Field(20, ge=1, le=MAX_EVAL_EPISODES)
     eval_epsilon: float = Field(0.0, ge=0, le=1)
+    eval_max_episode_steps: int | None = Field(None, ge=1)
+    eval_max_total_steps: int | None = Field(None, ge=1)
     log_interval: int = Field(1_000, ge=1)
 
 
@@ -281,7 +298,9 @@ class CheckpointConfig(_Section):
     Attributes:
         enabled: write checkpoints (off: only ``model.pt`` at the end, and no ``--resume``).
         interval_steps: env steps between checkpoints; one is always written at the end of the
-            run (0: only that one).
+            run (0: only that one). The default, 10,000, gives every shipped config several
+            within its budget (CartPole's whole run is 50,000), so a Ctrl-C loses minutes, not
+            the run; Atari's config sets its own (a checkpoint of a 1M memory is 7.3 GB).
         keep_last: checkpoints kept; older ones are deleted once a newer one is complete on disk.
         replay: include the replay memory with its priorities (about 7 KB per transition for
             deduplicated Atari frames); without it a resumed run refills an empty memory and is
@@ -289,7 +308,7 @@ class CheckpointConfig(_Section):
     """
 
     enabled: bool = True
-    interval_steps: int = Field(100_000, ge=0)
+    interval_steps: int = Field(10_000, ge=0)
     keep_last: int = Field(2, ge=1)
     replay: bool = True
 
@@ -321,6 +340,27 @@ class Config(_Section):
     train: TrainConfig = TrainConfig()
     run: RunConfig = RunConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eval_caps_follow_the_env(cls, data: Any) -> Any:
+        """Fills the evaluation caps a file leaves out with its env family's defaults, so the
+        resolved config (``config show``, the run dir's ``config.yaml``) states them."""
+        if not isinstance(data, dict):
+            return data
+        env, train = data.get("env", {}), data.get("train", {})
+        if not isinstance(env, dict) or not isinstance(train, dict):
+            return data  # a wrong type: validation names it
+        env_id, frame_skip = env.get("id", EnvConfig().id), env.get("frame_skip", 4)
+        if not (isinstance(env_id, str) and env_id.startswith(ATARI_NAMESPACE)):
+            return data
+        if not isinstance(frame_skip, int) or isinstance(frame_skip, bool) or frame_skip < 1:
+            return data
+        defaults = {
+            "eval_max_episode_steps": ATARI_EVAL_EPISODE_FRAMES // frame_skip,
+            "eval_max_total_steps": ATARI_EVAL_TOTAL_FRAMES // frame_skip,
+        }
+        return {**data, "train": {**defaults, **train}}
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:

@@ -32,6 +32,10 @@ from per_dqn.config import EnvConfig
 ATARI_NAMESPACE = "ALE/"
 # The v5 episode cap: 108,000 emulator frames (30 minutes of play at 60 Hz).
 ATARI_MAX_EPISODE_FRAMES = 108_000
+# The emulator's screen, (height, width, RGB): the same for every Atari 2600 game.
+ATARI_SCREEN_SHAPE = (210, 160, 3)
+# What an eval env's ``render()`` films: the game's own screen, or the agent's preprocessed view.
+VIDEO_VIEWS = ("game", "agent")
 
 
 def is_atari(env_id: str) -> bool:
@@ -101,10 +105,23 @@ def describe(env: gym.Env | VectorEnv) -> EnvSpec:
     return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype), int(act_space.n))
 
 
-def _make_atari_vector(config: EnvConfig, num_envs: int) -> VectorEnv:
-    """ale-py's native vector env with the protocol ``config`` sets; raw rewards, full games."""
+def _make_atari_vector(config: EnvConfig, num_envs: int, screen: bool = False) -> VectorEnv:
+    """ale-py's native vector env with the protocol ``config`` sets; raw rewards, full games.
+
+    With ``screen``, observations are the emulator's own RGB screen (``ATARI_SCREEN_SHAPE``,
+    the last frame of each skip, one per step) instead of the agent's 84x84 grayscale stack;
+    the emulation, its no-op starts and its sticky actions are the same.
+    """
     from ale_py.vector_env import AtariVectorEnv
 
+    image: dict[str, Any] = {
+        "img_height": 84, "img_width": 84, "grayscale": True, "stack_num": config.frame_stack,
+        "maxpool": True,
+    }  # fmt: skip
+    if screen:
+        height, width, _ = ATARI_SCREEN_SHAPE
+        image = {"img_height": height, "img_width": width, "grayscale": False, "stack_num": 1,
+                 "maxpool": False}  # fmt: skip
     game = atari_game(config.id)
     max_frames = (
         ATARI_MAX_EPISODE_FRAMES
@@ -119,12 +136,7 @@ def _make_atari_vector(config: EnvConfig, num_envs: int) -> VectorEnv:
         repeat_action_probability=config.sticky_action_prob,
         full_action_space=config.full_action_space,
         autoreset_mode=AutoresetMode.NEXT_STEP,
-        img_height=84,
-        img_width=84,
-        grayscale=True,
-        stack_num=config.frame_stack,
         frameskip=config.frame_skip,
-        maxpool=True,
         noop_max=config.noop_max,
         # Learning-side choices, made in the training loop so returns stay raw full-game scores.
         episodic_life=False,
@@ -132,6 +144,7 @@ def _make_atari_vector(config: EnvConfig, num_envs: int) -> VectorEnv:
         reward_clipping=False,
         # No FIRE after reset: Machado et al. (2018) recommend against game-specific help.
         use_fire_reset=False,
+        **image,
     )
 
 
@@ -157,58 +170,104 @@ class SingleAtariEnv(gym.Env):
     """One Atari game behind the single-env API, for evaluation: a one-env ``AtariVectorEnv``.
 
     Evaluation then sees exactly the preprocessing training saw (the same C++ pipeline).
-    ``render()`` returns the newest preprocessed frame as RGB (84x84, gray in all channels).
+    ``render()`` returns, with ``view="agent"``, the newest preprocessed frame as RGB (84x84,
+    gray in all channels); with ``view="game"``, the emulator's own RGB screen (210x160). ale-py's
+    vector env does not expose the screen, so the game view steps a second emulator in lockstep,
+    made with the same settings and given the same seeds and actions: ALE is deterministic given
+    both, so it plays the same game (``tests/test_envs.py`` checks rewards, lives and frame
+    numbers step by step), at twice the emulation cost.
     """
 
     metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012 - gymnasium's class attribute
 
-    def __init__(self, config: EnvConfig) -> None:
+    def __init__(self, config: EnvConfig, view: str = "agent") -> None:
+        if view not in VIDEO_VIEWS:
+            raise ValueError(f"`view` must be one of {list(VIDEO_VIEWS)}, got {view!r}")
         self._vector = _make_atari_vector(config, 1)
+        self._screen = _make_atari_vector(config, 1, screen=True) if view == "game" else None
+        self.view = view
         self.observation_space = self._vector.single_observation_space
         self.action_space = self._vector.single_action_space
         self.render_mode = "rgb_array"
         self._obs: np.ndarray | None = None
+        self._frame: np.ndarray | None = None
         self._needs_reset = True
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = self._vector.reset(seed=seed)
+        if self._screen is not None:
+            screen, screen_info = self._screen.reset(seed=seed)
+            self._frame = screen[0, 0]
+            self._check_lockstep(info, screen_info, 0.0, 0.0)
         self._obs, self._needs_reset = obs[0], False
         return obs[0], {key: value[0] for key, value in info.items()}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
             raise RuntimeError("step() after the episode ended: call reset() first")
-        obs, rewards, terminated, truncated, info = self._vector.step(
-            np.asarray([action], dtype=np.int64)
-        )
+        actions = np.asarray([action], dtype=np.int64)
+        obs, rewards, terminated, truncated, info = self._vector.step(actions)
+        if self._screen is not None:
+            screen, screen_rewards, _, _, screen_info = self._screen.step(actions)
+            self._frame = screen[0, 0]
+            self._check_lockstep(info, screen_info, rewards[0], screen_rewards[0])
         self._obs = obs[0]
         self._needs_reset = bool(terminated[0] or truncated[0])
         info = {key: value[0] for key, value in info.items()}
         return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
 
+    @staticmethod
+    def _check_lockstep(
+        info: dict[str, Any], screen_info: dict[str, Any], reward: float, screen_reward: float
+    ) -> None:
+        """Raises if the filming emulator no longer plays the agent's game (a film of another
+        game would be worse than none)."""
+        keys = ("episode_frame_number", "lives")
+        if reward != screen_reward or any(info[k][0] != screen_info[k][0] for k in keys):
+            raise RuntimeError(
+                "the game view's emulator fell out of step with the agent's: "
+                f"frame {info['episode_frame_number'][0]} vs "
+                f"{screen_info['episode_frame_number'][0]}, reward {reward} vs {screen_reward}"
+            )
+
     def render(self) -> np.ndarray:
         if self._obs is None:
             raise RuntimeError("render() before reset()")
+        if self._frame is not None:
+            return self._frame.copy()  # the next step writes over ale-py's buffer
         return np.repeat(self._obs[-1][:, :, None], 3, axis=2)
 
     def close(self) -> None:
         self._vector.close()
+        if self._screen is not None:
+            self._screen.close()
 
 
-def make_eval_env(config: EnvConfig, render: bool = False) -> gym.Env:
+def make_eval_env(config: EnvConfig, render: bool = False, view: str = "game") -> gym.Env:
     """A single environment, separate from the training ones, for evaluation.
 
     Args:
         config: the env section.
         render: make ``render()`` return RGB frames (for videos).
+        view: what ``render()`` films: ``game``, the game's own screen (Atari's 210x160 RGB,
+            CartPole's drawing), or ``agent``, the observation the agent acts on (Atari's 84x84
+            grayscale; only envs whose observations are images have one).
 
     Raises:
-        ValueError: an unknown or unsupported id.
+        ValueError: an unknown or unsupported id, or an ``agent`` view of an env whose
+            observations are not images.
     """
+    if view not in VIDEO_VIEWS:
+        raise ValueError(f"video view must be one of {list(VIDEO_VIEWS)}, got {view!r}")
     if is_atari(config.id):
-        return SingleAtariEnv(config)
+        return SingleAtariEnv(config, view if render else "agent")
+    if render and view == "agent":
+        raise ValueError(
+            f"video view 'agent': {config.id}'s observations are not images; its video is the "
+            "game's own render (view 'game')"
+        )
     if render:
         return _make_one(config, render_mode="rgb_array")
     return _make_one(config)

@@ -16,8 +16,9 @@ error line naming it.
 
 The environment is the run's evaluation env (``envs.make_eval_env``), the same one training
 evaluated on. ``--video`` films the first episode as an animated GIF (Pillow) of ``env.render()``
-frames into ``RUN_DIR/videos/``; frames narrower than ``MIN_VIDEO_SIDE`` (Atari's 84x84) are
-enlarged by a whole factor so the pixels stay sharp.
+frames into ``RUN_DIR/videos/``: the game's own frames (Atari: the emulator's 210x160 RGB screen)
+or, with ``video_view="agent"``, what the agent sees (Atari's 84x84 grayscale). Frames narrower
+than ``MIN_VIDEO_SIDE`` are enlarged by a whole factor so the pixels stay sharp.
 
 This module builds no agent itself: the CLI passes ``build.make_agent``, so an evaluated network
 is always built exactly as training built it.
@@ -156,13 +157,58 @@ def resolve_source(target: Path) -> Source:
     return Source(model, weights, config, target, steps, label, warnings)
 
 
+# The config keys of the evaluation caps, named in the warning a cut evaluation prints.
+EPISODE_CAP_KEY = "train.eval_max_episode_steps"
+TOTAL_CAP_KEY = "train.eval_max_total_steps"
+# Agent steps between two progress reports within an episode (an Atari episode can last 27,000).
+PROGRESS_EVERY_STEPS = 1_000
+
+# (episodes finished, episodes asked for, agent steps so far)
+EvalProgress = Callable[[int, int, int], None]
+
+
 @dataclass(frozen=True)
 class Episodes:
-    """Returns and lengths of evaluation episodes, and the first one's frames when filmed."""
+    """Returns and lengths of evaluation episodes, and the first one's frames when filmed.
+
+    Attributes:
+        returns: one per episode played (fewer than asked when the step budget ran out).
+        lengths: agent steps of each.
+        frames: the first episode's frames, when filmed.
+        truncated: each episode ended by a time limit, the env's or a cap (not by the game).
+        asked: episodes asked for.
+        episode_cap: the per-episode cap in agent steps (None: none).
+        total_cap: the whole evaluation's budget in agent steps (None: none).
+        reached_episode_cap: episodes that lasted ``episode_cap`` steps and were cut there.
+        reached_total_cap: the budget ran out before every asked episode had ended.
+    """
 
     returns: np.ndarray
     lengths: np.ndarray
     frames: list[np.ndarray]
+    truncated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    asked: int = 0
+    episode_cap: int | None = None
+    total_cap: int | None = None
+    reached_episode_cap: int = 0
+    reached_total_cap: bool = False
+
+    def cap_warning(self) -> str | None:
+        """One line naming each cap that cut this evaluation and its config key; None if none
+        did."""
+        parts = []
+        if self.reached_episode_cap:
+            parts.append(
+                f"{self.reached_episode_cap} of {len(self.returns)} episodes reached "
+                f"{EPISODE_CAP_KEY} ({self.episode_cap:,} agent steps) and count as truncated"
+            )
+        if self.reached_total_cap:
+            parts.append(
+                f"the evaluation reached {TOTAL_CAP_KEY} ({self.total_cap:,} agent steps) after "
+                f"{len(self.returns)} of {self.asked} episodes (an episode it cut counts as "
+                "truncated)"
+            )
+        return "; ".join(parts) or None
 
 
 def play(
@@ -172,8 +218,12 @@ def play(
     epsilon: float,
     seed: int,
     film: bool = False,
+    *,
+    max_episode_steps: int | None = None,
+    max_total_steps: int | None = None,
+    on_progress: EvalProgress | None = None,
 ) -> Episodes:
-    """Plays ``episodes`` full episodes, epsilon-greedy (greedy at 0).
+    """Plays ``episodes`` episodes, epsilon-greedy (greedy at 0), within the caps.
 
     The env is reset with ``seed`` before the first episode and without one afterwards (its own
     RNG continues), and exploration draws from ``default_rng(seed)``: same seed, same episodes.
@@ -186,8 +236,13 @@ def play(
         seed: see above.
         film: keep the first episode's frames (the reset frame and one per step, up to
             ``VIDEO_MAX_FRAMES``).
+        max_episode_steps, max_total_steps, on_progress: see ``run_episodes``.
     """
-    return run_episodes(agent, env, episodes, epsilon, np.random.default_rng(seed), seed, film)
+    return run_episodes(
+        agent, env, episodes, epsilon, np.random.default_rng(seed), seed, film,
+        max_episode_steps=max_episode_steps, max_total_steps=max_total_steps,
+        on_progress=on_progress,
+    )  # fmt: skip
 
 
 def run_episodes(
@@ -198,8 +253,19 @@ def run_episodes(
     rng: np.random.Generator,
     first_reset_seed: int | None = None,
     film: bool = False,
+    *,
+    max_episode_steps: int | None = None,
+    max_total_steps: int | None = None,
+    on_progress: EvalProgress | None = None,
 ) -> Episodes:
     """The episode loop behind ``play`` and the training loop's evaluations.
+
+    Two caps keep an evaluation bounded: an untrained Breakout agent that never serves plays
+    every episode to Atari's time limit, and a 30-episode final evaluation then took 17 minutes
+    after a 1,500-step smoke run. An episode that reaches ``max_episode_steps`` is cut there;
+    once the evaluation has taken ``max_total_steps`` agent steps, the episode underway is cut
+    and no other starts. A cut episode counts as truncated, with the return it had; the result
+    says which cap was reached (``Episodes.cap_warning``).
 
     Args:
         agent: anything with ``greedy_actions(obs_batch)`` and ``num_actions``.
@@ -209,10 +275,30 @@ def run_episodes(
         rng: exploration's random generator (the caller's, so its state carries on).
         first_reset_seed: seed of the first reset (None: the env's own RNG continues).
         film: keep the first episode's frames.
+        max_episode_steps: agent steps after which an episode is cut (None: the env's own time
+            limit only). An episode the env truncates at exactly this length counts as reaching
+            it too.
+        max_total_steps: agent steps the whole evaluation may take (None: no budget).
+        on_progress: called with (episodes finished, ``episodes``, agent steps so far) at the
+            start, at the end of each episode and every ``PROGRESS_EVERY_STEPS`` agent steps.
+
+    Raises:
+        ValueError: a cap below 1.
     """
+    caps = {"max_episode_steps": max_episode_steps, "max_total_steps": max_total_steps}
+    for name, cap in caps.items():
+        if cap is not None and cap < 1:
+            raise ValueError(f"`{name}` must be >= 1 or None, got {cap}")
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=np.int64)
+    cut = np.zeros(episodes, dtype=np.bool_)
     frames: list[np.ndarray] = []
+    steps, played, at_episode_cap, out_of_budget = 0, 0, 0, False
+    if on_progress is not None:
+        on_progress(0, episodes, 0)
     for episode in range(episodes):
+        if max_total_steps is not None and steps >= max_total_steps:
+            out_of_budget = True
+            break
         obs, _ = env.reset(seed=first_reset_seed if episode == 0 else None)
         filming = film and episode == 0
         if filming:
@@ -226,10 +312,27 @@ def run_episodes(
             obs, reward, terminated, truncated, _ = env.step(action)
             returns[episode] += float(reward)
             lengths[episode] += 1
+            steps += 1
+            if not terminated and max_episode_steps is not None:
+                if lengths[episode] >= max_episode_steps:
+                    truncated = True
+                    at_episode_cap += 1
+            if not (terminated or truncated) and max_total_steps is not None:
+                if steps >= max_total_steps:
+                    truncated = out_of_budget = True
+            cut[episode] = truncated and not terminated
             done = terminated or truncated
             if filming and len(frames) < VIDEO_MAX_FRAMES:
                 frames.append(env.render())
-    return Episodes(returns, lengths, frames)
+            if on_progress is not None and steps % PROGRESS_EVERY_STEPS == 0 and not done:
+                on_progress(episode, episodes, steps)
+        played += 1
+        if on_progress is not None:
+            on_progress(played, episodes, steps)
+    return Episodes(
+        returns[:played], lengths[:played], frames, cut[:played], episodes,
+        max_episode_steps, max_total_steps, at_episode_cap, out_of_budget,
+    )  # fmt: skip
 
 
 def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
@@ -357,8 +460,12 @@ def evaluate_source(
     epsilon: float | None = None,
     seed: int | None = None,
     video: bool = False,
+    video_view: str = "game",
+    on_progress: EvalProgress | None = None,
 ) -> EvalReport:
-    """Builds the agent and the eval env of ``source``'s config, loads the weights and plays.
+    """Builds the agent and the eval env of ``source``'s config, loads the weights and plays,
+    within the config's evaluation caps (``train.eval_max_episode_steps`` and
+    ``train.eval_max_total_steps``).
 
     Args:
         source: from ``resolve_source``.
@@ -367,9 +474,14 @@ def evaluate_source(
         epsilon: exploration epsilon (None: the config's ``train.eval_epsilon``).
         seed: episode seed (None: ``run.seed + EVAL_SEED_OFFSET``).
         video: film the first episode into ``RUN_DIR/videos/eval-step<N>.gif``.
+        video_view: ``game`` films the game's own frames (Atari: the emulator's 210x160 RGB
+            screen), ``agent`` the agent's observations (Atari's 84x84 grayscale, into
+            ``eval-step<N>-agent.gif``).
+        on_progress: see ``run_episodes``.
 
     Raises:
-        ValueError: the env cannot be made or rendered, or the weights do not fit the network.
+        ValueError: the env cannot be made or rendered (or has no ``agent`` view), or the
+            weights do not fit the network.
     """
     import gymnasium as gym
     import torch
@@ -380,11 +492,16 @@ def evaluate_source(
     epsilon = config.train.eval_epsilon if epsilon is None else epsilon
     seed = config.run.seed + EVAL_SEED_OFFSET if seed is None else seed
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu":
+        # As in training: one greedy action at a time is a tiny matrix product, and intra-op
+        # threads beyond `run.torch_threads` only spin against the env (10 CartPole episodes took
+        # 21 s on torch's default threads against 3.6 s on one, on a many-core machine).
+        torch.set_num_threads(config.run.torch_threads)
     if video:
         # Classic-control renderers call pygame.init(), whose display driver prints an SDL
         # "error:" line on a headless machine; offscreen rgb_array frames need no display.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = make_eval_env(config.env, render=video)
+    env = make_eval_env(config.env, render=video, view=video_view)
     try:
         agent = make_agent(config, describe(env), device)
         try:
@@ -395,7 +512,11 @@ def evaluate_source(
                 f"{source.weights_file}: does not fit the network ({reason})"
             ) from None
         try:
-            played = play(agent, env, episodes, epsilon, seed, film=video)
+            played = play(
+                agent, env, episodes, epsilon, seed, film=video,
+                max_episode_steps=config.train.eval_max_episode_steps,
+                max_total_steps=config.train.eval_max_total_steps, on_progress=on_progress,
+            )  # fmt: skip
         except gym.error.Error as exc:  # e.g. a renderer whose dependency is not installed
             raise ValueError(f"{config.env.id}: cannot render ({exc})") from None
         fps = float(env.metadata.get("render_fps") or DEFAULT_VIDEO_FPS)
@@ -404,6 +525,7 @@ def evaluate_source(
     path, frame_ms = None, 0
     if video:
         name = "eval-final" if source.env_steps is None else f"eval-step{source.env_steps}"
+        name += "" if video_view == "game" else f"-{video_view}"
         path = source.run_dir / VIDEO_DIR / f"{name}.gif"
         frame_ms = write_gif(played.frames, path, fps)
     return EvalReport(source, played, epsilon, seed, path, frame_ms)

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 # --- tags -----------------------------------------------------------------------------------------
@@ -572,43 +571,197 @@ class ReplayHealth:
 # --- console --------------------------------------------------------------------------------------
 
 
+# Seconds between two plain progress lines when stderr is not a terminal.
+PLAIN_PROGRESS_INTERVAL_S = 30.0
+
+
+def format_duration(seconds: float) -> str:
+    """``H:MM:SS`` (hours unbounded: a 50M-step Atari run takes days), ``-:--:--`` if unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "-:--:--"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def format_steps(steps: int) -> str:
+    """``12,500`` below a million, ``12.50M`` from there (a 50M budget must fit in 80 columns)."""
+    return f"{steps:,}" if steps < 1_000_000 else f"{steps / 1e6:.2f}M"
+
+
+def _number(value: float, spec: str) -> str:
+    return "-" if not math.isfinite(value) else format(value, spec)
+
+
 class ConsoleProgress:
-    """A rich progress bar: env steps, SPS, recent return, epsilon, beta and ETA.
+    """What a person watching a run sees: progress, speed, learning, and an evaluation underway.
+
+    On a terminal, a two-line rich display that fits in 80 columns::
+
+        train ━━━━━━━━━━━━━━━━━         12,500/50,000 steps  1,234 SPS  elapsed 0:00:10  ETA 0:00:30
+        return 45.2  last eval 120.0  loss 0.0123  eps 0.050  beta 0.550
+
+    (the bar takes what the text leaves). Where stderr is not a terminal (nohup, Slurm, CI, a
+    pipe) a redrawn bar would print nothing until the end, so one plain line is printed every
+    ``plain_interval_s`` seconds instead, with the same fields::
+
+        progress: 12,500/50,000 env steps (25.0%)  1,234 SPS  return 45.2  last eval 120.0  ...
+
+    The ETA is the steps left at the SPS shown (the loop's speed over its last log interval);
+    it leaves out the final evaluation, which ``evaluating`` shows while it runs.
 
     Args:
         total_env_steps: the run's budget.
         console: where to draw (stderr by default, so stdout stays clean for the summary).
-        enabled: False draws nothing (tests, ``--quiet``).
+        enabled: False draws nothing (tests, ``--quiet``); ``warn`` still prints.
+        plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
     """
 
-    def __init__(self, total_env_steps: int, console: Console | None = None, enabled=True) -> None:
-        self._progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            TextColumn("{task.completed:>,}/{task.total:,} steps"),
-            TextColumn("{task.fields[sps]:>6,.0f} SPS"),
-            TextColumn("return {task.fields[ret]:>6.1f}"),
-            TextColumn("eps {task.fields[eps]:.3f}"),
-            TextColumn("beta {task.fields[beta]:.3f}"),
-            TimeRemainingColumn(),
-            console=console or Console(stderr=True),
-            disable=not enabled,
-            refresh_per_second=4,
-        )
-        self._task = self._progress.add_task(
-            "train", total=total_env_steps, sps=0.0, ret=math.nan, eps=1.0, beta=0.0
-        )
+    def __init__(
+        self,
+        total_env_steps: int,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.total = total_env_steps
+        self.enabled = enabled
+        self.plain = not self.console.is_terminal
+        self.plain_interval_s = plain_interval_s
+        self.env_steps = 0
+        self.sps = self.ret = self.loss = self.last_eval = math.nan
+        self.eps = self.beta = math.nan
+        self.eval_state: tuple[int, int, int | None] | None = None  # done, total, agent steps
+        self._started = time.monotonic()
+        self._next_line = self._started + plain_interval_s
+        self._lines = 0
+        self._live: Any = None
 
     def __enter__(self) -> ConsoleProgress:
-        self._progress.start()
+        self._started = time.monotonic()
+        self._next_line = self._started + self.plain_interval_s
+        if self.enabled and not self.plain:
+            from rich.live import Live
+
+            self._live = Live(self, console=self.console, refresh_per_second=4)
+            self._live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        elif self.enabled and self.plain and self._lines:
+            self._print_line()  # where the run ended, after the lines that came before
 
-    def update(self, env_steps: int, sps: float, ret: float, eps: float, beta: float) -> None:
-        """Moves the bar to ``env_steps`` and refreshes the fields."""
-        self._progress.update(self._task, completed=env_steps, sps=sps, ret=ret, eps=eps, beta=beta)
+    def update(
+        self,
+        env_steps: int,
+        sps: float,
+        ret: float,
+        eps: float,
+        beta: float,
+        *,
+        loss: float = math.nan,
+        last_eval: float = math.nan,
+    ) -> None:
+        """Shows the training state at ``env_steps`` (and ends an ``evaluating`` display).
+
+        Args:
+            env_steps: env steps done.
+            sps: env steps per second lately.
+            ret: mean return of the recent training episodes (NaN: none finished yet).
+            eps: exploration epsilon.
+            beta: PER's importance-sampling exponent.
+            loss: the latest TD loss (NaN: no update yet).
+            last_eval: mean return of the latest evaluation (NaN: none yet).
+        """
+        self.env_steps, self.sps, self.ret, self.eps, self.beta = env_steps, sps, ret, eps, beta
+        self.loss, self.last_eval = loss, last_eval
+        self.eval_state = None
+        self._tick()
+
+    def evaluating(
+        self, episodes_done: int, episodes_total: int, agent_steps: int | None = None
+    ) -> None:
+        """Shows an evaluation underway: ``episodes_done`` of ``episodes_total`` finished, and
+        the agent steps it has taken so far. The next ``update`` returns to training."""
+        self.eval_state = (episodes_done, episodes_total, agent_steps)
+        self._tick()
+
+    def warn(self, line: str) -> None:
+        """Prints ``warning: line`` above the display (also when the display is disabled)."""
+        self.console.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
+
+    def _tick(self) -> None:
+        if not self.enabled or not self.plain:
+            return  # a live display redraws itself from these fields
+        now = time.monotonic()
+        if now >= self._next_line:
+            self._next_line = now + self.plain_interval_s
+            self._print_line()
+
+    def _print_line(self) -> None:
+        self._lines += 1
+        self.console.print(
+            f"progress: {self.plain_line()}", markup=False, highlight=False, soft_wrap=True
+        )
+
+    # --- what is shown ----------------------------------------------------------------------------
+
+    def _elapsed(self) -> str:
+        return format_duration(time.monotonic() - self._started)
+
+    def _eta(self) -> str:
+        left = self.total - self.env_steps
+        if left <= 0:
+            return format_duration(0)
+        return format_duration(left / self.sps) if self.sps > 0 else format_duration(math.nan)
+
+    def _eval_text(self) -> str:
+        assert self.eval_state is not None
+        done, total, steps = self.eval_state
+        text = f"evaluating: {done}/{total} episodes"
+        return text if steps is None else f"{text}, {steps:,} agent steps"
+
+    def _learning_text(self) -> str:
+        return (
+            f"return {_number(self.ret, '.1f')}  last eval {_number(self.last_eval, '.1f')}  "
+            f"loss {_number(self.loss, '.3g')}  eps {_number(self.eps, '.3f')}  "
+            f"beta {_number(self.beta, '.3f')}"
+        )
+
+    def plain_line(self) -> str:
+        """The plain progress line (without its ``progress:`` prefix)."""
+        share = 100.0 * self.env_steps / self.total if self.total else 100.0
+        head = f"{self.env_steps:,}/{self.total:,} env steps ({share:.1f}%)"
+        times = f"elapsed {self._elapsed()}  ETA {self._eta()}"
+        if self.eval_state is not None:
+            return f"{head}  {self._eval_text()}  {times}"
+        return f"{head}  {_number(self.sps, ',.0f')} SPS  {self._learning_text()}  {times}"
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.text import Text
+
+        label = "eval " if self.eval_state is not None else "train"
+        steps = f"{format_steps(self.env_steps)}/{format_steps(self.total)} steps"
+        right = (
+            f"{steps}  {_number(self.sps, ',.0f')} SPS  elapsed {self._elapsed()}  "
+            f"ETA {self._eta()}"
+        )
+        top = Table.grid(padding=(0, 1), expand=True)
+        top.add_column(no_wrap=True)
+        top.add_column(ratio=1)
+        top.add_column(no_wrap=True)
+        top.add_row(
+            Text(label, style="bold"),
+            ProgressBar(total=max(self.total, 1), completed=min(self.env_steps, self.total)),
+            Text(right),
+        )
+        second = self._eval_text() if self.eval_state is not None else self._learning_text()
+        return Group(top, Text(second, no_wrap=True, overflow="ellipsis"))
 
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:

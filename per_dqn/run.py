@@ -13,6 +13,7 @@ import contextlib
 import io
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -408,7 +409,9 @@ class _Session:
                 self._write_log()
             if loop.eval_due():
                 loop.check_weights()
-                result = self._evaluate(train.eval_episodes)
+                result = self._evaluate(
+                    train.eval_episodes, f"the evaluation at env step {state.env_steps:,}"
+                )
                 self._call("on_eval", state.env_steps, result.returns)
             if self.progress is not None and state.env_steps >= next_progress:
                 next_progress = state.env_steps + PROGRESS_INTERVAL_STEPS
@@ -421,13 +424,27 @@ class _Session:
                 self.saved_at = state.env_steps
                 self._call("on_checkpoint", state.env_steps, path)
 
-    def _evaluate(self, episodes: int) -> Episodes:
-        loop, train = self.loop, self.config.train
+    def _evaluate(self, episodes: int, what: str) -> Episodes:
+        """Plays an evaluation within ``train``'s caps, shown on the progress display; logs it,
+        and warns (one line naming the cap and its key) when a cap cut it."""
+        loop, train, progress = self.loop, self.config.train, self.progress
         result = run_episodes(
-            loop.agent, loop.envs.eval, episodes, train.eval_epsilon, loop.state.eval_rng
-        )
+            loop.agent, loop.envs.eval, episodes, train.eval_epsilon, loop.state.eval_rng,
+            max_episode_steps=train.eval_max_episode_steps,
+            max_total_steps=train.eval_max_total_steps,
+            on_progress=None if progress is None else progress.evaluating,
+        )  # fmt: skip
         self.logger.scalars(eval_scalars(result), loop.state.env_steps)
         self.last_eval = float(result.returns.mean())
+        warning = result.cap_warning()
+        if warning is not None:
+            line = f"{what}: {warning}"
+            if progress is not None:
+                progress.warn(line)
+            else:
+                warnings.warn(line, RuntimeWarning, stacklevel=2)
+        if progress is not None:
+            self._update_progress()
         return result
 
     def _write_log(self) -> None:
@@ -466,10 +483,12 @@ class _Session:
             ret=float(np.mean(recent)) if recent else math.nan,
             eps=loop.epsilon(state.env_steps),
             beta=loop.beta(state.env_steps),
+            loss=self.last_loss,
+            last_eval=self.last_eval,
         )
 
     def _final_eval(self) -> Episodes:
         """The final evaluation, logged at the last env step."""
         if self.progress is not None:
             self._update_progress()
-        return self._evaluate(self.config.train.final_eval_episodes)
+        return self._evaluate(self.config.train.final_eval_episodes, "the final evaluation")

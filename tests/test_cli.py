@@ -14,6 +14,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from per_dqn import __version__
 from per_dqn.cli import app
 from per_dqn.config import load_config
 
@@ -87,6 +88,54 @@ def test_bad_choice_option_is_a_usage_error(workdir):
     result = invoke("train", "-c", "cartpole.yaml", "--replay", "bogus")
     assert result.exit_code == 2
     assert "bogus" in result.output
+    assert list(workdir.iterdir()) == []
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout == f"per-dqn {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["train", "-c", "cartpole.yaml", "--replay", "prop"],
+         "invalid value for '--replay': 'prop' is not one of 'uniform', 'proportional', 'rank' "
+         "(see per-dqn train --help)"),
+        (["eval", "run", "--episodes=x"],
+         "invalid value for '--episodes': 'x': input should be a valid integer, unable to parse "
+         "string as an integer (see per-dqn eval --help)"),
+        (["train", "-c", "cartpole.yaml", "--bogus", "1"],
+         "no such option: --bogus (see per-dqn train --help)"),
+        (["plan"], "missing option '--config' / '-c' (see per-dqn plan --help)"),
+        (["eval"], "missing argument 'RUN_DIR_OR_CHECKPOINT' (see per-dqn eval --help)"),
+    ],
+)  # fmt: skip
+def test_usage_errors_are_one_plain_line(workdir, args, line):
+    """Bug pinned: a bad choice (`--replay prop`), an unknown or a missing option got typer's
+    boxed rich panel, while every other bad input gets one `error:` line; now all of them name
+    the option and the value on one line, exit 2, and create nothing."""
+    result = runner.invoke(app, args, prog_name="per-dqn")
+    assert_bad_input(result, line)
+    assert list(workdir.iterdir()) == []
+
+
+def test_usage_errors_from_a_real_process(workdir):
+    """The console script's path (``Typer.__call__``), which ``CliRunner`` does not take: the
+    same one line on stderr, nothing on stdout, exit 2; `--version` too."""
+    command = [sys.executable, "-m", "per_dqn.cli"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([*command, "train", "-c", "cartpole.yaml", "--replay", "prop"],
+                          capture_output=True, text=True, env=env, cwd=workdir)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        "error: invalid value for '--replay': 'prop' is not one of 'uniform', 'proportional', "
+        "'rank' (see python -m per_dqn.cli train --help)\n"
+    )
+    done = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"per-dqn {__version__}\n", "")
     assert list(workdir.iterdir()) == []
 
 

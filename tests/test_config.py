@@ -33,6 +33,19 @@ def test_top_level_configs_are_the_shipped_ones():
     assert "cartpole.yaml" in shipped_config_names()
 
 
+@pytest.mark.parametrize("name", shipped_config_names())
+def test_every_shipped_config_checkpoints_several_times(name):
+    """Bug pinned: the default `checkpoint.interval_steps` (100k) was longer than CartPole's
+    whole run (50k), so a Ctrl-C before the end lost everything. The loop writes one at every
+    multiple of the interval below the budget and one at the end."""
+    config = load_config(resolve_config_path(name))
+    interval, budget = config.checkpoint.interval_steps, config.train.total_env_steps
+    assert config.checkpoint.enabled
+    assert interval > 0
+    periodic = len(range(interval, budget, interval))  # multiples strictly below the budget
+    assert periodic + 1 >= 3, (name, interval, budget)
+
+
 def test_bare_name_resolves_to_the_shipped_config_from_anywhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("cartpole.yaml", "cartpole"):

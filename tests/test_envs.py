@@ -65,3 +65,50 @@ def test_unusable_envs_name_the_key(env_id, message):
     with pytest.raises(ValueError, match=message) as info:
         make_vector_env(EnvConfig(id=env_id))
     assert str(info.value).startswith("env.id: ")
+
+
+@pytest.mark.atari
+def test_atari_game_view_films_the_emulator_s_rgb_screen_in_lockstep():
+    """Issue 13, part 3, item 5: `eval --video` filmed the agent's 84x84 grayscale view. The
+    game view renders the emulator's own 210x160 RGB screen from a second emulator stepped in
+    lockstep (same seeds, same actions, sticky actions and no-op starts included); the env checks
+    frame numbers, lives and rewards at every step, across episode ends, and refuses a film of
+    another game."""
+    config = EnvConfig(id="ALE/Breakout-v5", max_episode_steps=60, sticky_action_prob=0.25)
+    env = make_eval_env(config, render=True, view="game")
+    agent_view = make_eval_env(config, render=True, view="agent")
+    rng = np.random.default_rng(0)
+    try:
+        for episode in range(3):
+            seed = 5 if episode == 0 else None
+            obs, _ = env.reset(seed=seed)
+            np.testing.assert_array_equal(obs, agent_view.reset(seed=seed)[0])
+            done = False
+            while not done:
+                action = int(rng.integers(env.action_space.n))
+                obs, reward, terminated, truncated, _ = env.step(action)
+                other = agent_view.step(action)
+                np.testing.assert_array_equal(obs, other[0])  # the agent's input is unchanged
+                assert reward == other[1]
+                done = terminated or truncated
+        frame = env.render()
+        assert frame.shape == (210, 160, 3) and frame.dtype == np.uint8
+        colours = np.unique(frame.reshape(-1, 3), axis=0)
+        assert (colours[:, 0] != colours[:, 2]).any()  # colour, not gray in three channels
+        assert agent_view.render().shape == (84, 84, 3)
+        gray = agent_view.render()
+        assert (gray[..., 0] == gray[..., 2]).all()
+        # A negative control: the filming emulator reset with another seed is caught.
+        env.reset(seed=1)
+        env._screen.reset(seed=2)
+        with pytest.raises(RuntimeError, match="fell out of step"):
+            for _ in range(60):
+                env.step(0)
+    finally:
+        env.close()
+        agent_view.close()
+
+
+def test_agent_view_of_a_vector_observation_is_refused():
+    with pytest.raises(ValueError, match="CartPole-v1's observations are not images"):
+        make_eval_env(EnvConfig(id="CartPole-v1"), render=True, view="agent")

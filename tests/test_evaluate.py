@@ -89,6 +89,21 @@ def test_prints_the_statistics_of_greedy_episodes(run_dir):
     ]
 
 
+def test_eval_runs_on_the_run_s_torch_threads(run_dir):
+    """Bug pinned: `per-dqn eval` played on torch's default intra-op threads (one per core),
+    whatever `run.torch_threads` said: 10 CartPole episodes took 21 s on a many-core machine,
+    against 3.6 s on the config's one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # what torch's default would be on a 3-core machine
+    try:
+        result = evaluate(str(run_dir), "--episodes", "1")
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == load_config(run_dir / "config.yaml").run.torch_threads
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_checkpoint_dir_plays_its_own_weights(run_dir):
     older = ckpt.checkpoints_dir(run_dir) / "step_000000500"
     result = evaluate(str(older), "--episodes", "2", "--seed", "3")
@@ -319,7 +334,9 @@ def test_bad_input_is_one_line_each(tmp_path):
 @pytest.mark.atari
 def test_atari_checkpoint_plays_and_films(tmp_path):
     """The real ALE: a few steps of Pong with the CNN, checkpointed, then evaluated with a video
-    of its preprocessed 84x84 frames enlarged to 252x252."""
+    of the game's own 210x160 RGB screen enlarged to 420x320 (issue 13, part 3, item 5: it
+    filmed the agent's grayscale view), and with `--video-view agent`, of its preprocessed 84x84
+    frames enlarged to 252x252."""
     run_dir = train(
         tmp_path / "run", "env.id=ALE/Pong-v5", "env.max_episode_steps=60", "replay.capacity=200",
         "train.total_env_steps=80", "train.learning_starts=64", "train.batch_size=32",
@@ -331,4 +348,107 @@ def test_atari_checkpoint_plays_and_films(tmp_path):
     assert lines[1].startswith("env: ALE/Pong-v5, 1 episodes")
     assert lines[3] == "length: mean 60.0  min 60  max 60"  # the time limit
     with Image.open(run_dir / "videos" / "eval-step80.gif") as image:
+        assert image.size == (320, 420)
+        rgb = np.asarray(image.convert("RGB"))
+    colours = np.unique(rgb.reshape(-1, 3), axis=0)
+    assert (colours[:, 0] != colours[:, 1]).any()  # Pong's orange, green and white, not gray
+    result = evaluate(str(run_dir), "--episodes", "1", "--video", "--video-view", "agent")
+    assert result.exit_code == 0, result.output
+    with Image.open(run_dir / "videos" / "eval-step80-agent.gif") as image:
         assert image.size == (252, 252)
+        gray = np.asarray(image.convert("RGB"))
+    assert (gray[..., 0] == gray[..., 1]).all()
+
+
+def test_video_view_needs_video_and_an_image_env(run_dir):
+    result = evaluate(str(run_dir), "--video-view", "agent")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["error: --video-view agent needs --video"]
+    result = evaluate(str(run_dir), "--video", "--video-view", "agent")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: video view 'agent': CartPole-v1's observations are not images; its video is the "
+        "game's own render (view 'game')"
+    ]
+    assert not (run_dir / "videos" / "eval-step1000-agent.gif").exists()
+
+
+# --- evaluation caps (issue 13, part 3, item 2) ---------------------------------------------------
+
+
+class Balancer:
+    """A hand-written CartPole controller (push towards where the pole falls) that keeps the
+    pole up for hundreds of steps: long episodes for the caps to cut, without training."""
+
+    num_actions = 2
+
+    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
+        return (3.0 * obs[:, 2] + obs[:, 3] > 0).astype(np.int64)
+
+
+def test_caps_cut_episodes_and_the_whole_evaluation_by_hand():
+    """5 episodes asked, at most 100 agent steps each and 250 in all: two episodes cut at 100,
+    the third cut at 50 when the budget runs out, and no fourth; each cut one counts as
+    truncated, the returns are the steps played (CartPole pays 1 a step), and progress is
+    reported at the start and after each episode."""
+    from per_dqn.evaluate import play
+
+    env = gym.make("CartPole-v1")
+    full = play(Balancer(), env, 1, 0.0, seed=3)
+    assert full.lengths[0] > 100  # the controller alone outlasts the cap
+    seen = []
+    cut = play(Balancer(), env, 5, 0.0, seed=3, max_episode_steps=100, max_total_steps=250,
+               on_progress=lambda *a: seen.append(a))  # fmt: skip
+    assert cut.lengths.tolist() == [100, 100, 50]
+    assert cut.returns.tolist() == [100.0, 100.0, 50.0]
+    assert cut.truncated.tolist() == [True, True, True]
+    assert (cut.reached_episode_cap, cut.reached_total_cap) == (2, True)
+    assert seen == [(0, 5, 0), (1, 5, 100), (2, 5, 200), (3, 5, 250)]
+    assert cut.cap_warning() == (
+        "2 of 3 episodes reached train.eval_max_episode_steps (100 agent steps) and count as "
+        "truncated; the evaluation reached train.eval_max_total_steps (250 agent steps) after 3 "
+        "of 5 episodes (an episode it cut counts as truncated)"
+    )
+    uncut = play(Balancer(), env, 2, 0.0, seed=3, max_episode_steps=10_000)
+    assert uncut.cap_warning() is None and uncut.lengths[0] == full.lengths[0]
+    assert uncut.truncated[0] == (full.lengths[0] == 500)  # CartPole's own time limit
+    with pytest.raises(ValueError, match="`max_total_steps` must be >= 1 or None, got 0"):
+        play(Balancer(), env, 1, 0.0, seed=3, max_total_steps=0)
+
+
+def test_training_s_final_evaluation_is_capped_and_warns(tmp_path):
+    """Bug pinned: a 1,500-step Breakout smoke run spent 17 minutes in its final evaluation, an
+    untrained agent playing every episode to the time limit. The final evaluation stops at
+    `train.eval_max_total_steps`, warns once naming the key, and the summary counts the
+    episodes it played."""
+    import json
+
+    with pytest.warns(RuntimeWarning) as caught:
+        run_dir = train(tmp_path / "run", "train.eval_max_total_steps=5",
+                        "train.final_eval_episodes=3")  # fmt: skip
+    lines = [str(w.message) for w in caught if "eval_max" in str(w.message)]
+    assert lines == [
+        "the final evaluation: the evaluation reached train.eval_max_total_steps (5 agent steps) "
+        "after 1 of 3 episodes (an episode it cut counts as truncated)"
+    ]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_eval_episodes"] == 1
+    assert summary["final_eval_return_mean"] <= 5.0
+
+
+def test_eval_command_warns_when_a_cap_cut_it(run_dir, tmp_path):
+    copy = tmp_path / "capped"
+    shutil.copytree(run_dir, copy)
+    config = (copy / "config.yaml").read_text()
+    (copy / "config.yaml").write_text(
+        config.replace("eval_max_episode_steps: null", "eval_max_episode_steps: 3")
+    )
+    for checkpoint in (copy / "checkpoints").iterdir():
+        shutil.rmtree(checkpoint)  # plays model.pt with the edited config
+    result = evaluate(str(copy), "--episodes", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "warning: 2 of 2 episodes reached train.eval_max_episode_steps (3 agent steps) and count "
+        "as truncated"
+    )
+    assert "length: mean 3.0  min 3  max 3" in result.stdout

@@ -118,3 +118,104 @@ def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
 def test_every_documented_tag_has_a_meaning():
     assert all(desc.strip() for desc in m.SCALAR_TAGS.values())
     assert set(m.PRIORITY_TAGS) <= set(m.SCALAR_TAGS)
+
+
+# --- the console ----------------------------------------------------------------------------------
+
+
+def _terminal(width: int = 80):
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    return Console(file=buffer, width=width, force_terminal=True, color_system=None), buffer
+
+
+def _screen_lines(text: str) -> list[str]:
+    """What a terminal shows, less rich's cursor codes; one entry per drawn line."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", text)
+    return [line.rstrip() for line in plain.split("\n") if line.strip()]
+
+
+def test_progress_bar_fits_80_columns_with_labelled_times_loss_and_last_eval(monkeypatch):
+    """Issue 13, part 3, item 1: the bar showed `0:0…` (an unlabelled, cut ETA) at 80 columns,
+    and neither the loss nor the last evaluation. Now every drawn line fits in 80 columns, even
+    for a 50M-step Atari budget, and says what each time is."""
+    clock = [1000.0]
+    monkeypatch.setattr(m.time, "monotonic", lambda: clock[0])
+    console, buffer = _terminal()
+    with m.ConsoleProgress(50_000_000, console=console) as progress:
+        clock[0] += 3_723.0  # 1:02:03 after the start
+        progress.update(12_500_000, sps=1_000.0, ret=-123.4, eps=0.05, beta=0.55,
+                        loss=1.234e-5, last_eval=-12_345.6)  # fmt: skip
+        progress._live.refresh()
+        progress.evaluating(3, 30, 81_000)
+        progress._live.refresh()
+    lines = _screen_lines(buffer.getvalue())
+    assert all(len(line) <= 80 and "…" not in line for line in lines), lines
+    train = next(line for line in lines if line.startswith("train"))
+    # 37.5M steps left at 1,000 SPS: 37,500 s
+    assert train.endswith("12.50M/50.00M steps  1,000 SPS  elapsed 1:02:03  ETA 10:25:00")
+    assert "return -123.4  last eval -12345.6  loss 1.23e-05  eps 0.050  beta 0.550" in lines
+    assert "evaluating: 3/30 episodes, 81,000 agent steps" in lines
+    assert any(line.startswith("eval ") for line in lines)
+
+
+def test_plain_progress_lines_off_a_terminal():
+    """Issue 13, part 3, item 1: under nohup, Slurm or CI (stderr not a terminal) the output
+    stayed empty until the run ended. Now one plain line every `plain_interval_s` seconds, with
+    the steps, SPS, recent return, last eval, epsilon, beta and ETA; none before the first
+    period, so a short run prints nothing extra."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80)  # a file: not a terminal
+    assert not console.is_terminal
+    with m.ConsoleProgress(50_000, console=console, plain_interval_s=0.5) as progress:
+        progress.update(250, sps=0.0, ret=float("nan"), eps=1.0, beta=0.4)
+        assert buffer.getvalue() == ""  # not yet due
+        time.sleep(0.6)
+        progress.update(12_500, sps=1_250.0, ret=45.25, eps=0.05, beta=0.55, loss=0.0123,
+                        last_eval=120.0)  # fmt: skip
+        progress.update(12_750, sps=1_250.0, ret=45.25, eps=0.05, beta=0.55)  # not yet due
+        time.sleep(0.6)
+        progress.evaluating(2, 20, 1_000)
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) == 3  # two due, and where the run ended
+    assert lines[0].startswith(
+        "progress: 12,500/50,000 env steps (25.0%)  1,250 SPS  return 45.2  last eval 120.0  "
+        "loss 0.0123  eps 0.050  beta 0.550  elapsed 0:00:0"
+    )
+    assert lines[0].endswith("ETA 0:00:30")  # 37,500 steps left at 1,250 SPS
+    assert lines[1].startswith(
+        "progress: 12,750/50,000 env steps (25.5%)  evaluating: 2/20 episodes, 1,000 agent steps"
+    )
+    assert lines[2].startswith("progress: 12,750/50,000 env steps (25.5%)  evaluating: 2/20")
+
+
+def test_disabled_progress_prints_only_warnings():
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    with m.ConsoleProgress(100, console=Console(file=buffer), enabled=False,
+                           plain_interval_s=0.0) as progress:  # fmt: skip
+        progress.update(50, sps=10.0, ret=1.0, eps=0.5, beta=0.5)
+        progress.warn("the final evaluation: something to say")
+    assert buffer.getvalue() == "warning: the final evaluation: something to say\n"
+
+
+def test_durations_and_step_counts():
+    assert m.format_duration(0) == "0:00:00"
+    assert m.format_duration(3_723.9) == "1:02:03"
+    assert m.format_duration(100 * 3600) == "100:00:00"
+    assert m.format_duration(float("nan")) == "-:--:--"
+    assert m.format_steps(999_999) == "999,999"
+    assert m.format_steps(12_500_000) == "12.50M"

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from per_dqn.agent import layout
+from per_dqn.agent.adam import FusedAdam
 from per_dqn.agent.networks import NatureCNN, make_q_network
 from per_dqn.memory import Batch, PriorityUpdate
 
@@ -139,9 +140,9 @@ class DQNAgent:
         self._nhwc_batches = channels_last and isinstance(self.online, NatureCNN)
         self.target.requires_grad_(False)
         # The fused kernel does the whole Adam step in one call; it exists on CPU and CUDA.
-        self.optimizer = torch.optim.Adam(
-            self.online.parameters(), lr=learning_rate, eps=adam_eps, fused=True
-        )
+        # FusedAdam calls it as torch.optim.Adam(fused=True) does, without torch.optim's 1.1 s
+        # import of torch._dynamo (see agent/adam.py).
+        self.optimizer = FusedAdam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
         # gamma ** n for every n a uint8 n_steps can hold, so discounts are one lookup on the host.
         self._gamma_powers = gamma ** np.arange(256, dtype=np.float64)
         self.update_steps = 0

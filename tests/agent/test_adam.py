@@ -1,0 +1,127 @@
+"""``FusedAdam`` against its reference, ``torch.optim.Adam(fused=True)``: the same weights bit for
+bit, the same state dict (down to torch.save's bytes), checkpoints that load either way, and no
+import of ``torch._dynamo``, the 1.1 s it exists to save."""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from per_dqn.agent.adam import FusedAdam
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def network() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def train_steps(model: torch.nn.Module, optimizer, steps: int, seed: int = 1) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(32, 4, generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        (model(x) ** 2).mean().backward()
+        optimizer.step()
+
+
+def saved_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_bit_identical_to_torch_fused_adam_step_by_step():
+    ours_model, ref_model = network(), network()
+    ours = FusedAdam(ours_model.parameters(), lr=2e-3, eps=1e-6)
+    ref = torch.optim.Adam(ref_model.parameters(), lr=2e-3, eps=1e-6, fused=True)
+    for seed in range(25):
+        train_steps(ours_model, ours, 1, seed)
+        train_steps(ref_model, ref, 1, seed)
+        assert_same_weights(ours_model, ref_model)
+    assert saved_bytes(ours.state_dict()) == saved_bytes(ref.state_dict())
+    # A changed step size (DQNAgent.set_learning_rate) is honoured the same way.
+    ours.param_groups[0]["lr"] = ref.param_groups[0]["lr"] = 5e-4
+    train_steps(ours_model, ours, 5)
+    train_steps(ref_model, ref, 5)
+    assert_same_weights(ours_model, ref_model)
+
+
+def test_state_dicts_load_either_way_and_continue_identically():
+    """A checkpoint written before FusedAdam (torch.optim.Adam's state dict) resumes the same
+    run, and one written with it loads into torch.optim.Adam."""
+    base = network()
+    ref = torch.optim.Adam(base.parameters(), lr=1e-3, fused=True)
+    train_steps(base, ref, 7)
+    saved = copy.deepcopy(ref.state_dict())
+
+    resumed = copy.deepcopy(base)
+    ours = FusedAdam(resumed.parameters(), lr=1e-3)
+    ours.load_state_dict(saved)
+    assert saved_bytes(ours.state_dict()) == saved_bytes(ref.state_dict())
+    train_steps(base, ref, 5, seed=9)
+    train_steps(resumed, ours, 5, seed=9)
+    assert_same_weights(base, resumed)
+
+    back = copy.deepcopy(resumed)
+    torch_again = torch.optim.Adam(back.parameters(), lr=1e-3, fused=True)
+    torch_again.load_state_dict(copy.deepcopy(ours.state_dict()))
+    train_steps(resumed, ours, 3, seed=11)
+    train_steps(back, torch_again, 3, seed=11)
+    assert_same_weights(back, resumed)
+
+
+def test_a_state_dict_of_another_network_is_refused():
+    ours = FusedAdam(network().parameters())
+    other = torch.nn.Linear(4, 2)
+    ref = torch.optim.Adam(other.parameters(), fused=True)
+    train_steps(torch.nn.Sequential(other, torch.nn.Linear(2, 2)), ref, 1)
+    with pytest.raises(
+        ValueError, match="parameter groups of sizes \\[2\\], this optimizer one of 4"
+    ):
+        ours.load_state_dict(ref.state_dict())
+    with pytest.raises(ValueError, match="`lr` must be >= 0, got -1"):
+        FusedAdam(network().parameters(), lr=-1)
+    with pytest.raises(ValueError, match="at least one parameter"):
+        FusedAdam([])
+
+
+def test_an_agent_s_update_does_not_import_torch_dynamo():
+    """Issue 13, part 3, item 7: a CartPole run spent 1.1 s of its ~4 s start importing
+    `torch._dynamo`, which any `torch.optim` optimizer imports on construction. Building the
+    agent and learning must not import it (in a fresh process: this one may have it already)."""
+    code = """
+import sys
+import numpy as np
+import torch
+from per_dqn.agent import DQNAgent
+from per_dqn.memory import Batch
+agent = DQNAgent(obs_shape=(4,), num_actions=2, hidden_sizes=(8,), dueling=True, double=True,
+                 gamma=0.99, learning_rate=1e-3, adam_eps=1e-8, loss="huber", grad_clip_norm=10.0,
+                 target_update_interval=1, tau=0.5, device=torch.device("cpu"))
+n = 8
+batch = Batch(obs=np.ones((n, 4), np.float32), actions=np.zeros(n, np.int64),
+              rewards=np.ones(n, np.float32), next_obs=np.ones((n, 4), np.float32),
+              terminated=np.zeros(n, np.bool_), n_steps=np.ones(n, np.uint8),
+              weights=np.ones(n, np.float32), indices=np.arange(n))
+agent.learn(batch)
+agent.optimizer.load_state_dict(agent.optimizer.state_dict())
+print("torch._dynamo" in sys.modules)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False\n"
