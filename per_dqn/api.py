@@ -395,7 +395,8 @@ class Policy:
             env_id: another env id with the same spaces (default: the run's).
             episodes: how many.
             epsilon: default the run's ``train.eval_epsilon``.
-            seed: the episodes' seed (default: as ``per-dqn eval`` chooses it).
+            seed: the run seed whose evaluation episodes are played (default: the run's own,
+                as ``per-dqn eval``).
 
         Returns:
             ``evaluate.Episodes``: ``returns`` and ``lengths`` arrays.
@@ -423,7 +424,7 @@ class Policy:
                     f"and {self.agent.num_actions}"
                 )
             epsilon = self.config.train.eval_epsilon if epsilon is None else epsilon
-            seed = self.config.run.seed + evaluate.EVAL_SEED_OFFSET if seed is None else seed
+            seed = self.config.run.seed if seed is None else seed
             return evaluate.play(self.agent, env, episodes, epsilon, seed)
         finally:
             env.close()

@@ -487,7 +487,11 @@ def eval_(
         bool, typer.Option("--video", help="Write a GIF of the first episode to RUN_DIR/videos/.")
     ] = False,
     seed: Annotated[
-        int | None, typer.Option(help="Seed of the episodes (default: the run's seed + 20000).")
+        int | None,
+        typer.Option(
+            help="Run seed whose evaluation episodes are played (default: the run's own, so "
+            "the episodes are those training evaluated on)."
+        ),
     ] = None,
     video_view: Annotated[
         VideoView | None,

@@ -37,12 +37,11 @@ import numpy as np
 
 from per_dqn import checkpoint as ckpt
 from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
+from per_dqn.seeding import RunSeeds
 
 MODEL_FILE = "model.pt"
 RUN_CONFIG_FILE = "config.yaml"
 VIDEO_DIR = "videos"
-# Episodes differ from the training episodes and from training's periodic evaluations.
-EVAL_SEED_OFFSET = 20_000
 # A film stops here: 5 minutes at Atari's 15 agent steps per second; frames are held in memory.
 VIDEO_MAX_FRAMES = 4_500
 # Smaller frames are enlarged by the smallest whole factor that reaches this many pixels.
@@ -225,8 +224,11 @@ def play(
 ) -> Episodes:
     """Plays ``episodes`` episodes, epsilon-greedy (greedy at 0), within the caps.
 
-    The env is reset with ``seed`` before the first episode and without one afterwards (its own
-    RNG continues), and exploration draws from ``default_rng(seed)``: same seed, same episodes.
+    ``seed`` is a run seed, and the episodes are those a run of that seed evaluates on: the env
+    is reset once with its ``eval_env`` stream, as a run's eval env is when the run starts, and
+    every episode then starts from the env's own RNG, and exploration draws from its ``eval_explore`` stream
+    (``seeding.RunSeeds``). One convention for training's evaluations and ``per-dqn eval``: the
+    same seed, the same episodes.
 
     Args:
         agent: anything with ``greedy_actions(obs_batch)`` and ``num_actions`` (a ``DQNAgent``).
@@ -238,8 +240,12 @@ def play(
             ``VIDEO_MAX_FRAMES``).
         max_episode_steps, max_total_steps, on_progress: see ``run_episodes``.
     """
+    streams = RunSeeds.from_seed(seed)
+    # As a run's eval env is reset once with the stream when the run starts, and each evaluation
+    # episode then starts from the env's own RNG.
+    env.reset(seed=streams.eval_env)
     return run_episodes(
-        agent, env, episodes, epsilon, np.random.default_rng(seed), seed, film,
+        agent, env, episodes, epsilon, np.random.default_rng(streams.eval_explore), None, film,
         max_episode_steps=max_episode_steps, max_total_steps=max_total_steps,
         on_progress=on_progress,
     )  # fmt: skip
@@ -472,7 +478,8 @@ def evaluate_source(
         make_agent: ``(config, env_spec, device) -> DQNAgent`` (``build.make_agent``).
         episodes: episodes to play.
         epsilon: exploration epsilon (None: the config's ``train.eval_epsilon``).
-        seed: episode seed (None: ``run.seed + EVAL_SEED_OFFSET``).
+        seed: the run seed whose evaluation episodes are played (None: ``run.seed``, so the
+            episodes are those training evaluated on).
         video: film the first episode into ``RUN_DIR/videos/eval-step<N>.gif``.
         video_view: ``game`` films the game's own frames (Atari: the emulator's 210x160 RGB
             screen), ``agent`` the agent's observations (Atari's 84x84 grayscale, into
@@ -490,7 +497,7 @@ def evaluate_source(
 
     config = source.config
     epsilon = config.train.eval_epsilon if epsilon is None else epsilon
-    seed = config.run.seed + EVAL_SEED_OFFSET if seed is None else seed
+    seed = config.run.seed if seed is None else seed
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         # As in training: one greedy action at a time is a tiny matrix product, and intra-op

@@ -28,6 +28,7 @@ from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs import describe
 from per_dqn.evaluate import write_gif
 from per_dqn.run import Trainer
+from per_dqn.seeding import RunSeeds
 
 SETTINGS = [
     "train.total_env_steps=1000", "train.learning_starts=300", "train.eval_interval=0",
@@ -64,7 +65,11 @@ def hand_rolled_returns(weights: dict, episodes: int, seed: int) -> np.ndarray:
     agent.online.load_state_dict(weights)
     returns = []
     for episode in range(episodes):
-        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        # `--seed S` plays the evaluation episodes of run seed S: the env reset once with its
+        # eval_env stream (as a run's eval env is at the start), then every episode from its RNG.
+        if episode == 0:
+            env.reset(seed=RunSeeds.from_seed(seed).eval_env)
+        obs, _ = env.reset()
         total, done = 0.0, False
         while not done:
             with torch.no_grad():
@@ -452,3 +457,27 @@ def test_eval_command_warns_when_a_cap_cut_it(run_dir, tmp_path):
         "as truncated"
     )
     assert "length: mean 3.0  min 3  max 3" in result.stdout
+
+
+def test_eval_replays_the_final_evaluation_of_a_run_seed(tmp_path):
+    """One eval seed convention (issue 13 found two: training's eval stream, and ``per-dqn
+    eval``'s run.seed + 20000): with no periodic evaluation, ``per-dqn eval`` on the finished run,
+    at its defaults, plays exactly the episodes of the run's final evaluation, so it reports the
+    same returns; another --seed plays other episodes (the control)."""
+    import json
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "--config", "cartpole.yaml", "--run-dir", str(run_dir), "-q",
+            "--set", "train.total_env_steps=1500", "--set", "train.learning_starts=200",
+            "--set", "train.eval_interval=0", "--set", "train.final_eval_episodes=5",
+            "--set", "agent.hidden_sizes=[32,32]", "--set", "train.eval_epsilon=0.2"]  # fmt: skip
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    same = CliRunner().invoke(app, ["eval", str(run_dir / "checkpoints" / "step_000001500"),
+                                    "--episodes", "5"])  # fmt: skip
+    assert same.exit_code == 0, same.output
+    mean = float(re.search(r"return: mean (\S+)", same.stdout).group(1))
+    assert mean == pytest.approx(summary["final_eval_return_mean"], abs=0.005)
+    other = CliRunner().invoke(app, ["eval", str(run_dir), "--episodes", "5", "--seed", "7"])
+    other_mean = float(re.search(r"return: mean (\S+)", other.stdout).group(1))
+    assert other_mean != pytest.approx(summary["final_eval_return_mean"], abs=0.005)
