@@ -227,8 +227,8 @@ def play(
     ``seed`` is a run seed, and the episodes are those a run of that seed evaluates on: the env
     is reset once with its ``eval_env`` stream, as a run's eval env is when the run starts, every
     episode then starts from the env's own RNG, and exploration draws from its ``eval_explore``
-    stream (``seeding.RunSeeds``). One convention for training's evaluations and ``per-dqn eval``: the
-    same seed, the same episodes.
+    stream (``seeding.RunSeeds``). One convention for training's evaluations and ``per-dqn
+    eval``: the same seed, the same episodes.
 
     Args:
         agent: anything with ``greedy_actions(obs_batch)`` and ``num_actions`` (a ``DQNAgent``).
