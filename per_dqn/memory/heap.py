@@ -18,7 +18,7 @@ newer transition (larger stamp) does. New transitions enter with the largest key
 (Algorithm 1: "store transition with maximal priority"), so without the stamp a new transition
 tied with every clipped ``|delta|`` and could sink to the bottom (see ``RankBasedReplay``).
 
-Like the trees, the heap owns its numba kernels (``_kernels.py``). ``insert``, ``update`` and
+Like the trees, the heap owns its numba kernels (``py``). ``insert``, ``update`` and
 ``sample_segments`` are the replay memory's hot path and trust their input (slots handed out by
 the storage, errors already validated); ``keys``, ``ranks`` and ``load_state_dict`` check theirs.
 """
@@ -29,7 +29,193 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.memory import _kernels
+from per_dqn.memory.trees import _jit, first_out_of_range
+
+# --- rank-based: an array-backed binary max-heap over (|delta|, insertion stamp) ------------------
+#
+# Heap order is lexicographic: a larger key ranks higher, and between equal keys the later
+# insertion stamp (the newer transition) ranks higher. Without the stamp a new transition enters
+# with key == the running max and, under td_error_clip, ties with every clipped transition; a
+# strict sift-up then leaves it near the bottom, where it waits longer than under uniform replay
+# for its first replay. Schaul et al. (2016, Algorithm 1) put new transitions at the top.
+
+
+@_jit
+def _above(heap_key, heap_stamp, a, b):  # pragma: no cover - compiled
+    """True if heap entry ``a`` ranks strictly above entry ``b``."""
+    ka = heap_key[a]
+    kb = heap_key[b]
+    return ka > kb or (ka == kb and heap_stamp[a] > heap_stamp[b])
+
+
+@_jit
+def _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, a, b):  # pragma: no cover - compiled
+    sa = heap_slot[a]
+    sb = heap_slot[b]
+    heap_slot[a] = sb
+    heap_slot[b] = sa
+    ka = heap_key[a]
+    heap_key[a] = heap_key[b]
+    heap_key[b] = ka
+    ta = heap_stamp[a]
+    heap_stamp[a] = heap_stamp[b]
+    heap_stamp[b] = ta
+    slot_pos[sb] = a
+    slot_pos[sa] = b
+
+
+@_jit
+def _heap_sift(heap_slot, heap_key, heap_stamp, slot_pos, size, pos):  # pragma: no cover
+    # Up while above the parent, else down while below the higher child.
+    moved = False
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if _above(heap_key, heap_stamp, pos, parent):
+            _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, pos, parent)
+            pos = parent
+            moved = True
+        else:
+            break
+    if moved:
+        return
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            return
+        if child + 1 < size and _above(heap_key, heap_stamp, child + 1, child):
+            child += 1
+        if _above(heap_key, heap_stamp, child, pos):
+            _heap_swap(heap_slot, heap_key, heap_stamp, slot_pos, pos, child)
+            pos = child
+        else:
+            return
+
+
+@_jit
+def heap_set(
+    heap_slot, heap_key, heap_stamp, slot_pos, size, slots, keys, first_stamp
+):  # pragma: no cover - compiled
+    """Sets the key of each slot (inserting absent slots) and restores the heap; returns size.
+
+    ``first_stamp >= 0`` marks the slots as new transitions (an insert, or a slot overwritten
+    after wrap-around): slot ``k`` gets stamp ``first_stamp + k``. ``first_stamp < 0`` is a
+    priority update: stamps stay as they are.
+    """
+    for k in range(slots.shape[0]):
+        slot = slots[k]
+        pos = slot_pos[slot]
+        if pos < 0:
+            pos = size
+            size += 1
+            heap_slot[pos] = slot
+            slot_pos[slot] = pos
+        heap_key[pos] = keys[k]
+        if first_stamp >= 0:
+            heap_stamp[pos] = first_stamp + k
+        _heap_sift(heap_slot, heap_key, heap_stamp, slot_pos, size, pos)
+    return size
+
+
+@_jit
+def break_ties_newest_first(order, keys, stamps, newest_stamp):  # pragma: no cover - compiled
+    """Reorders each run of equal keys in ``order`` (heap positions sorted by key, descending)
+    newest stamp first, in O(n); returns False, changing nothing, if there are ties and the
+    stamps are not the contiguous range ``newest_stamp - n + 1 .. newest_stamp``.
+
+    A second full sort by stamp (``np.lexsort``) costs three times the key sort at 2**20 entries.
+    The live stamps are always contiguous, because the ring overwrites its oldest slot, so one
+    pass over the entries newest first deals every tied entry to the next free place of its run.
+    """
+    n = order.shape[0]
+    run_start = np.full(n, -1, dtype=np.int64)  # per heap position, in a tie run: its start
+    next_free = np.empty(n, dtype=np.int64)
+    ties = False
+    i = 0
+    while i < n:
+        j = i + 1
+        key = keys[order[i]]
+        while j < n and keys[order[j]] == key:
+            j += 1
+        if j - i > 1:
+            ties = True
+            next_free[i] = i
+            for m in range(i, j):
+                run_start[order[m]] = i
+        i = j
+    if not ties:
+        return True  # the key sort is the ranking; the stamps are not needed
+    by_age = np.full(n, -1, dtype=np.int64)  # by_age[newest_stamp - stamp] = heap position
+    for p in range(n):
+        age = newest_stamp - stamps[p]
+        if age < 0 or age >= n or by_age[age] >= 0:
+            return False
+        by_age[age] = p
+    for age in range(n):
+        p = by_age[age]
+        start = run_start[p]
+        if start >= 0:
+            order[next_free[start]] = p
+            next_free[start] += 1
+    return True
+
+
+@_jit
+def rank_boundaries(cum_mass, size, batch, out):  # pragma: no cover - compiled
+    """Splits ranks ``0..size-1`` into ``batch`` segments of (nearly) equal probability mass.
+
+    ``cum_mass[r]`` is ``sum_{j<=r} (1/(j+1))^alpha``. Segment ``k`` is ``[out[k], out[k+1])``:
+    the ranks whose cumulative mass falls in ``(k/B, (k+1)/B]`` of the total. A rank heavier than
+    ``1/B`` would empty a segment, so boundaries are then pushed apart to keep every segment
+    non-empty; the IS weights use the segments as they are, so they stay exact.
+    """
+    total = cum_mass[size - 1]
+    out[0] = 0
+    out[batch] = size
+    for k in range(1, batch):
+        target = total * k / batch
+        lo = 0
+        hi = size
+        while lo < hi:  # first rank whose cumulative mass exceeds the target
+            mid = (lo + hi) >> 1
+            if cum_mass[mid] <= target:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[k] = lo
+    for k in range(1, batch + 1):
+        if out[k] <= out[k - 1]:
+            out[k] = out[k - 1] + 1
+    for k in range(batch - 1, 0, -1):
+        if out[k] > size - (batch - k):
+            out[k] = size - (batch - k)
+
+
+@_jit
+def rank_sample(bounds, heap_slot, heap_key, beta, u, out_idx, out_w, out_key):  # pragma: no cover
+    """One uniform draw inside each rank segment, and exact IS weights for that distribution;
+    ``out_key`` gets the drawn entries' keys.
+
+    A rank in segment ``k`` of ``n_k`` ranks is drawn with probability ``P = 1 / (B n_k)``, so
+    ``w = (N P)^-beta``, normalised by the largest possible weight, that of the largest segment.
+    Every segment is drawn once per batch, so the batch's largest weight is that same weight:
+    global and batch normalisation coincide here.
+    """
+    batch = u.shape[0]
+    largest = 0
+    for k in range(batch):
+        n_k = bounds[k + 1] - bounds[k]
+        largest = max(largest, n_k)
+        pos = bounds[k] + int(u[k] * n_k)
+        if pos >= bounds[k + 1]:
+            pos = bounds[k + 1] - 1
+        out_key[k] = heap_key[pos]
+        out_idx[k] = heap_slot[pos]
+    # w_k / w_max = (P_min / P_k)^beta = (n_k / n_max)^beta
+    for k in range(batch):
+        out_w[k] = ((bounds[k + 1] - bounds[k]) / largest) ** beta
+
+
+# --- the heap -------------------------------------------------------------------------------------
 
 
 class RankHeap:
@@ -76,7 +262,7 @@ class RankHeap:
         twice, as when one batch wraps the ring, ends with its later stamp).
         """
         keys = np.full(slots.shape[0], key)
-        self._size = _kernels.heap_set(
+        self._size = heap_set(
             self._slot, self._key, self._stamp, self._pos, self._size, slots, keys,
             self._next_stamp,
         )  # fmt: skip
@@ -87,9 +273,7 @@ class RankHeap:
 
         Trusts its input: ``slots`` int64, all in the heap; ``keys`` float64, finite and >= 0.
         """
-        _kernels.heap_set(
-            self._slot, self._key, self._stamp, self._pos, self._size, slots, keys, -1
-        )
+        heap_set(self._slot, self._key, self._stamp, self._pos, self._size, slots, keys, -1)
 
     def sample_segments(
         self, bounds: np.ndarray, u: np.ndarray, beta: float
@@ -112,7 +296,7 @@ class RankHeap:
         slots = np.empty(batch, dtype=np.int64)
         weights = np.empty(batch)
         keys = np.empty(batch)
-        _kernels.rank_sample(bounds, self._slot, self._key, beta, u, slots, weights, keys)
+        rank_sample(bounds, self._slot, self._key, beta, u, slots, weights, keys)
         return slots, weights, keys
 
     def sort(self) -> None:
@@ -121,7 +305,7 @@ class RankHeap:
         n = self._size
         keys, stamps = self._key[:n], self._stamp[:n]
         order = np.argsort(keys)[::-1].copy()  # ties in any order, fixed next
-        if not _kernels.break_ties_newest_first(order, keys, stamps, self._next_stamp - 1):
+        if not break_ties_newest_first(order, keys, stamps, self._next_stamp - 1):
             order = np.lexsort((-stamps, -keys))  # never expected: stamps not contiguous
         self._slot[:n] = self._slot[:n][order]
         self._key[:n] = self._key[:n][order]
@@ -133,10 +317,10 @@ class RankHeap:
     def _positions(self, slots) -> np.ndarray:
         slots = np.asarray(slots, dtype=np.int64)
         flat = slots.reshape(-1)
-        bad = _kernels.first_out_of_range(flat, self.capacity)
+        bad = first_out_of_range(flat, self.capacity)
         if bad < 0:
             positions = self._pos[slots]
-            bad = _kernels.first_out_of_range(positions.reshape(-1), self.capacity)
+            bad = first_out_of_range(positions.reshape(-1), self.capacity)
         if bad >= 0:
             raise ValueError(
                 f"`slots` must be slots in the heap, got {int(flat[bad])} at position {bad}"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.memory import KINDS, _kernels
+from per_dqn.memory import KINDS
 from per_dqn.memory.frames import FrameStorage
 from per_dqn.memory.samplers import (
     SAMPLERS,
@@ -27,6 +27,7 @@ from per_dqn.memory.samplers import (
     positive_int,
 )
 from per_dqn.memory.storage import Batch, PriorityUpdate, TransitionStorage
+from per_dqn.memory.trees import first_invalid_update
 
 _INT64 = np.dtype(np.int64)
 # PriorityUpdate(a, b) without the Python frame of the NamedTuple's generated __new__ (~0.1 us a
@@ -203,7 +204,7 @@ class ReplayMemory:
                 f"`indices` and `td_errors` must have the same length, "
                 f"got {indices.shape[0]} and {td_errors.shape[0]}"
             )
-        bad = _kernels.first_invalid_update(indices, self._storage.size, td_errors)
+        bad = first_invalid_update(indices, self._storage.size, td_errors)
         if bad >= 0:
             raise ValueError(
                 f"`indices` must lie in [0, {self._storage.size}) (stored transitions), "

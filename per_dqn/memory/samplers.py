@@ -23,8 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from per_dqn.memory import _kernels
-from per_dqn.memory.heap import RankHeap
+from per_dqn.memory.heap import RankHeap, rank_boundaries
 from per_dqn.memory.storage import PriorityUpdate
 from per_dqn.memory.trees import MinTree, SumTree
 
@@ -415,7 +414,7 @@ class RankSampler(Sampler):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One rank in each of ``batch_size`` equal-mass segments (see ``RankHeap``)."""
         bounds = np.empty(batch_size + 1, dtype=np.int64)
-        _kernels.rank_boundaries(self._cum_mass, size, batch_size, bounds)
+        rank_boundaries(self._cum_mass, size, batch_size, bounds)
         u = self.rng.random(batch_size)
         return self.heap.sample_segments(bounds, u, beta)
 

@@ -20,7 +20,7 @@ the leaves however many updates it has seen.
 ``[0, total)`` selects the leaf ``i`` with ``c_{i-1} <= m < c_i``, ``c_i`` being the sum of leaves
 ``0..i``. Leaves of value 0 own an empty interval and are never returned.
 
-The trees own their numba kernels (``_kernels.py``): the replay memory's samplers call only the
+The trees own their numba kernels (``py``): the replay memory's samplers call only the
 methods below, so the methods the tests pin are the code training runs. Two kinds of method:
 
 - checked (``update``, ``find_prefix_sum``, ``set_leaves``, ``[]``): validate their input and
@@ -34,9 +34,250 @@ methods below, so the methods the tests pin are the code training runs. Two kind
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from per_dqn.memory import _kernels
+# --- kernels --------------------------------------------------------------------------------------
+#
+# JIT-compiled inner loops: a plain loop over a batch (32 to 256 items) or one root-to-leaf path,
+# compiled once (cached on disk), so that a whole batch costs one call instead of ~20 numpy calls
+# per tree level (``benchmarks/replay.py`` shows the difference against a vectorised-numpy
+# descent). They take raw arrays and never validate: the classes below check their input first
+# (or say that they trust it). Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i``
+# and ``2i + 1``, and leaf ``k`` lives at ``nodes[leaf_offset + k]``; ``nodes[0]`` is unused.
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def sum_set(nodes, leaf_offset, indices, values):  # pragma: no cover - compiled
+    """Writes leaves and recomputes every ancestor as the sum of its two children."""
+    for k in range(indices.shape[0]):
+        pos = leaf_offset + indices[k]
+        nodes[pos] = values[k]
+        pos >>= 1
+        while pos >= 1:
+            nodes[pos] = nodes[2 * pos] + nodes[2 * pos + 1]
+            pos >>= 1
+
+
+@_jit
+def sum_set_one(nodes, leaf_offset, index, value):  # pragma: no cover - compiled
+    """``sum_set`` for a single leaf, without allocating index/value arrays."""
+    pos = leaf_offset + index
+    nodes[pos] = value
+    pos >>= 1
+    while pos >= 1:
+        nodes[pos] = nodes[2 * pos] + nodes[2 * pos + 1]
+        pos >>= 1
+
+
+@_jit
+def min_set(nodes, leaf_offset, indices, values):  # pragma: no cover - compiled
+    """Writes leaves and recomputes every ancestor as the min of its two children."""
+    for k in range(indices.shape[0]):
+        pos = leaf_offset + indices[k]
+        nodes[pos] = values[k]
+        pos >>= 1
+        while pos >= 1:
+            nodes[pos] = min(nodes[2 * pos], nodes[2 * pos + 1])
+            pos >>= 1
+
+
+@_jit
+def min_set_one(nodes, leaf_offset, index, value):  # pragma: no cover - compiled
+    """``min_set`` for a single leaf."""
+    pos = leaf_offset + index
+    nodes[pos] = value
+    pos >>= 1
+    while pos >= 1:
+        nodes[pos] = min(nodes[2 * pos], nodes[2 * pos + 1])
+        pos >>= 1
+
+
+@_jit
+def sum_min_set(sum_nodes, min_nodes, leaf_offset, indices, values):  # pragma: no cover
+    """``sum_set`` and ``min_set`` of the same leaves in one call (a proportional insert)."""
+    for k in range(indices.shape[0]):
+        pos = leaf_offset + indices[k]
+        sum_nodes[pos] = values[k]
+        min_nodes[pos] = values[k]
+        pos >>= 1
+        while pos >= 1:
+            sum_nodes[pos] = sum_nodes[2 * pos] + sum_nodes[2 * pos + 1]
+            min_nodes[pos] = min(min_nodes[2 * pos], min_nodes[2 * pos + 1])
+            pos >>= 1
+
+
+@_jit
+def sum_min_set_one(sum_nodes, min_nodes, leaf_offset, index, value):  # pragma: no cover
+    """``sum_min_set`` for a single leaf, without allocating index/value arrays."""
+    pos = leaf_offset + index
+    sum_nodes[pos] = value
+    min_nodes[pos] = value
+    pos >>= 1
+    while pos >= 1:
+        sum_nodes[pos] = sum_nodes[2 * pos] + sum_nodes[2 * pos + 1]
+        min_nodes[pos] = min(min_nodes[2 * pos], min_nodes[2 * pos + 1])
+        pos >>= 1
+
+
+@_jit
+def _descend(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
+    # All masses go down one level together: the loads of different masses are independent, so
+    # the CPU overlaps their cache misses instead of waiting out ~20 dependent misses per mass
+    # (the tree of a 1M memory is 16 MB, far beyond cache).
+    #
+    # Invariant per mass: the current node's value is > 0. Going right needs the right child to
+    # be > 0; going left needs ``mass < left``, which with ``mass >= 0`` means left > 0. Rounding
+    # can leave ``mass`` >= the right child after the subtraction; the descent then keeps to the
+    # rightmost non-empty leaf of that subtree, never to an empty one.
+    batch = masses.shape[0]
+    for k in range(batch):
+        out[k] = 1
+    pos_limit = leaf_offset
+    width = 1
+    while width < pos_limit:
+        for k in range(batch):
+            pos = out[k]
+            left = nodes[2 * pos]
+            right = nodes[2 * pos + 1]
+            if masses[k] < left or right <= 0.0:
+                out[k] = 2 * pos
+            else:
+                masses[k] -= left
+                out[k] = 2 * pos + 1
+        width *= 2
+    for k in range(batch):
+        out[k] -= leaf_offset
+
+
+@_jit
+def sum_find(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
+    """For each mass, the leaf whose prefix-sum interval ``[c_{i-1}, c_i)`` contains it."""
+    _descend(nodes, leaf_offset, masses.copy(), out)
+
+
+@_jit
+def proportional_sample(
+    sum_nodes,
+    min_nodes,
+    leaf_offset,
+    size,
+    beta,
+    uniform_mix,
+    batch_norm,
+    strata_u,
+    coin_u,
+    uniform_idx,
+    out_idx,
+    out_w,
+    out_p,
+):  # pragma: no cover - compiled
+    """Stratified proportional sampling, optional uniform mixture, and IS weights.
+
+    Draw ``k`` of ``B`` takes mass ``(k + u_k) * total / B``; with probability ``uniform_mix`` it is
+    replaced by a uniform index. The sampling probability is the mixture
+    ``P(i) = m / N + (1 - m) p_i / total`` and ``w_i = (N P(i))^-beta`` divided by the largest
+    possible weight (from the min tree) or by the batch's largest weight.
+    """
+    total = sum_nodes[1]
+    batch = strata_u.shape[0]
+    segment = total / batch
+    masses = np.empty(batch)
+    for k in range(batch):
+        masses[k] = (k + strata_u[k]) * segment
+    _descend(sum_nodes, leaf_offset, masses, out_idx)
+    for k in range(batch):
+        if coin_u[k] < uniform_mix:
+            out_idx[k] = uniform_idx[k]
+    for k in range(batch):
+        out_p[k] = sum_nodes[leaf_offset + out_idx[k]]
+    # w_i / w_max = (P_min / P(i))^beta: N cancels, so alpha = 0 gives weights of exactly 1.
+    if batch_norm:
+        p_ref = np.inf
+        for k in range(batch):
+            p_ref = min(p_ref, uniform_mix / size + (1.0 - uniform_mix) * out_p[k] / total)
+    else:
+        p_ref = uniform_mix / size + (1.0 - uniform_mix) * min_nodes[1] / total
+    for k in range(batch):
+        prob = uniform_mix / size + (1.0 - uniform_mix) * out_p[k] / total
+        out_w[k] = (p_ref / prob) ** beta
+
+
+@_jit
+def proportional_update(
+    sum_nodes,
+    min_nodes,
+    leaf_offset,
+    indices,
+    td_errors,
+    clip,
+    eps,
+    alpha,
+):  # pragma: no cover - compiled
+    """Writes ``(min(|delta|, clip) + eps) ** alpha`` leaves into both trees; returns max raw.
+
+    The input must already be validated. Leaves are written in order (a repeated index keeps its
+    last value), then the ancestors of all of them are recomputed one level at a time, which is
+    idempotent for shared ancestors and lets the cache misses of different paths overlap.
+    """
+    batch = indices.shape[0]
+    max_raw = 0.0
+    pos = np.empty(batch, dtype=np.int64)
+    for k in range(batch):
+        raw = min(td_errors[k], clip) + eps
+        max_raw = max(max_raw, raw)
+        leaf = raw**alpha
+        pos[k] = leaf_offset + indices[k]
+        sum_nodes[pos[k]] = leaf
+        min_nodes[pos[k]] = leaf
+    width = leaf_offset
+    while width > 1:
+        for k in range(batch):
+            p = pos[k] >> 1
+            pos[k] = p
+            sum_nodes[p] = sum_nodes[2 * p] + sum_nodes[2 * p + 1]
+            min_nodes[p] = min(min_nodes[2 * p], min_nodes[2 * p + 1])
+        width >>= 1
+    return max_raw
+
+
+@_jit
+def first_invalid_error(td_errors):  # pragma: no cover - compiled
+    """Index of the first NaN, infinite or negative value, or -1."""
+    for k in range(td_errors.shape[0]):
+        v = td_errors[k]
+        if not (v >= 0.0 and v < np.inf):
+            return k
+    return -1
+
+
+@_jit
+def first_out_of_range(indices, upper):  # pragma: no cover - compiled
+    """Index of the first entry outside ``[0, upper)``, or -1."""
+    for k in range(indices.shape[0]):
+        if indices[k] < 0 or indices[k] >= upper:
+            return k
+    return -1
+
+
+@_jit
+def first_invalid_update(indices, upper, td_errors):  # pragma: no cover - compiled
+    """``first_out_of_range`` then ``first_invalid_error`` in one call (one dispatch on the
+    update path): ``k >= 0`` if index ``k`` is outside ``[0, upper)``, else ``-2 - k`` if error
+    ``k`` is NaN, infinite or negative, else -1."""
+    for k in range(indices.shape[0]):
+        if indices[k] < 0 or indices[k] >= upper:
+            return k
+    for k in range(td_errors.shape[0]):
+        v = td_errors[k]
+        if not (v >= 0.0 and v < np.inf):
+            return -2 - k
+    return -1
+
+
+# --- the trees ------------------------------------------------------------------------------------
 
 
 def _leaf_offset(capacity: int) -> int:
@@ -46,8 +287,8 @@ def _leaf_offset(capacity: int) -> int:
 class _SegmentTree:
     _fill: float = 0.0
     # The kernels that write leaves and recompute their ancestors (set per subclass).
-    _set = staticmethod(_kernels.sum_set)
-    _set_one = staticmethod(_kernels.sum_set_one)
+    _set = staticmethod(sum_set)
+    _set_one = staticmethod(sum_set_one)
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
@@ -66,7 +307,7 @@ class _SegmentTree:
                 f"`indices` and `values` must have the same length, "
                 f"got {indices.shape[0]} and {values.shape[0]}"
             )
-        bad = _kernels.first_out_of_range(indices, self.capacity)
+        bad = first_out_of_range(indices, self.capacity)
         if bad >= 0:
             raise ValueError(
                 f"`indices` must lie in [0, {self.capacity}), got {indices[bad]} at position {bad}"
@@ -179,7 +420,7 @@ class SumTree(_SegmentTree):
                 f"at position {bad[0]}"
             )
         out = np.empty(masses.shape[0], dtype=np.int64)
-        _kernels.sum_find(self._nodes, self._offset, masses, out)
+        sum_find(self._nodes, self._offset, masses, out)
         return out
 
     def write_both(self, mins: MinTree, slots: np.ndarray, values: np.ndarray) -> None:
@@ -188,12 +429,12 @@ class SumTree(_SegmentTree):
         Trusts its input, as ``write`` does; ``mins`` of the same capacity.
         """
         self._check_pair(mins)
-        _kernels.sum_min_set(self._nodes, mins._nodes, self._offset, slots, values)
+        sum_min_set(self._nodes, mins._nodes, self._offset, slots, values)
 
     def write_both_one(self, mins: MinTree, slot: int, value: float) -> None:
         """``write_both`` for one leaf, without allocating arrays (one add). Trusts its input."""
         self._check_pair(mins)
-        _kernels.sum_min_set_one(self._nodes, mins._nodes, self._offset, slot, value)
+        sum_min_set_one(self._nodes, mins._nodes, self._offset, slot, value)
 
     def sample_proportional(
         self,
@@ -233,7 +474,7 @@ class SumTree(_SegmentTree):
         indices = np.empty(batch, dtype=np.int64)
         weights = np.empty(batch)
         priorities = np.empty(batch)
-        _kernels.proportional_sample(
+        proportional_sample(
             self._nodes, mins._nodes, self._offset, size, beta, uniform_mix, batch_norm,
             strata_u, coin_u, uniform_idx, indices, weights, priorities,
         )  # fmt: skip
@@ -260,7 +501,7 @@ class SumTree(_SegmentTree):
             The largest raw priority ``min(|delta|, clip) + eps`` of the batch (0 when empty).
         """
         self._check_pair(mins)
-        return _kernels.proportional_update(
+        return proportional_update(
             self._nodes, mins._nodes, self._offset, indices, td_errors, clip, eps, alpha
         )
 
@@ -272,7 +513,7 @@ class SumTree(_SegmentTree):
             raise ValueError(f"`mins` must be a MinTree of capacity {self.capacity}, got {mins!r}")
 
     def _validate_values(self, values: np.ndarray) -> None:
-        bad = _kernels.first_invalid_error(values)
+        bad = first_invalid_error(values)
         if bad >= 0:
             raise ValueError(
                 f"sum-tree values must be finite and >= 0, "
@@ -292,8 +533,8 @@ class MinTree(_SegmentTree):
     """
 
     _fill = np.inf
-    _set = staticmethod(_kernels.min_set)
-    _set_one = staticmethod(_kernels.min_set_one)
+    _set = staticmethod(min_set)
+    _set_one = staticmethod(min_set_one)
 
     def update(self, indices, values) -> None:
         """Sets leaves ``indices`` to ``values``; repeated indices: the last value wins.

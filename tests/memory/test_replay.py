@@ -473,14 +473,14 @@ def test_rank_heap_matches_a_reference_ordering(data, capacity):
 def test_tie_break_pass_matches_a_full_sort(data, n):
     """The O(n) pass that orders tied keys newest first gives ``np.lexsort``'s order, and refuses
     (changing nothing) to break ties with stamps that are not the contiguous range it relies on."""
-    from per_dqn.memory import _kernels
+    from per_dqn.memory.heap import break_ties_newest_first
 
     keys = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=n,
                                        max_size=n)))  # fmt: skip
     newest = data.draw(st.integers(n - 1, 10**6))
     stamps = newest - np.random.default_rng(data.draw(st.integers(0, 99))).permutation(n)
     order = np.argsort(keys)[::-1].copy()
-    assert _kernels.break_ties_newest_first(order, keys, stamps, newest)
+    assert break_ties_newest_first(order, keys, stamps, newest)
     np.testing.assert_array_equal(order, np.lexsort((-stamps, -keys)))
     if n == 1:
         return
@@ -489,5 +489,5 @@ def test_tie_break_pass_matches_a_full_sort(data, n):
     gapped = stamps.copy()
     gapped[0] = newest + 1  # outside the live range
     copy = before.copy()
-    assert not _kernels.break_ties_newest_first(copy, keys, gapped, newest)
+    assert not break_ties_newest_first(copy, keys, gapped, newest)
     np.testing.assert_array_equal(copy, before)
