@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test bench bench-train lint clean mutants
+.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-smoke lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,9 +41,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/atari.py
 
-# Whole-loop SPS on CartPole, uniform vs proportional vs rank.
+# Whole-loop SPS on CartPole, uniform vs proportional vs rank. With AGAINST=PATH (another
+# checkout, e.g. `git worktree add /tmp/old dcc030f`): this checkout against PATH, in one run.
 bench-train: $(STAMP)
-	$(BIN)/python benchmarks/train_loop.py
+	$(BIN)/python benchmarks/train_loop.py $(if $(AGAINST),--against $(AGAINST))
+
+# The default CartPole run against Stable-Baselines3's DQN with rl-zoo's CartPole settings,
+# whole wall time of each (start-up included), side by side.
+bench-sb3: $(STAMP)
+	$(PIP) -e '.[dev,bench]'
+	$(BIN)/python benchmarks/cartpole_vs_sb3.py
+
+# Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
+bench-smoke: $(STAMP)
+	$(BIN)/python -m pytest -m bench_smoke tests/test_benchmarks.py
 
 # Atari-scale env, replay at 1M (vs cpprb and Tianshou), learner and whole-loop SPS (vs SB3),
 # peers measured when the bench extra is installed.

@@ -1,19 +1,38 @@
-"""Small timing and printing helpers shared by the scripts in ``benchmarks/``."""
+"""Small helpers shared by the scripts in ``benchmarks/``: the checkout's ``per_dqn`` first on the
+path, run modes (full, ``--quick``, ``--smoke``), timing loops, subprocesses, and table printing.
+
+Import this module before anything from ``per_dqn``: a script run as ``python benchmarks/x.py``
+has ``benchmarks/`` on ``sys.path``, not the checkout, so ``per_dqn`` would otherwise come from
+wherever it is installed (an editable install of another checkout, say), and the figures would be
+that code's. Importing this module puts the checkout that holds it first.
+"""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gc
+import importlib.metadata
 import math
 import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout these scripts belong to."""
+
+if sys.path[:1] != [str(ROOT)]:
+    sys.path.insert(0, str(ROOT))
+
+T = TypeVar("T")
 
 # A timed loop: given a number of calls, it returns a thunk that makes exactly those calls. Building
 # the thunk is setup (not timed): that is where pools of inputs are prepared. A thunk that must do
@@ -111,14 +130,34 @@ def cpu_model() -> str:
 
 
 def machine_line(versions: dict[str, str]) -> str:
-    """One line naming the CPU, its core count, Python and the given package versions."""
+    """One line naming the CPU, its core count, Python, the given package versions and, once
+    imported, where ``per_dqn`` came from (the code that was measured)."""
     parts = [
         f"{cpu_model()}, {os.cpu_count()} CPUs",
         f"{platform.system()} {platform.machine()}",
         f"Python {platform.python_version()}",
         *(f"{name} {version}" for name, version in versions.items()),
     ]
+    package = sys.modules.get("per_dqn")
+    if package is not None and getattr(package, "__file__", None):
+        parts.append(f"per_dqn from {Path(package.__file__).parent}")
     return "; ".join(parts)
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """Each installed distribution's version, ``"not installed"`` for the others."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def load_averages() -> str:
+    """The 1-, 5- and 15-minute load averages, ``"1.02 / 0.98 / 0.91"``."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def command_line() -> str:
@@ -160,3 +199,102 @@ def format_us(seconds: float) -> str:
 def format_rate(per_second: float) -> str:
     """A rate with thousands separators."""
     return f"{per_second:,.0f}"
+
+
+# --- run modes and options ----------------------------------------------------------------------
+
+MODES = ("full", "quick", "smoke")
+
+
+def add_mode_options(parser: argparse.ArgumentParser, quick: str | None = None) -> None:
+    """Adds ``--smoke`` (and ``--quick`` when ``quick`` gives its help), mutually exclusive.
+
+    ``--smoke`` runs every code path of the script at tiny sizes in a few seconds, so that
+    ``make test`` can keep the script working (tests/test_benchmarks.py); its figures mean nothing.
+    """
+    group = parser.add_mutually_exclusive_group()
+    if quick is not None:
+        group.add_argument("--quick", action="store_true", help=quick)
+    group.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, a few seconds; the figures mean nothing"
+    )
+
+
+def mode(args: argparse.Namespace) -> str:
+    """``"smoke"``, ``"quick"`` or ``"full"``: which of ``add_mode_options``' flags was given."""
+    if getattr(args, "smoke", False):
+        return "smoke"
+    return "quick" if getattr(args, "quick", False) else "full"
+
+
+def fill_defaults(args: argparse.Namespace, defaults: Mapping[str, tuple[Any, Any, Any]]) -> None:
+    """Sets each option still ``None`` to its value for the run's mode, ``(full, quick, smoke)``."""
+    column = MODES.index(mode(args))
+    for name, values in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, values[column])
+
+
+def require_at_least(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, minimum: float, *names: str
+) -> None:
+    """Exits through ``parser.error`` (one line, exit 2) when an option is below ``minimum``."""
+    for name in names:
+        value = getattr(args, name)
+        if value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
+def rotated(items: Sequence[T], shift: int) -> list[T]:
+    """``items`` started at ``shift`` (mod its length): the order of one interleaved repeat, so
+    that a slow spell of a shared machine does not always fall on the same row."""
+    if not items:
+        return []
+    k = shift % len(items)
+    return [*items[k:], *items[:k]]
+
+
+# --- subprocesses -------------------------------------------------------------------------------
+
+
+class Finished(NamedTuple):
+    """A finished subprocess: its wall time (start-up included), exit code and output."""
+
+    wall: float
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_python(
+    args: Sequence[str], root: Path, cwd: Path | None = None, timeout: float | None = None
+) -> Finished:
+    """Runs ``python ARGS`` in a fresh process whose ``per_dqn`` is ``root``'s; times its wall.
+
+    ``root`` goes first on ``PYTHONPATH`` (before any ``PYTHONPATH`` already set), which puts it
+    ahead of an installed ``per_dqn``. The wall time is the whole process: interpreter start,
+    imports, the work and the exit.
+    """
+    paths = [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    return Finished(wall, proc.returncode, proc.stdout, proc.stderr)
+
+
+def check_finished(what: str, done: Finished) -> None:
+    """When it failed: echoes the end of its stderr, then exits with one line naming ``what``."""
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        print("\n".join(lines[-20:]), file=sys.stderr)
+        last = lines[-1] if lines else "(no output)"
+        raise SystemExit(f"error: {what} exited with {done.returncode}: {last}")

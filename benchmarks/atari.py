@@ -61,7 +61,9 @@ row is built, checked, timed and deleted in turn, so its ratios compare rows mea
 apart; the load average during each row is in the table.
 
     .venv/bin/python benchmarks/atari.py            # full run, 10-20 minutes on a quiet machine
-    .venv/bin/python benchmarks/atari.py --quick    # smoke run: fill 100k, short loops
+    .venv/bin/python benchmarks/atari.py --quick    # fill 100k, short loops, short runs
+    .venv/bin/python benchmarks/atari.py --smoke    # seconds: every path at tiny sizes, the
+                                                    # training runs in this process
     .venv/bin/python benchmarks/atari.py --train-threads 1   # loops at 1 torch thread (see 3.)
 """
 
@@ -81,7 +83,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from importlib.metadata import PackageNotFoundError, version
 from itertools import cycle, islice
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,22 @@ import numpy as np
 import torch
 from _common import (
     LoopFactory,
+    add_mode_options,
     calibrate,
     command_line,
+    fill_defaults,
     format_rate,
     format_us,
+    load_averages,
     machine_line,
     markdown_table,
     median,
+    mode,
+    package_versions,
     progress_log,
     relative_spread,
+    require_at_least,
+    rotated,
     time_loop,
 )
 from atari_env import Subject, ale_subject, loop_factory, quiet_ale
@@ -133,7 +141,7 @@ OBS_SHAPE = (STACK, SCREEN, SCREEN)
 EPISODE_STEPS = (100, 600)  # episode lengths are drawn uniformly from [100, 600)
 BASE_FRAMES = 1024  # random frames the stamped frames are made from
 FILL_CHUNK = 512  # transitions per add_batch call while filling
-LOOP_POOL_STEPS = 2048  # transitions (whole episodes) cycled by the timed add loop
+LOOP_POOL_STEPS = 2048  # transitions (whole episodes) cycled by the timed add loop (smoke 512)
 ALPHA = 0.6
 BETA = 0.4
 TRAIN_BATCH = 32
@@ -142,16 +150,17 @@ TD_POOL = 32
 CHECK_BATCHES = 8  # sample(32) calls whose stacks are checked against the truth
 RSS_TARGET_BYTES = 7.5e9
 MEMORY_HEADROOM_BYTES = 1 << 30  # left free for the other jobs on a shared machine
-WARM_UP_STEPS = 2048
+WARM_UP_STEPS = 2048  # smoke: 256
 LOOP_RATIO_TARGET = 2.0
 
 # Learner section.
-THREAD_COUNTS = (1, 2)
+THREAD_COUNTS = (1, 2)  # smoke: 1 only
+LEARNER_WARM_UP = 3  # untimed updates per row (smoke 1)
 BLOCK = 5
 
 # Whole-loop section.
 TRAIN_CAPACITY = 10_000
-TRAIN_MAX_EPISODE_STEPS = 500
+TRAIN_MAX_EPISODE_STEPS = 500  # smoke: 20
 PER_OVERHEAD_TARGET = 0.05
 
 
@@ -514,6 +523,7 @@ def tianshou_row(name: str, capacity: int) -> ReplayRow:
 def tianshou_nbytes(buffer: Any) -> int:
     """Bytes of a Tianshou buffer's arrays (allocated, and zero-filled, at its first ``add``)."""
     keys = ("obs", "act", "rew", "terminated", "truncated", "done")
+    # The segment tree's array is private (``_value``): Tianshou has no public way to its size.
     return sum(getattr(buffer, key).nbytes for key in keys) + buffer.weight._value.nbytes
 
 
@@ -756,15 +766,17 @@ def fill(row: ReplayRow, spec: RowSpec, stream: EpisodeStream, source: FrameSour
         fill_cpprb(row, stream, source, spec.channels_last)
 
 
-def warm_up(spec: RowSpec, source: FrameSource, td_pool: list[np.ndarray]) -> None:
+def warm_up(
+    spec: RowSpec, source: FrameSource, td_pool: list[np.ndarray], steps: int = WARM_UP_STEPS
+) -> None:
     """Runs a small memory of the row's kind through every timed path, then frees it.
 
     The first memory of a kind loads numba's compiled kernels (and each library its lazily
     initialised state); doing that here keeps those bytes out of the measured RSS delta.
     """
     rng = np.random.default_rng(12345)
-    stream = EpisodeStream.make(WARM_UP_STEPS, 0, rng)
-    row = spec.build(2 * WARM_UP_STEPS)
+    stream = EpisodeStream.make(steps, 0, rng)
+    row = spec.build(2 * steps)
     fill(row, spec, stream, source)
     if row.update is not None:
         randomise_priorities(row, len(stream), rng)
@@ -784,7 +796,8 @@ def measure_replay(args: argparse.Namespace, log: Callable[[str], None]) -> str:
     source = FrameSource(args.seed)
     stream = EpisodeStream.make(args.fill, 0, rng)
     # Ends on an episode's end, so the cycled loop stream restarts at an episode's start.
-    pool_stream = EpisodeStream.make(LOOP_POOL_STEPS, stream.next_frame_id, rng)
+    smoke = mode(args) == "smoke"
+    pool_stream = EpisodeStream.make(512 if smoke else LOOP_POOL_STEPS, stream.next_frame_id, rng)
     td_pool = [np.abs(rng.standard_normal(TRAIN_BATCH)) for _ in range(TD_POOL)]
     results: list[ReplayResult] = []
     for spec in replay_specs():
@@ -798,7 +811,7 @@ def measure_replay(args: argparse.Namespace, log: Callable[[str], None]) -> str:
             result.skipped = f"needs ~{gb(need)}, {gb(available)} available"
             log(f"{name}: skipped ({result.skipped})")
             continue
-        warm_up(spec, source, td_pool)
+        warm_up(spec, source, td_pool, 256 if smoke else WARM_UP_STEPS)
         before = rss_bytes()
         start = time.perf_counter()
         row = spec.build(args.capacity)
@@ -995,8 +1008,11 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
     torch_batches = [make_batch(rng) for _ in range(4)]
     np_batches = [numpy_batch(b) for b in torch_batches]
     init_state = NatureDuelingQ(NUM_ACTIONS).state_dict()
+    smoke = mode(args) == "smoke"
+    thread_counts = THREAD_COUNTS[:1] if smoke else THREAD_COUNTS
+    warm_ups = 1 if smoke else LEARNER_WARM_UP
     rows: list[LearnerRow] = []
-    for threads in THREAD_COUNTS:
+    for threads in thread_counts:
         plain = Learner(replace(Variant("plain"), threads=threads), init_state)
         rows.append(
             LearnerRow(
@@ -1014,7 +1030,7 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
         agent.target.load_state_dict(reference.target.state_dict())
     first_loss = {key: agent.learn(np_batches[0]).metrics["loss"] for key, agent in agents.items()}
     for (cl, precision), agent in agents.items():
-        for threads in THREAD_COUNTS:
+        for threads in thread_counts:
             rows.append(
                 LearnerRow(
                     f"DQNAgent.learn, channels_last={cl}, {precision}, {threads} thread(s)",
@@ -1025,12 +1041,11 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
     try:
         for row in rows:  # warm-up, untimed
             torch.set_num_threads(row.threads)
-            for i in range(3):
+            for i in range(warm_ups):
                 row.update(i % len(torch_batches))
         turn = 0
         while any(len(row.times) < args.updates for row in rows):
-            shift = turn % len(rows)
-            for row in rows[shift:] + rows[:shift]:
+            for row in rotated(rows, turn):
                 torch.set_num_threads(row.threads)
                 for _ in range(min(BLOCK, args.updates - len(row.times))):
                     i = len(row.times) % len(torch_batches)
@@ -1041,8 +1056,10 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
     finally:
         torch.set_num_threads(previous_threads)
     log("learner: timed")
-    layout_ms = measure_nhwc(np_batches[0])
+    layout_calls = 5 if smoke else 50
+    layout_ms = measure_nhwc(np_batches[0], layout_calls)
     plain_ms = {row.threads: median(row.times) * 1e3 for row in rows if row.plain}
+    most = max(thread_counts)
     table = []
     for row in rows:
         med, p10, p90 = (float(np.percentile(row.times, q)) * 1e3 for q in (50, 10, 90))
@@ -1053,7 +1070,7 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
                 f"{p10:.1f}",
                 f"{p90:.1f}",
                 f"{plain_ms[row.threads] / med:.2f}x",
-                f"{plain_ms[2] / med:.2f}x",
+                f"{plain_ms[most] / med:.2f}x",
             ]
         )
     headers = [
@@ -1062,16 +1079,16 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
         "p10",
         "p90",
         "vs plain, same threads",
-        "vs plain, 2 threads",
+        f"vs plain, {most} threads",
     ]
     return "\n".join(
         [
             "### 3. Learner update: Double-DQN, dueling Nature CNN, batch 32 uint8 (4, 84, 84), "
             f"{NUM_ACTIONS} actions",
             "",
-            f"{args.updates} timed updates per row after 3 warm-up, rows interleaved in blocks "
-            f"of {BLOCK}. plain takes ready torch tensors; DQNAgent.learn takes the numpy batch a "
-            "memory returns.",
+            f"{args.updates} timed updates per row after {warm_ups} warm-up, rows interleaved in "
+            f"blocks of {BLOCK}. plain takes ready torch tensors; DQNAgent.learn takes the numpy "
+            "batch a memory returns.",
             "",
             markdown_table(headers, table),
             "",
@@ -1085,7 +1102,7 @@ def measure_learner(args: argparse.Namespace, log: Callable[[str], None]) -> str
             f"- s and s' of one batch ({2 * TRAIN_BATCH} uint8 stacks) to NHWC, 1 thread: "
             f"per_dqn.agent.layout.stack_nhwc {layout_ms['stack_nhwc']:.2f} ms, torch's "
             f"`.contiguous(memory_format=torch.channels_last)` {layout_ms['torch']:.2f} ms "
-            "(median of 50 each).",
+            f"(median of {layout_calls} each).",
         ]
     )
 
@@ -1123,7 +1140,7 @@ def train_overrides(args: argparse.Namespace, kind: str, steps: int, seed: int) 
         f"train.learning_starts={args.learning_starts}",
         "train.eval_interval=0",
         "train.final_eval_episodes=1",
-        f"env.max_episode_steps={TRAIN_MAX_EPISODE_STEPS}",
+        f"env.max_episode_steps={20 if mode(args) == 'smoke' else TRAIN_MAX_EPISODE_STEPS}",
         "run.device=cpu",
         f"run.seed={seed}",
     ]
@@ -1207,6 +1224,8 @@ def sb3_run(args: argparse.Namespace, steps: int) -> dict[str, Any]:
     return {
         "sps": model.num_timesteps / wall,
         "env_steps": model.num_timesteps,
+        # SB3 keeps its update count in a private field (logged as train/n_updates); it has no
+        # public attribute for it.
         "update_steps": model._n_updates,
         "peak_rss": peak_rss_bytes(),
         "replay_nbytes": sum(v.nbytes for v in vars(buffer).values() if isinstance(v, np.ndarray)),
@@ -1214,7 +1233,13 @@ def sb3_run(args: argparse.Namespace, steps: int) -> dict[str, Any]:
 
 
 def in_fresh_process(fn: Callable[..., dict[str, Any]], *fn_args: Any) -> dict[str, Any]:
-    """Runs ``fn(*fn_args)`` in a new spawned process and returns its result."""
+    """Runs ``fn(*fn_args)`` in a new spawned process and returns its result.
+
+    A smoke run (``args``, the first argument, says so) runs it in this process instead: a
+    spawned process costs seconds of imports, and a smoke run's figures mean nothing anyway.
+    """
+    if mode(fn_args[0]) == "smoke":
+        return fn(*fn_args)
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *fn_args).result()
 
@@ -1336,39 +1361,29 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
 # --- driver --------------------------------------------------------------------------------------
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of the packages whose code is timed."""
-    names = (
-        "numpy", "numba", "torch", "ale-py", "gymnasium", "cpprb", "tianshou", "stable-baselines3",
-    )  # fmt: skip
-    versions = {}
-    for name in names:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options; ``--quick`` is a smoke run."""
+    """Command-line options; ``--quick`` shortens everything, ``--smoke`` shrinks everything."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: fill 100k, short loops, short runs"
-    )
+    add_mode_options(parser, quick="fill 100k, short loops, short runs")
     parser.add_argument("--env-id", default="ALE/Breakout-v5", help="an ALE/<Game>-v5 id")
-    parser.add_argument("--capacity", type=int, default=1_000_000, help="replay capacity")
+    parser.add_argument("--capacity", type=int, help="replay capacity (1M, smoke 2048)")
     parser.add_argument(
         "--fill", type=int, help="transitions filled (default capacity, quick 100k)"
     )
     parser.add_argument(
-        "--repeats", type=int, help="timed loops per cell, sections 1-2 (5, quick 3)"
+        "--repeats", type=int, help="timed loops per cell, sections 1-2 (5, quick 3, smoke 1)"
     )
-    parser.add_argument("--target-s", type=float, help="seconds per timed loop (0.5, quick 0.1)")
-    parser.add_argument("--updates", type=int, help="timed learner updates per row (40, quick 10)")
-    parser.add_argument("--train-steps", type=int, help="env steps per run (3000, quick 1050)")
-    parser.add_argument("--learning-starts", type=int, default=1000, help="env steps (1000)")
-    parser.add_argument("--train-repeats", type=int, help="runs per kind (2, quick 1)")
+    parser.add_argument(
+        "--target-s", type=float, help="seconds per timed loop (0.5, quick 0.1, smoke 0.02)"
+    )
+    parser.add_argument(
+        "--updates", type=int, help="timed learner updates per row (40, quick 10, smoke 1)"
+    )
+    parser.add_argument(
+        "--train-steps", type=int, help="env steps per run (3000, quick 1050, smoke 40)"
+    )
+    parser.add_argument("--learning-starts", type=int, help="env steps (1000, smoke 32)")
+    parser.add_argument("--train-repeats", type=int, help="runs per kind (2, quick 1, smoke 1)")
     parser.add_argument(
         "--train-threads",
         type=int,
@@ -1382,17 +1397,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    defaults = {
-        "fill": (min(100_000, args.capacity), args.capacity),
-        "repeats": (3, 5),
-        "target_s": (0.1, 0.5),
-        "updates": (10, 40),
-        "train_steps": (1050, 3000),
-        "train_repeats": (1, 2),
-    }
-    for name, (quick, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    fill_defaults(args, {"capacity": (1_000_000, 1_000_000, 2048)})
+    fill_defaults(
+        args,
+        {
+            "fill": (args.capacity, min(100_000, args.capacity), args.capacity),
+            "repeats": (5, 3, 1),
+            "target_s": (0.5, 0.1, 0.02),
+            "updates": (40, 10, 1),
+            "train_steps": (3000, 1050, 40),
+            "learning_starts": (1000, 1000, TRAIN_BATCH),
+            "train_repeats": (2, 1, 1),
+        },
+    )
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
@@ -1402,11 +1419,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"--fill must be in [{CHECK_BATCHES * TRAIN_BATCH}, --capacity ({args.capacity:,})], "
             f"got {args.fill:,}"
         )
-    for name in ("repeats", "updates", "train_repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.train_threads < 0:
-        parser.error(f"--train-threads must be >= 0, got {args.train_threads}")
+    require_at_least(parser, args, 1, "repeats", "updates", "train_repeats")
+    require_at_least(parser, args, 0, "train_threads")
     if args.target_s <= 0:
         parser.error(f"--target-s must be > 0, got {args.target_s}")
     if args.learning_starts < TRAIN_BATCH:
@@ -1426,7 +1440,10 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_ale()
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    print(f"Machine: {machine_line(package_versions())}; {gb(total)} RAM", flush=True)
+    versions = package_versions(
+        "numpy", "numba", "torch", "ale-py", "gymnasium", "cpprb", "tianshou", "stable-baselines3"
+    )
+    print(f"Machine: {machine_line(versions)}; {gb(total)} RAM", flush=True)
     print(f"Command: `{command_line()}`", flush=True)
     measures = {
         "env": measure_env,
@@ -1438,7 +1455,7 @@ def main(argv: list[str] | None = None) -> None:
         if name in args.sections:
             print("\n" + measures[name](args, log), flush=True)
             log(f"{name} done; load average {load_average()}")
-    print(f"\nLoad average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+    print(f"\nLoad average at the end: {load_averages()}.")
 
 
 if __name__ == "__main__":

@@ -27,31 +27,36 @@ per-repeat ratios. Every loop runs once untimed first. The gymnasium rows need O
 (``opencv-python``, gymnasium's ``other`` extra); without it they are skipped with a note.
 
     .venv/bin/python benchmarks/atari_env.py            # ~2 minutes
-    .venv/bin/python benchmarks/atari_env.py --quick    # smoke run, ~30 s
+    .venv/bin/python benchmarks/atari_env.py --quick    # ~30 s
+    .venv/bin/python benchmarks/atari_env.py --smoke    # seconds: Pong, 1 and 2 envs, 1 repeat
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version
 
 import ale_py
 import gymnasium as gym
 import numpy as np
 from _common import (
     LoopFactory,
+    add_mode_options,
     calibrate,
     command_line,
+    fill_defaults,
     format_rate,
+    load_averages,
     machine_line,
     markdown_table,
     median,
+    package_versions,
     progress_log,
     relative_spread,
+    require_at_least,
+    rotated,
     time_loop,
 )
 from ale_py.vector_env import AtariVectorEnv
@@ -163,13 +168,13 @@ def gym_vector_subject(gym_id: str, num_envs: int, asynchronous: bool, seed: int
     return Subject(label, num_envs, env.step, env.close, int(env.single_action_space.n))
 
 
-def build_subjects(game: str, gym_id: str, seed: int) -> list[Subject]:
+def build_subjects(game: str, gym_id: str, seed: int, num_envs: list[int]) -> list[Subject]:
     """Every row for one game, environments created and reset."""
-    subjects = [ale_subject(game, n, threads, seed) for threads in (0, 1) for n in NUM_ENVS]
+    subjects = [ale_subject(game, n, threads, seed) for threads in (0, 1) for n in num_envs]
     if HAVE_CV2:
         subjects.append(gym_single_subject(gym_id, seed))
-        subjects += [gym_vector_subject(gym_id, n, False, seed) for n in NUM_ENVS]
-        subjects += [gym_vector_subject(gym_id, n, True, seed) for n in NUM_ENVS]
+        subjects += [gym_vector_subject(gym_id, n, False, seed) for n in num_envs]
+        subjects += [gym_vector_subject(gym_id, n, True, seed) for n in num_envs]
     return subjects
 
 
@@ -193,7 +198,7 @@ def loop_factory(subject: Subject, seed: int) -> LoopFactory:
 def measure_game(name: str, args: argparse.Namespace, log: Callable[[str], None]) -> list[Subject]:
     """Builds, calibrates and times every row for one game; closes the envs."""
     game, gym_id = GAMES[name]
-    subjects = build_subjects(game, gym_id, args.seed)
+    subjects = build_subjects(game, gym_id, args.seed, args.num_envs)
     log(f"{name}: {len(subjects)} environments built")
     try:
         factories = [loop_factory(s, args.seed + i) for i, s in enumerate(subjects)]
@@ -201,9 +206,7 @@ def measure_game(name: str, args: argparse.Namespace, log: Callable[[str], None]
             subject.calls = calibrate(factory, args.target_s)
         for repeat in range(args.repeats):
             # Rotate the order so that no row is always first after a slow spell.
-            order = list(range(len(subjects)))
-            order = order[repeat % len(order) :] + order[: repeat % len(order)]
-            for i in order:
+            for i in rotated(range(len(subjects)), repeat):
                 subject = subjects[i]
                 per_call = time_loop(factories[i], subject.calls).per_call
                 subject.rates.append(subject.num_envs / per_call)
@@ -243,56 +246,74 @@ def render(results: dict[str, list[Subject]], args: argparse.Namespace) -> str:
     by_key = {(s.label, s.num_envs): i for i, s in enumerate(results[games[0]])}
     for game in games:
         subjects = results[game]
-        ale = {n: subjects[by_key["AtariVectorEnv threads=auto", n]] for n in NUM_ENVS}
+        ale = {n: subjects[by_key["AtariVectorEnv threads=auto", n]] for n in args.num_envs}
         parts = []
-        for n in NUM_ENVS:
+        for n in args.num_envs:
             for label in ("gym SyncVectorEnv", "gym AsyncVectorEnv"):
                 if (label, n) in by_key:
                     mid, lo, hi = paired_ratio(ale[n], subjects[by_key[label, n]])
                     parts.append(f"{n} env(s) vs {label[4:]} {mid:.1f}x ({lo:.1f}-{hi:.1f})")
         if parts:
             lines.append(f"- {game}, AtariVectorEnv (auto threads) speed-up: " + "; ".join(parts))
-        mid, lo, hi = paired_ratio(ale[4], ale[1])
-        lines.append(f"- {game}, AtariVectorEnv 4 envs / 1 env: {mid:.2f}x ({lo:.2f}-{hi:.2f})")
+        few, most = min(args.num_envs), max(args.num_envs)
+        if most > few:
+            mid, lo, hi = paired_ratio(ale[most], ale[few])
+            lines.append(
+                f"- {game}, AtariVectorEnv {most} envs / {few} env(s): {mid:.2f}x "
+                f"({lo:.2f}-{hi:.2f})"
+            )
     if not HAVE_CV2:
         lines.append("- gymnasium rows skipped: AtariPreprocessing needs OpenCV (`opencv-python`).")
-    load = os.getloadavg()
+    versions = package_versions("ale-py", "gymnasium", "numpy")
+    if HAVE_CV2:
+        import cv2 as opencv
+
+        versions["opencv"] = opencv.__version__
     lines += [
         "",
-        f"Machine: {machine_line(package_versions())}; load average at the end "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}.",
+        f"Machine: {machine_line(versions)}; load average at the end {load_averages()}.",
         f"Command: `{command_line()}`",
     ]
     return "\n".join(lines)
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of the packages whose code is timed."""
-    names = ["ale-py", "gymnasium", "numpy"]
-    out = {name: version(name) for name in names}
-    if HAVE_CV2:
-        import cv2 as opencv
-
-        out["opencv"] = opencv.__version__
-    return out
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options; ``--quick`` shortens the loops for a smoke run."""
+    """Command-line options; ``--quick`` shortens the loops, ``--smoke`` shrinks everything."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 3 repeats, short loops")
-    parser.add_argument("--repeats", type=int, help="timed loops per cell (default 5, quick 3)")
-    parser.add_argument("--target-s", type=float, help="seconds per timed loop (0.5, quick 0.1)")
+    add_mode_options(parser, quick="3 repeats, short loops")
+    parser.add_argument("--repeats", type=int, help="timed loops per cell (5, quick 3, smoke 1)")
+    parser.add_argument(
+        "--target-s", type=float, help="seconds per timed loop (0.5, quick 0.1, smoke 0.02)"
+    )
+    parser.add_argument("--games", help=f"comma-separated, of {', '.join(GAMES)} (smoke Pong)")
+    parser.add_argument(
+        "--num-envs", help="comma-separated env counts (1,2,4; smoke 1,2)", dest="num_envs"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 3 if args.quick else 5
-    if args.target_s is None:
-        args.target_s = 0.1 if args.quick else 0.5
-    if args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    every_game = ",".join(GAMES)
+    all_counts = ",".join(map(str, NUM_ENVS))
+    fill_defaults(
+        args,
+        {
+            "repeats": (5, 3, 1),
+            "target_s": (0.5, 0.1, 0.02),
+            "games": (every_game, every_game, "Pong"),
+            "num_envs": (all_counts, all_counts, "1,2"),
+        },
+    )
+    require_at_least(parser, args, 1, "repeats")
     if args.target_s <= 0:
         parser.error(f"--target-s must be > 0, got {args.target_s}")
+    args.games = [g.strip() for g in args.games.split(",") if g.strip()]
+    if not args.games or set(args.games) - set(GAMES):
+        parser.error(f"--games must name some of {', '.join(GAMES)}, got {args.games}")
+    try:
+        args.num_envs = sorted({int(n) for n in args.num_envs.split(",")})
+    except ValueError:
+        parser.error(f"--num-envs must be comma-separated integers, got {args.num_envs!r}")
+    if not args.num_envs or args.num_envs[0] < 1:
+        parser.error(f"--num-envs must be >= 1, got {args.num_envs}")
     return args
 
 
@@ -304,7 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     quiet_ale()
     if not HAVE_CV2:
         log("OpenCV is not importable: the gymnasium rows are skipped")
-    results = {name: measure_game(name, args, log) for name in GAMES}
+    results = {name: measure_game(name, args, log) for name in args.games}
     print(render(results, args))
 
 

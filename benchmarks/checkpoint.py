@@ -1,20 +1,24 @@
 """What a checkpoint costs: bytes on disk per file, and seconds to write it and to verify + load it.
 
-Two cases, each written by the code a training run uses (``Trainer._save_checkpoint`` for
-CartPole, ``checkpoint.save_run_checkpoint`` for Atari):
+Two cases, each written the way a training run writes one: ``Trainer.state_dict()`` (the tree of
+every part's ``state_dict()``) handed to ``checkpoint.save_run_checkpoint``, the agent's part as
+weights and the rest as array trees:
 
 * ``cartpole``: the shipped ``cartpole.yaml`` trained for its 50,000 env steps; the final
-  checkpoint it writes (memory of 50,000 transitions, full).
-* ``atari``: the shipped ``atari.yaml``'s agent (Nature CNN) and memory (proportional, 1,000,000
-  transitions of 4x84x84 uint8 stacks, frame-deduplicated), the memory filled by real ``add``
-  calls with distinct frames, and the PER health arrays of that capacity. The rest of the loop's
-  state is a few KB; here it is the health arrays and one observation.
+  checkpoint of that run (memory of 50,000 transitions, full), written again from the finished
+  trainer.
+* ``atari``: a ``Trainer`` of the shipped ``atari.yaml`` (Pong, Nature CNN, proportional memory
+  of 1,000,000 transitions of 4x84x84 uint8 stacks, frame-deduplicated), its memory filled by
+  real ``add`` calls with distinct frames (and the loop's PER health arrays told of each add),
+  one learning step taken so that Adam's moments exist. The rest of the loop's state is a few
+  KB.
 
-Writing includes the memory's ``state_dict()`` copy, the fsyncs and the SHA-256 of every file;
-loading includes verifying every checksum. The page cache is warm for the read-back.
+Writing includes the ``state_dict()`` copies, the fsyncs and the SHA-256 of every file; loading
+includes verifying every checksum. The page cache is warm for the read-back.
 
     .venv/bin/python benchmarks/checkpoint.py               # both cases
     .venv/bin/python benchmarks/checkpoint.py atari --capacity 100000
+    .venv/bin/python benchmarks/checkpoint.py --smoke       # seconds: 1,200 steps, capacity 2,000
 """
 
 from __future__ import annotations
@@ -26,13 +30,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import command_line, machine_line, markdown_table
+from _common import (
+    add_mode_options,
+    command_line,
+    fill_defaults,
+    machine_line,
+    markdown_table,
+    require_at_least,
+)
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
-from per_dqn.build import make_agent, make_memory
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.envs import EnvSpec
 from per_dqn.run import Trainer
 
 
@@ -49,82 +57,79 @@ def report(case: str, path: Path, write_s: float, load_s: float, extra: list[str
     print(f"\nwrite {write_s:.2f} s, verify + load {load_s:.2f} s; " + "; ".join(extra))
 
 
-def cartpole(root: Path) -> None:
-    config = load_config(resolve_config_path("cartpole.yaml"), [parse_override("run.device=cpu")])
-    trainer = Trainer(config, "cartpole")
-    timings: list[float] = []
-    save = trainer._save_checkpoint
+def make_trainer(name: str, overrides: list[str]) -> Trainer:
+    """A ``Trainer`` of a shipped config on the CPU."""
+    config = load_config(
+        resolve_config_path(name), [parse_override(t) for t in [*overrides, "run.device=cpu"]]
+    )
+    return Trainer(config, Path(name).stem)
 
-    def timed_save(*args, **kwargs):
-        start = time.perf_counter()
-        path = save(*args, **kwargs)
-        timings.append(time.perf_counter() - start)
-        return path
 
-    trainer._save_checkpoint = timed_save
-    try:
-        summary = trainer.run(root / "run")
-    finally:
-        trainer.close()
-    path = ckpt.find_latest(ckpt.checkpoints_dir(root / "run")).path
-    assert path is not None
+def write(trainer: Trainer, root: Path, env_steps: int) -> tuple[Path, float, float]:
+    """Writes a checkpoint of every part, as a run does; its path, and the seconds the
+    ``state_dict()`` copies and the whole write (copies included) took."""
+    start = time.perf_counter()
+    parts = trainer.state_dict()
+    copy_s = time.perf_counter() - start
+    path = ckpt.save_run_checkpoint(
+        root,
+        env_steps=env_steps,
+        weights={"agent": parts.pop("agent")},
+        trees=parts,
+        config_yaml=trainer.config.to_yaml(),
+        keep_last=1,
+        meta={"update_steps": trainer.agent.update_steps, "final": True},
+    )
+    return path, copy_s, time.perf_counter() - start
+
+
+def timed_load(path: Path) -> float:
+    """Seconds to verify and load a checkpoint."""
     start = time.perf_counter()
     ckpt.load_run_checkpoint(path)
-    load_s = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def cartpole(root: Path, steps: int) -> None:
+    trainer = make_trainer("cartpole.yaml", [f"train.total_env_steps={steps}"])
+    try:
+        summary = trainer.run(root / "run")
+        path, _, write_s = write(trainer, root / "checkpoints", summary["env_steps"])
+    finally:
+        trainer.close()
     report(
-        "CartPole, cartpole.yaml at 50,000 env steps",
+        f"CartPole, cartpole.yaml at {summary['env_steps']:,} env steps",
         path,
-        timings[-1],
-        load_s,
+        write_s,
+        timed_load(path),
         [f"run wall time {summary['wall_seconds']:.1f} s"],
     )
 
 
 def atari(root: Path, capacity: int) -> None:
-    config = load_config(
-        resolve_config_path("atari.yaml"),
-        [parse_override(f"replay.capacity={capacity}"), parse_override("run.device=cpu")],
-    )
-    spec = EnvSpec((4, 84, 84), np.dtype(np.uint8), 6)  # Pong's minimal action set
-    memory = make_memory(config.replay, spec, seed=0)
-    agent = make_agent(config, spec, torch.device("cpu"))
-    health = m.ReplayHealth(capacity)
-    rng = np.random.default_rng(0)
-    pool = rng.integers(0, 256, size=(4096, 84, 84), dtype=np.uint8)  # > dedup window: distinct
-    start = time.perf_counter()
-    for t in range(capacity):
-        frames = np.take(pool, np.arange(t, t + 5) % len(pool), axis=0)
-        slot = memory.add(frames[:4], t % 6, 0.0, frames[1:], t % 2000 == 1999)
-        health.record_add(slot, t)
-    fill_s = time.perf_counter() - start
-    agent.learn(memory.sample(config.train.batch_size, 0.4))  # Adam's moments exist from here on
-    obs = pool[None, :4].copy()
-
-    start = time.perf_counter()
-    memory_state = memory.state_dict()
-    copy_s = time.perf_counter() - start
-    start = time.perf_counter()
-    path = ckpt.save_run_checkpoint(
-        root / "checkpoints",
-        env_steps=capacity,
-        agent=agent,
-        loop_state={"health": health.state_dict(), "cursor": {"obs": obs}},
-        memory_state=memory_state,
-        config_yaml=config.to_yaml(),
-        keep_last=1,
-    )
-    write_s = time.perf_counter() - start
-    del memory_state
-    start = time.perf_counter()
-    ckpt.load_run_checkpoint(path)
-    load_s = time.perf_counter() - start
+    trainer = make_trainer("atari.yaml", [f"replay.capacity={capacity}", "checkpoint.replay=true"])
+    try:
+        memory, health = trainer.memory, trainer.loop.state.health
+        rng = np.random.default_rng(0)
+        pool = rng.integers(0, 256, size=(4096, 84, 84), dtype=np.uint8)  # > dedup window
+        start = time.perf_counter()
+        for t in range(capacity):
+            frames = np.take(pool, np.arange(t, t + 5) % len(pool), axis=0)
+            slot = memory.add(frames[:4], t % 6, 0.0, frames[1:], t % 2000 == 1999)
+            health.record_add(slot, t)
+        fill_s = time.perf_counter() - start
+        batch = memory.sample(trainer.config.train.batch_size, 0.4)
+        trainer.agent.learn(batch)  # Adam's moments exist from here on
+        path, copy_s, write_s = write(trainer, root / "checkpoints", capacity)
+    finally:
+        trainer.close()
     report(
         f"Atari, atari.yaml with {capacity:,} transitions (frame-deduplicated)",
         path,
-        copy_s + write_s,
-        load_s,
+        write_s,
+        timed_load(path),
         [
-            f"of the write, memory.state_dict() copy {copy_s:.2f} s",
+            f"of the write, the state_dict() copies {copy_s:.2f} s",
             f"memory arrays in RAM {memory.nbytes / 1e9:.2f} GB",
             f"filling took {fill_s:.0f} s",
         ],
@@ -133,16 +138,21 @@ def atari(root: Path, capacity: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_mode_options(parser)
     parser.add_argument("case", nargs="?", choices=["cartpole", "atari", "all"], default="all")
-    parser.add_argument("--capacity", type=int, default=1_000_000, help="Atari memory capacity")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp")
+    parser.add_argument("--capacity", type=int, help="Atari memory capacity (1M; smoke 2000)")
+    parser.add_argument("--steps", type=int, help="CartPole env steps (50000; smoke 1200)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp)")
     args = parser.parse_args()
+    fill_defaults(args, {"capacity": (1_000_000, None, 2_000), "steps": (50_000, None, 1_200)})
+    require_at_least(parser, args, 64, "capacity")
+    require_at_least(parser, args, 1_001, "steps")  # cartpole.yaml learns from step 1,000
     torch.set_num_threads(1)
     print(command_line())
     print(machine_line({"torch": torch.__version__, "numpy": np.__version__}))
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         if args.case in ("cartpole", "all"):
-            cartpole(Path(tmp) / "cartpole")
+            cartpole(Path(tmp) / "cartpole", args.steps)
         if args.case in ("atari", "all"):
             atari(Path(tmp) / "atari", args.capacity)
 

@@ -29,7 +29,8 @@ whether loss and parameters are ``allclose(rtol=1e-5, atol=1e-5)`` to plain's (f
 first step moves every parameter by up to lr = 6.25e-5).
 
     .venv/bin/python benchmarks/learner.py            # ~3-5 minutes, most of it compiling
-    .venv/bin/python benchmarks/learner.py --quick    # smoke run, no torch.compile rows
+    .venv/bin/python benchmarks/learner.py --quick    # no torch.compile rows, 10 updates each
+    .venv/bin/python benchmarks/learner.py --smoke    # seconds: batch 4, 2 updates each
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -45,7 +45,18 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from _common import command_line, machine_line, markdown_table, progress_log
+from _common import (
+    add_mode_options,
+    command_line,
+    fill_defaults,
+    load_averages,
+    machine_line,
+    markdown_table,
+    mode,
+    progress_log,
+    require_at_least,
+    rotated,
+)
 from torch import nn
 from torch.nn import functional as F
 
@@ -101,16 +112,16 @@ class Batch(NamedTuple):
     weights: torch.Tensor  # (B,) float32, IS weights
 
 
-def make_batch(rng: np.random.Generator) -> Batch:
+def make_batch(rng: np.random.Generator, size: int = BATCH) -> Batch:
     """Random uint8 frames and random transition fields (the values do not change the cost)."""
-    shape = (BATCH, STACK, SCREEN, SCREEN)
+    shape = (size, STACK, SCREEN, SCREEN)
     return Batch(
         obs=torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8)),
-        actions=torch.from_numpy(rng.integers(0, NUM_ACTIONS, BATCH)),
-        rewards=torch.from_numpy(rng.choice(np.float32([-1, 0, 1]), BATCH)),
+        actions=torch.from_numpy(rng.integers(0, NUM_ACTIONS, size)),
+        rewards=torch.from_numpy(rng.choice(np.float32([-1, 0, 1]), size)),
         next_obs=torch.from_numpy(rng.integers(0, 256, shape, dtype=np.uint8)),
-        terminated=torch.from_numpy((rng.random(BATCH) < 0.05).astype(np.float32)),
-        weights=torch.from_numpy(rng.uniform(0.2, 1.0, BATCH).astype(np.float32)),
+        terminated=torch.from_numpy((rng.random(size) < 0.05).astype(np.float32)),
+        weights=torch.from_numpy(rng.uniform(0.2, 1.0, size).astype(np.float32)),
     )
 
 
@@ -139,16 +150,17 @@ class Variant:
         return not self.bf16
 
 
-def build_variants(quick: bool) -> list[Variant]:
-    """The rows, in table order."""
-    plain = Variant("1 plain")
+def build_variants(compile_rows: bool, threads: int = THREADS) -> list[Variant]:
+    """The rows, in table order; the ``torch.compile`` ones only with ``compile_rows``; ``threads``
+    for every row but ``7c 1 thread``."""
+    plain = Variant("1 plain", threads=threads)
     lean = replace(plain, target_mode="no_grad", adam="fused")
     rows = [
         plain,
         replace(plain, name="2 cat(obs, next_obs) online, target no_grad", cat_online=True),
         replace(plain, name="3 channels_last", channels_last=True),
     ]
-    if not quick:
+    if compile_rows:
         rows += [
             replace(plain, name="4a torch.compile default", compile_mode="default"),
             replace(
@@ -172,7 +184,7 @@ def build_variants(quick: bool) -> list[Variant]:
         replace(lean, name="8b lean + channels_last", channels_last=True),
         replace(lean, name="8c lean + channels_last + bf16", channels_last=True, bf16=True),
     ]
-    if not quick:
+    if compile_rows:
         rows.append(replace(lean, name="8d lean + torch.compile default", compile_mode="default"))
     return rows
 
@@ -240,7 +252,8 @@ class Learner:
         with autocast:
             if v.cat_online:
                 q_all = self.online_fn(torch.cat((obs, next_obs)))
-                q, next_q_online = q_all[:BATCH], q_all[BATCH:].detach()
+                size = obs.shape[0]
+                q, next_q_online = q_all[:size], q_all[size:].detach()
                 with torch.no_grad():
                     next_q_target = self.target_fn(next_obs)
             else:
@@ -266,6 +279,7 @@ class Learner:
 
     def timed_update(self, batch: Batch) -> float:
         """Seconds one update takes, under the variant's thread count and oneDNN setting."""
+        previous = torch.get_num_threads()
         torch.set_num_threads(self.variant.threads)
         try:
             with mkldnn_enabled(self.variant.mkldnn):
@@ -273,7 +287,7 @@ class Learner:
                 self.update(batch)
                 return time.perf_counter() - start
         finally:
-            torch.set_num_threads(THREADS)
+            torch.set_num_threads(previous)
 
 
 @dataclass
@@ -292,6 +306,7 @@ class Row:
 
 def first_update(row: Row, check_batch: Batch, init_state: dict[str, torch.Tensor]) -> None:
     """Builds the learner and makes its first update on the numerics batch (compiles, if any)."""
+    previous = torch.get_num_threads()
     try:
         row.learner = Learner(row.variant, init_state)
         torch.set_num_threads(row.variant.threads)
@@ -307,7 +322,7 @@ def first_update(row: Row, check_batch: Batch, init_state: dict[str, torch.Tenso
         row.learner = None
         row.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
     finally:
-        torch.set_num_threads(THREADS)
+        torch.set_num_threads(previous)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -372,13 +387,12 @@ def render(rows: list[Row], args: argparse.Namespace) -> str:
         "grad rel. err",
         "numerics vs plain",
     ]
-    load = os.getloadavg()
     versions = {"torch": torch.__version__, "numpy": np.__version__}
     return "\n".join(
         [
-            f"Double-DQN update, dueling Nature CNN, batch {BATCH} of uint8 (4, 84, 84), "
+            f"Double-DQN update, dueling Nature CNN, batch {args.batch} of uint8 (4, 84, 84), "
             f"{NUM_ACTIONS} actions, Adam lr {LR} eps {ADAM_EPS}; {args.updates} timed updates "
-            f"per row after {args.warmup} warm-up, torch threads {THREADS} unless stated.",
+            f"per row after {args.warmup} warm-up, torch threads {args.threads} unless stated.",
             "",
             markdown_table(headers, table),
             "",
@@ -386,28 +400,37 @@ def render(rows: list[Row], args: argparse.Namespace) -> str:
             f"rtol {RTOL:g}, atol {ATOL:g} on the loss and every parameter.",
             f"Machine: {machine_line(versions)}; CPU capability "
             f"{torch.backends.cpu.get_cpu_capability()}; load average at the end "
-            f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}.",
+            f"{load_averages()}.",
             f"Command: `{command_line()}`",
         ]
     )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options; ``--quick`` is a smoke run without the torch.compile rows."""
+    """Command-line options; ``--quick`` drops the torch.compile rows, ``--smoke`` shrinks all."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 10 updates, no compile")
-    parser.add_argument("--updates", type=int, help="timed updates per row (default 40, quick 10)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed updates per row")
-    parser.add_argument("--block", type=int, default=5, help="updates per turn in the rotation")
+    add_mode_options(parser, quick="10 updates per row, no torch.compile rows")
+    parser.add_argument("--updates", type=int, help="timed updates per row (40, quick 10, smoke 2)")
+    parser.add_argument("--warmup", type=int, help="untimed updates per row (3, smoke 1)")
+    parser.add_argument("--block", type=int, help="updates per turn in the rotation (5, smoke 1)")
+    parser.add_argument("--batch", type=int, help=f"batch size ({BATCH}, smoke 4)")
+    parser.add_argument(
+        "--threads", type=int, help=f"torch threads of every row but 7c ({THREADS}, smoke 1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.updates is None:
-        args.updates = 10 if args.quick else 40
-    for name in ("updates", "block"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    fill_defaults(
+        args,
+        {
+            "updates": (40, 10, 2),
+            "warmup": (3, 3, 1),
+            "block": (5, 5, 1),
+            "batch": (BATCH, BATCH, 4),
+            "threads": (THREADS, THREADS, 1),
+        },
+    )
+    require_at_least(parser, args, 1, "updates", "block", "batch", "threads")
+    require_at_least(parser, args, 0, "warmup")
     return args
 
 
@@ -416,13 +439,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log = progress_log()
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     init_state = copy.deepcopy(NatureDuelingQ(NUM_ACTIONS).state_dict())
-    check_batch = make_batch(rng)
-    batches = [make_batch(rng) for _ in range(4)]
-    rows = [Row(v) for v in build_variants(args.quick)]
+    check_batch = make_batch(rng, args.batch)
+    batches = [make_batch(rng, args.batch) for _ in range(4)]
+    rows = [Row(v) for v in build_variants(mode(args) == "full", args.threads)]
     for row in rows:
         first_update(row, check_batch, init_state)
         if row.learner is not None:
@@ -432,8 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     live = [row for row in rows if row.learner is not None]
     turn = 0
     while any(len(row.times) < args.updates for row in live):
-        start = turn % len(live)
-        for row in live[start:] + live[:start]:
+        for row in rotated(live, turn):
             assert row.learner is not None  # for the type checker: `live` filters them
             for _ in range(min(args.block, args.updates - len(row.times))):
                 batch = batches[len(row.times) % len(batches)]

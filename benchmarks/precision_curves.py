@@ -4,28 +4,29 @@ table of what each run reached and how fast.
 Usage::
 
     .venv/bin/python benchmarks/precision_curves.py RUN_DIR [RUN_DIR ...] [--out PNG]
+    .venv/bin/python benchmarks/precision_curves.py --smoke    # trains two tiny runs to read
 
 Every run dir is one ``per-dqn train`` output (``config.yaml``, ``summary.json``, an event file),
 finished or interrupted (Ctrl-C: its curves stop where it stopped, and it has no final
 evaluation); runs are grouped by their ``agent.precision`` and matched by seed. Nothing here
 trains: the runs are made with the commands the README lists, and this script only reads what
-they wrote.
+they wrote. ``--smoke`` is the exception: it trains a 300-step CartPole run at each precision
+(``per_dqn.train``) into a temporary dir and reads those, so that ``make test`` runs every line.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
+from _common import add_mode_options, markdown_table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import markdown_table
-
+import per_dqn
 from per_dqn import metrics as m
 from per_dqn.sweeps.runs import read_summary
 
@@ -152,16 +153,53 @@ def table(runs: list[RunCurves]) -> str:
     return markdown_table(headers, rows)
 
 
+def smoke_runs(root: Path) -> list[Path]:
+    """Two 300-step CartPole runs, fp32 and bf16, trained under ``root``."""
+    dirs = []
+    for precision in ("fp32", "bf16"):
+        result = per_dqn.train(
+            "cartpole.yaml",
+            overrides={
+                "agent.precision": precision,
+                "train.total_env_steps": 300,
+                "train.learning_starts": 100,
+                "train.log_interval": 50,
+                "train.eval_interval": 0,
+                "train.final_eval_episodes": 1,
+                "run.device": "cpu",
+            },
+            run_dir=root / precision,
+        )
+        dirs.append(result.run_dir)
+    return dirs
+
+
+def report(run_dirs: list[Path], out: Path) -> None:
+    """Reads the runs, draws the curves to ``out`` and prints the table."""
+    runs = [read_run(d) for d in run_dirs]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(runs, out)
+    print(table(runs))
+    print(f"\nCurves: {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="finished per-dqn run dirs")
-    parser.add_argument("--out", type=Path, default=Path("runs/precision-curves.png"))
+    add_mode_options(parser)
+    parser.add_argument("run_dirs", nargs="*", type=Path, help="finished per-dqn run dirs")
+    parser.add_argument(
+        "--out", type=Path, help="the PNG (runs/precision-curves.png; smoke: a temp file)"
+    )
     args = parser.parse_args(argv)
-    runs = [read_run(d) for d in args.run_dirs]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    plot(runs, args.out)
-    print(table(runs))
-    print(f"\nCurves: {args.out}")
+    if args.smoke:
+        if args.run_dirs:
+            parser.error("--smoke trains its own runs: give it no RUN_DIR")
+        with tempfile.TemporaryDirectory(prefix="bench-precision-") as tmp:
+            report(smoke_runs(Path(tmp)), args.out or Path(tmp) / "precision-curves.png")
+        return
+    if not args.run_dirs:
+        parser.error("give at least one RUN_DIR (or --smoke)")
+    report(args.run_dirs, args.out or Path("runs/precision-curves.png"))
 
 
 if __name__ == "__main__":

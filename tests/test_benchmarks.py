@@ -1,11 +1,16 @@
-"""Smoke runs of the scripts in ``benchmarks/``: they run at tiny sizes and print their table.
+"""Smoke runs of the scripts in ``benchmarks/``: each runs with ``--smoke`` and prints its table.
 
-The figures of a smoke run mean nothing; these tests only keep the scripts working (and on the
-public APIs they use) as the package changes under them.
+The figures of a smoke run mean nothing; these tests keep the scripts working on the public APIs
+they use as the package changes under them. Each script runs as a user runs it,
+``python benchmarks/x.py`` from the repo root, with no ``PYTHONPATH``: the scripts put their own
+checkout first on ``sys.path`` (``benchmarks/_common.py``), and the tests check that the code
+they timed is this checkout's, not an installed ``per_dqn``. Peers (cpprb, Tianshou,
+Stable-Baselines3: the ``bench`` extra) are expected in the output only where they import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -15,21 +20,60 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_LINE = f"per_dqn from {ROOT / 'per_dqn'}"
+# A figure as the tables print it: 1,234 / 0.93 / 1.2e-05 / 3.40x / 12% / 0.03 GB / **5.01**.
+NUMBER = re.compile(r"\**-?[\d,]*\.?\d+(e[-+]\d+)?(x|%| GB| h)?\**")
+HAVE = {
+    name: importlib.util.find_spec(name) is not None
+    for name in ("cpprb", "tianshou", "stable_baselines3")
+}
 
 
-def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs ``benchmarks/<name>`` with this checkout's ``per_dqn`` first on the path."""
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+def run(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs ``benchmarks/<name> ARGS`` from the repo root, without ``PYTHONPATH``."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, f"benchmarks/{name}", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
+
+
+def run_script(name: str, *args: str, timeout: float = 300) -> str:
+    """``run``, asserting exit 0; returns stdout."""
+    proc = run(name, *args, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def tables(text: str) -> list[tuple[list[str], dict[str, list[str]]]]:
+    """The markdown tables in ``text``: header cells, and body rows by their first cell."""
+    found = []
+    block: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+            continue
+        if len(block) >= 2 and set("".join(block[1])) <= set("-:"):
+            found.append((block[0], {row[0]: row[1:] for row in block[2:]}))
+        block = []
+    return found
+
+
+def table_with(text: str, first_header: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The one table whose first header cell is ``first_header``."""
+    matches = [t for t in tables(text) if t[0][0] == first_header]
+    assert len(matches) == 1, (first_header, text)
+    return matches[0]
+
+
+def assert_numbers(cells: list[str]) -> None:
+    """Every cell is a figure."""
+    assert cells and all(NUMBER.fullmatch(cell) for cell in cells), cells
 
 
 @pytest.mark.bench_smoke
 def test_replay_benchmark_smoke_prints_a_table():
-    proc = run_script("replay.py", "--smoke")
+    proc = run("replay.py", "--smoke")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "baselines agree with PrioritizedReplay" in proc.stderr
     rows = {}
@@ -48,3 +92,158 @@ def test_replay_benchmark_smoke_prints_a_table():
         cells = rows[name]
         numbers = cells if name != "per_dqn UniformReplay" else cells[:3] + cells[5:]
         assert all(re.fullmatch(r"[\d,]+(\.\d+)?", c) for c in numbers), (name, cells)
+
+
+@pytest.mark.bench_smoke
+def test_train_loop_smoke_prints_each_kinds_sps():
+    out = run_script("train_loop.py", "--smoke")
+    assert PACKAGE_LINE in out
+    headers, rows = table_with(out, "replay")
+    assert headers == ["replay", "SPS (median)", "min", "max", "updates", "overhead"]
+    assert list(rows) == ["uniform", "proportional", "rank"]
+    for cells in rows.values():
+        assert_numbers(cells)
+    assert rows["uniform"][-1] == "1.000x"  # uniform is the overhead's baseline
+    assert "PER overhead (uniform SPS / PER SPS, worst kind)" in out
+
+
+@pytest.mark.bench_smoke
+def test_train_loop_against_an_old_layout_checkout_times_each_checkouts_code(tmp_path):
+    """``--against PATH`` times PATH's code, also when PATH has the old layout.
+
+    PATH here is a checkout shaped like dcc030f (``per_dqn/train.py`` holds the Trainer, no
+    ``per_dqn/run.py``), made of links to this checkout's files. Pins two bugs of the first
+    version: the child chose ``per_dqn.run`` by trying the import, and an editable install of
+    another checkout then served ``per_dqn.run`` from there (the child now chooses by file and
+    refuses any ``per_dqn`` module from outside PATH); and the old side must print where its
+    code came from.
+    """
+    old = tmp_path / "old-checkout"
+    (old / "per_dqn").mkdir(parents=True)
+    for entry in (ROOT / "per_dqn").iterdir():
+        if entry.name not in ("run.py", "__pycache__"):
+            (old / "per_dqn" / entry.name).symlink_to(entry)
+    (old / "per_dqn" / "train.py").symlink_to(ROOT / "per_dqn" / "run.py")
+    out = run_script("train_loop.py", "--smoke", "--against", str(old), "--kinds", "proportional")
+    assert f"# new: {ROOT / 'per_dqn'} " in out
+    assert f"# old: {old / 'per_dqn'} " in out
+    headers, rows = table_with(out, "replay")
+    assert headers[:6] == [
+        "replay", "new SPS (median)", "new per repeat", "old SPS (median)", "old per repeat",
+        "new/old",
+    ]  # fmt: skip
+    assert list(rows) == ["proportional"]
+    assert_numbers(rows["proportional"][:5])
+    assert "Resolved configs identical." in out
+
+
+@pytest.mark.bench_smoke
+def test_cartpole_vs_sb3_smoke_times_both_processes():
+    out = run_script("cartpole_vs_sb3.py", "--smoke")
+    assert PACKAGE_LINE in out
+    headers, rows = table_with(out, "run")
+    assert headers[:5] == ["run", "wall s (median)", "min", "env steps", "SPS"]
+    per_dqn = rows.pop("per_dqn: per-dqn train --config cartpole.yaml")
+    assert_numbers(per_dqn)
+    assert per_dqn[2] == "1,200"
+    if HAVE["stable_baselines3"]:
+        assert_numbers(rows.pop("SB3 DQN, rl-zoo CartPole-v1 settings"))
+        assert re.search(r"per_dqn / SB3 wall time \(medians\): [\d.]+ ", out)
+    else:
+        assert "SB3 not measured" in out
+    assert rows == {}
+
+
+@pytest.mark.bench_smoke
+@pytest.mark.atari
+def test_checkpoint_smoke_writes_and_loads_both_cases():
+    out = run_script("checkpoint.py", "--smoke")
+    assert PACKAGE_LINE in out
+    found = [t for t in tables(out) if t[0] == ["file", "MB"]]
+    assert len(found) == 2  # CartPole, then Atari
+    for _, rows in found:
+        for name in ("agent.pt", "loop.npz", "memory.npz", "**total**"):
+            assert_numbers(rows[name])
+    assert len(re.findall(r"write [\d.]+ s, verify \+ load [\d.]+ s", out)) == 2
+
+
+@pytest.mark.bench_smoke
+def test_learner_smoke_times_every_row_and_checks_its_numerics():
+    out = run_script("learner.py", "--smoke")
+    headers, rows = table_with(out, "variant")
+    assert headers[:5] == ["variant", "ms median", "p10", "p90", "speed-up"]
+    assert len(rows) == 16  # every row but the torch.compile ones
+    for name, cells in rows.items():
+        assert_numbers(cells[:7])
+        # fp32 rows agree with plain; the verdict column says so.
+        assert cells[7].startswith(("bit-exact", "allclose", "NOT close")), (name, cells)
+    assert rows["1 plain"][7] == "bit-exact"
+
+
+@pytest.mark.bench_smoke
+@pytest.mark.atari
+def test_atari_env_smoke_times_ale_vector_envs():
+    out = run_script("atari_env.py", "--smoke")
+    headers, rows = table_with(out, "implementation")
+    assert headers == ["implementation", "num_envs", "Pong steps/s", "spread"]
+    assert set(rows) == {"AtariVectorEnv threads=auto", "AtariVectorEnv threads=1"}
+    for cells in rows.values():  # rows share a label across num_envs: the last is kept
+        assert_numbers(cells)
+
+
+@pytest.mark.bench_smoke
+@pytest.mark.atari
+def test_atari_smoke_runs_every_section_with_the_installed_peers():
+    out = run_script("atari.py", "--smoke")
+    assert PACKAGE_LINE in out
+    _, env_rows = table_with(out, "env")
+    assert len(env_rows) == 2
+    for cells in env_rows.values():
+        assert_numbers(cells)
+    _, replay = table_with(out, "implementation")
+    expected = {
+        "per_dqn UniformReplay (dedup_frames)": True,
+        "per_dqn PrioritizedReplay (dedup_frames, alpha 0.6)": True,
+        "cpprb PrioritizedReplayBuffer (4, 84, 84), next_of + stack_compress": HAVE["cpprb"],
+        "cpprb PrioritizedReplayBuffer (84, 84, 4), next_of + stack_compress": HAVE["cpprb"],
+        "Tianshou PrioritizedReplayBuffer (4, 84, 84), stack_num 4 + save_only_last_obs": HAVE[
+            "tianshou"
+        ],
+    }
+    assert set(replay) == {name for name, present in expected.items() if present}
+    for name, cells in replay.items():
+        assert_numbers([cells[1], *cells[2:4], *cells[7:9]])
+        if name.startswith("per_dqn"):
+            assert cells[0] == "bit-exact", (name, cells)
+    _, learner = table_with(out, "learner")
+    assert len(learner) == 4  # plain and 3 DQNAgent rows, at 1 thread
+    for cells in learner.values():
+        assert_numbers(cells)
+    _, train = table_with(out, "run")
+    assert len(train) == (4 if HAVE["stable_baselines3"] else 2)
+    for cells in train.values():
+        assert_numbers([cells[0], *cells[2:]])
+
+
+@pytest.mark.bench_smoke
+def test_precision_curves_smoke_reads_an_fp32_and_a_bf16_run():
+    out = run_script("precision_curves.py", "--smoke")
+    _, rows = table_with(out, "precision")
+    assert list(rows) == ["fp32", "bf16"]
+    for cells in rows.values():
+        assert_numbers([cells[0], cells[3]])  # seed, SPS
+    curves = re.search(r"Curves: (.+\.png)", out)
+    assert curves is not None
+
+
+@pytest.mark.bench_smoke
+def test_train_loop_against_a_dir_without_per_dqn_is_refused_in_one_line(tmp_path):
+    """A wrong ``--against`` is bad input: exit 2, one ``error:`` line naming the path."""
+    proc = run("train_loop.py", "--against", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        f"train_loop.py: error: --against: {tmp_path} holds no per_dqn/ package (not a checkout)"
+    ]
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
