@@ -10,6 +10,7 @@ Stable-Baselines3: the ``bench`` extra) are expected in the output only where th
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -247,3 +248,32 @@ def test_train_loop_against_a_dir_without_per_dqn_is_refused_in_one_line(tmp_pat
     ]
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+# Private names of peers that have no public equivalent (each use carries a comment saying so).
+PEER_PRIVATE = {"_n_updates", "_value"}
+
+
+def test_benchmarks_use_no_private_per_dqn_names():
+    """No script reaches into a private name (issue 13: checkpoint.py timed a run's checkpoints by
+    replacing ``Trainer._save_checkpoint``): no ``_name`` imported from ``per_dqn``, and no
+    ``obj._name`` but on ``self``/``cls`` or the listed peers' fields. replay.py is another
+    slice's and is left out here."""
+    found = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        if path.name == "replay.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("per_dqn"):
+                parts = [*node.module.split("."), *(alias.name for alias in node.names)]
+                found += [f"{path.name}:{node.lineno} {p}" for p in parts if p.startswith("_")]
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.attr not in PEER_PRIVATE
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert found == []
