@@ -1258,10 +1258,12 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     with tempfile.TemporaryDirectory(prefix="bench-atari-") as tmp:
         # Untimed warm-up: numba's on-disk cache of every replay kernel, torch's first calls.
-        in_fresh_process(
-            train_run, args, "proportional", args.learning_starts + 8, f"{tmp}/warm-up"
-        )
-        log("train: warm-up run done")
+        # (A smoke run trains in this process and times nothing that matters: no warm-up.)
+        if mode(args) != "smoke":
+            in_fresh_process(
+                train_run, args, "proportional", args.learning_starts + 8, f"{tmp}/warm-up"
+            )
+            log("train: warm-up run done")
         for r in range(args.train_repeats):
             shift = r % len(keys)
             for key in keys[shift:] + keys[:shift]:
