@@ -682,6 +682,9 @@ def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C is Python's KeyboardInterrupt even where the sweep was started with SIGINT ignored
+    # (a background job of a non-interactive shell inherits that), as `train` handles it too.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         result = sweeps.run_sweep(sweep, n_workers, show)
     except OSError as exc:  # the sweep's own record could not be written
@@ -689,6 +692,7 @@ def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
         raise typer.Exit(EXIT_WRITE_FAILED) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     if result.interrupted:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
         raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)

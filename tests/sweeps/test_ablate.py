@@ -36,9 +36,10 @@ runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_per_dqn(args: list[str]) -> subprocess.Popen:
+def start_per_dqn(args: list[str], sigint_ignored: bool = False) -> subprocess.Popen:
     """``per-dqn ARGS`` in a real process running this checkout's package, in its own process
-    group (as a shell gives a foreground job)."""
+    group (as a shell gives a foreground job); with ``sigint_ignored``, started with SIGINT
+    ignored, as a non-interactive shell starts a background job."""
     return subprocess.Popen(
         [sys.executable, "-m", "per_dqn.cli", *args],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -46,6 +47,9 @@ def start_per_dqn(args: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        if sigint_ignored
+        else None,
     )
 
 
@@ -308,19 +312,23 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("to_group", "signum", "code"),
-    [(True, signal.SIGINT, 130), (False, signal.SIGINT, 130), (False, signal.SIGTERM, 143)],
-    ids=["ctrl-c", "kill-int", "kill-term"],
-)
-def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code):
+    ("to_group", "signum", "code", "sigint_ignored"),
+    [(True, signal.SIGINT, 130, False), (False, signal.SIGINT, 130, False),
+     (False, signal.SIGTERM, 143, False), (False, signal.SIGINT, 130, True)],
+    ids=["ctrl-c", "kill-int", "kill-term", "kill-int-background-job"],
+)  # fmt: skip
+def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code, sigint_ignored):
     """SIGINT to the sweep: exit 130, the runs in progress stop between two steps with a
     checkpoint and an interrupted summary, and no new run starts. A terminal's Ctrl-C signals the
     whole process group (workers included); `kill -INT` signals the parent alone, which passes it
-    on. SIGTERM (docker stop, Slurm) stops it the same way, with exit 143."""
+    on. SIGTERM (docker stop, Slurm) stops it the same way, with exit 143.
+
+    Pins a bug: a sweep started as a background job of a non-interactive shell (`( ... & )`),
+    which starts it with SIGINT ignored, ignored `kill -INT` and ran on (`train` did stop)."""
     out = tmp_path / "sweep"
     args = tiny_args(out, workers=1)
     args[args.index("--steps") + 1] = "200000"
-    proc = start_per_dqn(args)
+    proc = start_per_dqn(args, sigint_ignored)
     try:
         deadline = time.monotonic() + 60
         started = []
