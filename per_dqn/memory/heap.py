@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.memory.trees import _jit, first_out_of_range
+from per_dqn.memory.trees import _jit, checked_capacity, first_out_of_range
 
 # --- rank-based: an array-backed binary max-heap over (|delta|, insertion stamp) ------------------
 #
@@ -226,11 +226,7 @@ class RankHeap:
     """
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
-            raise TypeError(f"`capacity` must be an int, got {type(capacity).__name__}")
-        if capacity < 1:
-            raise ValueError(f"`capacity` must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
+        self.capacity = checked_capacity(capacity)
         self._slot = np.zeros(self.capacity, dtype=np.int64)  # position -> slot
         self._key = np.zeros(self.capacity, dtype=np.float64)  # position -> |delta|
         self._stamp = np.zeros(self.capacity, dtype=np.int64)  # position -> insertion stamp

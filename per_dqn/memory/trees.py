@@ -280,6 +280,20 @@ def first_invalid_update(indices, upper, td_errors):  # pragma: no cover - compi
 # --- the trees ------------------------------------------------------------------------------------
 
 
+def checked_capacity(capacity: object) -> int:
+    """``capacity`` as an int >= 1 (a tree's leaves, a heap's entries).
+
+    Raises:
+        TypeError: not an int (a bool included).
+        ValueError: below 1.
+    """
+    if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
+        raise TypeError(f"`capacity` must be an int, got {type(capacity).__name__}")
+    if capacity < 1:
+        raise ValueError(f"`capacity` must be >= 1, got {capacity}")
+    return int(capacity)
+
+
 def _leaf_offset(capacity: int) -> int:
     return 1 << max(0, int(capacity) - 1).bit_length()
 
@@ -291,11 +305,7 @@ class _SegmentTree:
     _set_one = staticmethod(sum_set_one)
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
-            raise TypeError(f"`capacity` must be an int, got {type(capacity).__name__}")
-        if capacity < 1:
-            raise ValueError(f"`capacity` must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
+        self.capacity = checked_capacity(capacity)
         self._offset = _leaf_offset(self.capacity)
         self._nodes = np.full(2 * self._offset, self._fill, dtype=np.float64)
 
