@@ -29,7 +29,13 @@ train: $(STAMP)
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir runs
 
-test: $(STAMP)
+# The tests cover every optional part, so the extras they need are installed first.
+TEST_STAMP := $(VENV)/.installed-test
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -e '.[dev,minatar]'
+	touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 # One-line bugs the suite must catch (tests/mutants/mutants.py); a survivor fails the target.

@@ -73,6 +73,9 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> Replay
 def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
     """The agent ``config.agent`` describes, sized for ``spec``."""
     agent = config.agent
+    network = agent.network
+    if network == "auto" and spec.obs_dtype == np.bool_ and len(spec.obs_shape) == 3:
+        network = "minatar_cnn"  # MinAtar's object layers, not frames: the MinAtar paper's net
     return DQNAgent(
         obs_shape=spec.obs_shape,
         num_actions=spec.num_actions,
@@ -87,7 +90,7 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         target_update_interval=agent.target_update_interval,
         tau=agent.tau,
         device=device,
-        network=agent.network,
+        network=network,
         channels_last=agent.channels_last,
         precision=agent.precision,
     )

@@ -177,10 +177,11 @@ class AgentConfig(_Section):
     @field_validator("network")
     @classmethod
     def _network_name(cls, value: str) -> str:
-        if value in ("auto", "mlp", "nature_cnn") or _FACTORY.fullmatch(value):
+        if value in ("auto", "mlp", "nature_cnn", "minatar_cnn") or _FACTORY.fullmatch(value):
             return value
         raise ValueError(
-            f"must be 'auto', 'mlp', 'nature_cnn' or 'package.module:factory', got {value!r}"
+            "must be 'auto', 'mlp', 'nature_cnn', 'minatar_cnn' or 'package.module:factory', "
+            f"got {value!r}"
         )
 
     @field_validator("hidden_sizes")

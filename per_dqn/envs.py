@@ -38,6 +38,44 @@ ATARI_SCREEN_SHAPE = (210, 160, 3)
 VIDEO_VIEWS = ("game", "agent")
 
 
+MINATAR_NAMESPACE = "MinAtar/"
+
+
+def is_minatar(env_id: str) -> bool:
+    """True for the MinAtar games' gymnasium ids (``MinAtar/<Game>-v1``)."""
+    return env_id.startswith(MINATAR_NAMESPACE)
+
+
+def _register_minatar(env_id: str) -> None:
+    """Registers MinAtar's gymnasium ids (the ``minatar`` extra), once.
+
+    Raises:
+        ValueError: the extra is not installed.
+    """
+    if env_id in gym.registry:
+        return
+    try:
+        import minatar.gym
+    except ImportError:
+        raise ValueError(
+            f"env.id: {env_id} needs the minatar package: pip install 'per-dqn[minatar]'"
+        ) from None
+    minatar.gym.register_envs()
+
+
+class ChannelFirst(gym.ObservationWrapper):
+    """MinAtar's ``(10, 10, C)`` bool object layers as ``(C, 10, 10)``, contiguous: the layout
+    the convolution takes, kept bool (one byte a cell until the memory packs it)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        height, width, channels = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(0, 1, (channels, height, width), dtype=np.bool_)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
+
+
 def is_atari(env_id: str) -> bool:
     """True for ids ale-py serves (``ALE/<Game>-v5``)."""
     return env_id.startswith(ATARI_NAMESPACE)
@@ -80,12 +118,15 @@ def _make_one(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
+    if is_minatar(config.id):
+        _register_minatar(config.id)
     try:
         # The passive checker costs a few microseconds per step and only re-checks what
         # `describe` verifies once.
-        return gym.make(config.id, disable_env_checker=True, **kwargs)
+        env = gym.make(config.id, disable_env_checker=True, **kwargs)
     except gym.error.Error as exc:
         raise ValueError(f"env.id: cannot make {config.id!r}: {exc}") from None
+    return ChannelFirst(env) if is_minatar(config.id) else env
 
 
 def describe(env: gym.Env | VectorEnv) -> EnvSpec:

@@ -167,7 +167,44 @@ class NatureCNN(QNetwork):
         return super().torso(self.convs(x).flatten(1))
 
 
-BUILTIN_NETWORKS = ("auto", "mlp", "nature_cnn")
+class MinAtarCNN(QNetwork):
+    """The MinAtar paper's network (Young & Tian, 2019, Section 4): one 3x3 convolution of 16
+    channels, stride 1, ReLU, then a fully connected layer (128 units in the paper;
+    ``hidden_sizes``) and the linear or dueling head.
+
+    Observations are MinAtar's object layers, channel first: ``(C, 10, 10)`` of 0/1 (bool or
+    uint8), taken as float 0/1 (no scaling).
+    """
+
+    def __init__(
+        self, obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], dueling: bool
+    ) -> None:
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"`obs_shape` must be (channels, height, width) for the MinAtar CNN, got "
+                f"{tuple(obs_shape)}"
+            )
+        if len(hidden_sizes) != 1:
+            raise ValueError(
+                "`hidden_sizes` must hold one width (the MinAtar CNN's fc layer), got "
+                f"{list(hidden_sizes)}"
+            )
+        channels, height, width = (int(d) for d in obs_shape)
+        conv = nn.Conv2d(channels, 16, 3, stride=1)
+        flat = 16 * (height - 2) * (width - 2)
+        super().__init__((flat,), num_actions, hidden_sizes, dueling)
+        self.conv = conv
+
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """0/1 layers ``(B, C, H, W)`` of any dtype as float32."""
+        return obs.float()
+
+    def torso(self, x: torch.Tensor) -> torch.Tensor:
+        """The fc layer's output for ``prepare``'d layers."""
+        return super().torso(torch.relu(self.conv(x)).flatten(1))
+
+
+BUILTIN_NETWORKS = ("auto", "mlp", "nature_cnn", "minatar_cnn")
 
 
 class CustomQNetwork(nn.Module):
@@ -285,4 +322,6 @@ def make_q_network(
         return QNetwork(obs_shape, num_actions, hidden_sizes, dueling)
     if network == "nature_cnn":
         return NatureCNN(obs_shape, num_actions, hidden_sizes, dueling, channels_last)
+    if network == "minatar_cnn":
+        return MinAtarCNN(obs_shape, num_actions, hidden_sizes, dueling)
     return _custom(network, obs_shape, num_actions)
