@@ -119,7 +119,7 @@ def test_custom_network_trains_evaluates_and_loads(tmp_path):
         ("tests.test_api:wrong_width", "agent.network: tests.test_api:wrong_width's module must "
                                        "map a batch of shape (2, 4) to Q-values of shape (2, 2), "
                                        "got (2, 3)"),
-        ("not a name", "agent.network: must be 'auto', 'mlp', 'nature_cnn' or "
+        ("not a name", "agent.network: must be 'auto', 'mlp', 'nature_cnn', 'minatar_cnn' or "
                        "'package.module:factory', got 'not a name' (set by --set)"),
     ],
 )  # fmt: skip

@@ -62,8 +62,8 @@ def test_bad_config_file(workdir, text, line):
 
 def test_missing_config_file(workdir):
     result = invoke("train", "--config", "nope.yaml")
-    assert_bad_input(result, "nope.yaml: no such config file (the shipped configs are: "
-                             "atari.yaml, atari100k.yaml, cartpole.yaml)")  # fmt: skip
+    shipped = "atari.yaml, atari100k.yaml, cartpole.yaml, minatar.yaml"
+    assert_bad_input(result, f"nope.yaml: no such config file (the shipped configs are: {shipped})")
     assert list(workdir.iterdir()) == []
 
 
