@@ -388,11 +388,14 @@ _PHYSICS_FIELDS: dict[str, tuple[str, ...]] = {
     "MountainCarEnv": ("state",),
     "Continuous_MountainCarEnv": ("state",),
     "PendulumEnv": ("state", "last_u"),
+    # minatar.gym.BaseEnv: the game's whole state, read by `_minatar_state`.
+    "BaseEnv": ("minatar",),
 }
 # Wrappers gym.make adds, and the counter each keeps.
 _WRAPPER_FIELDS: dict[str, tuple[str, ...]] = {
     "TimeLimit": ("_elapsed_steps",),
     "OrderEnforcing": ("_has_reset",),
+    "ChannelFirst": (),
 }
 
 
@@ -427,7 +430,9 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
     if name not in _PHYSICS_FIELDS or not isinstance(layer, gym.Env):
         return None
     physics = {}
-    for field in _PHYSICS_FIELDS[name]:
+    if name == "BaseEnv":
+        physics["minatar"] = _minatar_state(layer)
+    for field in _PHYSICS_FIELDS[name] if name != "BaseEnv" else ():
         value = getattr(layer, field)
         if isinstance(value, bool | int | np.integer):
             physics[field] = int(value)
@@ -496,6 +501,8 @@ def _check(env: Any, state: Mapping[str, Any]) -> None:
         raise ValueError(f"the checkpoint's env is {saved}, this run's {mine}")
     if set(state["physics"]) != set(_PHYSICS_FIELDS[kind]):
         raise ValueError(f"the {kind} state must hold {list(_PHYSICS_FIELDS[kind])}")
+    if kind == "BaseEnv":
+        _check_minatar(layer, state["physics"]["minatar"])
     if state["rng"] is not None:
         np.random.Generator(np.random.PCG64()).bit_generator.state = state["rng"]
 
@@ -512,6 +519,9 @@ def _apply(env: Any, state: Mapping[str, Any]) -> None:
             setattr(layer, field, saved[field])
         layer = layer.env
     for field, value in state["physics"].items():
+        if field == "minatar":
+            _apply_minatar(layer, value)
+            continue
         setattr(layer, field, value if value is None or isinstance(value, int) else np.array(value))
     rng = None
     if state["rng"] is not None:
@@ -519,3 +529,66 @@ def _apply(env: Any, state: Mapping[str, Any]) -> None:
         rng.bit_generator.state = state["rng"]
     layer._np_random = rng
     layer._np_random_seed = state["rng_seed"]
+
+
+# --- MinAtar's game state -------------------------------------------------------------------------
+#
+# A MinAtar game keeps its whole state in plain attributes of two objects: the `Environment`
+# (sticky-action memory, its RandomState) and the game inside it (positions, timers, lists of
+# entities as lists of ints or None, numpy maps). They are read and written here as a tree of
+# JSON values and arrays; the one RandomState both objects share stays shared.
+
+_MINATAR_OUTER = ("last_action", "sticky_action_prob")
+_MINATAR_SKIPPED = ("channels", "action_map", "random")  # constants, and the shared RandomState
+
+
+def _plain(value: Any) -> Any:
+    """A game attribute as JSON values and arrays (numpy scalars become Python ones)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"a MinAtar game attribute of type {type(value).__name__} cannot be saved")
+
+
+def _minatar_state(layer: Any) -> dict[str, Any]:
+    game = layer.game
+    name, keys, pos, has_gauss, cached = game.random.get_state()
+    return {
+        "outer": {key: _plain(getattr(game, key)) for key in _MINATAR_OUTER},
+        "game": {
+            key: _plain(value)
+            for key, value in vars(game.env).items()
+            if key not in _MINATAR_SKIPPED
+        },
+        "random": {"name": name, "keys": keys.copy(), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "cached": float(cached)},
+    }  # fmt: skip
+
+
+def _apply_minatar(layer: Any, state: Mapping[str, Any]) -> None:
+    game = layer.game
+    for key, value in state["outer"].items():
+        setattr(game, key, value)
+    for key, value in state["game"].items():
+        setattr(game.env, key, value.copy() if isinstance(value, np.ndarray) else value)
+    r = state["random"]
+    game.random.set_state(
+        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
+    )
+
+
+def _check_minatar(layer: Any, state: Mapping[str, Any]) -> None:
+    """Raises ValueError for a MinAtar state of another game or a malformed one."""
+    game = layer.game
+    mine = set(vars(game.env)) - set(_MINATAR_SKIPPED)
+    if set(state["game"]) != mine or set(state["outer"]) != set(_MINATAR_OUTER):
+        raise ValueError(f"the checkpoint's MinAtar state is not {game.env_name}'s")
+    r = state["random"]
+    np.random.RandomState().set_state(
+        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
+    )

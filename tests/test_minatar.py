@@ -107,3 +107,36 @@ def test_a_short_real_run_is_reproducible(tmp_path):
     wb = torch.load(b / "model.pt", weights_only=True)
     assert all(torch.equal(wa[k], wb[k]) for k in wa), digest
     assert "conv.weight" in wa and wa["conv.weight"].shape == (16, 10, 3, 3)
+
+
+class _StopAt:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_checkpoint(self, env_steps, path):
+        return env_steps >= self.step
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Seaquest-v1", "MinAtar/Asterix-v1"])
+def test_resume_is_exact(tmp_path, env_id):
+    """MinAtar's game state (positions, timers, entity lists, the shared RandomState, the sticky
+    action) is checkpointed: a run stopped at its step-1,000 checkpoint and resumed ends with the
+    weights of the same run never stopped, with no "not exact" note."""
+    import per_dqn
+
+    overrides = [*SHORT, f"env.id={env_id}", "checkpoint.interval_steps=1000"]
+    full = per_dqn.train("minatar.yaml", overrides=overrides, run_dir=tmp_path / "full")
+    stopped = per_dqn.train(
+        "minatar.yaml", overrides=overrides, run_dir=tmp_path / "stopped", callbacks=[_StopAt(1000)]
+    )
+    assert stopped.summary["interrupted"] and stopped.summary["env_steps"] == 1000
+    resumption = per_dqn.api.prepare_resume(tmp_path / "stopped")
+    try:
+        assert resumption.notes == []  # an exact resume
+    finally:
+        resumption.trainer.close()
+    resumed = per_dqn.resume(tmp_path / "stopped")
+    assert resumed.final_return == full.final_return
+    a = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "stopped" / "model.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
