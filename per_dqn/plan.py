@@ -14,6 +14,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
 from per_dqn.envs import EnvSpec, describe, make_eval_env
@@ -43,6 +45,7 @@ class MemoryPlan:
     dedup_frames: bool
     parts: dict[str, int]
     available_bytes: int | None
+    bit_packed: bool = False
 
     @property
     def bytes_per_transition(self) -> float:
@@ -122,12 +125,17 @@ def memory_plan(config: Config, spec: EnvSpec | None = None) -> MemoryPlan:
         dedup_frames=dedup,
         parts=parts,
         available_bytes=available_ram_bytes(),
+        bit_packed=not dedup and spec.obs_dtype == np.bool_,
     )
 
 
 def describe_plan(plan: MemoryPlan) -> list[str]:
     """The lines ``per-dqn plan`` prints."""
-    frames = "one frame stored per step" if plan.dedup_frames else "whole obs and next_obs"
+    frames = (
+        "one frame stored per step" if plan.dedup_frames
+        else "obs and next_obs packed eight cells a byte" if plan.bit_packed
+        else "whole obs and next_obs"
+    )  # fmt: skip
     parts = plan.parts
     lines = [
         f"replay memory      {plan.kind}, {plan.capacity:,} transitions of {plan.obs_shape} "

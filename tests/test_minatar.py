@@ -140,3 +140,18 @@ def test_resume_is_exact(tmp_path, env_id):
     a = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
     b = torch.load(tmp_path / "stopped" / "model.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_plan_reports_a_seaquest_transition_in_under_500_bytes():
+    """The issue's goal, as `per-dqn plan` reports it: bit-packed observations put a Seaquest
+    transition of the shipped config (proportional, 100k) at <= 500 B, a quarter of the 2,000 B
+    that obs and next_obs take at one byte a cell."""
+    import re
+
+    result = CliRunner().invoke(
+        app, ["plan", "--config", "minatar.yaml", "--set", "env.id=MinAtar/Seaquest-v1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "obs and next_obs packed eight cells a byte" in result.stdout
+    per_transition = int(re.search(r"per transition\s+([\d,]+) bytes", result.stdout).group(1))
+    assert per_transition <= 500

@@ -45,6 +45,7 @@ _EXPORTS = {
     "Batch": "storage",
     "PriorityUpdate": "storage",
     "TransitionStorage": "storage",
+    "BitStorage": "storage",
     "FrameStorage": "frames",
     "MinTree": "trees",
     "SumTree": "trees",
@@ -65,6 +66,7 @@ _EXPORTS = {
 __all__ = [
     "KINDS",
     "Batch",
+    "BitStorage",
     "FrameStorage",
     "MinTree",
     "PrioritizedReplay",
@@ -102,7 +104,7 @@ if TYPE_CHECKING:
         Sampler,
         UniformSampler,
     )
-    from per_dqn.memory.storage import Batch, PriorityUpdate, TransitionStorage
+    from per_dqn.memory.storage import Batch, BitStorage, PriorityUpdate, TransitionStorage
     from per_dqn.memory.trees import MinTree, SumTree
 
 

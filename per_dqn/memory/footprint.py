@@ -57,7 +57,10 @@ def planned_nbytes(
         # frames + a uint64 hash and an int64 last-reference per frame; int32 pointers per stack.
         observations = n_frames * (frame_bytes + 8 + 8) + capacity * 2 * stack * 4
     else:
-        observations = capacity * 2 * obs_items * np.dtype(obs_dtype).itemsize
+        if np.dtype(obs_dtype) == np.bool_:  # BitStorage: eight cells a byte
+            observations = capacity * 2 * ((obs_items + 7) // 8)
+        else:
+            observations = capacity * 2 * obs_items * np.dtype(obs_dtype).itemsize
     if kind == "proportional":
         index = 2 * (2 * _leaf_offset(capacity) * 8)  # sum tree and min tree, float64 nodes
     elif kind == "rank":

@@ -26,7 +26,7 @@ from per_dqn.memory.samplers import (
     in_range,
     positive_int,
 )
-from per_dqn.memory.storage import Batch, PriorityUpdate, TransitionStorage
+from per_dqn.memory.storage import Batch, BitStorage, PriorityUpdate, TransitionStorage
 from per_dqn.memory.trees import first_invalid_update
 
 _INT64 = np.dtype(np.int64)
@@ -42,7 +42,8 @@ def make_storage(
     dedup_frames: bool = False,
     frame_slack: float = 0.02,
 ) -> TransitionStorage:
-    """A flat ``TransitionStorage``, or a ``FrameStorage`` with ``dedup_frames``.
+    """A flat ``TransitionStorage`` (a ``BitStorage`` for bool observations), or a
+    ``FrameStorage`` with ``dedup_frames``.
 
     Raises:
         TypeError, ValueError: a ``capacity`` or ``obs_shape`` that is not a positive int / tuple
@@ -57,6 +58,8 @@ def make_storage(
         raise ValueError(f"`obs_shape` dimensions must be >= 1, got {obs_shape}")
     if dedup_frames:
         return FrameStorage(capacity, obs_shape, obs_dtype, frame_slack)
+    if np.dtype(obs_dtype) == np.bool_:  # bits (MinAtar's layers): eight a byte, losslessly
+        return BitStorage(capacity, obs_shape, obs_dtype)
     return TransitionStorage(capacity, obs_shape, obs_dtype)
 
 

@@ -168,3 +168,56 @@ class TransitionStorage:
         for name in self._FIELDS:
             getattr(self, name)[...] = state[name]
         self.cursor, self.size = cursor, size
+
+
+class BitStorage(TransitionStorage):
+    """``TransitionStorage`` for bool observations (MinAtar's object layers), eight cells a byte.
+
+    ``obs`` and ``next_obs`` are kept as ``np.packbits`` of the flattened observation: a Seaquest
+    observation of 10 x 10 x 10 cells takes 125 bytes instead of 1,000. Packing is lossless, so
+    a sampled batch is exactly what was added (bool, the logical shape).
+
+    Args:
+        capacity: number of transitions kept.
+        obs_shape: shape of one observation.
+        obs_dtype: must be bool.
+    """
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype=np.bool_) -> None:
+        if np.dtype(obs_dtype) != np.bool_:
+            raise ValueError(f"`obs_dtype` must be bool for bit-packed storage, got {obs_dtype}")
+        shape = tuple(int(d) for d in obs_shape)
+        self._cells = int(np.prod(shape))
+        super().__init__(capacity, ((self._cells + 7) // 8,), np.uint8)
+        # What callers see: the logical observation (``check_obs``, ``gather``).
+        self.obs_shape = shape
+        self.obs_dtype = np.dtype(np.bool_)
+
+    def _pack(self, obs: np.ndarray, batched: bool) -> np.ndarray:
+        flat = np.asarray(obs, dtype=np.bool_).reshape((obs.shape[0], -1) if batched else (-1,))
+        return np.packbits(flat, axis=-1)
+
+    def _unpack(self, packed: np.ndarray) -> np.ndarray:
+        cells = np.unpackbits(packed, axis=-1, count=self._cells)
+        return cells.view(np.bool_).reshape(packed.shape[0], *self.obs_shape)
+
+    def write(self, obs, action, reward, next_obs, terminated, n_steps) -> int:
+        """Writes one transition at the cursor, its observations packed; returns its slot."""
+        return super().write(
+            self._pack(obs, False), action, reward, self._pack(next_obs, False), terminated,
+            n_steps,
+        )  # fmt: skip
+
+    def write_batch(self, obs, actions, rewards, next_obs, terminated, n_steps) -> np.ndarray:
+        """Writes ``B`` transitions in order, their observations packed; returns their slots."""
+        return super().write_batch(
+            self._pack(obs, True), actions, rewards, self._pack(next_obs, True), terminated,
+            n_steps,
+        )  # fmt: skip
+
+    def gather(
+        self, indices: np.ndarray, weights: np.ndarray, priorities: np.ndarray | None = None
+    ) -> Batch:
+        """The transitions at ``indices``, observations unpacked to bool."""
+        batch = super().gather(indices, weights, priorities)
+        return batch._replace(obs=self._unpack(batch.obs), next_obs=self._unpack(batch.next_obs))
