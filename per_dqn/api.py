@@ -31,10 +31,10 @@ from per_dqn.config import (
     Config,
     ConfigError,
     Override,
+    config_from_data,
     load_config,
     parse_override,
     resolve_config_path,
-    validate_config,
 )
 
 __all__ = ["Policy", "Resumption", "TrainResult", "load", "prepare_resume", "resume", "train"]
@@ -105,28 +105,27 @@ def network_name(network: str | Callable[..., Any]) -> str:
 
 
 def load_any_config(
-    config: ConfigLike, overrides: Mapping[str, Any] | Iterable[str] | None = None
+    config: ConfigLike,
+    overrides: Mapping[str, Any] | Iterable[str] | None = None,
+    network: str | Callable[..., Any] | None = None,
 ) -> tuple[Config, str]:
     """A validated config and its name from a path, a shipped config's name, a dict or a
-    ``Config``, with ``overrides`` applied and validated like the rest.
+    ``Config``, with ``overrides`` (and ``network``, as ``agent.network``) applied and validated
+    like the rest.
 
     Raises:
         ConfigError: one line per problem, naming the key and the value.
+        ValueError: a ``network`` callable that cannot be found again by name.
     """
     changes = _overrides(overrides)
+    if network is not None:
+        changes.append(Override("agent.network", network_name(network), "network"))
     if isinstance(config, Config):
-        data, name = config.model_dump(mode="json"), "config"
-    elif isinstance(config, Mapping):
-        data, name = dict(config), "config"
-    else:
-        path = resolve_config_path(str(config))
-        return load_config(path, changes, display_name=str(config)), path.stem
-    from per_dqn.config import _apply_overrides
-
-    problems = [f"config: {msg}" for msg in _apply_overrides(data, changes)]
-    if problems:
-        raise ConfigError(problems)
-    return validate_config(data, "config", changes), name
+        return config_from_data(config.model_dump(mode="json"), "config", changes), "config"
+    if isinstance(config, Mapping):
+        return config_from_data(dict(config), "config", changes), "config"
+    path = resolve_config_path(str(config))
+    return load_config(path, changes, display_name=str(config)), path.stem
 
 
 def train(
@@ -163,11 +162,7 @@ def train(
     """
     from per_dqn import metrics
 
-    if network is not None:
-        overrides = [*_overrides(overrides)]
-        overrides.append(Override("agent.network", network_name(network), "network"))
-        overrides = {o.path: o.value for o in overrides}
-    cfg, name = load_any_config(config, overrides)
+    cfg, name = load_any_config(config, overrides, network)
     if run_dir is None:
         run_name = metrics.default_run_name(
             cfg.env.id, name, cfg.replay.kind, cfg.run.seed, datetime.now()
@@ -351,12 +346,7 @@ class Policy:
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q-values ``(B, num_actions)`` for a batch of observations ``(B, *obs_shape)``."""
-        import torch
-
-        agent = self.agent
-        batch = torch.as_tensor(agent._host_obs(np.asarray(obs)), device=agent.device)
-        with torch.inference_mode():
-            return agent.online(batch).float().cpu().numpy()
+        return self.agent.q_values(np.asarray(obs))
 
     def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
         """Actions for a batch of observations ``(B, *obs_shape)``: greedy, or uniformly random

@@ -502,7 +502,18 @@ def load_config(
         raise ConfigError([f"{label}: no such config file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{label}: cannot read ({_one_line(exc)})"]) from None
-    data = parse_yaml(text, label)
+    return config_from_data(parse_yaml(text, label), label, overrides)
+
+
+def config_from_data(
+    data: dict[str, Any], label: str, overrides: Iterable[Override] = ()
+) -> Config:
+    """Applies ``overrides`` to parsed sections (a dict, changed in place) and validates the
+    result, exactly as ``load_config`` does a file's; ``label`` names it in errors.
+
+    Raises:
+        ConfigError: see ``load_config``.
+    """
     overrides = list(overrides)
     problems = [f"{label}: {msg}" for msg in _apply_overrides(data, overrides)]
     if problems:

@@ -26,6 +26,7 @@ is always built exactly as training built it.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -383,12 +384,13 @@ def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
             image = image.resize((width * scale, height * scale), Image.Resampling.NEAREST)
         images.append(image)
     duration_ms = max(20, round(100 / fps) * 10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
+    buffer = io.BytesIO()
     images[0].save(
-        tmp, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms, loop=0
-    )
-    os.replace(tmp, path)
+        buffer, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms,
+        loop=0,
+    )  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.write_bytes_atomic(path, buffer.getvalue())  # the one atomic writer
     return duration_ms
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -94,13 +94,6 @@ class LoopState:
     logs_written: int = 0
     weight_scale: float = 0.0
 
-    # Keys of ``state_dict``; a loaded state must hold every one (``check_state_dict``).
-    KEYS = (
-        "env_steps", "obs", "autoreset", "ep_return", "ep_length", "prev_lives", "next_update",
-        "next_log", "next_eval", "rng", "eval_rng", "torch_rng", "cuda_rng", "nstep", "health",
-        "learn_means", "recent_returns", "logs_written", "weight_scale",
-    )  # fmt: skip
-
     def state_dict(self) -> dict[str, Any]:
         """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
         return {
@@ -133,7 +126,7 @@ class LoopState:
     @classmethod
     def check_state_dict(cls, state: Any) -> None:
         """Raises the ``ValueError`` that ``load_state_dict`` would, and changes nothing."""
-        missing = [key for key in cls.KEYS if not isinstance(state, dict) or key not in state]
+        missing = [key for key in _STATE_KEYS if not isinstance(state, dict) or key not in state]
         if missing:
             raise ValueError(f"its loop state lacks {', '.join(missing)}")
         for key in ("rng", "eval_rng"):
@@ -177,6 +170,10 @@ class LoopState:
         self.weight_scale = float(state["weight_scale"])
 
 
+# The keys of ``LoopState.state_dict``: its fields, and torch's RNG states.
+_STATE_KEYS = (*(f.name for f in fields(LoopState)), "torch_rng", "cuda_rng")
+
+
 def upgrade_format_2(parts: dict[str, Any]) -> dict[str, Any]:
     """A format-2 checkpoint's parts in format 3's shape.
 
@@ -215,7 +212,6 @@ class Loop:
         self.agent = agent
         self.memory = memory
         self.envs = envs
-        self.seeds = seeds
         train = config.train
         self.epsilon = LinearSchedule(
             train.epsilon_start, train.epsilon_end, train.epsilon_decay_steps

@@ -161,6 +161,14 @@ class DQNAgent:
         with self._autocast():
             return self.online.greedy_actions(obs_t).cpu().numpy()
 
+    @torch.inference_mode()
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``Q(obs, .)`` of the online network for a batch of observations, float32
+        ``(B, num_actions)``."""
+        obs_t = torch.as_tensor(self._host_obs(obs), device=self.device)
+        with self._autocast():
+            return self.online(obs_t).float().cpu().numpy()
+
     @staticmethod
     def _host_obs(obs: np.ndarray) -> np.ndarray:
         """Observations as the network takes them: uint8 as is, anything else as float32."""
