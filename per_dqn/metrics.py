@@ -444,6 +444,36 @@ def _wait_for_a_later_event_file_name(run_dir: Path) -> None:
         time.sleep(0.05)
 
 
+def normalized_auc(curve: list[tuple[int, float]] | tuple[tuple[int, float], ...]) -> float:
+    """The area under an evaluation curve divided by the env steps it spans: the curve's mean
+    return over training, in return units, so runs of different budgets compare.
+
+    ``AUC = sum_k (s_{k+1} - s_k) * (v_k + v_{k+1}) / 2 / (s_last - s_first)`` (trapezoids between
+    the evaluated points, sorted by step; no value is assumed before the first evaluation). A
+    curve of one point is that point's value.
+
+    Args:
+        curve: ``(env_step, eval return mean)`` points, e.g. from ``sweeps.runs.read_curve``.
+
+    Raises:
+        ValueError: an empty curve, two points at one step, or a value that is not finite.
+    """
+    if not curve:
+        raise ValueError("normalized_auc needs at least one evaluation point, got none")
+    points = sorted((int(s), float(v)) for s, v in curve)
+    steps = np.array([s for s, _ in points], dtype=np.float64)
+    values = np.array([v for _, v in points], dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError(f"normalized_auc: every value must be finite, got {values.tolist()}")
+    if len(points) == 1:
+        return float(values[0])
+    widths = np.diff(steps)
+    if (widths == 0).any():
+        raise ValueError(f"normalized_auc: two points at one env step in {steps.tolist()}")
+    area = float(np.sum(widths * (values[:-1] + values[1:]) / 2.0))
+    return area / float(steps[-1] - steps[0])
+
+
 def config_as_markdown(config_yaml: str) -> str:
     """The resolved config as a Markdown code block (indented, so TensorBoard keeps the layout)."""
     return "\n".join("    " + line for line in config_yaml.splitlines())

@@ -219,3 +219,16 @@ def test_durations_and_step_counts():
     assert m.format_duration(float("nan")) == "-:--:--"
     assert m.format_steps(999_999) == "999,999"
     assert m.format_steps(12_500_000) == "12.50M"
+
+
+def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
+    """Points (0, 0), (10, 10), (30, 10): area 50 + 200 = 250 over 30 steps -> 8.333..."""
+    from per_dqn.metrics import normalized_auc
+
+    assert normalized_auc([(10, 10.0), (0, 0.0), (30, 10.0)]) == pytest.approx(250 / 30)
+    assert normalized_auc([(5, 3.5)]) == 3.5
+    # a flat curve's AUC is its value, whatever the spacing
+    assert normalized_auc([(0, 2.0), (1, 2.0), (100, 2.0)]) == pytest.approx(2.0)
+    for bad in ([], [(0, 1.0), (0, 2.0)], [(0, 1.0), (5, float("nan"))]):
+        with pytest.raises(ValueError):
+            normalized_auc(bad)
