@@ -602,8 +602,21 @@ def ablate(
         typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
     ],
     replay: Annotated[
-        str, typer.Option(help="Comma-separated arms: uniform, proportional, rank.")
-    ] = "uniform,proportional,rank",
+        list[str] | None,
+        typer.Option(
+            metavar="ARMS",
+            help="Arms, comma-separated (uniform, proportional, rank), each with its own settings "
+            'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: all three.'
+        ),
+    ] = None,
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=V1,V2",
+            help="KEY=V1,V2,...: run every value of any config key, crossed with the arms and "
+            "the other --grid keys. Repeatable."
+        ),
+    ] = None,
     seeds: Annotated[
         str,
         typer.Option(
@@ -623,9 +636,11 @@ def ablate(
     ] = None,
     set_: SetOption = None,
 ) -> None:
-    """Run every arm x seed into DIR/<arm>/s<seed> (resuming unfinished runs), then report.
+    """Run every arm x grid point x seed into DIR/<kind>/<settings>/s<seed>, then report.
 
-    `--set env.id=[A,B]` (or `env.id=A,B`) sweeps several envs, into DIR/<env>/<arm>/s<seed>.
+    The <settings> level (an arm's settings and grid values, e.g. alpha=0.4,n=3) only where
+    there are some. Unfinished runs are resumed; a re-run with more seeds, arms or grid values runs only what is
+    new. `--set env.id=[A,B]` (or `--grid env.id=A,B`) sweeps several envs, into DIR/<env>/....
     Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = _parse_sets(set_)
@@ -633,7 +648,13 @@ def ablate(
 
     try:
         sweep = sweeps.plan_sweep(
-            config, sweeps.parse_arms(replay), sweeps.parse_seeds(seeds), steps, overrides, out
+            config,
+            sweeps.parse_arms(replay or [",".join(sweeps.ARMS)]),
+            sweeps.parse_seeds(seeds),
+            steps,
+            overrides,
+            out,
+            sweeps.parse_grid(grid or []),
         )
         n_workers = sweeps.check_workers(workers)
         todo = sweep.pending()

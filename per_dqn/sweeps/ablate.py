@@ -1,17 +1,26 @@
-"""Paired multi-seed sweeps: every env x replay arm x seed, run in worker processes.
+"""Paired multi-seed sweeps: every env x arm x grid point x seed, run in worker processes.
 
-A sweep dir ``DIR`` holds one normal run dir per run, ``DIR/<arm>/s<seed>`` (with several envs,
-``DIR/<env>/<arm>/s<seed>``), so ``tensorboard --logdir DIR`` shows every curve together, and
-``DIR/sweep.json``, the sweep's own record: config, arms, seeds, envs, the resolved config and the
-planned runs. Seeds are paired: seed ``s`` sets ``run.seed = s`` in every arm, and the trainer
-seeds torch (so the network initialisation), the envs and the memory from it, so the arms of one
-seed start from the same network and see the same env seeds.
+An *arm* is a replay kind, optionally with its own settings, the way the PER paper ran its arms
+(``--replay "rank:replay.alpha=0.7,replay.beta0=0.5"``); a *grid* crosses any config keys with the
+arms (``--grid replay.alpha=0.4,0.6 --grid agent.n_step=1,3``). A sweep dir ``DIR`` holds one
+normal run dir per run, ``DIR[/<env>]/<kind>[/<settings and grid values>]/s<seed>``, e.g.
+``DIR/proportional/alpha=0.4,n=3/s100`` (the env level only when the sweep has several envs; keys
+shortened to their last part, a few to a common abbreviation, ``SHORT_KEYS``; values never cut),
+so ``tensorboard --logdir DIR`` shows every curve under that name. ``DIR/sweep.json`` is the
+sweep's own record: config, arms and their settings, grid, seeds, envs, the resolved config and
+every run. Seeds are paired: seed ``s`` sets ``run.seed = s`` in every arm and grid point, and the
+trainer seeds torch (so the network initialisation), the envs and the memory from it, so the arms
+of one seed start from the same network and see the same env seeds. Runs are ordered seed first,
+so a sweep stopped halfway has about as many seeds in every cell.
 
-Re-running the same sweep skips finished runs (a ``summary.json`` with ``interrupted: false``)
-and resumes the others from their newest usable checkpoint, as ``per-dqn train --resume`` would
-(a run with none is cleared and redone from zero), so a sweep survives Ctrl-C, a crash or a
-reboot. A re-run with different parameters against the same dir is refused rather than mixing
-runs.
+A sweep grows: re-running it with more seeds, arms, envs or grid values runs only the runs it
+does not have yet, and its record becomes the union, which ``report`` reads. Anything else that
+differs (another budget, another ``--set``) is refused, as is a run dir that already holds a run
+of another config, rather than mixing runs.
+
+Re-running a sweep skips finished runs (a ``summary.json`` with ``interrupted: false``) and
+resumes the others from their newest usable checkpoint, as ``per-dqn train --resume`` would (a run
+with none is cleared and redone from zero), so a sweep survives Ctrl-C, a crash or a reboot.
 
 Each worker is a ``spawn``-ed process that builds a ``Trainer`` and runs it into its run dir
 exactly as ``per-dqn train --quiet --run-dir ...`` would, one run at a time, torch on
@@ -33,6 +42,7 @@ that deciding which runs are left to do imports no plotting and no statistics
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -51,6 +61,7 @@ from per_dqn.config import (
     ConfigError,
     Override,
     load_config,
+    parse_override,
     parse_yaml,
     resolve_config_path,
     validate_config,
@@ -58,10 +69,30 @@ from per_dqn.config import (
 from per_dqn.sweeps import runs
 from per_dqn.sweeps.runs import ARMS, SWEEP_FILE
 
-# The config keys a sweep sets per run; the rest of the resolved config is the sweep's own.
-SWEEP_AXES = (("env", "id"), ("replay", "kind"), ("run", "seed"))
+# The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
+SWEEP_AXES = ("env.id", "replay.kind", "run.seed")
 # After Ctrl-C, how long interrupted runs get to write their summaries before being killed.
 STOP_GRACE_SECONDS = 60.0
+# sweep.json's layout: 2 added arm settings, the grid and per-run points (1 is still read).
+SWEEP_FORMAT = 2
+# How a key appears in run dir names when its last part is not short enough; any other key
+# appears as its last part (``replay.alpha`` -> ``alpha``), or whole if two keys of one run share
+# that last part.
+SHORT_KEYS = {"agent.n_step": "n", "agent.learning_rate": "lr"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a sweep: a replay kind and the settings it carries.
+
+    Attributes:
+        kind: the replay kind.
+        settings: config overrides only this arm applies (``replay.alpha=0.7``), in the order
+            given.
+    """
+
+    kind: str
+    settings: tuple[Override, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,11 +101,15 @@ class Job:
 
     Attributes:
         env_id: the env.
-        arm: the replay kind.
+        arm: the run's cell, ``<kind>[/<settings and grid values>]``: the run dir without the env
+            and the seed.
         seed: the run seed.
         run_dir: the run dir relative to the sweep dir.
         config_yaml: the run's resolved config.
         config_name: the config's name (file stem), recorded in the summary.
+        kind: the replay kind.
+        settings: the arm's own settings, dotted key -> value.
+        point: the grid values of this run, dotted key -> value.
     """
 
     env_id: str
@@ -83,6 +118,9 @@ class Job:
     run_dir: str
     config_yaml: str
     config_name: str
+    kind: str = ""
+    settings: tuple[tuple[str, Any], ...] = ()
+    point: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,8 +129,8 @@ class Sweep:
 
     Attributes:
         out: the sweep dir.
-        record: what ``sweep.json`` holds (and must hold, on a re-run).
-        jobs: every run, env-major then arm then seed.
+        record: what ``sweep.json`` will hold: this plan merged with the record already there.
+        jobs: the runs this plan asks for, seed first, then env, arm and grid point.
     """
 
     out: Path
@@ -104,21 +142,111 @@ class Sweep:
         return [j for j in self.jobs if not runs.is_finished(self.out / j.run_dir)]
 
 
-def parse_arms(text: str) -> tuple[str, ...]:
-    """``"uniform,rank"`` -> ``("uniform", "rank")``.
+def _split_top_level(text: str) -> list[str]:
+    """Splits at the commas outside brackets: ``"[64],[128,128]"`` -> ``["[64]", "[128,128]"]``."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def parse_arms(texts: str | Sequence[str]) -> tuple[Arm, ...]:
+    """``--replay`` values -> arms.
+
+    Each value lists arms separated by commas; an arm is a kind, optionally followed by ``:`` and
+    its settings, ``KEY=VALUE`` pairs separated by commas (values read as YAML, as ``--set``
+    reads them). A comma-separated part that is not a kind continues the previous arm's settings:
+    ``"uniform,rank:replay.alpha=0.7,replay.beta0=0.5"`` is two arms.
 
     Raises:
-        ValueError: an unknown or repeated arm, or none at all.
+        ValueError: one line naming the bad part: an unknown kind, a setting without an arm, a
+            setting that is not ``KEY=VALUE``, a key set twice in one arm, an arm setting a key
+            the sweep itself sets, or an arm given twice.
     """
-    arms = tuple(a.strip() for a in text.split(",") if a.strip())
-    if not arms:
-        raise ValueError(f"--replay must list at least one of {', '.join(ARMS)}, got {text!r}")
-    for arm in arms:
-        if arm not in ARMS:
-            raise ValueError(f"--replay: unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-    if len(set(arms)) != len(arms):
-        raise ValueError(f"--replay lists an arm twice, got {text!r}")
-    return arms
+    values = [texts] if isinstance(texts, str) else list(texts)
+    arms: list[tuple[str, list[Override]]] = []
+    for text in values:
+        if not text.strip():
+            raise ValueError(f"--replay must list at least one of {', '.join(ARMS)}, got {text!r}")
+        for part in _split_top_level(text):
+            kind, colon, setting = part.partition(":")
+            kind = kind.strip()
+            if colon or "=" not in part:
+                if kind not in ARMS:
+                    raise ValueError(
+                        f"--replay: unknown arm {kind!r}; choose from {', '.join(ARMS)}"
+                    )
+                arms.append((kind, []))
+                if not colon:
+                    continue
+                part = setting
+            if not arms:
+                raise ValueError(f"--replay: setting {part!r} comes before any arm in {text!r}")
+            try:
+                override = parse_override(part.strip())
+            except ConfigError as exc:
+                line = exc.problems[0].replace("--set", f"--replay {arms[-1][0]}:", 1)
+                raise ValueError(line) from None
+            arm_kind, settings = arms[-1]
+            source = f"--replay {arm_kind}:"
+            if override.path in SWEEP_AXES:
+                raise ValueError(
+                    f"{source} an arm cannot set {override.path} (the sweep sets it per run)"
+                )
+            if any(o.path == override.path for o in settings):
+                raise ValueError(f"{source} sets {override.path} twice")
+            settings.append(Override(override.path, override.value, source))
+    result = tuple(Arm(kind, tuple(settings)) for kind, settings in arms)
+    names = [arm_label(a) for a in result]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"--replay lists the arm {name!r} twice")
+    return result
+
+
+def parse_grid(texts: Sequence[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """``--grid KEY=V1,V2,...`` values -> ``((key, values), ...)``, values read as YAML.
+
+    Commas inside brackets belong to one value: ``agent.hidden_sizes=[64],[128,128]``.
+
+    Raises:
+        ValueError: one line naming the bad ``--grid``: no ``=``, an empty or repeated value, a
+            key given twice, or a key the sweep sets some other way (replay.kind: ``--replay``;
+            run.seed: ``--seeds``).
+    """
+    grid: list[tuple[str, tuple[Any, ...]]] = []
+    for text in texts:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        bad = f"--grid {text!r}: expected KEY=VALUE1,VALUE2,..."
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ValueError(bad)
+        if key == "replay.kind":
+            raise ValueError(f"--grid {key}: replay kinds are the arms; give them with --replay")
+        if key == "run.seed":
+            raise ValueError(f"--grid {key}: give seeds with --seeds")
+        if any(k == key for k, _ in grid):
+            raise ValueError(f"--grid gives {key} twice")
+        values = []
+        for raw_value in _split_top_level(raw):
+            if not raw_value:
+                raise ValueError(f"--grid {text!r}: an empty value")
+            try:
+                values.append(parse_override(f"{key}={raw_value}").value)
+            except ConfigError as exc:
+                raise ValueError(exc.problems[0].replace("--set", "--grid", 1)) from None
+        encoded = [json.dumps(v, sort_keys=True) for v in values]
+        if len(set(encoded)) != len(encoded):
+            raise ValueError(f"--grid {key} lists a value twice, got {raw!r}")
+        grid.append((key, tuple(values)))
+    return tuple(grid)
 
 
 # A seed list longer than this is a typo (10**9 runs), not a sweep.
@@ -165,6 +293,18 @@ def check_workers(workers: int | None) -> int:
     return workers
 
 
+def _env_list(value: Any, source: str) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{source} env.id: expected an env id or a list of them, got {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{source} env.id: every env id must be a non-empty string, got {value}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{source} env.id lists an env twice, got {value}")
+    return value
+
+
 def _split_envs(overrides: Sequence[Override]) -> tuple[list[str] | None, list[Override]]:
     """Takes the ``env.id`` overrides out: a list (or comma-separated ids) is the sweep's envs."""
     envs, rest = None, []
@@ -172,16 +312,7 @@ def _split_envs(overrides: Sequence[Override]) -> tuple[list[str] | None, list[O
         if override.path != "env.id":
             rest.append(override)
             continue
-        value = override.value
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",")]
-        if not isinstance(value, list) or not value:
-            raise ValueError(f"--set env.id: expected an env id or a list of them, got {value!r}")
-        if not all(isinstance(v, str) and v for v in value):
-            raise ValueError(f"--set env.id: every env id must be a non-empty string, got {value}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"--set env.id lists an env twice, got {value}")
-        envs = value
+        envs = _env_list(override.value, "--set")
     return envs, rest
 
 
@@ -190,91 +321,173 @@ def env_slug(env_id: str) -> str:
     return env_id.replace("/", "-")
 
 
-def _normalised(config: Config) -> dict[str, Any]:
-    """The resolved config as plain JSON data, with the sweep's own axes blanked."""
-    data = json.loads(json.dumps(config.model_dump(mode="json")))
-    for section, key in SWEEP_AXES:
-        data[section][key] = None
-    return data
+def format_value(value: Any) -> str:
+    """A setting's value as run dir names show it: ``0.0001``, ``true``, ``[128,128]``, ``huber``;
+    ``/`` becomes ``-`` so that the name stays one path component."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = json.dumps(value, separators=(",", ":"))
+    return text.replace("/", "-")
+
+
+def short_keys(keys: Sequence[str]) -> dict[str, str]:
+    """How each key of one run's label is written: ``SHORT_KEYS`` or its last part, the whole
+    dotted key where two keys would read alike."""
+    short = {k: SHORT_KEYS.get(k, k.rsplit(".", 1)[-1]) for k in keys}
+    clashes = {s for s in short.values() if list(short.values()).count(s) > 1}
+    return {k: (k if s in clashes else s) for k, s in short.items()}
+
+
+def label(pairs: Sequence[tuple[str, Any]]) -> str:
+    """``[("replay.alpha", 0.4), ("agent.n_step", 3)]`` -> ``"alpha=0.4,n=3"``."""
+    short = short_keys([k for k, _ in pairs])
+    return ",".join(f"{short[k]}={format_value(v)}" for k, v in pairs)
+
+
+def arm_label(arm: Arm) -> str:
+    """An arm as report and run dirs name it: ``rank`` or ``rank/alpha=0.7,beta0=0.5``."""
+    text = label([(o.path, o.value) for o in arm.settings])
+    return f"{arm.kind}/{text}" if text else arm.kind
+
+
+def _normalised(config: Config, axes: Sequence[str]) -> dict[str, Any]:
+    """The resolved config as plain JSON data, with the sweep's axes blanked."""
+    return _blank(config.model_dump(mode="json"), axes)
 
 
 def plan_sweep(
     config: str,
-    arms: Sequence[str],
+    arms: Sequence[str | Arm],
     seeds: Sequence[int],
     steps: int | None = None,
     overrides: Sequence[Override] = (),
     out: Path | None = None,
+    grid: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> Sweep:
     """Resolves and validates every run's config and checks the sweep dir; writes nothing.
 
     Args:
         config: a shipped config name or a path.
-        arms: replay kinds, e.g. from ``parse_arms``.
+        arms: replay kinds or ``Arm``s, e.g. from ``parse_arms``.
         seeds: the run seeds (``parse_seeds``), the same in every arm.
         steps: ``train.total_env_steps`` of every run (None keeps the config's).
         overrides: ``--set`` overrides; an ``env.id`` list makes one sweep over several envs.
         out: the sweep dir; default ``<run.runs_root>/ablate__<envs>__<config name>``.
+        grid: ``(key, values)`` pairs (``parse_grid``), crossed with everything else; an
+            ``env.id`` grid is the sweep's envs.
 
     Raises:
         ConfigError: a config problem, one line each.
-        ValueError: bad arms, seeds or env list, or a sweep dir that holds something else
-            (see ``check_out_dir``).
+        ValueError: bad arms, seeds, grid or env list, a key set two ways, or a sweep dir that
+            holds something else (see ``check_out_dir``).
     """
     seeds = tuple(seeds)
     if not seeds:
         raise ValueError("--seeds must name at least one seed")
     if not arms:
         raise ValueError("arms must not be empty")
+    arm_list = [a if isinstance(a, Arm) else Arm(a) for a in arms]
     path = resolve_config_path(config)
     name = path.stem
     env_list, rest = _split_envs(overrides)
+    grid = [(k, tuple(v)) for k, v in grid]
+    for key, values in grid:
+        if key == "env.id":
+            if env_list is not None:
+                raise ValueError("--grid env.id and --set env.id both list envs; give one")
+            env_list = _env_list(list(values), "--grid")
+    grid = [(k, v) for k, v in grid if k != "env.id"]
+    grid_keys = [k for k, _ in grid]
+    arm_keys = sorted({o.path for a in arm_list for o in a.settings})
+    for override in rest:
+        if override.path in grid_keys or override.path in arm_keys:
+            how = "--grid" if override.path in grid_keys else "an arm's settings"
+            raise ValueError(f"--set {override.path} is also set by {how}; give it once")
+    for key in grid_keys:
+        if key in arm_keys:
+            raise ValueError(f"--grid {key} is also set by an arm's settings; give it once")
+    axes = [*SWEEP_AXES, *arm_keys, *grid_keys]
+    points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
     several = env_list is not None and len(env_list) > 1
     jobs, problems = [], []
     base: dict[str, Any] | None = None
     runs_root, envs = "runs", list(env_list or [])
-    for env in env_list or [None]:  # None: the config's own env
-        for arm in arms:
-            for seed in seeds:
-                extra = [
-                    Override("replay.kind", arm, "--replay"),
-                    Override("run.seed", seed, "--seeds"),
-                ]
-                if env is not None:
-                    extra.append(Override("env.id", env, "--set"))
-                if steps is not None:
-                    extra.append(Override("train.total_env_steps", steps, "--steps"))
-                try:
-                    cfg = load_config(path, [*rest, *extra], display_name=config)
-                except ConfigError as exc:
-                    problems += [p for p in exc.problems if p not in problems]
-                    continue
-                base = base if base is not None else _normalised(cfg)
-                runs_root, env_id = cfg.run.runs_root, cfg.env.id
-                if env_id not in envs:
-                    envs.append(env_id)
-                run_dir = f"{env_slug(env_id)}/{arm}/s{seed}" if several else f"{arm}/s{seed}"
-                jobs.append(Job(env_id, arm, seed, run_dir, cfg.to_yaml(), name))
+    for seed in seeds:
+        for env in env_list or [None]:  # None: the config's own env
+            for arm in arm_list:
+                for point in points:
+                    extra = [
+                        Override("replay.kind", arm.kind, "--replay"),
+                        *arm.settings,
+                        *(Override(k, v, "--grid") for k, v in point),
+                        Override("run.seed", seed, "--seeds"),
+                    ]
+                    if env is not None:
+                        extra.append(Override("env.id", env, "--set"))
+                    if steps is not None:
+                        extra.append(Override("train.total_env_steps", steps, "--steps"))
+                    try:
+                        cfg = load_config(path, [*rest, *extra], display_name=config)
+                    except ConfigError as exc:
+                        problems += [p for p in exc.problems if p not in problems]
+                        continue
+                    base = base if base is not None else _normalised(cfg, axes)
+                    runs_root, env_id = cfg.run.runs_root, cfg.env.id
+                    if env_id not in envs:
+                        envs.append(env_id)
+                    pairs = [*((o.path, o.value) for o in arm.settings), *point]
+                    cell = f"{arm.kind}/{label(pairs)}" if pairs else arm.kind
+                    run_dir = f"{cell}/s{seed}"
+                    if several:
+                        run_dir = f"{env_slug(env_id)}/{run_dir}"
+                    settings = tuple((o.path, o.value) for o in arm.settings)
+                    job = Job(
+                        env_id, cell, seed, run_dir, cfg.to_yaml(), name, arm.kind, settings,
+                        tuple(point),
+                    )  # fmt: skip
+                    jobs.append(job)
     if problems:
         raise ConfigError(problems)
+    dirs = [j.run_dir for j in jobs]
+    for run_dir in dirs:
+        if dirs.count(run_dir) > 1:
+            raise ValueError(f"two runs of this sweep would share the run dir {run_dir}")
     if out is None:
         out = Path(runs_root) / f"ablate__{'+'.join(map(env_slug, envs))}__{name}"
     record = {
+        "format": SWEEP_FORMAT,
         "config": config,
         "config_name": name,
-        "arms": list(arms),
+        "arms": [arm_label(a) for a in arm_list],
+        "arm_settings": {
+            arm_label(a): {o.path: o.value for o in a.settings} for a in arm_list if a.settings
+        },
+        "grid": {k: list(v) for k, v in grid},
         "seeds": list(seeds),
         "envs": list(envs),
         "steps": steps,
         "overrides": [f"{o.path}={json.dumps(o.value)}" for o in overrides],
+        "axes": axes,
         "resolved_config": base,
-        "runs": [
-            {"env_id": j.env_id, "arm": j.arm, "seed": j.seed, "run_dir": j.run_dir} for j in jobs
-        ],
+        "runs": [_run_entry(j) for j in jobs],
     }
     sweep = Sweep(out, record, tuple(jobs))
-    check_out_dir(sweep)
-    return sweep
+    return check_out_dir(sweep)
+
+
+def _run_entry(job: Job) -> dict[str, Any]:
+    return {
+        "env_id": job.env_id,
+        "arm": job.arm,
+        "kind": job.kind,
+        "settings": dict(job.settings),
+        "point": dict(job.point),
+        "seed": job.seed,
+        "run_dir": job.run_dir,
+    }
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -286,49 +499,127 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two sweep records, as ``what: old -> new``.
+def _config_differences(old: Any, new: Any, skip: Sequence[str] = ()) -> list[str]:
+    """``key: old -> new`` for each config key both have with different values.
 
-    A config key only one record has is not a difference: a newer per-dqn added it with a
-    default that keeps the old behaviour, and refusing would strand every sweep across upgrades.
+    A config key only one side has is not a difference: a newer per-dqn added it with a default
+    that keeps the old behaviour, and refusing would strand every sweep across upgrades.
     """
-    diffs = [
-        f"{key}: {old.get(key)} -> {new[key]}"
-        for key in ("arms", "seeds", "envs")
-        if old.get(key) != new[key]
+    old_cfg, new_cfg = _flatten(old), _flatten(new)
+    return [
+        f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
+        for key in sorted(set(old_cfg) & set(new_cfg))
+        if key not in skip and old_cfg[key] != new_cfg[key]
     ]
-    old_cfg, new_cfg = _flatten(old.get("resolved_config")), _flatten(new["resolved_config"])
-    for key in sorted(set(old_cfg) & set(new_cfg)):
-        if old_cfg[key] != new_cfg[key]:
-            diffs.append(f"{key}: {old_cfg[key]} -> {new_cfg[key]}")
-    return diffs
 
 
-def check_out_dir(sweep: Sweep) -> None:
-    """Refuses a sweep dir that holds anything but this same sweep.
+def _union(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
+    seen = [json.dumps(v, sort_keys=True) for v in old]
+    return [*old, *(v for v in new if json.dumps(v, sort_keys=True) not in seen)]
+
+
+def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The record of a sweep grown by ``new``: old runs first, then the new ones; arms, seeds,
+    envs and grid values joined. Assumes ``check_out_dir``'s checks passed."""
+    by_dir = {r["run_dir"] for r in old["runs"]}
+    axes = _union(old.get("axes", list(SWEEP_AXES)), new["axes"])
+    old_grid = old.get("grid", {})
+    grid = {k: _union(old_grid.get(k, []), new["grid"].get(k, [])) for k in old_grid}
+    grid.update({k: v for k, v in new["grid"].items() if k not in grid})
+    return {
+        **new,
+        "arms": _union(old["arms"], new["arms"]),
+        "arm_settings": {**old.get("arm_settings", {}), **new["arm_settings"]},
+        "grid": grid,
+        "seeds": _union(old["seeds"], new["seeds"]),
+        "envs": _union(old["envs"], new["envs"]),
+        "axes": axes,
+        "resolved_config": _blank(new["resolved_config"], axes),
+        "runs": [*old["runs"], *(r for r in new["runs"] if r["run_dir"] not in by_dir)],
+    }
+
+
+def check_out_dir(sweep: Sweep) -> Sweep:
+    """Refuses a sweep dir that holds anything but this sweep or a smaller one it extends, and
+    returns the sweep with its record merged into the one already there.
 
     Raises:
         ValueError: ``out`` is a file, a non-empty dir without ``sweep.json``, a sweep with
-            different parameters (the message lists them), or cannot be created or written
-            (a file where a parent folder should be, a read-only filesystem).
+            different settings (the message lists them), a run dir whose config differs from the
+            run planned there, or a dir that cannot be created or written.
     """
     out = sweep.out
     if out.exists() and not out.is_dir():
         raise ValueError(f"sweep dir {out} exists and is not a directory")
     m.check_writable(out, "sweep dir")
     if not m.is_nonempty_dir(out):
-        return
+        return sweep
     old = runs.read_sweep(out)
     if old is None:
         raise ValueError(
             f"sweep dir {out} exists, is not empty and holds no {SWEEP_FILE}; choose another --out"
         )
-    diffs = _differences(old, sweep.record)
+    axes = _union(old.get("axes", list(SWEEP_AXES)), sweep.record["axes"])
+    diffs = [
+        f"{key}: {old.get(key)} -> {sweep.record[key]}"
+        for key in ("config_name",)
+        if old.get(key) != sweep.record[key]
+    ]
+    diffs += _config_differences(
+        _blank(old.get("resolved_config"), axes), _blank(sweep.record["resolved_config"], axes)
+    )
     if diffs:
         raise ValueError(
-            f"sweep dir {out} holds a sweep with other parameters ({'; '.join(diffs)}); "
-            "repeat its command to resume it, or choose another --out"
+            f"sweep dir {out} holds a sweep with other settings ({'; '.join(diffs)}); repeat its "
+            "command (adding seeds, arms, envs or grid values is fine) to resume or grow it, or "
+            "choose another --out"
         )
+    old_runs = {r["run_dir"]: r for r in old["runs"]}
+    for job in sweep.jobs:
+        _check_run_dir_holds(out, job, old_runs.get(job.run_dir))
+    return Sweep(out, merge_records(old, sweep.record), sweep.jobs)
+
+
+def _blank(config: Any, axes: Sequence[str]) -> Any:
+    data = json.loads(json.dumps(config))
+    for path in axes:
+        node = data
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = None
+    return data
+
+
+def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -> None:
+    """Refuses a planned run whose run dir the old record, or the dir's own config.yaml, gives to
+    a run of another config (possible only through a record edited by hand or a key whose values
+    read alike in a run dir name, ``"1"`` and ``1``)."""
+    if recorded is not None:
+        planned = _run_entry(job)
+        same = all(
+            json.dumps(recorded.get(k), sort_keys=True) == json.dumps(planned[k], sort_keys=True)
+            for k in ("env_id", "kind", "seed", "settings", "point")
+            if k in recorded
+        )
+        if not same:
+            raise ValueError(
+                f"sweep dir {out}: run dir {job.run_dir} is recorded for another run "
+                f"({recorded}); choose another --out"
+            )
+    config_file = out / job.run_dir / "config.yaml"
+    if config_file.is_file():
+        try:
+            held = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
+        except (OSError, ConfigError):
+            return  # unreadable: _run_job clears an unfinished run dir; a finished one is kept
+        diffs = _config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
+        if diffs:
+            raise ValueError(
+                f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "
+                f"({'; '.join(diffs)}); choose another --out"
+            )
 
 
 def preflight(sweep: Sweep) -> None:
@@ -580,8 +871,11 @@ def run_sweep(
     """
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
-    if runs.read_sweep(out) is None:
-        m.write_json(out / SWEEP_FILE, sweep.record)
+    # Read again under the sweep dir's lock: the record on disk is the one to grow.
+    old = runs.read_sweep(out)
+    record = sweep.record if old is None else merge_records(old, sweep.record)
+    if record != old:
+        m.write_json(out / SWEEP_FILE, record)
     result = SweepResult()
     todo = []
     for job in sweep.jobs:

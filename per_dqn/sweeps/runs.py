@@ -77,7 +77,8 @@ class Run:
 
     Attributes:
         env_id: the env it trained on.
-        arm: its replay kind.
+        arm: its cell: the replay kind, then its arm's settings and grid values as its run dir
+            names them (``proportional/alpha=0.4,n=3``); just the kind in a plain sweep.
         seed: its seed.
         path: its run dir relative to the sweep dir.
         score: the mean return of its final evaluation.
@@ -86,6 +87,9 @@ class Run:
         env_steps: env steps trained.
         wall_seconds: wall time of the run.
         curve: the ``eval/return_mean`` points, by env step.
+        kind: its replay kind.
+        settings: its arm's own settings, ``(dotted key, value)`` pairs.
+        point: its grid values, ``(dotted key, value)`` pairs.
     """
 
     env_id: str
@@ -98,6 +102,9 @@ class Run:
     env_steps: int
     wall_seconds: float
     curve: tuple[tuple[int, float], ...]
+    kind: str = ""
+    settings: tuple[tuple[str, Any], ...] = ()
+    point: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,8 @@ class SweepRuns:
         out: the sweep dir.
         record: ``sweep.json`` (None for a dir of run dirs without one).
         envs: env ids in sweep order.
-        arms: arms in sweep order.
+        arms: cells in sweep order: each arm (kind and settings) at each grid point, named as
+            ``Run.arm`` names them.
         runs: the finished runs.
         expected: how many runs the sweep planned (None without a record).
         missing: ``"<run dir> (<why>)"`` for each planned run that is not finished.
@@ -127,10 +135,14 @@ class SweepRuns:
         return {r.seed: r.score for r in self.runs if r.env_id == env_id and r.arm == arm}
 
 
-def _read_run(out: Path, run_dir: Path, summary: dict[str, Any]) -> Run:
+def _read_run(
+    out: Path, run_dir: Path, summary: dict[str, Any], planned: dict[str, Any] | None = None
+) -> Run:
+    planned = planned or {}
+    kind = str(summary["replay"])
     return Run(
         env_id=str(summary["env_id"]),
-        arm=str(summary["replay"]),
+        arm=str(planned.get("arm", kind)),
         seed=int(summary["seed"]),
         path=run_dir.relative_to(out).as_posix(),
         score=float(summary["final_eval_return_mean"]),
@@ -139,6 +151,9 @@ def _read_run(out: Path, run_dir: Path, summary: dict[str, Any]) -> Run:
         env_steps=int(summary["env_steps"]),
         wall_seconds=float(summary["wall_seconds"]),
         curve=tuple(read_curve(run_dir)),
+        kind=kind,
+        settings=tuple(planned.get("settings", {}).items()),
+        point=tuple(planned.get("point", {}).items()),
     )
 
 
@@ -199,11 +214,12 @@ def collect(out: Path) -> SweepRuns:
             run_dir = out / planned["run_dir"]
             summary = read_summary(run_dir)
             if summary is not None and summary.get("interrupted") is False:
-                runs.append(_read_run(out, run_dir, summary))
+                runs.append(_read_run(out, run_dir, summary, planned))
             else:
                 missing.append(f"{planned['run_dir']} ({_why_missing(run_dir)})")
         envs = tuple(record["envs"])
-        arms = tuple(record["arms"])
+        # The cells in the order the sweep planned them (seed first: seed 0's runs list them all).
+        arms = tuple(dict.fromkeys(str(planned["arm"]) for planned in record["runs"]))
         expected: int | None = len(record["runs"])
     else:
         for path in sorted(out.rglob(SUMMARY_FILE)):

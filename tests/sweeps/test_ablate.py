@@ -77,33 +77,143 @@ def summary(run_dir: Path) -> dict:
 
 
 def test_parse_arms():
-    assert ablate.parse_arms("uniform, rank") == ("uniform", "rank")
+    assert ablate.parse_arms("uniform, rank") == (ablate.Arm("uniform"), ablate.Arm("rank"))
     for text, message in (
         ("", "must list at least one"),
         ("uniform,greedy", "unknown arm 'greedy'; choose from uniform, proportional, rank"),
-        ("rank,rank", "lists an arm twice"),
+        ("rank,rank", "lists the arm 'rank' twice"),
+        ("replay.alpha=0.7", "setting 'replay.alpha=0.7' comes before any arm"),
+        ("rank:replay.alpha", "--replay rank: 'replay.alpha': expected section.key=value"),
+        ("rank:replay.alpha=1,replay.alpha=2", "--replay rank: sets replay.alpha twice"),
+        ("rank:run.seed=3", "--replay rank: an arm cannot set run.seed"),
     ):
         with pytest.raises(ValueError, match=message):
             ablate.parse_arms(text)
 
 
+def test_arms_carry_their_own_settings_the_way_the_per_paper_ran_them():
+    """A part that is not a kind continues the previous arm's settings; values are YAML-typed."""
+    arms = ablate.parse_arms(
+        ["uniform,rank:replay.alpha=0.7,replay.beta0=0.5,agent.learning_rate=6.25e-5",
+         "proportional:replay.alpha=0.6"]
+    )  # fmt: skip
+    assert [(a.kind, [(o.path, o.value) for o in a.settings]) for a in arms] == [
+        ("uniform", []),
+        ("rank", [("replay.alpha", 0.7), ("replay.beta0", 0.5), ("agent.learning_rate", 6.25e-5)]),
+        ("proportional", [("replay.alpha", 0.6)]),
+    ]
+    assert [ablate.arm_label(a) for a in arms] == [
+        "uniform", "rank/alpha=0.7,beta0=0.5,lr=6.25e-05", "proportional/alpha=0.6",
+    ]  # fmt: skip
+    # the same kind twice, with different settings, is two arms
+    two = ablate.parse_arms(["rank:replay.alpha=0.5", "rank:replay.alpha=0.7"])
+    assert [ablate.arm_label(a) for a in two] == ["rank/alpha=0.5", "rank/alpha=0.7"]
+
+
+def test_parse_grid():
+    assert ablate.parse_grid(["replay.alpha=0.4,0.6", "agent.hidden_sizes=[64],[128, 128]"]) == (
+        ("replay.alpha", (0.4, 0.6)),
+        ("agent.hidden_sizes", ([64], [128, 128])),
+    )
+    for texts, message in (
+        (["replay.alpha"], "--grid 'replay.alpha': expected KEY=VALUE1,VALUE2"),
+        (["replay.alpha=0.4,,0.6"], "an empty value"),
+        (["replay.alpha=0.4,0.4"], "--grid replay.alpha lists a value twice"),
+        (["replay.alpha=0.4", "replay.alpha=0.6"], "--grid gives replay.alpha twice"),
+        (["replay.kind=uniform,rank"], "replay kinds are the arms; give them with --replay"),
+        (["run.seed=1,2"], "give seeds with --seeds"),
+        (["agent.hidden_sizes=[64"], "--grid 'agent.hidden_sizes=\\[64': value is not valid"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ablate.parse_grid(texts)
+
+
 def test_plan_pairs_seeds_across_arms(tmp_path):
-    """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind."""
+    """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind.
+    Runs are ordered seed first, so a sweep stopped halfway has every arm at about as many seeds."""
     # Budgets in these planning tests stay above cartpole.yaml's learning_starts (1000).
     sweep = ablate.plan_sweep(
         "cartpole.yaml", ("uniform", "rank"), range(3), 1500, [], tmp_path / "o"
     )
     assert [j.run_dir for j in sweep.jobs] == [
-        "uniform/s0", "uniform/s1", "uniform/s2", "rank/s0", "rank/s1", "rank/s2",
+        "uniform/s0", "rank/s0", "uniform/s1", "rank/s1", "uniform/s2", "rank/s2",
     ]  # fmt: skip
     configs = [yaml.safe_load(j.config_yaml) for j in sweep.jobs]
-    assert [c["run"]["seed"] for c in configs] == [0, 1, 2, 0, 1, 2]
+    assert [c["run"]["seed"] for c in configs] == [0, 0, 1, 1, 2, 2]
     assert {c["train"]["total_env_steps"] for c in configs} == {1500}
-    uniform_s1, rank_s1 = configs[1], configs[4]
+    uniform_s1, rank_s1 = configs[2], configs[3]
     assert rank_s1["replay"].pop("kind") == "rank"
     assert uniform_s1["replay"].pop("kind") == "uniform"
     assert uniform_s1 == rank_s1
     assert sweep.record["seeds"] == [0, 1, 2] and sweep.record["envs"] == ["CartPole-v1"]
+
+
+def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
+    """Every arm x grid point x seed is one run whose config holds exactly those values, in a run
+    dir that names them all, uncut; the record lists each run's settings and point."""
+    arms = ablate.parse_arms(["uniform", "rank:replay.alpha=0.7,replay.beta0=0.5"])
+    grid = ablate.parse_grid(["agent.n_step=1,3", "agent.learning_rate=1e-4,2.5e-4"])
+    sweep = ablate.plan_sweep("cartpole.yaml", arms, [100], 1500, [], tmp_path / "o", grid)
+    assert [j.run_dir for j in sweep.jobs] == [
+        "uniform/n=1,lr=0.0001/s100", "uniform/n=1,lr=0.00025/s100",
+        "uniform/n=3,lr=0.0001/s100", "uniform/n=3,lr=0.00025/s100",
+        "rank/alpha=0.7,beta0=0.5,n=1,lr=0.0001/s100", "rank/alpha=0.7,beta0=0.5,n=1,lr=0.00025/s100",
+        "rank/alpha=0.7,beta0=0.5,n=3,lr=0.0001/s100", "rank/alpha=0.7,beta0=0.5,n=3,lr=0.00025/s100",
+    ]  # fmt: skip
+    for job in sweep.jobs:
+        config = yaml.safe_load(job.config_yaml)
+        expected = {"replay.kind": job.kind, "run.seed": 100, **dict(job.settings),
+                    **dict(job.point)}  # fmt: skip
+        for key, value in expected.items():
+            section, name = key.split(".")
+            assert config[section][name] == value, (job.run_dir, key)
+        if job.kind == "uniform":
+            assert config["replay"]["alpha"] == 0.6  # the arm's settings stay in its arm
+    rank = sweep.record["runs"][4]
+    assert rank == {
+        "env_id": "CartPole-v1", "arm": "rank/alpha=0.7,beta0=0.5,n=1,lr=0.0001", "kind": "rank",
+        "settings": {"replay.alpha": 0.7, "replay.beta0": 0.5},
+        "point": {"agent.n_step": 1, "agent.learning_rate": 0.0001}, "seed": 100,
+        "run_dir": "rank/alpha=0.7,beta0=0.5,n=1,lr=0.0001/s100",
+    }  # fmt: skip
+    assert sweep.record["grid"] == {"agent.n_step": [1, 3], "agent.learning_rate": [1e-4, 2.5e-4]}
+    assert sweep.record["arm_settings"] == {
+        "rank/alpha=0.7,beta0=0.5": {"replay.alpha": 0.7, "replay.beta0": 0.5}
+    }
+
+
+def test_run_dir_names_keep_two_keys_with_one_last_part_apart():
+    assert ablate.label([("replay.alpha", 0.5), ("agent.alpha", 1)]) == (
+        "replay.alpha=0.5,agent.alpha=1"
+    )
+    assert ablate.label([("env.id", "MinAtar/Breakout-v1"), ("agent.dueling", True)]) == (
+        "id=MinAtar-Breakout-v1,dueling=true"
+    )
+
+
+def test_a_key_set_two_ways_is_refused(tmp_path):
+    rank = ablate.parse_arms("rank:replay.alpha=0.7")
+    alpha = ablate.parse_grid(["replay.alpha=0.4,0.6"])
+    for arms, grid, sets, message in (
+        (rank, alpha, [], "--grid replay.alpha is also set by an arm's settings; give it once"),
+        (rank, (), ["replay.alpha=0.5"], "--set replay.alpha is also set by an arm's settings"),
+        (("rank",), alpha, ["replay.alpha=0.5"], "--set replay.alpha is also set by --grid"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ablate.plan_sweep(
+                "cartpole.yaml", arms, [0], 1500, [parse_override(t) for t in sets], tmp_path, grid
+            )
+
+
+def test_every_grid_value_is_validated_before_anything_starts(workdir):
+    result = runner.invoke(
+        app, ["ablate", "-c", "cartpole.yaml", "--grid", "replay.alpha=0.5,-1", "--grid",
+              "agent.loss=huber,cubic", "--seeds", "1", "--steps", "1500"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --grid)" in result.stderr
+    assert "cartpole.yaml: agent.loss:" in result.stderr and "'cubic'" in result.stderr
+    assert list(workdir.iterdir()) == []  # nothing created
 
 
 @pytest.mark.parametrize("value", ["[CartPole-v1, Acrobot-v1]", "CartPole-v1,Acrobot-v1"])
@@ -187,11 +297,58 @@ def test_refuses_to_mix_sweeps(workdir):
     )  # fmt: skip
     assert_bad_input(
         result,
-        "sweep dir sw holds a sweep with other parameters (seeds: [0, 1] -> [0, 1, 2]; "
-        "replay.alpha: 0.6 -> 0.5; train.total_env_steps: 1600 -> 1700); repeat its command to "
-        "resume it, or choose another --out",
+        "sweep dir sw holds a sweep with other settings (replay.alpha: 0.6 -> 0.5; "
+        "train.total_env_steps: 1600 -> 1700); repeat its command (adding seeds, arms, envs or "
+        "grid values is fine) to resume or grow it, or choose another --out",
     )
     assert [p.name for p in sweep.out.iterdir()] == [ablate.SWEEP_FILE]
+
+
+def finish(out: Path, run_dir: str) -> None:
+    """Marks a planned run finished, as far as planning can tell (its summary says so)."""
+    (out / run_dir).mkdir(parents=True)
+    m.write_json(out / run_dir / "summary.json", {"interrupted": False})
+
+
+def test_a_wider_grid_or_more_seeds_plans_only_what_is_new(workdir):
+    alpha = ablate.parse_grid(["replay.alpha=0.4,0.6"])
+    first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), alpha)
+    first.out.mkdir()
+    m.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    for job in first.jobs:
+        finish(first.out, job.run_dir)
+    wider = ablate.parse_grid(["replay.alpha=0.4,0.6,0.8"])
+    grown = ablate.plan_sweep(
+        "cartpole.yaml", ("proportional", "rank"), [0, 1], 1500, [], Path("sw"), wider
+    )
+    assert [j.run_dir for j in grown.pending()] == [
+        "proportional/alpha=0.8/s0", "rank/alpha=0.4/s0", "rank/alpha=0.6/s0", "rank/alpha=0.8/s0",
+        "proportional/alpha=0.4/s1", "proportional/alpha=0.6/s1", "proportional/alpha=0.8/s1",
+        "rank/alpha=0.4/s1", "rank/alpha=0.6/s1", "rank/alpha=0.8/s1",
+    ]  # fmt: skip
+    record = grown.record
+    assert record["grid"] == {"replay.alpha": [0.4, 0.6, 0.8]}
+    assert record["arms"] == ["proportional", "rank"] and record["seeds"] == [0, 1]
+    assert [r["run_dir"] for r in record["runs"][:2]] == [j.run_dir for j in first.jobs]
+    assert len(record["runs"]) == 12
+    # a narrower re-run afterwards keeps the union: nothing planned is forgotten
+    narrow = ablate.plan_sweep("cartpole.yaml", ("rank",), [1], 1500, [], Path("sw"), alpha)
+    merged = ablate.merge_records(record, narrow.record)
+    assert merged["runs"] == record["runs"] and merged["arms"] == record["arms"]
+
+
+def test_a_run_dir_holding_another_configs_run_is_refused(workdir):
+    """A run dir whose config.yaml disagrees with the run planned there is never resumed into."""
+    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
+    sweep.out.mkdir()
+    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    (sweep.out / "uniform/s0").mkdir(parents=True)
+    held = sweep.jobs[0].config_yaml.replace("gamma: 0.99", "gamma: 0.9")
+    assert held != sweep.jobs[0].config_yaml
+    (sweep.out / "uniform/s0/config.yaml").write_text(held)
+    with pytest.raises(ValueError, match="run dir uniform/s0 holds a run of another config "
+                                         r"\(agent.gamma: 0.9 -> 0.99\)"):  # fmt: skip
+        ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
 
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
@@ -309,6 +466,31 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     again = runner.invoke(app, tiny_args(out))  # nothing left to do
     assert again.exit_code == 0, again.output
     assert "4 runs, 4 finished, 0 to run\n" in again.stdout
+
+
+def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
+    """More seeds and an arm with its own settings: only those runs run; the finished ones are
+    left byte for byte, the record and the report cover the union."""
+    out = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, out)
+    in_runs = [p for p in out.rglob("*") if p.is_file() and len(p.relative_to(out).parts) > 2]
+    before = {p: p.read_bytes() for p in in_runs}
+    args = tiny_args(out, workers=1)
+    args[args.index("--replay") + 1] = "uniform,proportional,rank:replay.alpha=0.5"
+    args[args.index("--seeds") + 1] = "0-2"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "9 runs, 4 finished, 5 to run on 1 worker\n" in result.stdout
+    assert {p: p.read_bytes() for p in before} == before
+    new = ["rank/alpha=0.5/s0", "rank/alpha=0.5/s1", "uniform/s2", "proportional/s2",
+           "rank/alpha=0.5/s2"]  # fmt: skip
+    assert all(summary(out / d)["interrupted"] is False for d in new)
+    assert yaml.safe_load((out / new[0] / "config.yaml").read_text())["replay"]["alpha"] == 0.5
+    record = json.loads((out / "sweep.json").read_text())
+    assert record["arms"] == ["uniform", "proportional", "rank/alpha=0.5"]
+    assert record["seeds"] == [0, 1, 2] and len(record["runs"]) == 9
+    assert "rank/alpha=0.5" in (out / "report.md").read_text()
+    assert "Runs used: 9 of 9 planned; missing: none." in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -523,6 +705,6 @@ def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), ablate.parse_seeds("100-101"),
                               1500, [], tmp_path / "sw")  # fmt: skip
     assert [j.run_dir for j in sweep.jobs] == [
-        "uniform/s100", "uniform/s101", "rank/s100", "rank/s101"
+        "uniform/s100", "rank/s100", "uniform/s101", "rank/s101"
     ]  # fmt: skip
     assert sweep.record["seeds"] == [100, 101]
