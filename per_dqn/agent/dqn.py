@@ -63,8 +63,9 @@ class LearnResult:
             measured before the step as in Schaul et al. (Algorithm 1); hand it whole to
             ``memory.update`` (as Acme's learners return keys with their priorities, so no index
             is ever paired with an error by hand).
-        metrics: ``loss`` (the IS-weighted loss), ``q_mean`` (mean ``Q(s, a)`` of the batch),
-            ``td_error_abs`` (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping).
+        metrics: ``loss`` (the IS-weighted loss), ``loss_unweighted`` (the plain mean of the
+            same per-sample losses), ``q_mean`` (mean ``Q(s, a)`` of the batch), ``td_error_abs``
+            (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping).
     """
 
     priorities: PriorityUpdate
@@ -179,7 +180,8 @@ class DQNAgent:
 
         ``loss = mean_i w_i * L(y_i - Q(s_i, a_i))`` with ``L`` Huber or squared error, ``y`` from
         ``td_targets`` and ``w_i`` the batch's importance-sampling weights (all 1 under uniform
-        replay); then a target-net update every ``target_update_interval`` steps.
+        replay); then a target-net update every ``target_update_interval`` steps. The metrics
+        also report ``mean_i L(y_i - Q(s_i, a_i))``, the loss without the weights.
         """
         size = batch.actions.shape[0]
         # Per-sample scalars are prepared with numpy and moved in one transfer: a numpy op on 64
@@ -213,11 +215,14 @@ class DQNAgent:
         next_q_online = None if next_q_online is None else next_q_online.float()
         targets = td_targets(rewards, discounts_t, next_q_target.float(), next_q_online)
         q_taken = q_pred.float().gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = (weights * self._loss(q_taken, targets, reduction="none")).mean()
+        per_sample = self._loss(q_taken, targets, reduction="none")
+        loss = (weights * per_sample).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        extras = [loss.detach()]
+        # The plain mean beside the weighted one: IS weights far below 1 make the weighted loss
+        # look tiny next to |delta| (issue 14). It rides the one host copy below: no extra sync.
+        extras = [loss.detach(), per_sample.detach().mean()]
         if self.grad_clip_norm is not None:
             extras.append(nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip_norm))
         self.optimizer.step()
@@ -230,11 +235,12 @@ class DQNAgent:
         td_abs = np.abs(host[:size] - host[size : 2 * size])
         metrics = {
             "loss": float(host[2 * size]),
+            "loss_unweighted": float(host[2 * size + 1]),
             "q_mean": float(host[size : 2 * size].mean()),
             "td_error_abs": float(td_abs.mean()),
         }
         if self.grad_clip_norm is not None:
-            metrics["grad_norm"] = float(host[2 * size + 1])
+            metrics["grad_norm"] = float(host[2 * size + 2])
         return LearnResult(PriorityUpdate(batch.indices, td_abs), metrics)
 
     def state_dict(self) -> dict[str, Any]:

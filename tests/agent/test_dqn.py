@@ -112,6 +112,20 @@ def test_is_weights_scale_the_loss(loss, per_sample):
     np.testing.assert_allclose(plain.td_abs, [3.0, 0.5])
 
 
+def test_unweighted_loss_is_the_plain_mean_of_the_per_sample_losses():
+    """Q = 0 and terminal targets 3, 0.5 and -0.25: Huber per-sample losses 2.5, 0.125 and
+    0.5 * 0.25**2 = 0.03125. With weights [0.2, 1, 0.5] the IS-weighted loss is
+    (0.5 + 0.125 + 0.015625) / 3 and the unweighted one (2.5 + 0.125 + 0.03125) / 3; equal weights
+    of 1 (uniform replay) make the two the same number."""
+    batch = make_batch(rewards=[3.0, 0.5, -0.25], terminated=[True] * 3, n_steps=[1, 1, 1])
+    weights = np.array([0.2, 1.0, 0.5], dtype=np.float32)
+    weighted = zeroed(make_agent()).learn(batch._replace(weights=weights)).metrics
+    assert weighted["loss"] == pytest.approx((0.5 + 0.125 + 0.015625) / 3, rel=1e-6)
+    assert weighted["loss_unweighted"] == pytest.approx((2.5 + 0.125 + 0.03125) / 3, rel=1e-6)
+    plain = zeroed(make_agent()).learn(batch).metrics
+    assert plain["loss"] == plain["loss_unweighted"]
+
+
 def test_zero_weight_sample_contributes_no_gradient():
     """The gradient of mean(w * L) with w = [1, 0] is half that of the first sample alone."""
     both = make_batch(rewards=[3.0, -7.0], terminated=[True, False], n_steps=[1, 1])

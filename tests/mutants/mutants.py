@@ -148,8 +148,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "is-weights-ignored", "per_dqn/agent/dqn.py",
-        'loss = (weights * self._loss(q_taken, targets, reduction="none")).mean()',
-        'loss = self._loss(q_taken, targets, reduction="none").mean()',
+        "loss = (weights * per_sample).mean()",
+        "loss = per_sample.mean()",
         ("tests/agent",),
         "importance-sampling weights left out of the loss",
     ),
