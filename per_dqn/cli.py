@@ -169,6 +169,13 @@ class Device(StrEnum):
     cuda = "cuda"
 
 
+class Track(StrEnum):
+    """Where a run's scalars go besides TensorBoard (``run.track``)."""
+
+    none = "none"
+    wandb = "wandb"
+
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -237,6 +244,13 @@ def train(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress display (warnings still print).")
     ] = False,
+    track: Annotated[
+        Track | None,
+        typer.Option(
+            help="none, or wandb to send the scalars, config and summary to Weights & Biases too "
+            "(the optional wandb extra); overrides run.track."
+        ),
+    ] = None,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -250,7 +264,7 @@ def train(
     run dir."""
     if resume is not None:
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
-                 "--set": set_, "--device": device}  # fmt: skip
+                 "--set": set_, "--device": device, "--track": track}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
         _resume(resume, steps, quiet)
         return
@@ -262,6 +276,7 @@ def train(
         ("run.seed", seed, "--seed"),
         ("train.total_env_steps", steps, "--steps"),
         ("run.device", device.value if device else None, "--device"),
+        ("run.track", track.value if track else None, "--track"),
     ):
         if value is not None:
             overrides.append(Override(path, value, flag))

@@ -285,12 +285,16 @@ class RunConfig(_Section):
         torch_threads: intra-op threads for torch on CPU; small MLPs are fastest on one. At
             most ``MAX_THREADS``.
         runs_root: parent of the default run directories.
+        track: ``none``, or ``wandb`` to send the run's scalars, config and summary to Weights &
+            Biases as well (the optional ``wandb`` extra; see ``per_dqn.tracking``). TensorBoard
+            is always written.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(1, ge=1, le=MAX_THREADS)
     runs_root: str = "runs"
+    track: Literal["none", "wandb"] = "none"
 
 
 class CheckpointConfig(_Section):

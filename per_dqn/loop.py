@@ -74,6 +74,9 @@ class LoopState:
         recent_returns: the last ``RECENT_EPISODES`` episode returns.
         logs_written: log points written (the tree-drift check runs on every 10th).
         weight_scale: the largest |weight| at every earlier weight check (``Loop.check_weights``).
+        record: the evaluation curve and the logged IS-weight means, for the summary; None when
+            the run was resumed from a checkpoint written before it was kept (its start is
+            unknown).
     """
 
     env_steps: int
@@ -93,6 +96,7 @@ class LoopState:
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_EPISODES))
     logs_written: int = 0
     weight_scale: float = 0.0
+    record: m.RunRecord | None = field(default_factory=m.RunRecord)
 
     def state_dict(self) -> dict[str, Any]:
         """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
@@ -121,14 +125,21 @@ class LoopState:
             "recent_returns": list(self.recent_returns),
             "logs_written": self.logs_written,
             "weight_scale": self.weight_scale,
+            "record": None if self.record is None else self.record.state_dict(),
         }
 
     @classmethod
     def check_state_dict(cls, state: Any) -> None:
         """Raises the ``ValueError`` that ``load_state_dict`` would, and changes nothing."""
-        missing = [key for key in _STATE_KEYS if not isinstance(state, dict) or key not in state]
+        missing = [
+            key
+            for key in _STATE_KEYS
+            if key not in _LATER_KEYS and (not isinstance(state, dict) or key not in state)
+        ]
         if missing:
             raise ValueError(f"its loop state lacks {', '.join(missing)}")
+        if state.get("record") is not None:
+            m.RunRecord().load_state_dict(state["record"])
         for key in ("rng", "eval_rng"):
             try:
                 np.random.Generator(np.random.PCG64()).bit_generator.state = state[key]
@@ -168,10 +179,17 @@ class LoopState:
         self.recent_returns.extend(state["recent_returns"])
         self.logs_written = int(state["logs_written"])
         self.weight_scale = float(state["weight_scale"])
+        if state.get("record") is None:
+            self.record = None  # a checkpoint from before the record: the run's start is unknown
+        else:
+            self.record = m.RunRecord()
+            self.record.load_state_dict(state["record"])
 
 
 # The keys of ``LoopState.state_dict``: its fields, and torch's RNG states.
 _STATE_KEYS = (*(f.name for f in fields(LoopState)), "torch_rng", "cuda_rng")
+# Keys added since format 3 that older checkpoints lack (loaded as None: unknown).
+_LATER_KEYS = frozenset({"record"})
 
 
 def upgrade_format_2(parts: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from rich.console import Console
@@ -38,7 +38,9 @@ PER_NEVER_REPLAYED = "per/never_replayed_share"
 PER_SAMPLE_AGE = "per/sample_age_steps"
 PER_PRIORITY_AGE = "per/priority_age_steps"
 PER_TREE_DRIFT = "per/tree_drift"
+PER_PRIORITY_RATIO = "per/priority_ratio"
 TRAIN_LOSS = "train/loss"
+TRAIN_LOSS_UNWEIGHTED = "train/loss_unweighted"
 TRAIN_Q_MEAN = "train/q_mean"
 TRAIN_TD_ERROR_ABS = "train/td_error_abs"
 TRAIN_GRAD_NORM = "train/grad_norm"
@@ -50,6 +52,10 @@ EVAL_RETURN_MEAN = "eval/return_mean"
 EVAL_RETURN_STD = "eval/return_std"
 EVAL_LENGTH_MEAN = "eval/length_mean"
 PERF_SPS = "perf/sps"
+# The run's final metrics, written once at the end of a finished run; the HParams tab reads them.
+SUMMARY_FINAL_RETURN = "summary/final_eval_return_mean"
+SUMMARY_AUC = "summary/auc"
+SUMMARY_IS_WEIGHT_MEAN = "summary/is_weight_mean"
 CONFIG_TEXT = "config"
 
 # Every scalar tag with its one-line meaning; the README's table says the same. Values "averaged
@@ -69,7 +75,12 @@ SCALAR_TAGS: dict[str, str] = {
     PER_PRIORITY_AGE: "mean env steps since the sampled transitions' priorities were last set",
     PER_TREE_DRIFT: "relative gap between the sum tree's root and an exact sum of its leaves "
     "(proportional only, checked every few log points)",
+    PER_PRIORITY_RATIO: "sampled_priority / mean_priority at the log point: 1 under uniform "
+    "sampling, above 1 when high-priority transitions are drawn more often (weighted memories "
+    "only)",
     TRAIN_LOSS: "IS-weighted TD loss",
+    TRAIN_LOSS_UNWEIGHTED: "the same per-sample TD losses, plainly averaged (no IS weights): "
+    "equal to train/loss under uniform replay",
     TRAIN_Q_MEAN: "mean Q(s, a) of the sampled batches",
     TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
     TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
@@ -82,7 +93,34 @@ SCALAR_TAGS: dict[str, str] = {
     EVAL_RETURN_STD: "standard deviation of those returns",
     EVAL_LENGTH_MEAN: "mean length of those episodes",
     PERF_SPS: "env steps per second of wall time since the previous write, learning included",
+    SUMMARY_FINAL_RETURN: "summary.json's final_eval_return_mean, one point at a finished run's "
+    "last step (an HParams metric)",
+    SUMMARY_AUC: "summary.json's auc, the normalised area under eval/return_mean, one point at a "
+    "finished run's last step (an HParams metric)",
+    SUMMARY_IS_WEIGHT_MEAN: "summary.json's is_weight_mean, the mean of the logged "
+    "per/is_weight_mean, one point at a finished run's last step (weighted memories only; an "
+    "HParams metric)",
 }
+
+# The HParams tab's metrics: (scalar tag, the column's name).
+HPARAMS_METRICS = (
+    (SUMMARY_FINAL_RETURN, "final eval return"),
+    (SUMMARY_AUC, "AUC"),
+    (SUMMARY_IS_WEIGHT_MEAN, "mean IS weight"),
+)
+
+# The Custom Scalars tab's layout: the charts that compare tags on one scale. Tags are regular
+# expressions there, hence the anchors.
+CUSTOM_SCALARS_LAYOUT = {
+    "PER": {
+        "priority: sampled vs memory mean": [
+            "Multiline", [f"^{PER_SAMPLED_PRIORITY}$", f"^{PER_MEAN_PRIORITY}$"],
+        ],
+        "loss: IS-weighted vs unweighted": [
+            "Multiline", [f"^{TRAIN_LOSS}$", f"^{TRAIN_LOSS_UNWEIGHTED}$"],
+        ],
+    }
+}  # fmt: skip
 
 # Tags only a prioritized memory has.
 PRIORITY_TAGS = (PER_SAMPLED_PRIORITY, PER_MEAN_PRIORITY, PER_MAX_PRIORITY)
@@ -351,6 +389,32 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
 # --- TensorBoard ----------------------------------------------------------------------------------
 
 
+class ScalarSink(Protocol):
+    """Another tracker that receives the scalars TensorBoard does (``tracking.WandbTracker``)."""
+
+    def log(self, values: Mapping[str, float], step: int) -> None:
+        """One point per tag at env step ``step``."""
+
+
+HParamValue = bool | int | float | str
+
+
+def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, HParamValue]:
+    """A config dump (``Config.model_dump(mode="json")``) as ``{"section.key": value}``, as the
+    HParams tab takes it: bools, numbers and strings as they are, lists and None as their JSON
+    text (``"[256, 256]"``, ``"null"``)."""
+    flat: dict[str, HParamValue] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, bool | int | float | str):
+            flat[name] = value
+        else:
+            flat[name] = json.dumps(value)
+    return flat
+
+
 class TensorBoardLogger:
     """Writes scalars and text to a TensorBoard event file under ``run_dir``.
 
@@ -360,11 +424,16 @@ class TensorBoardLogger:
             (TensorBoard's Python loader and its Rust data server alike) drop the points at or
             after it that earlier event files in ``run_dir`` hold, so a curve continues from the
             checkpoint without duplicated points.
+        mirror: receives every scalar written, at the same step (a Weights & Biases run).
     """
 
-    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, purge_step: int | None = None, mirror: ScalarSink | None = None
+    ) -> None:
         # Imported here: it pulls in tensorboard, which a config check never needs.
         from torch.utils.tensorboard import SummaryWriter
+
+        self.mirror = mirror
 
         if purge_step is not None:
             _wait_for_a_later_event_file_name(run_dir)
@@ -383,10 +452,38 @@ class TensorBoardLogger:
             WriteError: the event file could not be written (here or, earlier, in the writer's
                 background thread, whose failure surfaces at the next call).
         """
+        kept = {tag: value for tag, value in values.items() if not math.isnan(value)}
         with writing(self.path):
-            for tag, value in values.items():
-                if not math.isnan(value):
-                    self._writer.add_scalar(tag, value, step)
+            for tag, value in kept.items():
+                self._writer.add_scalar(tag, value, step)
+        if self.mirror is not None and kept:
+            self.mirror.log(kept, step)
+
+    def hparams(self, hparams: Mapping[str, HParamValue], start_time: float) -> None:
+        """The HParams plugin's experiment and session-start records, in this event file (not a
+        subfolder, as ``SummaryWriter.add_hparams`` would make): ``hparams`` are the session's
+        values, ``HPARAMS_METRICS`` its metrics (scalar tags written at the end of the run).
+
+        TensorBoard keeps the first record of a tag in a run dir, so a resumed run does not write
+        them again.
+        """
+        from tensorboard.plugins.hparams import summary_v2 as hp
+
+        experiment = hp.hparams_config_pb(
+            hparams=[hp.HParam(name) for name in hparams],
+            metrics=[hp.Metric(tag, display_name=name) for tag, name in HPARAMS_METRICS],
+            time_created_secs=start_time,
+        )
+        session = hp.hparams_pb(dict(hparams), start_time_secs=start_time)
+        with writing(self.path):
+            self._writer.file_writer.add_summary(experiment)
+            self._writer.file_writer.add_summary(session)
+
+    def custom_scalars(self, layout: Mapping[str, Any]) -> None:
+        """The Custom Scalars tab's layout: ``{category: {chart title: ["Multiline", [tag
+        regexes]]}}``."""
+        with writing(self.path):
+            self._writer.add_custom_scalars(dict(layout))
 
     def text(self, tag: str, text: str, step: int = 0) -> None:
         """A text entry (TensorBoard renders it as Markdown)."""
@@ -509,6 +606,65 @@ class MeanAccumulator:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict()`` output."""
         self._sums, self._counts = dict(state["sums"]), dict(state["counts"])
+
+
+class RunRecord:
+    """What ``summary.json`` reports about the whole run, kept in the loop's checkpointed state so
+    that a resumed run reports what the uninterrupted one would: the evaluation curve (for the
+    AUC) and the running sum of the logged ``per/is_weight_mean`` points."""
+
+    def __init__(self) -> None:
+        self.eval_curve: list[tuple[int, float]] = []
+        self.is_weight_mean_sum = 0.0
+        self.is_weight_mean_logs = 0
+
+    def add_eval(self, env_steps: int, return_mean: float) -> None:
+        """An evaluation (periodic or final) at ``env_steps``."""
+        self.eval_curve.append((int(env_steps), float(return_mean)))
+
+    def add_log(self, values: Mapping[str, float]) -> None:
+        """A log point's scalars, by tag."""
+        value = values.get(PER_IS_WEIGHT_MEAN)
+        if value is not None and not math.isnan(value):
+            self.is_weight_mean_sum += float(value)
+            self.is_weight_mean_logs += 1
+
+    def auc(self) -> float | None:
+        """``normalized_auc`` of the evaluation curve; None before the first evaluation."""
+        return normalized_auc(self.eval_curve) if self.eval_curve else None
+
+    def is_weight_mean(self) -> float | None:
+        """The mean of the logged ``per/is_weight_mean`` points; None before the first."""
+        if not self.is_weight_mean_logs:
+            return None
+        return self.is_weight_mean_sum / self.is_weight_mean_logs
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON values (floats round-trip exactly), for a checkpoint."""
+        return {
+            "eval_steps": [step for step, _ in self.eval_curve],
+            "eval_returns": [value for _, value in self.eval_curve],
+            "is_weight_mean_sum": self.is_weight_mean_sum,
+            "is_weight_mean_logs": self.is_weight_mean_logs,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores ``state_dict()`` output.
+
+        Raises:
+            ValueError: a state that is not ``state_dict()``'s shape.
+        """
+        try:
+            steps, returns = list(state["eval_steps"]), list(state["eval_returns"])
+            total, logs = float(state["is_weight_mean_sum"]), int(state["is_weight_mean_logs"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"its run record does not fit ({exc!r})") from None
+        if len(steps) != len(returns):
+            raise ValueError(
+                f"its run record has {len(steps)} evaluation steps but {len(returns)} returns"
+            )
+        self.eval_curve = [(int(s), float(v)) for s, v in zip(steps, returns, strict=True)]
+        self.is_weight_mean_sum, self.is_weight_mean_logs = total, logs
 
 
 class ReplayHealth:

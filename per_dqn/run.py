@@ -23,11 +23,13 @@ import torch
 
 from per_dqn import checkpoint as ckpt
 from per_dqn import metrics as m
+from per_dqn import tracking
 from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
 from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, run_episodes
 from per_dqn.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.provenance import provenance
 from per_dqn.seeding import RunSeeds
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
@@ -39,6 +41,7 @@ TREE_DRIFT_EVERY_LOGS = 10
 PROGRESS_INTERVAL_STEPS = 250
 _AGENT_METRIC_TAGS = {
     "loss": m.TRAIN_LOSS,
+    "loss_unweighted": m.TRAIN_LOSS_UNWEIGHTED,
     "q_mean": m.TRAIN_Q_MEAN,
     "td_error_abs": m.TRAIN_TD_ERROR_ABS,
     "grad_norm": m.TRAIN_GRAD_NORM,
@@ -102,14 +105,15 @@ class Trainer:
         config_name: the config's name (file stem), recorded in the summary.
 
     Raises:
-        ValueError: an environment or device the config asks for cannot be had; the message
-            starts with the config key to blame.
+        ValueError: an environment, device or tracker the config asks for cannot be had; the
+            message starts with the config key to blame.
     """
 
     def __init__(self, config: Config, config_name: str) -> None:
         self.config = config
         self.config_name = config_name
         run = config.run
+        tracking.check_available(run.track)  # before seconds of building, and before any write
         self.device = resolve_device(run.device)
         set_torch_threads(self.device, run.torch_threads)
         self.seeds = RunSeeds.from_seed(run.seed)  # one independent stream per consumer
@@ -265,26 +269,41 @@ class Trainer:
                 or checkpoint. Checkpoints written before it are left whole.
         """
         config_yaml = self.config.to_yaml()
+        fresh = self._resumed_from is None
+        # Read before anything else runs: the command, versions, commit, host and device.
+        origin = provenance(self.device)
         with m.writing(run_dir / "config.yaml"):
             run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
+        tracker = None
+        if self.config.run.track == "wandb":
+            tracker = tracking.WandbTracker(
+                run_dir, self.config.model_dump(mode="json"), run_dir.name, resume=not fresh
+            )
         start_steps = self._resumed_from or 0
         # The checkpoint was written after every point of its step was logged.
-        logger = m.TensorBoardLogger(
-            run_dir, None if self._resumed_from is None else start_steps + 1
-        )
+        logger = m.TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
         start = time.perf_counter()
+        summary = None
         try:
-            if self._resumed_from is None:
+            if fresh:
                 logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
+                flat = m.flatten_config(self.config.model_dump(mode="json"))
+                logger.hparams(flat, time.time())
+                logger.custom_scalars(m.CUSTOM_SCALARS_LAYOUT)
             session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks))
-            summary = session.run(start_steps, start)
+            summary = session.run(start_steps, start, origin)
         except BaseException:
             # The first failure is the one to report; closing a writer that failed fails again.
             with contextlib.suppress(OSError):
                 logger.close()
+            if tracker is not None:
+                with contextlib.suppress(Exception):
+                    tracker.finish(None, exit_code=1)
             raise
         logger.close()
+        if tracker is not None:
+            tracker.finish(summary, exit_code=1 if summary["interrupted"] else 0)
         return summary
 
 
@@ -328,7 +347,7 @@ class _Session:
 
     # --- the run -------------------------------------------------------------------------------
 
-    def run(self, start_steps: int, start: float) -> dict[str, Any]:
+    def run(self, start_steps: int, start: float, origin: dict[str, Any]) -> dict[str, Any]:
         trainer, loop, config = self.trainer, self.loop, self.config
         state = loop.state
         interrupted = stopped_between_steps = False
@@ -354,6 +373,21 @@ class _Session:
             and self.saved_at < state.env_steps < config.train.total_env_steps
         ):
             trainer._save_checkpoint(self.run_dir, self.logger, final=False)
+        record = state.record
+        auc = None if record is None else record.auc()
+        is_weight_mean = None
+        if record is not None and loop.memory.weighted:
+            is_weight_mean = record.is_weight_mean()
+        if final is not None:
+            # The HParams tab's metrics, before the final checkpoint (which flushes them), and
+            # only for a finished run: a stopped run's resume must log the curves of the run
+            # never stopped, no extra point.
+            finals = {
+                m.SUMMARY_FINAL_RETURN: float(final.returns.mean()),
+                m.SUMMARY_AUC: math.nan if auc is None else auc,
+                m.SUMMARY_IS_WEIGHT_MEAN: math.nan if is_weight_mean is None else is_weight_mean,
+            }
+            self.logger.scalars(finals, state.env_steps)
         if final is not None and self.checkpoints:
             trainer._save_checkpoint(self.run_dir, self.logger, final=True)
         wall = time.perf_counter() - start
@@ -378,6 +412,13 @@ class _Session:
             "interrupted": interrupted,
             "resumed_from_env_steps": trainer._resumed_from,
             "run_dir": str(self.run_dir),
+            # Over the evaluations so far (periodic and final); None when there is none, or when
+            # the run resumed a checkpoint that predates the record.
+            "auc": auc,
+            # The mean of the logged per/is_weight_mean points: the effective step size's scale
+            # (issue 14, part 5); None for uniform replay.
+            "is_weight_mean": is_weight_mean,
+            "provenance": origin,
         }
         m.write_json(self.run_dir / "summary.json", summary)
         return summary
@@ -436,6 +477,8 @@ class _Session:
         )  # fmt: skip
         self.logger.scalars(eval_scalars(result), loop.state.env_steps)
         self.last_eval = float(result.returns.mean())
+        if loop.state.record is not None:
+            loop.state.record.add_eval(loop.state.env_steps, self.last_eval)
         warning = result.cap_warning()
         if warning is not None:
             line = f"{what}: {warning}"
@@ -466,7 +509,14 @@ class _Session:
         full = state.logs_written % TREE_DRIFT_EVERY_LOGS == 0
         for key, value in memory.diagnostics(full=full).items():
             values[_DIAGNOSTIC_TAGS[key]] = value
+        # Whether PER is prioritising, as one curve: > 1 when what is drawn has a higher priority
+        # than what is stored (issue 14, part 4).
+        sampled, stored = values.get(m.PER_SAMPLED_PRIORITY), values.get(m.PER_MEAN_PRIORITY)
+        if memory.weighted and sampled is not None and stored:
+            values[m.PER_PRIORITY_RATIO] = sampled / stored
         self.logger.scalars(values, step)
+        if state.record is not None:
+            state.record.add_log(values)
         state.logs_written += 1
         self.last_sps = sps
         if "loss" in learned:

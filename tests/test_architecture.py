@@ -30,6 +30,11 @@ FORBIDDEN = {
     # CLI's to call once a sweep ends (issue 13: "ablate imports the report writer").
     "per_dqn.sweeps.ablate": {"per_dqn.sweeps.report", "matplotlib"},
     "per_dqn.sweeps.runs": {"per_dqn.sweeps.report", "per_dqn.sweeps.ablate", "matplotlib"},
+    # Provenance reads the process and its packages, nothing of a run, so `ablate` can use it.
+    "per_dqn.provenance": {"per_dqn"},
+    # A tracker receives what the run hands it; it never reaches into the run's parts.
+    "per_dqn.tracking": {"per_dqn.run", "per_dqn.loop", "per_dqn.agent", "per_dqn.memory",
+                         "per_dqn.cli", "torch"},
 }  # fmt: skip
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
 # `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one;

@@ -553,3 +553,8 @@ def test_a_format_2_checkpoint_from_before_the_redesign_resumes_exactly(tmp_path
         assert torch.equal(resumed[key], reference[key]), key
     newest = ckpt.verify_checkpoint(run_dir / "checkpoints/step_000000600")
     assert newest["format"] == ckpt.FORMAT_VERSION == 3
+    # Its evaluations and IS weights before step 300 are unknown: the summary says so (null)
+    # rather than report the resumed part as the run's.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["auc"] is None and summary["is_weight_mean"] is None
+    assert summary["final_eval_return_mean"] is not None

@@ -1,0 +1,134 @@
+"""Weights & Biases tracking (``run.track: wandb``, ``per-dqn train --track wandb``): the same
+scalars as TensorBoard at the same env steps, the resolved config and the summary, from the
+optional ``wandb`` extra.
+
+Everything wandb writes lives in ``RUN_DIR/wandb/``: its run files, and the cache, config and
+data dirs it would otherwise put in the home directory (their ``WANDB_*_DIR`` variables point
+there while the run starts, unless the user set them). The wandb run's id is kept in
+``RUN_DIR/wandb/per-dqn-run-id``, so ``train --resume`` continues the same wandb run.
+
+Points are logged with ``env_steps`` as their step metric rather than as wandb's own ``step``:
+wandb drops a point whose step is below one it has seen, and a run resumed from a checkpoint
+older than where it stopped logs those steps again (TensorBoard purges the old ones; wandb keeps
+both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import secrets
+import string
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from per_dqn import checkpoint as ckpt
+from per_dqn import metrics as m
+
+# How to get the extra, for the one-line refusal.
+INSTALL_HINT = (
+    "pip install 'per-dqn[wandb]' (in a checkout: .venv/bin/python -m pip install -e '.[wandb]')"
+)
+RUN_ID_FILE = "per-dqn-run-id"
+# The step metric every logged value is plotted against.
+STEP_METRIC = "env_steps"
+# wandb's own dirs, kept inside the run dir (wandb's settings would put them under $HOME).
+_HOME_DIRS = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config", "WANDB_DATA_DIR": "data"}
+
+
+def check_available(track: str) -> None:
+    """Refuses a tracker whose package is not installed, before anything is written.
+
+    Raises:
+        ValueError: ``run.track: 'wandb' needs the optional wandb extra...``, one line.
+    """
+    if track != "wandb":
+        return
+    try:
+        importlib.import_module("wandb")
+    except ImportError:
+        raise ValueError(
+            f"run.track: 'wandb' needs the optional `wandb` extra, which is not installed; "
+            f"install it with: {INSTALL_HINT}"
+        ) from None
+
+
+def _new_run_id() -> str:
+    """A wandb-style run id: 8 lowercase letters and digits."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+@contextlib.contextmanager
+def _home_dirs_in(root: Path) -> Iterator[None]:
+    """Points wandb's cache, config and data dirs into ``root`` while wandb starts (its service
+    reads them then), unless the user chose them; restores the environment after."""
+    saved = {key: os.environ.get(key) for key in _HOME_DIRS}
+    for key, name in _HOME_DIRS.items():
+        if saved[key] is None:
+            os.environ[key] = str(root / name)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+
+
+class WandbTracker:
+    """One per-dqn run as one wandb run (offline too: ``WANDB_MODE=offline``).
+
+    Args:
+        run_dir: the run's dir; wandb writes into ``run_dir / "wandb"``.
+        config: the resolved config, as JSON values (``Config.model_dump(mode="json")``).
+        name: the wandb run's display name (the run dir's name).
+        resume: continue the wandb run whose id ``run_dir`` records (a new one if none).
+
+    Raises:
+        ValueError: wandb is not installed, or wandb could not start the run (one line).
+    """
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any], name: str, resume: bool) -> None:
+        check_available("wandb")
+        import wandb
+
+        root = run_dir / "wandb"
+        id_path = root / RUN_ID_FILE
+        run_id = id_path.read_text().strip() if resume and id_path.is_file() else None
+        with m.writing(id_path):
+            root.mkdir(parents=True, exist_ok=True)
+            if run_id is None:
+                run_id = _new_run_id()
+                ckpt.write_text_atomic(id_path, run_id + "\n")
+        try:
+            with _home_dirs_in(root):
+                self._run = wandb.init(
+                    project=os.environ.get("WANDB_PROJECT", "per-dqn"),
+                    dir=str(run_dir),
+                    id=run_id,
+                    resume="allow",
+                    name=name,
+                    config=dict(config),
+                    # Console capture would fight the progress display; per-dqn prints its own.
+                    settings=wandb.Settings(console="off"),
+                )
+        except Exception as exc:  # wandb raises its own error types (no login, bad settings...)
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise ValueError(f"run.track: wandb could not start a run: {reason}") from None
+        self.run_id = run_id
+        self._run.define_metric(STEP_METRIC)
+        self._run.define_metric("*", step_metric=STEP_METRIC)
+
+    def log(self, values: Mapping[str, float], step: int) -> None:
+        """One point per tag at env step ``step``."""
+        self._run.log({**values, STEP_METRIC: step})
+
+    def finish(self, summary: Mapping[str, Any] | None, exit_code: int) -> None:
+        """Records ``summary``'s final values (when the run produced one) and closes the run;
+        a non-zero ``exit_code`` marks it failed or stopped."""
+        if summary is not None:
+            keys = ("final_eval_return_mean", "auc", "is_weight_mean", "interrupted")
+            self._run.summary.update({key: summary[key] for key in keys if key in summary})
+        self._run.finish(exit_code=exit_code)

@@ -1,0 +1,383 @@
+"""Tracking what was run (issue 14, part 4), on real CartPole runs read back with TensorBoard's
+own reader: provenance, AUC and mean IS weight in summary.json (across a resume), the HParams and
+Custom Scalars records in the run's event file, the priority-ratio and unweighted-loss tags, and
+Weights & Biases in offline mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import struct
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+from typer.testing import CliRunner
+
+import per_dqn
+from per_dqn import metrics as m
+from per_dqn import provenance as prov
+from per_dqn.cli import app
+from per_dqn.config import load_config
+
+CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
+SHORT = {
+    "train.total_env_steps": 1_500, "train.learning_starts": 200, "train.eval_interval": 500,
+    "train.eval_episodes": 2, "train.final_eval_episodes": 2, "train.log_interval": 250,
+    "checkpoint.interval_steps": 500, "agent.hidden_sizes": [32, 32], "replay.capacity": 2_000,
+    "run.device": "cpu",
+}  # fmt: skip
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    acc = events(run_dir)
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+class StopAtCheckpoint:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_checkpoint(self, env_steps, path):
+        return env_steps >= self.step
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """A finished proportional run."""
+    run_dir = tmp_path_factory.mktemp("full") / "run"
+    per_dqn.train("cartpole", overrides=SHORT, run_dir=run_dir)
+    return run_dir
+
+
+# --- provenance -----------------------------------------------------------------------------------
+
+
+def test_provenance_names_the_command_versions_commit_host_and_device():
+    argv = ["per-dqn", "train", "--set", "env.id=it's here"]
+    record = prov.provenance("cpu", argv)
+    assert record["command"] == argv
+    assert shlex.split(record["command_line"]) == argv  # quoted for a shell, round trip
+    assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    for name in ("torch", "gymnasium", "ale-py", "numpy", "minatar"):
+        assert record["versions"][name] == metadata.version(name)
+    assert record["device"] == "cpu" and record["cuda_device"] is None
+    assert record["host"] == os.uname().nodename
+    git = record["git"]
+    if (CHECKOUT / ".git").exists():  # the suite runs from a checkout (a worktree has a file)
+        head = subprocess.run(
+            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        assert git["commit"] == head and isinstance(git["dirty"], bool)
+    json.dumps(record)  # JSON values only
+
+
+def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path):
+    """A package copied outside any repository, or sitting untracked inside one (an install into
+    a venv inside some project), has no commit of its own: null, never a failure."""
+    loose = tmp_path / "loose" / "per_dqn"
+    loose.mkdir(parents=True)
+    (loose / "__init__.py").write_text("")
+    assert prov.git_state(loose) is None
+    repo = tmp_path / "repo"
+    inside = repo / ".venv" / "per_dqn"
+    inside.mkdir(parents=True)
+    (inside / "__init__.py").write_text("")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    assert prov.git_state(inside) is None
+    # Tracked and committed: the commit, clean; then an edit makes it dirty.
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    subprocess.run(["git", "-C", str(repo), "add", "-f", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "x"], check=True, env=env)
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert prov.git_state(inside) == {"commit": head, "dirty": False}
+    (inside / "__init__.py").write_text("x = 1\n")
+    assert prov.git_state(inside) == {"commit": head, "dirty": True}
+
+
+def test_summary_records_provenance(full):
+    record = summary_of(full)["provenance"]
+    assert record["command"] == sys.argv
+    assert record["device"] == "cpu"
+    assert record["versions"]["torch"] == metadata.version("torch")
+
+
+# --- AUC and mean IS weight -----------------------------------------------------------------------
+
+
+def test_auc_and_is_weight_mean_are_those_of_the_logged_curves(full):
+    """auc is normalized_auc over eval/return_mean (periodic evaluations and the final one) and
+    is_weight_mean the mean of the logged per/is_weight_mean points, both read back from the
+    event file (float32 there, hence the tolerance)."""
+    summary, curves = summary_of(full), scalars(full)
+    evals = curves[m.EVAL_RETURN_MEAN]
+    assert [step for step, _ in evals] == [500, 1000, 1500]
+    assert summary["auc"] == pytest.approx(m.normalized_auc(evals), rel=1e-6)
+    # By hand: trapezoids over 500..1500.
+    (_, a), (_, b), (_, c) = evals
+    assert summary["auc"] == pytest.approx((500 * (a + b) / 2 + 500 * (b + c) / 2) / 1000, rel=1e-6)
+    weights = [value for _, value in curves[m.PER_IS_WEIGHT_MEAN]]
+    assert len(weights) == 6
+    assert summary["is_weight_mean"] == pytest.approx(np.mean(weights), rel=1e-6)
+    assert 0 < summary["is_weight_mean"] < 1  # proportional: weights below 1
+
+
+def test_auc_and_is_weight_mean_survive_a_resume(full, tmp_path):
+    """A run stopped by a callback at its step-500 checkpoint and resumed reports the auc and
+    is_weight_mean of the run never stopped (they would otherwise cover the resumed part only)."""
+    stopped = per_dqn.train(
+        "cartpole", overrides=SHORT, run_dir=tmp_path / "run", callbacks=[StopAtCheckpoint(500)]
+    )
+    assert stopped.summary["interrupted"] and stopped.summary["env_steps"] == 500
+    resumed = per_dqn.resume(tmp_path / "run")
+    expected = summary_of(full)
+    assert resumed.summary["resumed_from_env_steps"] == 500
+    assert resumed.summary["auc"] == expected["auc"]
+    assert resumed.summary["is_weight_mean"] == expected["is_weight_mean"]
+    assert resumed.summary["final_eval_return_mean"] == expected["final_eval_return_mean"]
+    # The finished run's HParams metrics are written once, at its end: the curves match too.
+    ours, theirs = scalars(tmp_path / "run"), scalars(full)
+    for tag in (m.SUMMARY_AUC, m.SUMMARY_FINAL_RETURN, m.SUMMARY_IS_WEIGHT_MEAN):
+        assert ours[tag] == theirs[tag] and len(ours[tag]) == 1
+
+
+def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
+    """Uniform replay: summary is_weight_mean is null, no per/priority_ratio, and the
+    IS-weighted loss equals the unweighted one at every log point (all weights are 1)."""
+    run = per_dqn.train(
+        "cartpole", overrides={**SHORT, "replay.kind": "uniform"}, run_dir=tmp_path / "run"
+    )
+    assert run.summary["is_weight_mean"] is None and run.summary["auc"] is not None
+    curves = scalars(tmp_path / "run")
+    assert m.PER_PRIORITY_RATIO not in curves and m.SUMMARY_IS_WEIGHT_MEAN not in curves
+    assert len(curves[m.TRAIN_LOSS]) == 6
+    assert curves[m.TRAIN_LOSS] == curves[m.TRAIN_LOSS_UNWEIGHTED]
+
+
+# --- the ratio and the unweighted loss ------------------------------------------------------------
+
+
+def test_priority_ratio_is_sampled_over_mean_priority_at_every_log_point(full):
+    curves = scalars(full)
+    ratio = dict(curves[m.PER_PRIORITY_RATIO])
+    sampled, stored = dict(curves[m.PER_SAMPLED_PRIORITY]), dict(curves[m.PER_MEAN_PRIORITY])
+    assert sorted(ratio) == sorted(sampled) == [250, 500, 750, 1000, 1250, 1500]
+    for step, value in ratio.items():
+        assert value == pytest.approx(sampled[step] / stored[step], rel=1e-6), step
+    assert max(ratio.values()) > 1  # proportional prioritises: what is drawn outranks the mean
+
+
+def test_weighted_and_unweighted_losses_differ_under_proportional(full):
+    """The negative control of the uniform test: IS weights below 1 make the losses differ."""
+    curves = scalars(full)
+    weighted, plain = dict(curves[m.TRAIN_LOSS]), dict(curves[m.TRAIN_LOSS_UNWEIGHTED])
+    assert weighted.keys() == plain.keys()
+    assert all(weighted[step] < plain[step] for step in weighted)
+
+
+# --- HParams and Custom Scalars -------------------------------------------------------------------
+
+
+def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
+    """The HParams plugin's records sit in the run's own event file (TensorBoard's
+    ``add_hparams`` would make a subfolder): every dotted config key with its value, and the
+    metrics, whose scalars equal summary.json's values."""
+    assert [p for p in full.rglob("events.out.tfevents.*") if p.parent != full] == []
+    acc = events(full)
+    content = acc.PluginTagToContent("hparams")
+    start = hparams_metadata.parse_session_start_info_plugin_data(
+        content[hparams_metadata.SESSION_START_INFO_TAG]
+    )
+    config = load_config(full / "config.yaml")
+    flat = m.flatten_config(config.model_dump(mode="json"))
+    assert set(start.hparams) == set(flat)
+    assert "replay.alpha" in flat and "agent.hidden_sizes" in flat
+    for key, value in flat.items():
+        field = start.hparams[key]
+        got = {
+            "bool_value": field.bool_value,
+            "number_value": field.number_value,
+            "string_value": field.string_value,
+        }[field.WhichOneof("kind")]
+        assert got == value, key
+    assert start.hparams["agent.hidden_sizes"].string_value == "[32, 32]"
+    assert start.hparams["replay.kind"].string_value == "proportional"
+    experiment = hparams_metadata.parse_experiment_plugin_data(
+        content[hparams_metadata.EXPERIMENT_TAG]
+    )
+    tags = [info.name.tag for info in experiment.metric_infos]
+    assert tags == [m.SUMMARY_FINAL_RETURN, m.SUMMARY_AUC, m.SUMMARY_IS_WEIGHT_MEAN]
+    summary, curves = summary_of(full), scalars(full)
+    for tag, key in ((m.SUMMARY_FINAL_RETURN, "final_eval_return_mean"), (m.SUMMARY_AUC, "auc"),
+                     (m.SUMMARY_IS_WEIGHT_MEAN, "is_weight_mean")):  # fmt: skip
+        ((step, value),) = curves[tag]
+        assert step == 1500 and value == np.float32(summary[key]), tag
+
+
+def test_flatten_config_by_hand():
+    data = {"a": {"x": 1, "y": [2, 3], "z": None}, "b": {"c": {"d": True}}, "e": "s"}
+    assert m.flatten_config(data) == {
+        "a.x": 1, "a.y": "[2, 3]", "a.z": "null", "b.c.d": True, "e": "s"
+    }  # fmt: skip
+
+
+def test_custom_scalars_layout_puts_sampled_and_mean_priority_on_one_chart(full):
+    (record,) = events(full).Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(record.tensor_proto.string_val[0])
+    charts = {chart.title: list(chart.multiline.tag) for c in layout.category for chart in c.chart}
+    assert charts["priority: sampled vs memory mean"] == [
+        "^per/sampled_priority$", "^per/mean_priority$"
+    ]  # fmt: skip
+    assert charts["loss: IS-weighted vs unweighted"] == ["^train/loss$", "^train/loss_unweighted$"]
+    # The regexes match the tags the run logs.
+    assert {m.PER_SAMPLED_PRIORITY, m.PER_MEAN_PRIORITY, m.TRAIN_LOSS_UNWEIGHTED} <= set(
+        scalars(full)
+    )
+
+
+# --- Weights & Biases -----------------------------------------------------------------------------
+
+
+def wandb_records(path: Path):
+    """The records of an offline run's ``run-<id>.wandb`` file: wandb's leveldb-style log (a
+    7-byte ``:W&B`` header, then 32 KiB blocks of chunks with a 7-byte header: crc32, length,
+    type full/first/middle/last), each a ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 2):
+            pending = b""
+        pending += chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def wandb_history(run_dir: Path) -> tuple[list[str], dict, dict[str, list[tuple[int, float]]]]:
+    """Every offline run's id, the config of the last (wandb's own ``_wandb`` key left out),
+    and the logged points by tag."""
+    ids, config, points = [], {}, {}
+    for path in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        for record in wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                ids.append(record.run.run_id)
+                config = {u.key: json.loads(u.value_json) for u in record.run.config.update}
+                config.pop("_wandb", None)
+            elif kind == "history":
+                row = {"/".join(i.nested_key) or i.key: json.loads(i.value_json)
+                       for i in record.history.item}  # fmt: skip
+                for tag, value in row.items():
+                    if not tag.startswith("_") and tag != "env_steps":
+                        points.setdefault(tag, []).append((row["env_steps"], value))
+    return ids, config, points
+
+
+def cli(args: list[str], env: dict[str, str], cwd: Path, block_wandb: bool = False):
+    """The real ``per-dqn`` command in its own process, running this checkout's package; with
+    ``block_wandb``, as where wandb is not installed (the import fails)."""
+    prelude = "import sys; sys.modules['wandb'] = None; " if block_wandb else ""
+    return subprocess.run(
+        [sys.executable, "-c", f"{prelude}from per_dqn.cli import app; app()", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def settings(overrides: dict) -> list[str]:
+    args = []
+    for key, value in overrides.items():
+        args += ["--set", f"{key}={json.dumps(value)}"]
+    return args
+
+
+def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_its_run(tmp_path):
+    """``train --track wandb`` (offline: no network here), then ``train --resume --steps`` on the
+    same run dir: both processes write to one wandb run id; the config is config.yaml's; logged
+    points equal the event file's at the same env steps; every wandb file is inside the run dir
+    (HOME stays empty)."""
+    home, run_dir = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "WANDB_MODE": "offline"}
+    for key in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
+                "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):  # fmt: skip
+        env.pop(key, None)
+    short = {**SHORT, "train.total_env_steps": 1000}
+    first = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", "--track",
+                 "wandb", *settings(short)], env, tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    second = cli(["train", "--resume", str(run_dir), "--steps", "1500", "-q"], env, tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert list(home.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "run"]
+
+    ids, config, points = wandb_history(run_dir)
+    run_id = (run_dir / "wandb" / "per-dqn-run-id").read_text().strip()
+    assert ids == [run_id, run_id]
+    assert config == yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["track"] == "wandb" and config["train"]["total_env_steps"] == 1500
+    tensorboard = scalars(run_dir)
+    for tag in (m.TRAIN_LOSS, m.EVAL_RETURN_MEAN, m.PER_PRIORITY_RATIO, m.EPISODE_RETURN,
+                m.SUMMARY_AUC):  # fmt: skip
+        expected = tensorboard[tag]
+        got = [(step, float(np.float32(value))) for step, value in points[tag]]
+        assert got == expected, tag
+    assert [step for step, _ in points[m.EVAL_RETURN_MEAN]] == [500, 1000, 1500]
+    assert set(points) <= set(m.SCALAR_TAGS)
+    assert set(points) == set(tensorboard)
+
+
+def test_track_wandb_without_the_extra_is_one_line_and_creates_nothing(tmp_path):
+    for flag in (["--track", "wandb"], ["--set", "run.track=wandb"]):
+        result = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(tmp_path / "run"), "-q",
+                      *flag], dict(os.environ), tmp_path, block_wandb=True)  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("error: cartpole.yaml: run.track: 'wandb' needs the ")
+        assert "pip install 'per-dqn[wandb]'" in result.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_track_cannot_be_given_with_resume(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--resume", str(tmp_path), "--track", "wandb"])
+    assert result.exit_code == 2
+    assert "--track cannot be used with --resume" in result.stderr
