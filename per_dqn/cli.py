@@ -395,12 +395,15 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
     from per_dqn import metrics
     from per_dqn.checkpoint import checkpoints_dir, list_checkpoints
     from per_dqn.loop import DivergedError
+    from per_dqn.tracking import TrackingError
 
     stop = _StopSignals()
     try:
         total = trainer.config.train.total_env_steps
         with stop, metrics.ConsoleProgress(total, enabled=not quiet) as progress:
             summary = trainer.run(run_dir, progress, should_stop=stop)
+    except TrackingError as exc:  # raised before the run wrote anything
+        _fail([str(exc)])
     except DivergedError as exc:
         saved = list_checkpoints(checkpoints_dir(run_dir))
         kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"

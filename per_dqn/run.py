@@ -265,6 +265,7 @@ class Trainer:
         Raises:
             DivergedError: a non-finite loss or diverged weights; nothing is written after it (no
                 checkpoint, model or summary).
+            TrackingError: ``run.track``'s tracker could not start the run; nothing is written.
             WriteError: a file could not be written (disk full, read-only...); it names the file
                 or checkpoint. Checkpoints written before it are left whole.
         """
@@ -272,19 +273,42 @@ class Trainer:
         fresh = self._resumed_from is None
         # Read before anything else runs: the command, versions, commit, host and device.
         origin = provenance(self.device)
-        with m.writing(run_dir / "config.yaml"):
-            run_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
         tracker = None
-        if self.config.run.track == "wandb":
+        if self.config.run.track == "wandb":  # first: a tracker that cannot start stops the run
             tracker = tracking.WandbTracker(
                 run_dir, self.config.model_dump(mode="json"), run_dir.name, resume=not fresh
             )
+        try:
+            summary = self._run(run_dir, config_yaml, origin, tracker, progress, should_stop,
+                                callbacks)  # fmt: skip
+        except BaseException:
+            if tracker is not None:
+                with contextlib.suppress(Exception):  # the run's own failure is the one to report
+                    tracker.finish(None, exit_code=1)
+            raise
+        if tracker is not None:
+            tracker.finish(summary, exit_code=1 if summary["interrupted"] else 0)
+        return summary
+
+    def _run(
+        self,
+        run_dir: Path,
+        config_yaml: str,
+        origin: dict[str, Any],
+        tracker: tracking.WandbTracker | None,
+        progress: m.ConsoleProgress | None,
+        should_stop: Callable[[], bool] | None,
+        callbacks: Sequence[Any],
+    ) -> dict[str, Any]:
+        """``run`` once its tracker (if any) is started: the files, the event file, the loop."""
+        fresh = self._resumed_from is None
+        with m.writing(run_dir / "config.yaml"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
         start_steps = self._resumed_from or 0
         # The checkpoint was written after every point of its step was logged.
         logger = m.TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
         start = time.perf_counter()
-        summary = None
         try:
             if fresh:
                 logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
@@ -297,13 +321,8 @@ class Trainer:
             # The first failure is the one to report; closing a writer that failed fails again.
             with contextlib.suppress(OSError):
                 logger.close()
-            if tracker is not None:
-                with contextlib.suppress(Exception):
-                    tracker.finish(None, exit_code=1)
             raise
         logger.close()
-        if tracker is not None:
-            tracker.finish(summary, exit_code=1 if summary["interrupted"] else 0)
         return summary
 
 

@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import os
 import secrets
+import shutil
 import string
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -36,6 +37,11 @@ RUN_ID_FILE = "per-dqn-run-id"
 STEP_METRIC = "env_steps"
 # wandb's own dirs, kept inside the run dir (wandb's settings would put them under $HOME).
 _HOME_DIRS = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config", "WANDB_DATA_DIR": "data"}
+
+
+class TrackingError(ValueError):
+    """The tracker could not start the run (one line); ``Trainer.run`` raises it before it
+    writes anything else."""
 
 
 def check_available(track: str) -> None:
@@ -87,7 +93,8 @@ class WandbTracker:
         resume: continue the wandb run whose id ``run_dir`` records (a new one if none).
 
     Raises:
-        ValueError: wandb is not installed, or wandb could not start the run (one line).
+        ValueError: wandb is not installed.
+        TrackingError: wandb could not start the run (no login, say); one line.
     """
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any], name: str, resume: bool) -> None:
@@ -95,6 +102,7 @@ class WandbTracker:
         import wandb
 
         root = run_dir / "wandb"
+        made = not root.exists()
         id_path = root / RUN_ID_FILE
         run_id = id_path.read_text().strip() if resume and id_path.is_file() else None
         with m.writing(id_path):
@@ -115,8 +123,10 @@ class WandbTracker:
                     settings=wandb.Settings(console="off"),
                 )
         except Exception as exc:  # wandb raises its own error types (no login, bad settings...)
+            if made:  # a run that never started leaves nothing of wandb's behind
+                shutil.rmtree(root, ignore_errors=True)
             reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-            raise ValueError(f"run.track: wandb could not start a run: {reason}") from None
+            raise TrackingError(f"run.track: wandb could not start a run: {reason}") from None
         self.run_id = run_id
         self._run.define_metric(STEP_METRIC)
         self._run.define_metric("*", step_metric=STEP_METRIC)

@@ -309,6 +309,11 @@ def wandb_history(run_dir: Path) -> tuple[list[str], dict, dict[str, list[tuple[
     return ids, config, points
 
 
+# Where wandb would write outside the run dir unless told: cleared, so HOME is its only default.
+WANDB_DIR_VARIABLES = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
+                       "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")  # fmt: skip
+
+
 def cli(args: list[str], env: dict[str, str], cwd: Path, block_wandb: bool = False):
     """The real ``per-dqn`` command in its own process, running this checkout's package; with
     ``block_wandb``, as where wandb is not installed (the import fails)."""
@@ -338,8 +343,7 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     home, run_dir = tmp_path / "home", tmp_path / "run"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "WANDB_MODE": "offline"}
-    for key in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
-                "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):  # fmt: skip
+    for key in WANDB_DIR_VARIABLES:
         env.pop(key, None)
     short = {**SHORT, "train.total_env_steps": 1000}
     first = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", "--track",
@@ -381,3 +385,21 @@ def test_track_cannot_be_given_with_resume(tmp_path):
     result = CliRunner().invoke(app, ["train", "--resume", str(tmp_path), "--track", "wandb"])
     assert result.exit_code == 2
     assert "--track cannot be used with --resume" in result.stderr
+
+
+def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
+    """Online without a login (no API key, no network here): one line, exit 2, and the run dir
+    holds nothing but its lock file, so the same --run-dir can be used again."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "WANDB_MODE": "online"}
+    for key in ("WANDB_API_KEY", *WANDB_DIR_VARIABLES):
+        env.pop(key, None)
+    run_dir = tmp_path / "run"
+    result = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", "--track",
+                  "wandb", *settings(SHORT)], env, tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: run.track: wandb could not start a run: ")
+    assert [p.name for p in run_dir.iterdir()] == [m.LOCK_FILE]
+    assert list(home.iterdir()) == []
