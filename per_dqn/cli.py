@@ -657,8 +657,9 @@ def ablate(
     """Run every arm x grid point x seed into DIR/<kind>/<settings>/s<seed>, then report.
 
     The <settings> level (an arm's settings and grid values, e.g. alpha=0.4,n=3) only where
-    there are some. Unfinished runs are resumed; a re-run with more seeds, arms or grid values runs only what is
-    new. `--set env.id=[A,B]` (or `--grid env.id=A,B`) sweeps several envs, into DIR/<env>/....
+    there are some. Unfinished runs are resumed; a re-run with more seeds, arms or grid values
+    runs only what is new. `--set env.id=[A,B]` (or `--grid env.id=A,B`) sweeps several envs,
+    into DIR/<env>/....
     Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = _parse_sets(set_)

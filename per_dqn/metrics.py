@@ -541,6 +541,17 @@ def _wait_for_a_later_event_file_name(run_dir: Path) -> None:
         time.sleep(0.05)
 
 
+def display_name(run_dir: Path) -> str:
+    """A run's name for trackers: its dir's name, or, for a run of a sweep (a dir up to four
+    levels above holds ``sweep.json``), its path from the sweep dir's parent:
+    ``ablate__MinAtar-Breakout-v1__minatar/proportional/alpha=0.4/s0``."""
+    run_dir = Path(os.path.abspath(run_dir))
+    for parent in list(run_dir.parents)[:4]:
+        if (parent / "sweep.json").is_file():
+            return run_dir.relative_to(parent.parent).as_posix()
+    return run_dir.name
+
+
 def normalized_auc(curve: list[tuple[int, float]] | tuple[tuple[int, float], ...]) -> float:
     """The area under an evaluation curve divided by the env steps it spans: the curve's mean
     return over training, in return units, so runs of different budgets compare.

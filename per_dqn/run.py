@@ -276,7 +276,10 @@ class Trainer:
         tracker = None
         if self.config.run.track == "wandb":  # first: a tracker that cannot start stops the run
             tracker = tracking.WandbTracker(
-                run_dir, self.config.model_dump(mode="json"), run_dir.name, resume=not fresh
+                run_dir,
+                self.config.model_dump(mode="json"),
+                m.display_name(run_dir),
+                resume=not fresh,
             )
         try:
             summary = self._run(run_dir, config_yaml, origin, tracker, progress, should_stop,

@@ -232,3 +232,14 @@ def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
     for bad in ([], [(0, 1.0), (0, 2.0)], [(0, 1.0), (5, float("nan"))]):
         with pytest.raises(ValueError):
             normalized_auc(bad)
+
+
+def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_sweep(tmp_path):
+    """Inside a sweep every run dir is named s<seed>; a tracker needs the cell and the sweep."""
+    from per_dqn.metrics import display_name
+
+    run = tmp_path / "sweeps" / "ablate__x" / "rank" / "alpha=0.7" / "s3"
+    run.mkdir(parents=True)
+    assert display_name(run) == "s3"  # no sweep.json: a run of its own
+    (tmp_path / "sweeps" / "ablate__x" / "sweep.json").write_text("{}")
+    assert display_name(run) == "ablate__x/rank/alpha=0.7/s3"

@@ -66,6 +66,7 @@ from per_dqn.config import (
     resolve_config_path,
     validate_config,
 )
+from per_dqn.provenance import provenance
 from per_dqn.sweeps import runs
 from per_dqn.sweeps.runs import ARMS, SWEEP_FILE
 
@@ -536,6 +537,7 @@ def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "axes": axes,
         "resolved_config": _blank(new["resolved_config"], axes),
         "runs": [*old["runs"], *(r for r in new["runs"] if r["run_dir"] not in by_dir)],
+        **{k: old[k] for k in ("provenance", "grown") if k in old},
     }
 
 
@@ -874,6 +876,12 @@ def run_sweep(
     # Read again under the sweep dir's lock: the record on disk is the one to grow.
     old = runs.read_sweep(out)
     record = sweep.record if old is None else merge_records(old, sweep.record)
+    if old is None:
+        record["provenance"] = provenance()
+    elif len(record["runs"]) > len(old["runs"]):
+        # Who grew the sweep, and by how many runs; each run's summary has its own provenance.
+        grown = {"runs_added": len(record["runs"]) - len(old["runs"]), **provenance()}
+        record["grown"] = [*old.get("grown", []), grown]
     if record != old:
         m.write_json(out / SWEEP_FILE, record)
     result = SweepResult()

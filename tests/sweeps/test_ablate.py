@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -157,8 +158,10 @@ def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/n=1,lr=0.0001/s100", "uniform/n=1,lr=0.00025/s100",
         "uniform/n=3,lr=0.0001/s100", "uniform/n=3,lr=0.00025/s100",
-        "rank/alpha=0.7,beta0=0.5,n=1,lr=0.0001/s100", "rank/alpha=0.7,beta0=0.5,n=1,lr=0.00025/s100",
-        "rank/alpha=0.7,beta0=0.5,n=3,lr=0.0001/s100", "rank/alpha=0.7,beta0=0.5,n=3,lr=0.00025/s100",
+        "rank/alpha=0.7,beta0=0.5,n=1,lr=0.0001/s100",
+        "rank/alpha=0.7,beta0=0.5,n=1,lr=0.00025/s100",
+        "rank/alpha=0.7,beta0=0.5,n=3,lr=0.0001/s100",
+        "rank/alpha=0.7,beta0=0.5,n=3,lr=0.00025/s100",
     ]  # fmt: skip
     for job in sweep.jobs:
         config = yaml.safe_load(job.config_yaml)
@@ -489,6 +492,10 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     record = json.loads((out / "sweep.json").read_text())
     assert record["arms"] == ["uniform", "proportional", "rank/alpha=0.5"]
     assert record["seeds"] == [0, 1, 2] and len(record["runs"]) == 9
+    # who made the sweep, and who grew it by how many runs
+    assert record["provenance"]["command"] == sys.argv  # in-process: pytest's own command line
+    assert record["provenance"]["versions"]["torch"] == metadata.version("torch")
+    assert [g["runs_added"] for g in record["grown"]] == [5]
     assert "rank/alpha=0.5" in (out / "report.md").read_text()
     assert "Runs used: 9 of 9 planned; missing: none." in (out / "report.md").read_text()
 
