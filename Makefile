@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-smoke lint clean mutants
+.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-minatar bench-smoke lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ bench-train: $(STAMP)
 bench-sb3: $(STAMP)
 	$(PIP) -e '.[dev,bench]'
 	$(BIN)/python benchmarks/cartpole_vs_sb3.py
+
+# MinAtar Breakout training SPS at minatar.yaml's update ratio: per_dqn (uniform, proportional)
+# against Stable-Baselines3's DQN with the same settings, in one run.
+bench-minatar: $(TEST_STAMP)
+	$(PIP) -e '.[dev,bench,minatar]'
+	$(BIN)/python benchmarks/minatar_vs_sb3.py
 
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)

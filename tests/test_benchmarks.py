@@ -156,6 +156,25 @@ def test_cartpole_vs_sb3_smoke_times_both_processes():
 
 
 @pytest.mark.bench_smoke
+def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
+    out = run_script("minatar_vs_sb3.py", "--smoke")
+    assert PACKAGE_LINE in out
+    headers, rows = table_with(out, "run")
+    assert headers[:4] == ["run", "wall s (median)", "env steps", "SPS"]
+    for side in ("per_dqn, uniform replay", "per_dqn, proportional PER"):
+        row = rows.pop(side)
+        assert_numbers(row)
+        assert row[1] == "1,500"
+    assert re.search(r"per_dqn uniform: 1M env steps at this SPS take [\d.]+ min; target", out)
+    if HAVE["stable_baselines3"]:
+        assert_numbers(rows.pop("SB3 DQN, same settings"))
+        assert re.search(r"SB3 / per_dqn uniform wall time: [\d.]+x; goal >= 2x", out)
+    else:
+        assert "SB3 not measured" in out
+    assert rows == {}
+
+
+@pytest.mark.bench_smoke
 @pytest.mark.atari
 def test_checkpoint_smoke_writes_and_loads_both_cases():
     out = run_script("checkpoint.py", "--smoke")

@@ -1,0 +1,189 @@
+"""MinAtar Breakout training speed at ``minatar.yaml``'s update ratio: per_dqn (uniform and
+proportional replay) against Stable-Baselines3's DQN with the same settings, in one run.
+
+Goal (issue 14): per_dqn's training SPS at least 2x SB3's. Target: 1M env steps of the default
+config in at most 10 minutes on one core.
+
+Each side is a fresh process on one torch thread, timed from start to exit, start-up included;
+SPS is env steps over that wall time:
+
+* per_dqn: ``python -m per_dqn.cli train --config minatar.yaml --quiet --device cpu --seed S
+  --steps N --replay KIND --set train.eval_interval=N --set train.final_eval_episodes=E --set
+  checkpoint.enabled=false``: the shipped config (one update every 4 env steps, batches of 32,
+  Double DQN, the MinAtar network), with no periodic evaluation or checkpoint, so that it times
+  training, then a final greedy evaluation of E episodes, as SB3's side does;
+* SB3: ``benchmarks/_sb3_minatar.py`` (its docstring lists the settings), ``learn`` for N steps
+  and E greedy episodes. SB3 has no prioritised replay, so its row compares with per_dqn's uniform
+  row; the proportional row shows what PER costs on top.
+
+Repeats rotate which side goes first. Without ``stable_baselines3`` (the ``bench`` extra) only
+per_dqn's rows are measured.
+
+    .venv/bin/python benchmarks/minatar_vs_sb3.py              # 100k steps each, 2 repeats
+    .venv/bin/python benchmarks/minatar_vs_sb3.py --smoke      # 1,500 steps each, 1 repeat
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    ROOT,
+    add_mode_options,
+    check_finished,
+    command_line,
+    fill_defaults,
+    machine_line,
+    markdown_table,
+    median,
+    progress_log,
+    require_at_least,
+    rotated,
+    run_python,
+)
+
+from per_dqn.config import load_config, resolve_config_path
+
+HAVE_SB3 = importlib.util.find_spec("stable_baselines3") is not None
+SB3_CHILD = Path(__file__).resolve().parent / "_sb3_minatar.py"
+CONFIG = "minatar.yaml"
+GOAL = 2.0  # SB3 wall / per_dqn (uniform) wall
+TARGET_STEPS, TARGET_SECONDS = 1_000_000, 600.0
+
+
+def run_per_dqn(args: argparse.Namespace, kind: str, seed: int, run_dir: Path) -> dict[str, Any]:
+    """One ``per-dqn train`` process; its wall time and what its summary says."""
+    command = [
+        "-m", "per_dqn.cli", "train", "--config", CONFIG, "--quiet", "--device", "cpu",
+        "--seed", str(seed), "--run-dir", str(run_dir), "--steps", str(args.steps),
+        "--replay", kind, "--set", f"env.id={args.env_id}", "--set", "run.torch_threads=1",
+        "--set", f"train.eval_interval={args.steps}",
+        "--set", f"train.final_eval_episodes={args.eval_episodes}",
+        "--set", "checkpoint.enabled=false",
+    ]  # fmt: skip
+    done = run_python(command, root=ROOT, cwd=run_dir.parent)
+    check_finished("per-dqn train", done)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"wall": done.wall, "env_steps": summary["env_steps"],
+            "score": summary["final_eval_return_mean"]}  # fmt: skip
+
+
+def run_sb3(args: argparse.Namespace, seed: int, cwd: Path) -> dict[str, Any]:
+    """One SB3 process; its wall time and what it printed."""
+    command = [
+        str(SB3_CHILD), "--env-id", args.env_id, "--steps", str(args.steps), "--seed", str(seed),
+        "--threads", "1", "--eval-episodes", str(args.eval_episodes),
+    ]  # fmt: skip
+    done = run_python(command, root=ROOT, cwd=cwd)
+    check_finished("the SB3 run", done)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"wall": done.wall, "env_steps": result["env_steps"],
+            "score": result["final_eval_return_mean"]}  # fmt: skip
+
+
+LABELS = {
+    "uniform": "per_dqn, uniform replay",
+    "proportional": "per_dqn, proportional PER",
+    "sb3": "SB3 DQN, same settings",
+}
+
+
+def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The table, the SB3 ratio against the goal and the 1M-step estimate against the target."""
+    rows, walls = [], {}
+    for side, results in runs.items():
+        walls[side] = median([r["wall"] for r in results])
+        steps = results[-1]["env_steps"]
+        scores = ", ".join(f"{r['score']:.1f}" for r in results)
+        rows.append(
+            [LABELS[side], f"{walls[side]:.1f}", f"{steps:,}", f"{steps / walls[side]:,.0f}",
+             scores]
+        )  # fmt: skip
+    headers = ["run", "wall s (median)", "env steps", "SPS", "final score per repeat"]
+    lines = [markdown_table(headers, rows), ""]
+    if "sb3" in runs:
+        for side in ("uniform", "proportional"):
+            ratio = walls["sb3"] / walls[side]
+            verdict = "met" if ratio >= GOAL else "NOT met"
+            lines.append(
+                f"SB3 / per_dqn {side} wall time: {ratio:.2f}x; goal >= {GOAL:.0f}x: {verdict}."
+            )
+    else:
+        lines.append(
+            "SB3 not measured: stable_baselines3 is not importable (the `bench` extra: "
+            "`make bench-minatar` installs it)."
+        )
+    for side in ("uniform", "proportional"):
+        sps = runs[side][-1]["env_steps"] / walls[side]
+        minutes = TARGET_STEPS / sps / 60
+        verdict = "met" if minutes * 60 <= TARGET_SECONDS else "NOT met"
+        lines.append(
+            f"per_dqn {side}: 1M env steps at this SPS take {minutes:.1f} min; target <= "
+            f"{TARGET_SECONDS / 60:.0f} min: {verdict}."
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_mode_options(parser)
+    parser.add_argument("--env-id", default="MinAtar/Breakout-v1")
+    parser.add_argument("--steps", type=int, help="env steps each (100,000; smoke 1,500)")
+    parser.add_argument("--repeats", type=int, help="runs each (2; smoke 1)")
+    parser.add_argument("--eval-episodes", type=int, help="final greedy episodes (10; smoke 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
+    args = parser.parse_args(argv)
+    config = load_config(resolve_config_path(CONFIG))
+    fill_defaults(
+        args,
+        {
+            "steps": (100_000, None, 1_500),
+            "repeats": (2, None, 1),
+            "eval_episodes": (10, None, 2),
+        },
+    )
+    require_at_least(parser, args, 1, "repeats", "eval_episodes")
+    if args.steps <= config.train.learning_starts:
+        parser.error(
+            f"--steps must be > train.learning_starts ({config.train.learning_starts}), "
+            f"got {args.steps}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    log = progress_log()
+    versions = {"torch": version("torch"), "minatar": version("minatar")}
+    if HAVE_SB3:
+        versions["stable-baselines3"] = version("stable-baselines3")
+    print(f"# {machine_line(versions)}")
+    print(
+        f"# {args.env_id}, {args.steps:,} env steps each, {args.repeats} repeat(s), 1 torch "
+        f"thread, CPU; command `{command_line()}`"
+    )
+    sides = ["uniform", "proportional", *(["sb3"] if HAVE_SB3 else [])]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory(prefix="bench-minatar-sb3-") as tmp:
+        for repeat in range(args.repeats):
+            seed = args.seed + repeat
+            for side in rotated(sides, repeat):
+                if side == "sb3":
+                    result = run_sb3(args, seed, Path(tmp))
+                else:
+                    result = run_per_dqn(args, side, seed, Path(tmp) / f"{side}-{repeat}")
+                runs[side].append(result)
+                log(f"repeat {repeat + 1}: {side} {result['wall']:.1f} s")
+    print()
+    print(render(args, runs))
+
+
+if __name__ == "__main__":
+    main()
