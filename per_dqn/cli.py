@@ -752,15 +752,24 @@ def report(
     sweep_dir: Annotated[
         Path, typer.Argument(help="A sweep dir written by `per-dqn ablate` (not one run's dir).")
     ],
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ENV_ID=VALUE",
+            help="Steps-to-threshold target for an env, repeatable: for envs without gymnasium's "
+            "reward_threshold (MinAtar), or to override it.",
+        ),
+    ] = None,
 ) -> None:
-    """Write report.md, curves.png and scores.csv into a sweep dir, from its run dirs alone."""
+    """Write report.md, scores.csv and the figures (curves, performance profiles; PNG and SVG)
+    into a sweep dir, from its run dirs alone."""
     from per_dqn.sweeps import report as reports
 
     try:
-        files = reports.write_report(sweep_dir)
+        files = reports.write_report(sweep_dir, reports.parse_thresholds(threshold or []))
     except ValueError as exc:
         _fail([str(exc)])
-    typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
+    typer.echo(f"report: {files}")
 
 
 if __name__ == "__main__":

@@ -61,14 +61,24 @@ def read_sweep(out: Path) -> dict[str, Any] | None:
 
 def read_curve(run_dir: Path, tag: str = m.EVAL_RETURN_MEAN) -> list[tuple[int, float]]:
     """``(env_step, value)`` points of one scalar tag from the run's event files, by step."""
+    return read_curves(run_dir, (tag,))[tag]
+
+
+def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[int, float]]]:
+    """``read_curve`` of several tags, reading the event files once (an empty list for a tag
+    the run never logged)."""
     # Imported here: tensorboard takes a second to import and a bad command line must not wait.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
-    if tag not in events.Tags()["scalars"]:
-        return []
-    return sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))
+    logged = set(events.Tags()["scalars"])
+    return {
+        tag: sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))
+        if tag in logged
+        else []
+        for tag in tags
+    }
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,8 @@ class Run:
         kind: its replay kind.
         settings: its arm's own settings, ``(dotted key, value)`` pairs.
         point: its grid values, ``(dotted key, value)`` pairs.
+        is_weight_mean: the mean of its logged ``per/is_weight_mean`` points (the batches' mean
+            IS weight), None if it logged none.
     """
 
     env_id: str
@@ -105,6 +117,7 @@ class Run:
     kind: str = ""
     settings: tuple[tuple[str, Any], ...] = ()
     point: tuple[tuple[str, Any], ...] = ()
+    is_weight_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,8 @@ def _read_run(
 ) -> Run:
     planned = planned or {}
     kind = str(summary["replay"])
+    curves = read_curves(run_dir, (m.EVAL_RETURN_MEAN, m.PER_IS_WEIGHT_MEAN))
+    weights = [value for _, value in curves[m.PER_IS_WEIGHT_MEAN]]
     return Run(
         env_id=str(summary["env_id"]),
         arm=str(planned.get("arm", kind)),
@@ -150,10 +165,11 @@ def _read_run(
         eval_episodes=int(summary["final_eval_episodes"]),
         env_steps=int(summary["env_steps"]),
         wall_seconds=float(summary["wall_seconds"]),
-        curve=tuple(read_curve(run_dir)),
+        curve=tuple(curves[m.EVAL_RETURN_MEAN]),
         kind=kind,
         settings=tuple(planned.get("settings", {}).items()),
         point=tuple(planned.get("point", {}).items()),
+        is_weight_mean=sum(weights) / len(weights) if weights else None,
     )
 
 

@@ -1,15 +1,28 @@
 """Aggregate statistics for comparing replay arms across seeds (Agarwal et al., 2021).
 
 Scores are arrays of shape ``(runs, tasks)``: one row per seed, one column per game (a single
-column for a one-env sweep). Pure numpy.
+column for a one-env sweep). Every aggregate also takes a stack ``(..., runs, tasks)`` and
+reduces the last two axes, so a bootstrap evaluates all its replicates in one call. Pure numpy.
 
-- ``iqm``: the interquartile mean, the mean of the middle 50% of all runs x tasks scores (the
-  ``scipy.stats.trim_mean(x, 0.25)`` convention: ``floor(n / 4)`` scores cut from each end).
-- ``stratified_bootstrap_ci``: a percentile confidence interval from resampling runs with
-  replacement *within each task* (the strata), so every task keeps its weight.
+- ``iqm``: the interquartile mean, the mean of the middle 50% of all runs x tasks scores, computed
+  as ``scipy.stats.trim_mean(x, 0.25, axis=None)`` computes it (``floor(n / 4)`` scores cut from
+  each end, the middle selected by ``np.partition``), which is rliable's ``aggregate_iqm``: the
+  same value to the last bit (``tests/sweeps/test_stats.py`` checks it).
+- ``stratified_bootstrap`` / ``stratified_bootstrap_ci``: a percentile confidence interval from
+  resampling runs with replacement *within each task* (the strata), so every task keeps its
+  weight: rliable's ``StratifiedBootstrap``, drawn from a seeded ``numpy.random.Generator`` (rliable
+  draws from numpy's global RNG), so a report is reproducible.
 - ``paired_probability_of_improvement``: for paired seeds (same seed, same init and env seeds in
   every arm), the share of seeds on which arm X scores above arm Y, ties counting one half,
-  averaged over tasks.
+  averaged over tasks. Its interval resamples seed *pairs* (``paired_bootstrap_ci``). This is
+  what reports show: the pairing removes the seed-to-seed variance both arms share.
+- ``probability_of_improvement``: the unpaired form, rliable's: per task the Mann-Whitney U
+  statistic of X against Y over every (x run, y run) pair, divided by the number of pairs (ties
+  1/2), averaged over tasks. Its interval resamples X's and Y's runs independently
+  (``independent_bootstrap_ci``, rliable's ``StratifiedIndependentBootstrap``).
+- ``performance_profile``: the fraction of all runs x tasks scores strictly above each threshold
+  tau (rliable's ``create_performance_profile`` with score distributions), with stratified
+  bootstrap bands (``performance_profile_bands``).
 """
 
 from __future__ import annotations
@@ -18,41 +31,107 @@ from collections.abc import Callable
 
 import numpy as np
 
+# A statistic maps scores (..., runs, tasks) to (...): one value per stacked score matrix.
+Statistic = Callable[[np.ndarray], "float | np.ndarray"]
+
 
 def _as_scores(scores) -> np.ndarray:
+    """Validated ``(runs, tasks)`` scores as float64; a 1-D array is one task's runs."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.ndim == 1:
         scores = scores[:, None]
     if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
         raise ValueError(f"scores must have shape (runs, tasks), got {scores.shape}")
     if not np.isfinite(scores).all():
-        raise ValueError("scores must be finite")
+        raise ValueError(f"scores must be finite, got {scores.ravel().tolist()}")
     return scores
 
 
-def iqm(scores) -> float:
-    """Interquartile mean over all runs and tasks."""
-    flat = np.sort(_as_scores(scores), axis=None)
-    cut = flat.size // 4
-    return float(flat[cut : flat.size - cut].mean())
+def _stack(scores) -> np.ndarray:
+    """``(..., runs, tasks)`` as float64: one matrix (validated) or a stack of them."""
+    array = np.asarray(scores, dtype=np.float64)
+    return array if array.ndim > 2 else _as_scores(array)
 
 
-def mean(scores) -> float:
+def _reduce(value: np.ndarray) -> float | np.ndarray:
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def iqm(scores) -> float | np.ndarray:
+    """Interquartile mean over all runs and tasks (``scipy.stats.trim_mean(x, 0.25)``)."""
+    array = _stack(scores)
+    flat = array.reshape(*array.shape[:-2], -1)
+    n = flat.shape[-1]
+    cut = int(0.25 * n)
+    # trim_mean's own steps (partition, then the mean of the middle slice), not a sort: a sort
+    # orders the middle differently and the sum can differ from rliable's in the last bit.
+    middle = np.partition(flat, (cut, n - cut - 1), axis=-1)[..., cut : n - cut]
+    return _reduce(np.mean(middle, axis=-1))
+
+
+def mean(scores) -> float | np.ndarray:
     """Mean over all runs and tasks."""
-    return float(_as_scores(scores).mean())
+    return _reduce(_stack(scores).mean(axis=(-2, -1)))
 
 
-def median(scores) -> float:
+def median(scores) -> float | np.ndarray:
     """Median over all runs and tasks."""
-    return float(np.median(_as_scores(scores)))
+    array = _stack(scores)
+    return _reduce(np.median(array.reshape(*array.shape[:-2], -1), axis=-1))
 
 
-AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {"iqm": iqm, "mean": mean, "median": median}
+AGGREGATES: dict[str, Statistic] = {"iqm": iqm, "mean": mean, "median": median}
+
+
+def _check_reps(reps: int) -> None:
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _resample_indices(rng: np.random.Generator, runs: int, tasks: int, reps: int) -> np.ndarray:
+    """``(reps, runs, tasks)`` run indices: column j of a replicate draws from task j's runs."""
+    return rng.integers(0, runs, size=(reps, runs, tasks))
+
+
+def percentile_interval(values, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided percentile interval of bootstrap ``values`` (replicates on axis 0).
+
+    ``np.quantile``'s linear interpolation, which is ``np.percentile``'s, the one arch (and so
+    rliable) uses for its percentile method.
+    """
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(np.asarray(values, dtype=np.float64), [tail, 1.0 - tail], axis=0)
+    return low, high
+
+
+def stratified_bootstrap(scores, statistic: Statistic, reps: int = 2000, seed: int = 0):
+    """``statistic`` of ``reps`` stratified resamples of ``scores``: runs drawn with
+    replacement within each task.
+
+    Args:
+        scores: ``(runs, tasks)``.
+        statistic: maps ``(reps, runs, tasks)`` to ``(reps, ...)`` (every aggregate here does).
+        reps: bootstrap replicates.
+        seed: seed of the resampling.
+
+    Returns:
+        The replicates, ``(reps, ...)``.
+    """
+    scores = _as_scores(scores)
+    _check_reps(reps)
+    runs, tasks = scores.shape
+    picks = _resample_indices(np.random.default_rng(seed), runs, tasks, reps)
+    return np.asarray(statistic(scores[picks, np.arange(tasks)]), dtype=np.float64)
 
 
 def stratified_bootstrap_ci(
     scores,
-    statistic: Callable[[np.ndarray], float],
+    statistic: Statistic,
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -61,21 +140,29 @@ def stratified_bootstrap_ci(
 
     Args:
         scores: ``(runs, tasks)``.
-        statistic: maps a ``(runs, tasks)`` array to a float.
+        statistic: maps ``(reps, runs, tasks)`` to ``(reps,)`` (``iqm``, ``mean``, ``median``).
         reps: bootstrap replicates.
         confidence: two-sided level, e.g. 0.95.
         seed: seed of the resampling, so a report is reproducible.
     """
-    scores = _as_scores(scores)
-    runs, tasks = scores.shape
-    rng = np.random.default_rng(seed)
-    # one index draw per (replicate, run, task): column j is resampled within itself
-    picks = rng.integers(0, runs, size=(reps, runs, tasks))
-    cols = np.arange(tasks)
-    values = np.array([statistic(scores[p, cols]) for p in picks])
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
+    _check_confidence(confidence)
+    low, high = percentile_interval(stratified_bootstrap(scores, statistic, reps, seed), confidence)
     return float(low), float(high)
+
+
+# --- probability of improvement -------------------------------------------------------------------
+
+
+def _paired(x, y) -> tuple[np.ndarray, np.ndarray]:
+    x, y = _as_scores(x), _as_scores(y)
+    if x.shape != y.shape:
+        raise ValueError(f"paired scores must have the same shape, got {x.shape} and {y.shape}")
+    return x, y
+
+
+def _wins(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """1 where x > y, 1/2 where they tie, 0 where x < y."""
+    return (x > y).astype(np.float64) + 0.5 * (x == y)
 
 
 def paired_probability_of_improvement(x, y) -> float:
@@ -84,25 +171,99 @@ def paired_probability_of_improvement(x, y) -> float:
     Args:
         x, y: ``(runs, tasks)`` with row ``s`` of both from seed ``s``.
     """
-    x, y = _as_scores(x), _as_scores(y)
-    if x.shape != y.shape:
-        raise ValueError(f"paired scores must have the same shape, got {x.shape} and {y.shape}")
-    wins = (x > y).astype(np.float64) + 0.5 * (x == y)
-    return float(wins.mean(axis=0).mean())
+    x, y = _paired(x, y)
+    return float(_wins(x, y).mean(axis=0).mean())
 
 
 def paired_bootstrap_ci(
     x, y, reps: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile interval of the paired probability of improvement, resampling seed pairs."""
-    x, y = _as_scores(x), _as_scores(y)
-    if x.shape != y.shape:
-        raise ValueError(f"paired scores must have the same shape, got {x.shape} and {y.shape}")
-    runs, tasks = x.shape
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, runs, size=(reps, runs, tasks))
-    cols = np.arange(tasks)
-    values = np.array([paired_probability_of_improvement(x[p, cols], y[p, cols]) for p in picks])
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
+    """Percentile interval of the paired probability of improvement, resampling seed pairs
+    within each task (a pair stays a pair)."""
+    x, y = _paired(x, y)
+    _check_confidence(confidence)
+    # Resampling pairs is resampling the per-pair outcomes.
+    values = stratified_bootstrap(_wins(x, y), mean, reps, seed)
+    low, high = percentile_interval(values, confidence)
     return float(low), float(high)
+
+
+def _improvement_per_task(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``(..., tasks)``: the Mann-Whitney U of x over y per task, over the number of pairs.
+
+    Args:
+        x: ``(..., runs_x, tasks)``; y: ``(..., runs_y, tasks)``.
+    """
+    # U = #{(i, j): x_i > y_j} + #{ties} / 2, by counting every pair. The count is a
+    # half-integer, exact in float64, as is scipy's rank-sum form R_x - n_x (n_x + 1) / 2 that
+    # rliable calls, so the two agree to the last bit.
+    pairs = x[..., :, None, :] - y[..., None, :, :]
+    u = (pairs > 0).sum(axis=(-3, -2)) + 0.5 * (pairs == 0).sum(axis=(-3, -2))
+    return u / (x.shape[-2] * y.shape[-2])
+
+
+def probability_of_improvement(x, y) -> float:
+    """Unpaired P(X > Y) (rliable's ``probability_of_improvement``): per task, the probability
+    that a random run of X beats a random run of Y (ties 1/2), averaged over tasks.
+
+    Args:
+        x: ``(runs_x, tasks)``; y: ``(runs_y, tasks)``; the run counts may differ.
+    """
+    x, y = _as_scores(x), _as_scores(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"scores must have the same tasks, got {x.shape} and {y.shape}")
+    return float(np.mean(_improvement_per_task(x, y)))
+
+
+def independent_bootstrap_ci(
+    x, y, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the unpaired ``probability_of_improvement``: X's runs and Y's
+    runs resampled independently, each within each task."""
+    x, y = _as_scores(x), _as_scores(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"scores must have the same tasks, got {x.shape} and {y.shape}")
+    _check_confidence(confidence)
+    _check_reps(reps)
+    rng = np.random.default_rng(seed)
+    tasks = np.arange(x.shape[1])
+    x_picks = _resample_indices(rng, x.shape[0], x.shape[1], reps)
+    y_picks = _resample_indices(rng, y.shape[0], y.shape[1], reps)
+    # In chunks of replicates: one chunk compares every pair of runs, (chunk, nx, ny, tasks).
+    chunk = max(1, 2**22 // (x.shape[0] * y.shape[0] * x.shape[1]))
+    values = np.concatenate([
+        _improvement_per_task(x[x_picks[i : i + chunk], tasks], y[y_picks[i : i + chunk], tasks])
+        .mean(axis=-1)
+        for i in range(0, reps, chunk)
+    ])  # fmt: skip
+    low, high = percentile_interval(values, confidence)
+    return float(low), float(high)
+
+
+# --- performance profiles -------------------------------------------------------------------------
+
+
+def _profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """``(..., len(taus))``: the share of the runs x tasks scores strictly above each tau."""
+    return (scores[..., None] > taus).mean(axis=(-3, -2))
+
+
+def performance_profile(scores, taus) -> np.ndarray:
+    """The score distribution: for each ``tau``, the fraction of all runs x tasks with a score
+    strictly above it (rliable's run-score profile)."""
+    return _profile(_as_scores(scores), np.asarray(taus, dtype=np.float64))
+
+
+def performance_profile_bands(
+    scores, taus, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The profile and its pointwise percentile band under the stratified bootstrap.
+
+    Returns:
+        ``(profile, low, high)``, each ``(len(taus),)``.
+    """
+    taus = np.asarray(taus, dtype=np.float64)
+    _check_confidence(confidence)
+    values = stratified_bootstrap(scores, lambda s: _profile(s, taus), reps, seed)
+    low, high = percentile_interval(values, confidence)
+    return performance_profile(scores, taus), low, high

@@ -1,5 +1,6 @@
 """Reports rebuilt from run dirs: hand-computed tables from fabricated runs (no training), the
-missing-run list, human-normalised Atari scores, and one-line errors."""
+missing-run list, thresholds, normalised scores across games, figures, byte-for-byte
+reproducibility, one-line errors that change nothing, and one tiny real sweep."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from per_dqn import metrics as m
@@ -17,6 +20,9 @@ from per_dqn.cli import app
 from per_dqn.sweeps import report, runs, stats
 
 R = report
+runner = CliRunner()
+REPORT_FILES = ("report.md", "scores.csv", "curves.png", "curves.svg", "profiles.png",
+                "profiles.svg")  # fmt: skip
 
 
 def fake_run(
@@ -28,13 +34,17 @@ def fake_run(
     score: float,
     curve: list[tuple[int, float]],
     interrupted: bool = False,
+    is_weights: list[float] | None = None,
 ) -> None:
-    """A run dir as ``Trainer.run`` leaves it: an event file with the eval curve and a summary."""
+    """A run dir as ``Trainer.run`` leaves it: an event file with the eval curve (and the IS
+    weight means, at the curve's first steps) and a summary."""
     run_dir = out / rel
     run_dir.mkdir(parents=True)
     logger = m.TensorBoardLogger(run_dir)
     for step, value in curve:
         logger.scalars({m.EVAL_RETURN_MEAN: value}, step)
+    for (step, _), weight in zip(curve, is_weights or [], strict=False):
+        logger.scalars({m.PER_IS_WEIGHT_MEAN: weight}, step)
     logger.close()
     m.write_json(
         run_dir / "summary.json",
@@ -75,30 +85,52 @@ def sweep_record(runs: list[tuple[str, str, int, str]], envs: list[str], arms: l
 # proportional beats uniform on seeds 0, 1 and 3, loses on seed 2 -> P = 3/4.
 UNIFORM = [100.0, 200.0, 300.0, 400.0]
 PROPORTIONAL = [150.0, 250.0, 250.0, 500.0]
-# Eval curves at 1000, 2000, 3000 steps: proportional reaches 475 at 2000 on seeds 0 and 3 and
-# never on seeds 1 and 2 -> median over (2000, 2000, never, never) is "not reached", 2/4.
-# uniform reaches it at 1000 (s0), 2000 (s1), 3000 (s2) and never (s3) -> median 2500, 3/4.
+# Eval curves at 1000, 2000, 3000 steps, 100 before a seed's first step at 480 and 480 from it
+# on: proportional reaches 475 at 2000 on seeds 0 and 3 and never on seeds 1 and 2 -> median
+# over (2000, 2000, never, never) is "not reached", 2/4. uniform reaches it at 1000 (s0), 2000
+# (s1), 3000 (s2) and never (s3) -> median 2500, 3/4.
 UNIFORM_FIRST = [1000, 2000, 3000, None]
 PROPORTIONAL_FIRST = [2000, None, None, 2000]
+# AUC of values (a, b, c) at 1000, 2000, 3000: (1000 (a + b) / 2 + 1000 (b + c) / 2) / 2000
+# = (a + 2b + c) / 4. First at 1000: 480; at 2000: (100 + 960 + 480) / 4 = 385; at 3000:
+# (100 + 200 + 480) / 4 = 195; never: 100.
+UNIFORM_AUC = [480.0, 385.0, 195.0, 100.0]  # IQM (195 + 385) / 2 = 290
+PROPORTIONAL_AUC = [385.0, 100.0, 100.0, 385.0]  # IQM (100 + 385) / 2 = 242.5; P(> uniform) 1/4
+# IS weight means logged by each proportional run: run means 0.6, 0.3, 0.1, 0.8 -> 0.45 over
+# seeds; uniform logs 1 (no IS correction).
+PROPORTIONAL_IS = [[0.5, 0.7], [0.2, 0.4], [0.1], [1.0, 0.6]]
 
 
-@pytest.fixture
-def cartpole_sweep(tmp_path) -> Path:
-    out = tmp_path / "sweep"
+def make_cartpole_sweep(out: Path, seeds: int = 4) -> Path:
     planned = []
     for arm, scores, firsts in (
         ("uniform", UNIFORM, UNIFORM_FIRST),
         ("proportional", PROPORTIONAL, PROPORTIONAL_FIRST),
     ):
-        for seed, (score, first) in enumerate(zip(scores, firsts, strict=True)):
+        for seed in range(seeds):
+            score, first = scores[seed % 4], firsts[seed % 4]
             rel = f"{arm}/s{seed}"
             planned.append(("CartPole-v1", arm, seed, rel))
             curve = [(s, 480.0 if first is not None and s >= first else 100.0)
                      for s in (1000, 2000, 3000)]  # fmt: skip
-            fake_run(out, rel, "CartPole-v1", arm, seed, score, curve)
+            weights = [1.0, 1.0, 1.0] if arm == "uniform" else PROPORTIONAL_IS[seed % 4]
+            fake_run(out, rel, "CartPole-v1", arm, seed, score, curve, is_weights=weights)
     planned.append(("CartPole-v1", "rank", 0, "rank/s0"))  # planned, never started
     m.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"], ["uniform",
                                                   "proportional", "rank"]))  # fmt: skip
+    return out
+
+
+@pytest.fixture
+def cartpole_sweep(tmp_path) -> Path:
+    return make_cartpole_sweep(tmp_path / "sweep")
+
+
+@pytest.fixture(scope="module")
+def reported_sweep(tmp_path_factory) -> Path:
+    """The sweep above with its report written, for tests that must leave it unchanged."""
+    out = make_cartpole_sweep(tmp_path_factory.mktemp("reported") / "sweep")
+    R.write_report(out)
     return out
 
 
@@ -111,9 +143,25 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-def ci_text(scores, statistic, digits=1) -> str:
-    low, high = stats.stratified_bootstrap_ci(np.array(scores), statistic, reps=2000, seed=0)
-    return f"{statistic(scores):,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"
+def ci_text(scores, digits=1) -> str:
+    scores = np.array(scores)
+    low, high = stats.stratified_bootstrap_ci(scores, stats.iqm, reps=2000, seed=0)
+    return f"{stats.iqm(scores):,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"
+
+
+def p_text(x, y) -> str:
+    low, high = stats.paired_bootstrap_ci(np.array(x), np.array(y), reps=2000, seed=0)
+    p = stats.paired_probability_of_improvement(x, y)
+    return f"{p:.2f} [{low:.2f}, {high:.2f}] ({len(x)} pairs)"
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: relative path -> (size, mtime in ns)."""
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_steps_to_threshold_by_hand():
@@ -144,29 +192,47 @@ def test_reward_threshold_comes_from_gymnasium():
 def test_report_table_by_hand(cartpole_sweep):
     files = R.write_report(cartpole_sweep)
     text = files.report.read_text()
-    rows = table_rows(text)
     assert "Runs used: 8 of 9 planned; missing: rank/s0 (not run)." in text
+    assert (
+        "| arm | runs | final score IQM | AUC IQM | steps to 475 | P(> uniform), final | "
+        "P(> uniform), AUC | IS weight |"
+    ) in text
+    rows = table_rows(text)
+    assert rows["uniform"] == [
+        "4", ci_text(UNIFORM), ci_text(UNIFORM_AUC), "2,500 (3/4)", "n/a", "n/a", "-",
+    ]  # fmt: skip
+    assert rows["uniform"][1].startswith("250.0 [") and rows["uniform"][2].startswith("290.0 [")
+    assert rows["proportional"] == [
+        "4", ci_text(PROPORTIONAL), ci_text(PROPORTIONAL_AUC), "not reached (2/4)",
+        p_text(PROPORTIONAL, UNIFORM), p_text(PROPORTIONAL_AUC, UNIFORM_AUC), "0.45",
+    ]  # fmt: skip
+    assert rows["proportional"][2].startswith("242.5 [")
+    assert rows["proportional"][4].startswith("0.75 [") and rows["proportional"][5].startswith(
+        "0.25 ["
+    )
+    assert rows["rank"] == ["0"] + ["n/a"] * 6
+    assert "(gymnasium's reward threshold for CartPole-v1)" in text
 
-    uniform, proportional = rows["uniform"], rows["proportional"]
-    assert uniform[0] == "4" and proportional[0] == "4"
-    assert uniform[1].startswith("250.0 [") and proportional[1].startswith("250.0 [")
-    assert uniform[1] == ci_text(UNIFORM, stats.iqm)
-    assert uniform[2] == ci_text(UNIFORM, stats.mean)  # 250.0
-    assert proportional[2].startswith("287.5 [")  # (150 + 250 + 250 + 500) / 4
-    assert proportional[3] == ci_text(PROPORTIONAL, stats.median)  # 250.0
-    assert uniform[4] == "2,500 (3/4)"
-    assert proportional[4] == "not reached (2/4)"
-    assert uniform[5] == "n/a"
-    low, high = stats.paired_bootstrap_ci(PROPORTIONAL, UNIFORM, reps=2000, seed=0)
-    assert proportional[5] == f"0.75 [{low:.2f}, {high:.2f}] (4 pairs)"
-    assert rows["rank"] == ["0", "n/a", "n/a", "n/a", "n/a", "n/a"]
-    assert files.curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+def test_fewer_than_five_runs_is_warned_plainly(cartpole_sweep, tmp_path):
+    """Issue 14: with 2 seeds the "95% CI" is just [min, max]; report.md says so for every cell
+    of fewer than 5 runs, and not once there are 5 (the negative control)."""
+    text = R.write_report(cartpole_sweep).report.read_text()
+    assert (
+        "**Warning: fewer than 5 runs** for uniform (4), proportional (4). A bootstrap can only "
+        "resample the runs there are, so with so few the 95% interval is little more than the "
+        "range of the runs (lowest to highest)"
+    ) in text
+    five = make_cartpole_sweep(tmp_path / "five", seeds=5)
+    text = R.write_report(five).report.read_text()
+    assert table_rows(text)["uniform"][0] == "5" and "Warning" not in text
 
 
 def test_scores_csv_matches_the_summaries(cartpole_sweep):
     files = R.write_report(cartpole_sweep)
     with files.scores.open() as f:
         rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(R.SCORES_COLUMNS)
     assert [(r["arm"], int(r["seed"])) for r in rows] == [
         (arm, s) for arm in ("uniform", "proportional") for s in range(4)
     ]
@@ -174,17 +240,38 @@ def test_scores_csv_matches_the_summaries(cartpole_sweep):
         summary = json.loads((cartpole_sweep / row["run_dir"] / "summary.json").read_text())
         assert float(row["final_return"]) == summary["final_eval_return_mean"]
         assert row["human_normalized"] == ""  # not an Atari game
+        assert row["threshold"] == "475.0"
     firsts = UNIFORM_FIRST + PROPORTIONAL_FIRST
     assert [r["steps_to_threshold"] for r in rows] == ["" if f is None else str(f) for f in firsts]
+    assert [float(r["auc"]) for r in rows] == UNIFORM_AUC + PROPORTIONAL_AUC
+    np.testing.assert_allclose(
+        [float(r["is_weight_mean"]) for r in rows], [1.0] * 4 + [0.6, 0.3, 0.1, 0.8]
+    )
 
 
 def test_report_is_reproducible_from_the_run_dirs(cartpole_sweep):
-    first = R.write_report(cartpole_sweep)
-    texts = (first.report.read_text(), first.scores.read_text())
-    first.report.unlink()
-    first.scores.unlink()
-    again = R.write_report(cartpole_sweep)
-    assert (again.report.read_text(), again.scores.read_text()) == texts
+    """Every file, figures included, is the same bytes when rebuilt from the same run dirs."""
+    R.write_report(cartpole_sweep)
+    first = {name: (cartpole_sweep / name).read_bytes() for name in REPORT_FILES}
+    for name in REPORT_FILES:
+        (cartpole_sweep / name).unlink()
+    R.write_report(cartpole_sweep)
+    assert {name: (cartpole_sweep / name).read_bytes() for name in REPORT_FILES} == first
+
+
+def test_figures_are_png_at_200_dpi_and_svg(cartpole_sweep):
+    files = R.write_report(cartpole_sweep)
+    for png, width_inches in ((files.curves, 6.4), (files.profiles, 12.8)):
+        with Image.open(png) as image:
+            assert image.format == "PNG"
+            assert min(image.info["dpi"]) >= 199.5
+            assert image.size[0] == round(width_inches * R.FIGURE_DPI)
+    for svg in (files.curves_svg, files.profiles_svg):
+        text = svg.read_text()
+        assert text.startswith("<?xml") and "<svg" in text and "<dc:date>" not in text
+    assert "![performance profiles](profiles.png) ([SVG](profiles.svg))" in (
+        files.report.read_text()
+    )
 
 
 def test_curve_band_aggregates_each_step():
@@ -198,6 +285,15 @@ def test_curve_band_aggregates_each_step():
     assert low[0] <= 2.5 <= high[0] and (low[1], high[1]) == (4.0, 8.0)
 
 
+def test_runs_are_grouped_by_env_and_arm_in_sweep_order(cartpole_sweep):
+    sweep = runs.collect(cartpole_sweep)
+    measured = [R.measure(r, 475.0) for r in reversed(sweep.runs)]
+    cells = R.group_cells(sweep, measured)
+    assert list(cells) == [("CartPole-v1", a) for a in ("uniform", "proportional", "rank")]
+    assert [r.run.seed for r in cells[("CartPole-v1", "uniform")]] == [0, 1, 2, 3]
+    assert cells[("CartPole-v1", "rank")] == []
+
+
 def test_without_sweep_json_reads_every_summary(tmp_path):
     out = tmp_path / "loose"
     fake_run(out, "a/s0", "CartPole-v1", "uniform", 0, 10.0, [(100, 10.0)])
@@ -206,9 +302,145 @@ def test_without_sweep_json_reads_every_summary(tmp_path):
     sweep = runs.collect(out)
     assert [(r.arm, r.seed) for r in sweep.runs] == [("uniform", 0), ("uniform", 1)]
     assert sweep.missing == ("b/s0 (interrupted)",)
-    text = R.render_markdown(sweep, {"CartPole-v1": 475.0})
+    text = R.write_report(out).report.read_text()
     assert "Runs used: 2 (no sweep.json); missing: b/s0 (interrupted)." in text
-    assert table_rows(text)["uniform"][2].startswith("20.0 [")
+    # IQM of two runs is their mean; no IS weight was logged
+    assert table_rows(text)["uniform"][1].startswith("20.0 [")
+    assert table_rows(text)["uniform"][-1] == "n/a"
+
+
+# --- thresholds -----------------------------------------------------------------------------------
+
+
+def make_minatar_sweep(out: Path, games: dict[str, dict[str, list[float]]]) -> Path:
+    """Fabricated MinAtar runs: ``games[env][arm]`` is the final score by seed; each run's eval
+    curve is that score at 1000 and 2000 steps, so its AUC is the score too."""
+    planned = []
+    for env, arms in games.items():
+        for arm, scores in arms.items():
+            for seed, score in enumerate(scores):
+                rel = f"{env.replace('/', '-')}/{arm}/s{seed}"
+                fake_run(out, rel, env, arm, seed, score, [(1000, score), (2000, score)])
+                planned.append((env, arm, seed, rel))
+    arms = list(next(iter(games.values())))
+    m.write_json(out / "sweep.json", sweep_record(planned, list(games), arms))
+    return out
+
+
+def test_threshold_for_an_env_without_one(tmp_path):
+    """MinAtar's games have no reward_threshold: no steps column until --threshold gives one.
+    Breakout at 10: uniform's curves (3, 8) -> (3, 12) reach it at 2000 on seed 1 only."""
+    out = tmp_path / "minatar"
+    planned = []
+    for arm, curves in (
+        ("uniform", [[(1000, 3.0), (2000, 8.0)], [(1000, 3.0), (2000, 12.0)]]),
+        ("rank", [[(1000, 10.0), (2000, 11.0)], [(1000, 9.0), (2000, 10.0)]]),
+    ):
+        for seed, curve in enumerate(curves):  # fmt: skip
+            rel = f"{arm}/s{seed}"
+            fake_run(out, rel, "MinAtar/Breakout-v1", arm, seed, curve[-1][1], curve)
+            planned.append(("MinAtar/Breakout-v1", arm, seed, rel))
+    m.write_json(out / "sweep.json", sweep_record(planned, ["MinAtar/Breakout-v1"],
+                                                  ["uniform", "rank"]))  # fmt: skip
+    assert "steps to" not in R.write_report(out).report.read_text()
+
+    result = runner.invoke(app, ["report", str(out), "--threshold", "MinAtar/Breakout-v1=10"])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    rows = table_rows(text)
+    assert rows["uniform"][3] == "not reached (1/2)"  # (2000, never)
+    assert rows["rank"][3] == "1,500 (2/2)"  # median of 1000 and 2000
+    assert "Steps to 10 (given with `--threshold`)" in text
+    with (out / "scores.csv").open() as f:
+        assert [(r["threshold"], r["steps_to_threshold"]) for r in csv.DictReader(f)] == [
+            ("10.0", ""), ("10.0", "2000"), ("10.0", "1000"), ("10.0", "2000"),
+        ]  # fmt: skip
+
+
+def test_threshold_overrides_gymnasiums(cartpole_sweep):
+    """At 50 every seed of both arms is there at the first evaluation (values 100 or 480)."""
+    result = runner.invoke(app, ["report", str(cartpole_sweep), "--threshold", "CartPole-v1=50"])
+    assert result.exit_code == 0, result.output
+    text = (cartpole_sweep / "report.md").read_text()
+    rows = table_rows(text)
+    assert rows["uniform"][3] == rows["proportional"][3] == "1,000 (4/4)"
+    assert "| steps to 50 |" in text and "Steps to 50 (given with `--threshold`)" in text
+
+
+def test_parse_thresholds():
+    assert R.parse_thresholds(["MinAtar/Breakout-v1=10", "CartPole-v1 = -2.5"]) == {
+        "MinAtar/Breakout-v1": 10.0,
+        "CartPole-v1": -2.5,
+    }
+    assert R.parse_thresholds([]) == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["CartPole-v1"], "--threshold 'CartPole-v1': expected ENV_ID=VALUE, e.g. "
+                          "MinAtar/Breakout-v1=10"),
+        (["=5"], "--threshold '=5': expected ENV_ID=VALUE, e.g. MinAtar/Breakout-v1=10"),
+        (["CartPole-v1="], "--threshold 'CartPole-v1=': expected ENV_ID=VALUE, e.g. "
+                           "MinAtar/Breakout-v1=10"),
+        (["CartPole-v1=abc"], "--threshold 'CartPole-v1=abc': VALUE must be a finite number, "
+                              "got 'abc'"),
+        (["CartPole-v1=nan"], "--threshold 'CartPole-v1=nan': VALUE must be a finite number, "
+                              "got 'nan'"),
+        (["CartPole-v1=inf"], "--threshold 'CartPole-v1=inf': VALUE must be a finite number, "
+                              "got 'inf'"),
+        (["CartPole-v1=1", "CartPole-v1=2"], "--threshold CartPole-v1: given twice (1 and 2); "
+                                             "give it once"),
+        (["Acrobot-v1=-100"], "--threshold Acrobot-v1: the sweep has no env Acrobot-v1 (its "
+                              "envs: CartPole-v1)"),
+    ],
+)  # fmt: skip
+def test_bad_thresholds_are_one_line_and_change_nothing(reported_sweep, args, line):
+    """Exit 2, one line naming the option and the value, and the report already there is left
+    exactly as it was."""
+    before = tree(reported_sweep)
+    result = runner.invoke(
+        app, ["report", str(reported_sweep), *[a for v in args for a in ("--threshold", v)]]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {line}\n"
+    assert result.stdout == ""
+    assert tree(reported_sweep) == before
+
+
+# --- across games ---------------------------------------------------------------------------------
+
+
+def test_minatar_games_are_min_max_normalised_by_hand(tmp_path):
+    """Breakout spans 0..10 over all runs, Freeway 20..60; Seaquest is 0 on every run and is left
+    out (no range). Normalised, uniform is Breakout (0, .2, .4, .6, .8) and Freeway (0, .25, .5,
+    .75, 1): the 10 values' IQM cuts two per end and averages .2, .25, .4, .5, .6, .75 -> 0.45.
+    proportional: Breakout (.2 .. 1), Freeway as uniform -> .25, .4, .5, .6, .75, .8 -> 0.55.
+    Paired over seeds: Breakout all wins (1), Freeway all ties (1/2) -> P = 0.75. The AUC equals
+    the final score on these flat curves, so its columns are the same."""
+    out = make_minatar_sweep(tmp_path / "minatar", {
+        "MinAtar/Breakout-v1": {"uniform": [0, 2, 4, 6, 8], "proportional": [2, 4, 6, 8, 10]},
+        "MinAtar/Freeway-v1": {"uniform": [20, 30, 40, 50, 60],
+                               "proportional": [20, 30, 40, 50, 60]},
+        "MinAtar/Seaquest-v1": {"uniform": [0] * 5, "proportional": [0] * 5},
+    })  # fmt: skip
+    text = R.write_report(out).report.read_text()
+    section = text.split("## Across games: min-max normalised scores (3 games)")[1]
+    assert (
+        "- MinAtar/Seaquest-v1 is left out of the final score and AUC comparison: every run has "
+        "the same value (final score 0, AUC 0), so there is no range to normalise by."
+    ) in section
+    uniform = np.array([[0, 0], [0.2, 0.25], [0.4, 0.5], [0.6, 0.75], [0.8, 1.0]])
+    proportional = np.array([[0.2, 0], [0.4, 0.25], [0.6, 0.5], [0.8, 0.75], [1.0, 1.0]])
+    assert stats.iqm(uniform) == pytest.approx(0.45) and stats.iqm(proportional) == (
+        pytest.approx(0.55)
+    )
+    rows = table_rows(section)
+    assert rows["uniform"] == ["5", ci_text(uniform, 2), ci_text(uniform, 2), "n/a", "n/a"]
+    p = p_text(proportional, uniform)
+    assert rows["proportional"] == ["5", ci_text(proportional, 2), ci_text(proportional, 2), p, p]
+    assert p.startswith("0.75 [")
+    assert "Warning" not in section
 
 
 def test_human_normalised_scores_for_atari(tmp_path):
@@ -232,10 +464,15 @@ def test_human_normalised_scores_for_atari(tmp_path):
     text = files.report.read_text()
     assert "## Human-normalised scores (2 games)" in text
     hn_rows = table_rows(text.split("## Human-normalised")[1])
-    assert hn_rows["uniform"][:2] == ["2", "0.50 [0.50, 0.50]"]
+    # final score and AUC (one eval point: the AUC is that point) on the human scale
+    assert hn_rows["uniform"][:3] == ["2", "0.50 [0.50, 0.50]", "0.50 [0.50, 0.50]"]
     # proportional: +1 on seed 0 of both games (wins), -1 on seed 1 (losses) -> P = 1/2
-    assert hn_rows["proportional"][-1].startswith("0.50 [")
+    assert hn_rows["proportional"][3].startswith("0.50 [")
+    assert "**Warning: fewer than 5 seeds** for uniform (2), proportional (2)" in text
     assert "steps to" not in text  # the ALE games have no reward threshold
+
+
+# --- errors ---------------------------------------------------------------------------------------
 
 
 def test_errors(tmp_path):
@@ -259,13 +496,60 @@ def test_errors(tmp_path):
 
 
 def test_cli_report(cartpole_sweep, tmp_path):
-    runner = CliRunner()
     result = runner.invoke(app, ["report", str(cartpole_sweep)])
     assert result.exit_code == 0, result.output
-    assert (cartpole_sweep / "report.md").is_file()
+    assert (
+        result.stdout
+        == "report: " + ", ".join(str(cartpole_sweep / name) for name in REPORT_FILES) + "\n"
+    )
+    assert all((cartpole_sweep / name).is_file() for name in REPORT_FILES)
     result = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
     assert result.stderr == (
         f"error: sweep dir {tmp_path / 'nowhere'} does not exist or is not a directory\n"
     )
     assert result.stdout == ""
+
+
+# --- a real sweep ---------------------------------------------------------------------------------
+
+# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
+TINY = [
+    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
+    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
+]  # fmt: skip
+
+
+def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
+    """Two real CartPole runs (uniform, proportional; 600 steps): the report's AUC and mean IS
+    weight are recomputed here from the event files (read with TensorBoard's own reader): the
+    trapezoid area of the eval curve over its span, and the mean of proportional's logged
+    ``per/is_weight_mean`` (below 1: PER's weights are normalised by their maximum); uniform's
+    weights are all 1, shown as a dash."""
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "1",
+            "--steps", "600", "--workers", "2", "--out", str(out),
+            *[a for t in TINY for a in ("--set", t)]]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+    def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+        events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        events.Reload()
+        return [(e.step, e.value) for e in events.Scalars(tag)]
+
+    with (out / "scores.csv").open() as f:
+        rows = {r["arm"]: r for r in csv.DictReader(f)}
+    for arm in ("uniform", "proportional"):
+        curve = scalars(out / arm / "s0", m.EVAL_RETURN_MEAN)
+        assert [s for s, _ in curve] == [300, 600]  # eval_interval 300, and the final step
+        (_, v0), (_, v1) = curve
+        assert float(rows[arm]["auc"]) == pytest.approx((v0 + v1) / 2)
+    weights = [v for _, v in scalars(out / "proportional" / "s0", m.PER_IS_WEIGHT_MEAN)]
+    assert weights and float(rows["proportional"]["is_weight_mean"]) == pytest.approx(
+        np.mean(weights)
+    )
+    assert 0 < np.mean(weights) < 1
+    table = table_rows((out / "report.md").read_text())
+    assert table["uniform"][-1] == "-"
+    assert table["proportional"][-1] == f"{np.mean(weights):.3g}"

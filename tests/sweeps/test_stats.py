@@ -1,7 +1,13 @@
-"""Aggregate statistics against hand-computed cases."""
+"""Aggregate statistics against hand-computed cases and against rliable's own implementation
+(Agarwal et al., 2021), run on the same inputs."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from rliable import library as rly
+from rliable import metrics as rly_metrics
 
 from per_dqn.sweeps import stats
 
@@ -13,11 +19,20 @@ def test_iqm_by_hand():
     assert stats.iqm([1, 2, 3, 4, 5, 6, 7, 8, 9, 1000]) == 5.5
     # pooled over tasks: (runs, tasks) = (2, 2) -> 4 scores, 1 cut per end
     assert stats.iqm([[0, 10], [2, 4]]) == 3.0
+    # fewer than 4 scores: nothing is cut
+    assert stats.iqm([1, 2, 6]) == 3.0
 
 
 def test_mean_and_median():
     assert stats.mean([[1, 2], [3, 6]]) == 3.0
     assert stats.median([1, 9, 3]) == 3.0
+
+
+def test_aggregates_reduce_a_stack_of_score_matrices():
+    """A bootstrap passes (reps, runs, tasks) at once: each matrix gets its own value."""
+    stack = np.array([[[8, 1], [7, 2], [6, 3], [5, 4]], [[0, 10], [2, 4], [2, 4], [2, 4]]], float)
+    for statistic in stats.AGGREGATES.values():
+        np.testing.assert_array_equal(statistic(stack), [statistic(m) for m in stack])
 
 
 def test_stratified_bootstrap_keeps_each_task_weight():
@@ -39,6 +54,7 @@ def test_bootstrap_is_reproducible_for_a_seed():
     scores = np.arange(12.0).reshape(6, 2)
     a = stats.stratified_bootstrap_ci(scores, stats.iqm, reps=300, seed=3)
     assert a == stats.stratified_bootstrap_ci(scores, stats.iqm, reps=300, seed=3)
+    assert a != stats.stratified_bootstrap_ci(scores, stats.iqm, reps=300, seed=4)
 
 
 def test_paired_probability_of_improvement_by_hand():
@@ -46,6 +62,23 @@ def test_paired_probability_of_improvement_by_hand():
     assert stats.paired_probability_of_improvement([1, 2, 3, 4], [0, 2, 5, 1]) == 0.625
     # averaged over tasks: task 0 all wins (1.0), task 1 all losses (0.0)
     assert stats.paired_probability_of_improvement([[1, 0], [1, 0]], [[0, 1], [0, 1]]) == 0.5
+
+
+def test_paired_and_unpaired_differ_by_hand():
+    """x = [1, 2, 3, 4] against y = [0, 3, 5, 1]. Paired, seed by seed: win, loss, loss, win ->
+    1/2. Unpaired, over all 16 (x, y) pairs: 1 beats 0 and ties 1 (1.5); 2 beats 0, 1 (2); 3
+    beats 0, 1 and ties 3 (2.5); 4 beats 0, 3, 1 (3) -> 9 / 16."""
+    x, y = [1, 2, 3, 4], [0, 3, 5, 1]
+    assert stats.paired_probability_of_improvement(x, y) == 0.5
+    assert stats.probability_of_improvement(x, y) == 9 / 16
+
+
+def test_unpaired_probability_of_improvement_by_hand():
+    # 3 vs (1, 2, 3): 2.5; 4 vs all three: 3 -> 5.5 of 6 pairs; run counts may differ
+    assert stats.probability_of_improvement([3, 4], [1, 2, 3]) == 5.5 / 6
+    # identical samples: 1/2; per task, then averaged: (1 + 0) / 2
+    assert stats.probability_of_improvement([1, 2, 2], [1, 2, 2]) == 0.5
+    assert stats.probability_of_improvement([[5, 0]], [[1, 1], [2, 2]]) == 0.5
 
 
 def test_paired_ci_brackets_the_estimate():
@@ -57,14 +90,165 @@ def test_paired_ci_brackets_the_estimate():
     assert low <= p <= high and 0.5 < low
 
 
+def test_independent_ci_brackets_the_estimate():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((12, 2)) + 1.0, rng.standard_normal((9, 2))
+    p = stats.probability_of_improvement(x, y)
+    low, high = stats.independent_bootstrap_ci(x, y, reps=1000)
+    assert low <= p <= high and 0.5 < low < high < 1.0
+    # a sample against itself cannot separate: the interval straddles 1/2
+    low, high = stats.independent_bootstrap_ci(y, y, reps=1000)
+    assert low < 0.5 < high
+
+
+def test_performance_profile_by_hand():
+    """Scores 0, 10, 2, 4: above -1 all four, above 0 three, above 3 two (4, 10), above 10
+    none (strictly above: a score equal to tau does not count)."""
+    profile = stats.performance_profile([[0, 10], [2, 4]], [-1, 0, 3, 10])
+    np.testing.assert_array_equal(profile, [1.0, 0.75, 0.5, 0.0])
+
+
+def test_performance_profile_bands():
+    """Runs that agree within each task give a band of zero width; the band brackets the
+    profile."""
+    profile, low, high = stats.performance_profile_bands([[0, 10]] * 4, [5.0], reps=200)
+    assert (profile, low, high) == ([0.5], [0.5], [0.5])
+    scores = np.random.default_rng(0).standard_normal((10, 3))
+    taus = np.linspace(-2, 2, 9)
+    profile, low, high = stats.performance_profile_bands(scores, taus, reps=500)
+    assert (low <= profile).all() and (profile <= high).all() and (low < high).any()
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda: stats.iqm([]), r"shape \(runs, tasks\), got \(0, 1\)"),
-        (lambda: stats.mean([1.0, np.nan]), "finite"),
+        (lambda: stats.mean([1.0, np.nan]), r"finite, got \[1.0, nan\]"),
         (lambda: stats.paired_probability_of_improvement([1, 2], [1]), "same shape"),
+        (lambda: stats.probability_of_improvement([[1, 2]], [[1]]), "same tasks"),
+        (lambda: stats.stratified_bootstrap_ci([1, 2], stats.iqm, reps=0), "reps must be >= 1"),
+        (
+            lambda: stats.stratified_bootstrap_ci([1, 2], stats.iqm, confidence=1.0),
+            r"confidence must be in \(0, 1\), got 1.0",
+        ),
     ],
 )
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- against rliable ------------------------------------------------------------------------------
+
+SCORE_MATRICES = hnp.arrays(
+    np.float64,
+    st.tuples(st.integers(1, 12), st.integers(1, 4)),
+    # few distinct values, so ties (which the estimators must treat as rliable does) are common
+    elements=st.sampled_from([-3.5, 0.0, 0.1, 1.0, 2.0, 7.25, 1e3, 123456.789])
+    | st.floats(-1e6, 1e6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(SCORE_MATRICES)
+def test_iqm_is_rliables_to_the_last_bit(scores):
+    assert stats.iqm(scores) == rly_metrics.aggregate_iqm(scores)
+
+
+@settings(max_examples=150, deadline=None)
+@given(SCORE_MATRICES, st.integers(1, 12), st.data())
+def test_unpaired_probability_of_improvement_is_rliables(x, runs_y, data):
+    """rliable's form: scipy's Mann-Whitney U per task over the product of the run counts."""
+    y = data.draw(hnp.arrays(np.float64, (runs_y, x.shape[1]), elements=st.sampled_from(
+        [-3.5, 0.0, 1.0, 2.0, 7.25, 1e3])))  # fmt: skip
+    assert stats.probability_of_improvement(x, y) == rly_metrics.probability_of_improvement(x, y)
+
+
+@settings(max_examples=100, deadline=None)
+@given(SCORE_MATRICES, st.lists(st.sampled_from([-1e3, -1.0, 0.0, 0.1, 2.0, 7.25, 1e3]),
+                                min_size=1, max_size=6))  # fmt: skip
+def test_performance_profile_is_rliables(scores, taus):
+    """rliable's run-score distribution: the share of runs x tasks strictly above each tau."""
+    expected = rly.score_distributions(scores, np.array(taus))
+    np.testing.assert_array_equal(stats.performance_profile(scores, taus), expected)
+
+
+@pytest.fixture
+def global_numpy_seed():
+    """rliable resamples with numpy's global RNG: seed it, and leave it as it was."""
+    state = np.random.get_state()  # noqa: NPY002 (rliable's legacy global RNG)
+    np.random.seed(0)  # noqa: NPY002
+    yield
+    np.random.set_state(state)  # noqa: NPY002
+
+
+def ecdf_bracket(values: np.ndarray, point: float) -> tuple[float, float]:
+    """``(P(V < point), P(V <= point))`` over ``values``: where ``point`` sits in them."""
+    values = np.sort(values)
+    n = values.size
+    return np.searchsorted(values, point, "left") / n, np.searchsorted(values, point, "right") / n
+
+
+def level_tolerance(p: float, reps_a: int, reps_b: int, sds: float = 5.0) -> float:
+    """How far the quantile *level* of a percentile endpoint estimated from ``reps_b`` bootstrap
+    replicates can sit from ``p`` in an independent set of ``reps_a`` replicates of the same
+    bootstrap distribution: each empirical quantile's level has standard deviation
+    ``sqrt(p (1 - p) / reps)``, the two are independent, so ``sds`` standard deviations of the
+    difference."""
+    return sds * float(np.sqrt(p * (1 - p) * (1 / reps_a + 1 / reps_b)))
+
+
+def same_endpoint(ours: np.ndarray, theirs: float, p: float, tol: float) -> bool:
+    """True if ``theirs`` sits at quantile level ``p`` of ``ours``, within ``tol``."""
+    low, high = ecdf_bracket(ours, theirs)
+    return low - tol <= p <= high + tol
+
+
+# Three games on scales 1, 10 and 100: a bootstrap that ignored the strata would pool their runs.
+SCALES = np.array([1.0, 10.0, 100.0])
+OURS_REPS, THEIR_REPS = 20_000, 10_000
+
+
+def test_stratified_bootstrap_ci_matches_rliables(global_numpy_seed):
+    """rliable's 95% percentile interval of the IQM (its ``StratifiedBootstrap``, numpy's global
+    RNG) against ours (a seeded Generator): the RNGs differ, so the endpoints agree only up to
+    Monte Carlo error. Compared in quantile levels: rliable's lower endpoint must sit at level
+    0.025 of our replicates, its upper at 0.975, within ``level_tolerance`` (5 standard
+    deviations, 0.0096 here). Negative control: a bootstrap that resamples the pooled runs of all
+    games, ignoring the strata, lands far outside."""
+    scores = np.random.default_rng(7).gamma(2.0, 1.0, size=(10, 3)) * SCALES
+    _, intervals = rly.get_interval_estimates(
+        {"x": scores}, lambda s: np.array([rly_metrics.aggregate_iqm(s)]), reps=THEIR_REPS
+    )
+    their_low, their_high = intervals["x"][:, 0]
+    ours = stats.stratified_bootstrap(scores, stats.iqm, reps=OURS_REPS, seed=1)
+    tol = level_tolerance(0.025, OURS_REPS, THEIR_REPS)
+    assert same_endpoint(ours, their_low, 0.025, tol)
+    assert same_endpoint(ours, their_high, 0.975, tol)
+    # our interval is the quantiles of those very replicates
+    low, high = stats.stratified_bootstrap_ci(scores, stats.iqm, reps=OURS_REPS, seed=1)
+    assert (low, high) == tuple(np.quantile(ours, [0.025, 0.975]))
+    # negative control: pooled resampling (every cell drawn from all 30 scores)
+    pooled = np.random.default_rng(1).choice(scores.ravel(), size=(OURS_REPS, *scores.shape))
+    pooled_iqm = stats.iqm(pooled)
+    assert not (
+        same_endpoint(pooled_iqm, their_low, 0.025, tol)
+        and same_endpoint(pooled_iqm, their_high, 0.975, tol)
+    )
+
+
+def test_performance_profile_bands_match_rliables(global_numpy_seed):
+    """The profile itself exactly, and its 95% bands per tau in quantile levels, as above."""
+    scores = np.random.default_rng(3).gamma(2.0, 1.0, size=(10, 3)) * SCALES / SCALES.max()
+    taus = np.linspace(0.0, 1.0, 21)
+    profiles, bands = rly.create_performance_profile({"x": scores}, taus, reps=2000)
+    ours = stats.stratified_bootstrap(
+        scores, lambda s: stats._profile(s, taus), reps=OURS_REPS, seed=2
+    )
+    profile, low, high = stats.performance_profile_bands(scores, taus, reps=OURS_REPS, seed=2)
+    np.testing.assert_array_equal(profile, profiles["x"])
+    np.testing.assert_array_equal((low, high), np.quantile(ours, [0.025, 0.975], axis=0))
+    tol = level_tolerance(0.025, OURS_REPS, 2000)
+    for i in range(len(taus)):
+        assert same_endpoint(ours[:, i], bands["x"][0, i], 0.025, tol), taus[i]
+        assert same_endpoint(ours[:, i], bands["x"][1, i], 0.975, tol), taus[i]
