@@ -153,6 +153,34 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/agent",),
         "importance-sampling weights left out of the loss",
     ),
+    Mutant(
+        "iqm-is-mean", "per_dqn/sweeps/stats.py",
+        "cut = int(0.25 * n)",
+        "cut = 0",
+        ("tests/sweeps/test_stats.py",),
+        "the report's IQM trims nothing (the mean, which one outlier seed moves)",
+    ),
+    Mutant(
+        "profile-at-or-above", "per_dqn/sweeps/stats.py",
+        "return (scores[..., None] > taus).mean(axis=(-3, -2))",
+        "return (scores[..., None] >= taus).mean(axis=(-3, -2))",
+        ("tests/sweeps/test_stats.py",),
+        "performance profiles count scores equal to tau (rliable's are strictly above)",
+    ),
+    Mutant(
+        "auc-is-final-score", "per_dqn/sweeps/report.py",
+        "auc = m.normalized_auc(run.curve) if run.curve else None",
+        "auc = run.score",
+        ("tests/sweeps/test_report.py",),
+        "the report's AUC column repeats the final score",
+    ),
+    Mutant(
+        "min-max-from-zero", "per_dqn/sweeps/report.py",
+        "bounds[(env, metric)] = (min(values), max(values))",
+        "bounds[(env, metric)] = (0.0, max(values))",
+        ("tests/sweeps/test_report.py",),
+        "games normalised by their maximum alone, not their range",
+    ),
 )  # fmt: skip
 
 
