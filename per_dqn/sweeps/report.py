@@ -37,9 +37,9 @@ precipice", whose estimators ``per_dqn.sweeps.stats`` implements and checks agai
 
 Across games (several envs, or Atari games), scores are first put on one scale, per game:
 
-- Atari games keep the human-normalised score, ``(x - random) / (human - random)`` with the
-  published references (``per_dqn.atari_scores``);
-- every other env (MinAtar, classic control) is *min-max normalised within the sweep*:
+- a sweep of Atari games keeps the human-normalised score, ``(x - random) / (human - random)``
+  with the published references (``per_dqn.atari_scores``);
+- any other sweep (MinAtar, classic control, or a mix) is *min-max normalised within the sweep*:
   ``(x - lo) / (hi - lo)`` with ``lo`` and ``hi`` the lowest and highest value of that metric over
   every run of every arm on that game. Why: MinAtar has no published random and human reference
   scores to anchor a fixed scale, and the games' raw scales differ by an order of magnitude
@@ -208,9 +208,16 @@ class RunMetrics:
 
 
 def measure(run: Run, threshold: float | None) -> RunMetrics:
-    """The per-run metrics of ``run``."""
+    """The per-run metrics of ``run``.
+
+    Raises:
+        ValueError: its evaluation curve has no area (two points at one step), naming the run.
+    """
     steps = None if threshold is None else steps_to_threshold(run.curve, threshold)
-    auc = m.normalized_auc(run.curve) if run.curve else None
+    try:
+        auc = m.normalized_auc(run.curve) if run.curve else None
+    except ValueError as exc:
+        raise ValueError(f"run {run.path}: {m.EVAL_RETURN_MEAN}: {exc}") from None
     return RunMetrics(run, run.score, auc, threshold, steps)
 
 
@@ -402,8 +409,8 @@ def write_report(out: Path, thresholds: dict[str, float] | None = None) -> Repor
     """
     sweep = collect(out)
     env_thresholds = resolve_thresholds(sweep, thresholds or {})
-    measured = [measure(r, env_thresholds[r.env_id]) for r in _ordered(sweep)]
-    cells = group_cells(sweep, measured)
+    cells = group_cells(sweep, [measure(r, env_thresholds[r.env_id]) for r in sweep.runs])
+    measured = [r for runs in cells.values() for r in runs]  # by env, arm and seed
     norm = normalization(sweep, cells)
     files = ReportFiles(
         out / REPORT_FILE, out / SCORES_FILE, out / CURVES_FILE, out / CURVES_SVG,
@@ -446,12 +453,6 @@ def scores_csv(measured: Sequence[RunMetrics]) -> str:
 
 def _blank(value: float | None) -> str:
     return "" if value is None else repr(value)
-
-
-def _ordered(sweep: SweepRuns) -> list[Run]:
-    env_rank = {e: i for i, e in enumerate(sweep.envs)}
-    arm_rank = {a: i for i, a in enumerate(sweep.arms)}
-    return sorted(sweep.runs, key=lambda r: (env_rank[r.env_id], arm_rank[r.arm], r.seed))
 
 
 def _seed_range(seeds: Sequence[int]) -> str:

@@ -486,6 +486,12 @@ def test_errors(tmp_path):
     fake_run(out, "y/s0", "CartPole-v1", "uniform", 0, 2.0, [(1, 2.0)])
     with pytest.raises(ValueError, match="are both CartPole-v1 uniform seed 0"):
         R.write_report(out)
+    # An evaluation curve with two points at one step has no area: the error names the run.
+    twice = tmp_path / "twice"
+    fake_run(twice, "a/s0", "CartPole-v1", "uniform", 0, 1.0, [(100, 1.0), (100, 2.0)])
+    with pytest.raises(ValueError, match=r"^run a/s0: eval/return_mean: normalized_auc: two "):
+        R.write_report(twice)
+    assert [p.name for p in twice.iterdir()] == ["a"]  # nothing written
     # A run cut short before its summary is still one run's dir, not a sweep.
     cut = tmp_path / "cut"
     cut.mkdir()
