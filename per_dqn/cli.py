@@ -738,7 +738,7 @@ def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
         raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     try:
         files = reports.write_report(sweep.out)
-        typer.echo(f"report: {files.report}, {files.curves}, {files.scores}")
+        typer.echo(f"report: {files}")
     except ValueError as exc:  # every run failed: nothing to report
         typer.echo(f"error: {exc}", err=True)
     if result.failed:
