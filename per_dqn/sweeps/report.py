@@ -246,6 +246,29 @@ def by_seed(runs: Sequence[RunMetrics], metric: str) -> dict[int, float]:
     return {r.run.seed: v for r in runs if (v := r.value(metric)) is not None}
 
 
+def baseline_arms(sweep: SweepRuns) -> dict[str, str | None]:
+    """Arm -> the arm its P(> uniform) compares it with: the uniform arm at the same grid point
+    (the one without settings of its own where there are several); None for a uniform arm, or
+    where there is no such arm."""
+    facts: dict[str, tuple[str, bool, tuple]] = {}  # arm -> (kind, has settings, grid point)
+    for r in sweep.runs:
+        facts.setdefault(r.arm, (r.kind or r.arm, bool(r.settings), r.point))
+    uniform_at: dict[tuple, list[tuple[bool, str]]] = {}
+    for arm, (kind, has_settings, point) in facts.items():
+        if kind == BASELINE_ARM:
+            uniform_at.setdefault(point, []).append((has_settings, arm))
+
+    def pick(point: tuple) -> str | None:
+        found = uniform_at.get(point, [])
+        plain = [arm for has_settings, arm in found if not has_settings]
+        return found[0][1] if len(found) == 1 else plain[0] if len(plain) == 1 else None
+
+    return {
+        arm: None if kind == BASELINE_ARM else pick(point)
+        for arm, (kind, _, point) in facts.items()
+    }
+
+
 # --- statistics -----------------------------------------------------------------------------------
 
 
@@ -457,6 +480,8 @@ def _blank(value: float | None) -> str:
 
 def _seed_range(seeds: Sequence[int]) -> str:
     seeds = sorted(seeds)
+    if not seeds:
+        return "none"
     if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
         return f"{seeds[0]}-{seeds[-1]}"
     return ", ".join(map(str, seeds))
@@ -517,16 +542,19 @@ def render_markdown(
         "env steps the curve spans, its mean evaluation return over training. IQM: the "
         "interquartile mean over seeds. Brackets: 95% stratified bootstrap confidence intervals "
         f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {BASELINE_ARM}): the share of "
-        f"paired seeds on which the arm beats {BASELINE_ARM} (ties count 1/2), with a paired "
-        "bootstrap interval. IS weight: the mean over seeds of each run's mean logged "
-        f"`{m.PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling weights put on "
-        "the step size (- where every weight is 1: uniform sampling).",
+        f"paired seeds on which the arm beats {BASELINE_ARM} at the same grid point (ties count "
+        "1/2), with a paired bootstrap interval. IS weight: the mean over seeds of each run's "
+        f"mean logged `{m.PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
+        "weights put on the step size (- where every weight is 1: uniform sampling).",
         "",
     ]  # fmt: skip
+    baselines = baseline_arms(sweep)
     for env in sweep.envs:
-        lines += _env_table(sweep, cells, env, thresholds.get(env), (given or {}).get(env))
+        lines += _env_table(
+            sweep, cells, baselines, env, thresholds.get(env), (given or {}).get(env)
+        )
     if len(sweep.envs) > 1 or norm.kind == "human":
-        lines += _across_games_table(sweep, cells, norm)
+        lines += _across_games_table(sweep, cells, baselines, norm)
     lines += [
         f"![evaluation return against env steps]({CURVES_FILE}) ([SVG]({CURVES_SVG}))",
         "",
@@ -551,12 +579,12 @@ def _steps_text(sweep: SweepRuns) -> str:
 def _env_table(
     sweep: SweepRuns,
     cells: Cells,
+    baselines: dict[str, str | None],
     env: str,
     threshold: float | None,
     given: float | None,
 ) -> list[str]:
-    baseline = cells.get((env, BASELINE_ARM), [])
-    compare = bool(baseline) and len(sweep.arms) > 1
+    compare = any(baselines.values())
     head = ["arm", "runs", "final score IQM", "AUC IQM"]
     if threshold is not None:
         head.append(f"steps to {threshold:g}")
@@ -577,10 +605,11 @@ def _env_table(
         if threshold is not None:
             row.append(_steps_cell([r.steps_to_threshold for r in runs]))
         if compare:
+            base = cells.get((env, baselines[arm])) if baselines.get(arm) else None
             for metric in METRICS:
                 row.append(
-                    "n/a" if arm == BASELINE_ARM
-                    else _improvement_cell(by_seed(runs, metric), by_seed(baseline, metric))
+                    "n/a" if base is None
+                    else _improvement_cell(by_seed(runs, metric), by_seed(base, metric))
                 )  # fmt: skip
         row.append(is_weight_cell(runs))
         lines.append("| " + " | ".join(row) + " |")
@@ -600,7 +629,9 @@ def _env_table(
     return lines
 
 
-def _across_games_table(sweep: SweepRuns, cells: Cells, norm: Normalization) -> list[str]:
+def _across_games_table(
+    sweep: SweepRuns, cells: Cells, baselines: dict[str, str | None], norm: Normalization
+) -> list[str]:
     n = len(sweep.envs)
     if norm.kind == "human":
         title = f"## Human-normalised scores ({n} game{'s' * (n > 1)})"
@@ -630,7 +661,7 @@ def _across_games_table(sweep: SweepRuns, cells: Cells, norm: Normalization) -> 
         for arm in sweep.arms
         for metric in METRICS
     }
-    compare = BASELINE_ARM in sweep.arms and len(sweep.arms) > 1
+    compare = any(baselines.values())
     head = ["arm", "seeds", "final score IQM", "AUC IQM"]
     if compare:
         head += [f"P(> {BASELINE_ARM}), final", f"P(> {BASELINE_ARM}), AUC"]
@@ -642,11 +673,11 @@ def _across_games_table(sweep: SweepRuns, cells: Cells, norm: Normalization) -> 
             matrix = matrices[(arm, metric)]
             row.append(iqm_interval(np.stack(list(matrix.values()))).format(2) if matrix else "n/a")
         if compare:
+            base = baselines.get(arm)
             for metric in METRICS:
                 row.append(
-                    "n/a" if arm == BASELINE_ARM
-                    else _improvement_cell(matrices[(arm, metric)],
-                                           matrices[(BASELINE_ARM, metric)])
+                    "n/a" if base is None
+                    else _improvement_cell(matrices[(arm, metric)], matrices[(base, metric)])
                 )  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")

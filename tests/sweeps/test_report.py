@@ -309,6 +309,67 @@ def test_without_sweep_json_reads_every_summary(tmp_path):
     assert table_rows(text)["uniform"][-1] == "n/a"
 
 
+def make_run(arm: str, kind: str, settings=(), point=(), seed: int = 0) -> runs.Run:
+    return runs.Run("CartPole-v1", arm, seed, f"{arm}/s{seed}", 1.0, 0.0, 1, 10, 1.0, (),
+                    kind=kind, settings=settings, point=point)  # fmt: skip
+
+
+def test_each_arm_is_compared_with_uniform_at_its_grid_point():
+    """A grid crosses every arm, uniform included: proportional at alpha 0.4 is compared with
+    uniform at alpha 0.4, not with a uniform at another value. An arm with settings of its own
+    (rank/alpha=0.7, no grid) is compared with the plain uniform arm; uniform arms with none."""
+    at = {a: (("replay.alpha", a),) for a in (0.4, 0.6)}
+    sweep = runs.SweepRuns(Path("x"), None, ("CartPole-v1",), (), (
+        make_run("uniform/alpha=0.4", "uniform", point=at[0.4]),
+        make_run("proportional/alpha=0.4", "proportional", point=at[0.4]),
+        make_run("uniform/alpha=0.6", "uniform", point=at[0.6]),
+        make_run("proportional/alpha=0.6", "proportional", point=at[0.6]),
+    ), None, ())  # fmt: skip
+    assert R.baseline_arms(sweep) == {
+        "uniform/alpha=0.4": None, "proportional/alpha=0.4": "uniform/alpha=0.4",
+        "uniform/alpha=0.6": None, "proportional/alpha=0.6": "uniform/alpha=0.6",
+    }  # fmt: skip
+    sweep = runs.SweepRuns(Path("x"), None, ("CartPole-v1",), (), (
+        make_run("uniform", "uniform"),
+        make_run("uniform/lr=0.001", "uniform", settings=(("agent.learning_rate", 1e-3),)),
+        make_run("rank/alpha=0.7", "rank", settings=(("replay.alpha", 0.7),)),
+    ), None, ())  # fmt: skip
+    assert R.baseline_arms(sweep) == {
+        "uniform": None, "uniform/lr=0.001": None, "rank/alpha=0.7": "uniform",
+    }  # fmt: skip
+
+
+def test_a_grid_sweep_reports_each_arm_against_uniform_at_its_point(tmp_path):
+    """proportional beats uniform at alpha 0.4 on every seed (20 > 10: P = 1) and loses at 0.6
+    (5 < 30: P = 0); against the wrong uniform both would flip."""
+    out = tmp_path / "grid"
+    planned = []
+    cells = {("uniform", 0.4): 10.0, ("proportional", 0.4): 20.0, ("uniform", 0.6): 30.0,
+             ("proportional", 0.6): 5.0}  # fmt: skip
+    for (kind, alpha), score in cells.items():
+        arm = f"{kind}/alpha={alpha}"
+        for seed in range(5):
+            rel = f"{arm}/s{seed}"
+            fake_run(out, rel, "CartPole-v1", kind, seed, score, [(100, score), (200, score)])
+            planned.append(
+                {
+                    "env_id": "CartPole-v1",
+                    "arm": arm,
+                    "seed": seed,
+                    "run_dir": rel,
+                    "kind": kind,
+                    "settings": {},
+                    "point": {"replay.alpha": alpha},
+                }
+            )
+    record = sweep_record([], ["CartPole-v1"], [])
+    m.write_json(out / "sweep.json", {**record, "seeds": list(range(5)), "runs": planned})
+    rows = table_rows(R.write_report(out).report.read_text())
+    assert rows["proportional/alpha=0.4"][4:6] == ["1.00 [1.00, 1.00] (5 pairs)"] * 2
+    assert rows["proportional/alpha=0.6"][4:6] == ["0.00 [0.00, 0.00] (5 pairs)"] * 2
+    assert rows["uniform/alpha=0.4"][4:6] == rows["uniform/alpha=0.6"][4:6] == ["n/a", "n/a"]
+
+
 # --- thresholds -----------------------------------------------------------------------------------
 
 
