@@ -5,7 +5,8 @@ An *arm* is a replay kind, optionally with its own settings, the way the PER pap
 arms (``--grid replay.alpha=0.4,0.6 --grid agent.n_step=1,3``). A sweep dir ``DIR`` holds one
 normal run dir per run, ``DIR[/<env>]/<kind>[/<settings and grid values>]/s<seed>``, e.g.
 ``DIR/proportional/alpha=0.4,n=3/s100`` (the env level only when the sweep has several envs; keys
-shortened to their last part, a few to a common abbreviation, ``SHORT_KEYS``; values never cut),
+shortened to their last part, a few to a common abbreviation, ``runs.SHORT_KEYS``; values never
+cut),
 so ``tensorboard --logdir DIR`` shows every curve under that name. ``DIR/sweep.json`` is the
 sweep's own record: config, arms and their settings, grid, seeds, envs, the resolved config and
 every run. Seeds are paired: seed ``s`` sets ``run.seed = s`` in every arm and grid point, and the
@@ -68,7 +69,7 @@ from per_dqn.config import (
 )
 from per_dqn.provenance import provenance
 from per_dqn.sweeps import runs
-from per_dqn.sweeps.runs import ARMS, SWEEP_FILE
+from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, settings_label
 
 # The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
 SWEEP_AXES = ("env.id", "replay.kind", "run.seed")
@@ -76,10 +77,6 @@ SWEEP_AXES = ("env.id", "replay.kind", "run.seed")
 STOP_GRACE_SECONDS = 60.0
 # sweep.json's layout: 2 added arm settings, the grid and per-run points (1 is still read).
 SWEEP_FORMAT = 2
-# How a key appears in run dir names when its last part is not short enough; any other key
-# appears as its last part (``replay.alpha`` -> ``alpha``), or whole if two keys of one run share
-# that last part.
-SHORT_KEYS = {"agent.n_step": "n", "agent.learning_rate": "lr"}
 
 
 @dataclass(frozen=True)
@@ -322,35 +319,9 @@ def env_slug(env_id: str) -> str:
     return env_id.replace("/", "-")
 
 
-def format_value(value: Any) -> str:
-    """A setting's value as run dir names show it: ``0.0001``, ``true``, ``[128,128]``, ``huber``;
-    ``/`` becomes ``-`` so that the name stays one path component."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, float):
-        text = repr(value)
-    else:
-        text = json.dumps(value, separators=(",", ":"))
-    return text.replace("/", "-")
-
-
-def short_keys(keys: Sequence[str]) -> dict[str, str]:
-    """How each key of one run's label is written: ``SHORT_KEYS`` or its last part, the whole
-    dotted key where two keys would read alike."""
-    short = {k: SHORT_KEYS.get(k, k.rsplit(".", 1)[-1]) for k in keys}
-    clashes = {s for s in short.values() if list(short.values()).count(s) > 1}
-    return {k: (k if s in clashes else s) for k, s in short.items()}
-
-
-def label(pairs: Sequence[tuple[str, Any]]) -> str:
-    """``[("replay.alpha", 0.4), ("agent.n_step", 3)]`` -> ``"alpha=0.4,n=3"``."""
-    short = short_keys([k for k, _ in pairs])
-    return ",".join(f"{short[k]}={format_value(v)}" for k, v in pairs)
-
-
 def arm_label(arm: Arm) -> str:
     """An arm as report and run dirs name it: ``rank`` or ``rank/alpha=0.7,beta0=0.5``."""
-    text = label([(o.path, o.value) for o in arm.settings])
+    text = settings_label([(o.path, o.value) for o in arm.settings])
     return f"{arm.kind}/{text}" if text else arm.kind
 
 
@@ -440,7 +411,7 @@ def plan_sweep(
                     if env_id not in envs:
                         envs.append(env_id)
                     pairs = [*((o.path, o.value) for o in arm.settings), *point]
-                    cell = f"{arm.kind}/{label(pairs)}" if pairs else arm.kind
+                    cell = f"{arm.kind}/{settings_label(pairs)}" if pairs else arm.kind
                     run_dir = f"{cell}/s{seed}"
                     if several:
                         run_dir = f"{env_slug(env_id)}/{run_dir}"

@@ -64,7 +64,7 @@ import csv
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,15 @@ from per_dqn import atari_scores
 from per_dqn import metrics as m
 from per_dqn.checkpoint import write_bytes_atomic
 from per_dqn.sweeps import stats
-from per_dqn.sweeps.runs import Run, SweepRuns, collect
+from per_dqn.sweeps.runs import Run, SweepRuns, collect, settings_label
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "curves.png"
 CURVES_SVG = "curves.svg"
 PROFILES_FILE = "profiles.png"
 PROFILES_SVG = "profiles.svg"
+SENSITIVITY_FILE = "sensitivity.png"
+SENSITIVITY_SVG = "sensitivity.svg"
 SCORES_FILE = "scores.csv"
 BASELINE_ARM = "uniform"
 # The bootstrap is seeded so that the same run dirs always give the same report, byte for byte.
@@ -410,10 +412,13 @@ class ReportFiles:
     curves_svg: Path
     profiles: Path
     profiles_svg: Path
+    sensitivity: Path | None = None
+    sensitivity_svg: Path | None = None
 
     def __str__(self) -> str:
-        return ", ".join(str(p) for p in (self.report, self.scores, self.curves, self.curves_svg,
-                                           self.profiles, self.profiles_svg))  # fmt: skip
+        paths = (self.report, self.scores, self.curves, self.curves_svg, self.profiles,
+                 self.profiles_svg, self.sensitivity, self.sensitivity_svg)  # fmt: skip
+        return ", ".join(str(p) for p in paths if p is not None)
 
 
 def write_report(out: Path, thresholds: dict[str, float] | None = None) -> ReportFiles:
@@ -451,6 +456,13 @@ def write_report(out: Path, thresholds: dict[str, float] | None = None) -> Repor
                      files.curves_svg: _figure_bytes(curves, "svg"),
                      files.profiles: _figure_bytes(profiles, "png"),
                      files.profiles_svg: _figure_bytes(profiles, "svg")})  # fmt: skip
+    keys = sensitivity_keys(sweep)
+    if keys:
+        figure = plot_sensitivity(sweep, measured, keys)
+        files = replace(files, sensitivity=out / SENSITIVITY_FILE,
+                        sensitivity_svg=out / SENSITIVITY_SVG)  # fmt: skip
+        contents[files.sensitivity] = _figure_bytes(figure, "png")
+        contents[files.sensitivity_svg] = _figure_bytes(figure, "svg")
     for path, data in contents.items():
         write_bytes_atomic(path, data)
     return files
@@ -555,6 +567,9 @@ def render_markdown(
         )
     if len(sweep.envs) > 1 or norm.kind == "human":
         lines += _across_games_table(sweep, cells, baselines, norm)
+    measured = [r for runs in cells.values() for r in runs]
+    for key in sensitivity_keys(sweep):
+        lines += _sensitivity_table(sweep, measured, key)
     lines += [
         f"![evaluation return against env steps]({CURVES_FILE}) ([SVG]({CURVES_SVG}))",
         "",
@@ -683,6 +698,97 @@ def _across_games_table(
     lines.append("")
     lines += few_runs_warning({arm: len(matrices[(arm, "final")]) for arm in sweep.arms}, "seeds")
     return lines
+
+
+# --- sensitivity to a grid key --------------------------------------------------------------------
+
+
+def sensitivity_keys(sweep: SweepRuns) -> list[str]:
+    """The grid keys with two or more numeric values among the finished runs, in grid order."""
+    keys: dict[str, set[float]] = {}
+    for run in sweep.runs:
+        for key, value in run.point:
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            keys.setdefault(key, set())
+            if numeric:
+                keys[key].add(float(value))
+            else:
+                keys[key].add(float("nan"))  # one non-numeric value rules the key out
+    return [k for k, values in keys.items()
+            if len(values) >= 2 and not any(np.isnan(v) for v in values)]  # fmt: skip
+
+
+def series_label(run: Run, key: str) -> str:
+    """What a sensitivity curve holds fixed while ``key`` varies: the kind, the arm's settings
+    and the other grid values (``rank/n=3``), without ``key``."""
+    pairs = [*run.settings, *((k, v) for k, v in run.point if k != key)]
+    return f"{run.kind}/{settings_label(pairs)}" if pairs else run.kind
+
+
+def sensitivity(
+    measured: Sequence[RunMetrics], env: str, key: str, metric: str
+) -> dict[str, list[tuple[float, Interval, int]]]:
+    """Series -> ``(value of key, IQM over seeds with its 95% CI, runs)`` by value, on ``env``."""
+    groups: dict[str, dict[float, list[float]]] = {}
+    for r in measured:
+        point = dict(r.run.point)
+        if r.run.env_id != env or key not in point or (v := r.value(metric)) is None:
+            continue
+        series = groups.setdefault(series_label(r.run, key), {})
+        series.setdefault(float(point[key]), []).append(v)
+    return {
+        name: [(x, iqm_interval(np.array(ys)), len(ys)) for x, ys in sorted(by_x.items())]
+        for name, by_x in groups.items()
+    }
+
+
+def _sensitivity_table(sweep: SweepRuns, measured: Sequence[RunMetrics], key: str) -> list[str]:
+    lines = [
+        f"## Sensitivity to `{key}`",
+        "",
+        f"Each row holds everything but `{key}` fixed (kind, the arm's settings, the other grid "
+        f"values). IQM over seeds [95% CI]. Figure: [{SENSITIVITY_FILE}]({SENSITIVITY_FILE}) "
+        f"([SVG]({SENSITIVITY_SVG})).",
+        "",
+    ]
+    for env in sweep.envs:
+        finals = sensitivity(measured, env, key, "final")
+        aucs = sensitivity(measured, env, key, "auc")
+        if not finals:
+            continue
+        lines += [f"### {env}", "", f"| series | {key} | runs | final score IQM | AUC IQM |",
+                  "|---|--:|--:|--:|--:|"]  # fmt: skip
+        for name, points in finals.items():
+            auc_at = {x: interval for x, interval, _ in aucs.get(name, [])}
+            for x, interval, n in points:
+                auc = auc_at[x].format(1) if x in auc_at else "n/a"
+                lines.append(f"| {name} | {x:g} | {n} | {interval.format(1)} | {auc} |")
+        lines.append("")
+    return lines
+
+
+def plot_sensitivity(sweep: SweepRuns, measured: Sequence[RunMetrics], keys: Sequence[str]):
+    """Final score and AUC against each numeric grid key, one row per env and key, one line per
+    series (IQM over seeds with 95% CI bars), as the PER paper drew its alpha and beta sweeps."""
+    rows = [(env, key) for key in keys for env in sweep.envs]
+    fig = _new_figure(12.8, 4.2 * len(rows))
+    axes = fig.subplots(len(rows), len(METRICS), squeeze=False)
+    for (env, key), row in zip(rows, axes, strict=True):
+        for ax, (metric, name) in zip(row, METRICS.items(), strict=True):
+            for k, (series, points) in enumerate(sensitivity(measured, env, key, metric).items()):
+                xs = np.array([x for x, _, _ in points])
+                centre = np.array([i.value for _, i, _ in points])
+                below = centre - np.array([i.low for _, i, _ in points])
+                above = np.array([i.high for _, i, _ in points]) - centre
+                ax.errorbar(xs, centre, yerr=np.stack((below, above)), marker="o", capsize=3,
+                            color=_arm_color(series.split("/")[0], k), label=series)  # fmt: skip
+            ax.set_title(f"{env}: {name} against {key}")
+            ax.set_xlabel(key)
+            ax.set_ylabel(f"{name} (IQM over seeds, 95% CI)")
+            ax.grid(alpha=0.3)
+            if ax.has_data():
+                ax.legend(fontsize="small")
+    return fig
 
 
 # --- figures --------------------------------------------------------------------------------------

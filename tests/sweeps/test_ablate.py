@@ -186,10 +186,10 @@ def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
 
 
 def test_run_dir_names_keep_two_keys_with_one_last_part_apart():
-    assert ablate.label([("replay.alpha", 0.5), ("agent.alpha", 1)]) == (
+    assert ablate.settings_label([("replay.alpha", 0.5), ("agent.alpha", 1)]) == (
         "replay.alpha=0.5,agent.alpha=1"
     )
-    assert ablate.label([("env.id", "MinAtar/Breakout-v1"), ("agent.dueling", True)]) == (
+    assert ablate.settings_label([("env.id", "MinAtar/Breakout-v1"), ("agent.dueling", True)]) == (
         "id=MinAtar-Breakout-v1,dueling=true"
     )
 

@@ -620,3 +620,68 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     table = table_rows((out / "report.md").read_text())
     assert table["uniform"][-1] == "-"
     assert table["proportional"][-1] == f"{np.mean(weights):.3g}"
+
+
+# --- sensitivity to a grid key ------------------------------------------------------------------
+
+
+def make_grid_sweep(out: Path, scores: dict[tuple[str, float, int], list[float]]) -> Path:
+    """Fabricated runs of a grid over replay.alpha x agent.n_step: ``scores[(kind, alpha, n)]``
+    is the final score by seed (its curve is that score at two steps, so its AUC is too)."""
+    planned = []
+    for (kind, alpha, n), by_seed in scores.items():
+        arm = f"{kind}/alpha={alpha},n={n}"
+        for seed, score in enumerate(by_seed):
+            rel = f"{arm}/s{seed}"
+            fake_run(out, rel, "CartPole-v1", kind, seed, score, [(100, score), (200, score)])
+            planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed, "run_dir": rel,
+                            "kind": kind, "settings": {},
+                            "point": {"replay.alpha": alpha, "agent.n_step": n}})  # fmt: skip
+    record = sweep_record([], ["CartPole-v1"], [])
+    m.write_json(out / "sweep.json", {**record, "seeds": [0, 1, 2, 3], "runs": planned})
+    return out
+
+
+def test_sensitivity_to_a_numeric_grid_key_by_hand(tmp_path):
+    """Per series (everything but the key fixed), the IQM over seeds at each value: 4 seeds cut
+    one from each end, so the IQM of (1, 2, 3, 10) is 2.5."""
+    scores = {
+        ("proportional", 0.4, 1): [1.0, 2.0, 3.0, 10.0],  # IQM 2.5
+        ("proportional", 0.8, 1): [4.0, 5.0, 6.0, 0.0],  # IQM 4.5
+        ("proportional", 0.4, 3): [7.0, 7.0, 7.0, 7.0],
+        ("proportional", 0.8, 3): [9.0, 8.0, 9.0, 8.0],  # IQM 8.5
+    }
+    files = R.write_report(make_grid_sweep(tmp_path / "grid", scores))
+    text = files.report.read_text()
+    assert "## Sensitivity to `replay.alpha`" in text and "## Sensitivity to `agent.n_step`" in text
+    rows = [line.split(" | ")[:4] for line in text.splitlines() if line.startswith("| proport")]
+    by_alpha = [r for r in rows if r[0] in ("| proportional/n=1", "| proportional/n=3")]
+    assert [(r[0], r[1], r[3].split(" [")[0]) for r in by_alpha] == [
+        ("| proportional/n=1", "0.4", "2.5"), ("| proportional/n=1", "0.8", "4.5"),
+        ("| proportional/n=3", "0.4", "7.0"), ("| proportional/n=3", "0.8", "8.5"),
+    ]  # fmt: skip
+    by_n = [r for r in rows if r[0] in ("| proportional/alpha=0.4", "| proportional/alpha=0.8")]
+    assert [(r[0], r[1], r[3].split(" [")[0]) for r in by_n] == [
+        ("| proportional/alpha=0.4", "1", "2.5"), ("| proportional/alpha=0.4", "3", "7.0"),
+        ("| proportional/alpha=0.8", "1", "4.5"), ("| proportional/alpha=0.8", "3", "8.5"),
+    ]  # fmt: skip
+    assert files.sensitivity.read_bytes().startswith(b"\x89PNG")
+    assert files.sensitivity_svg.read_text().lstrip().startswith("<?xml")
+
+
+def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
+    """A grid of strings (weight_normalization) is compared by the table, not plotted against."""
+    out = tmp_path / "strings"
+    planned = []
+    for norm, score in (("global", 1.0), ("batch", 2.0)):
+        arm = f"proportional/weight_normalization={norm}"
+        for seed in range(2):
+            fake_run(out, f"{arm}/s{seed}", "CartPole-v1", "proportional", seed, score,
+                     [(100, score), (200, score)])  # fmt: skip
+            planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed,
+                            "run_dir": f"{arm}/s{seed}", "kind": "proportional", "settings": {},
+                            "point": {"replay.weight_normalization": norm}})  # fmt: skip
+    m.write_json(out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned})
+    files = R.write_report(out)
+    assert "Sensitivity" not in files.report.read_text()
+    assert files.sensitivity is None and not (out / R.SENSITIVITY_FILE).exists()
