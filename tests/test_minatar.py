@@ -71,6 +71,27 @@ def test_same_seed_same_episode_start_and_sticky_actions_by_default():
     np.testing.assert_array_equal(firsts[0], firsts[1])
 
 
+def test_an_episode_step_cap_truncates_minatar_episodes():
+    """MinAtar's registration sets no step limit; env.max_episode_steps adds one (truncation,
+    not termination), and without it a no-op Freeway episode runs past the cap."""
+    for cap, expect_truncated in ((40, True), (None, False)):
+        cfg = load_config(
+            resolve_config_path("minatar.yaml"),
+            [Override("env.id", "MinAtar/Freeway-v1"), Override("env.max_episode_steps", cap)],
+        )
+        env = make_eval_env(cfg.env)
+        try:
+            env.reset(seed=0)
+            steps, truncated = 0, False
+            while steps < 40 and not truncated:
+                _, _, terminated, truncated, _ = env.step(0)
+                steps += 1
+                assert not terminated  # Freeway ends on its own only after 2,500 frames
+            assert (truncated, steps) == (expect_truncated, 40)
+        finally:
+            env.close()
+
+
 def test_minatar_cnn_is_the_papers_network():
     """One 3x3 conv of 16 channels, stride 1, then 128 units: parameters by hand for
     Seaquest's 10 layers and 6 actions (linear head)."""
