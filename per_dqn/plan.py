@@ -8,6 +8,7 @@ one line by ``allocation_failure``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import traceback
@@ -20,6 +21,7 @@ from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
 from per_dqn.envs import EnvSpec, describe, make_eval_env
 from per_dqn.memory import planned_nbytes
+from per_dqn.memory.storage import initial_pool_entries, link_dtype
 
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
@@ -37,6 +39,7 @@ class MemoryPlan:
         dedup_frames: whether frames are stored once.
         parts: bytes by part (``observations``, ``fields``, ``index``, ``total``).
         available_bytes: RAM available now (None where the platform does not say).
+        bit_packed: bool observations in a ``BitStorage`` (packed, next obs shared).
     """
 
     kind: str
@@ -133,15 +136,28 @@ def describe_plan(plan: MemoryPlan) -> list[str]:
     """The lines ``per-dqn plan`` prints."""
     frames = (
         "one frame stored per step" if plan.dedup_frames
-        else "obs and next_obs packed eight cells a byte" if plan.bit_packed
+        else "obs and next_obs packed eight cells a byte, a next_obs that is a later obs stored "
+        "as a link to it" if plan.bit_packed
         else "whole obs and next_obs"
     )  # fmt: skip
     parts = plan.parts
     lines = [
         f"replay memory      {plan.kind}, {plan.capacity:,} transitions of {plan.obs_shape} "
         f"({frames})",
-        f"per transition     {plan.bytes_per_transition:,.0f} bytes",
+        f"per transition     {plan.bytes_per_transition:,.0f} bytes"
+        + (" at the least (see next-obs pool)" if plan.bit_packed else ""),
         f"  observations     {gib(parts['observations'])}",
+    ]
+    if plan.bit_packed:
+        # The pool is the one part whose size the config does not fix: say what it assumes.
+        entries = initial_pool_entries(plan.capacity)
+        entry = (math.prod(plan.obs_shape) + 7) // 8 + link_dtype(plan.capacity).itemsize
+        lines.append(
+            f"  next-obs pool    {entries:,} entries of {entry} bytes counted; a slot whose next "
+            "obs is no later obs (an episode's last) needs one, and the pool grows by half when "
+            "full"
+        )
+    lines += [
         f"  fields           {gib(parts['fields'])}",
         f"  priority index   {gib(parts['index'])}",
         f"memory total       {gib(parts['total'])}",

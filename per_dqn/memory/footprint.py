@@ -14,6 +14,7 @@ import numpy as np
 
 from per_dqn.memory import KINDS
 from per_dqn.memory.frames import MIN_SPARE_FRAMES
+from per_dqn.memory.storage import initial_pool_entries, link_dtype
 from per_dqn.memory.trees import _leaf_offset
 
 # actions int64 + rewards float32 + terminated bool + n_steps uint8, per transition.
@@ -40,7 +41,8 @@ def planned_nbytes(
 
     Returns:
         ``observations`` (obs and next_obs, or frames with their hashes and the per-transition
-        frame pointers), ``fields`` (actions, rewards, flags), ``index`` (trees or rank heap) and
+        frame pointers, or for bool observations packed obs, next-obs links and the pool as
+        first allocated), ``fields`` (actions, rewards, flags), ``index`` (trees or rank heap) and
         ``total``.
 
     Raises:
@@ -57,8 +59,11 @@ def planned_nbytes(
         # frames + a uint64 hash and an int64 last-reference per frame; int32 pointers per stack.
         observations = n_frames * (frame_bytes + 8 + 8) + capacity * 2 * stack * 4
     else:
-        if np.dtype(obs_dtype) == np.bool_:  # BitStorage: eight cells a byte
-            observations = capacity * 2 * ((obs_items + 7) // 8)
+        if np.dtype(obs_dtype) == np.bool_:  # BitStorage: eight cells a byte, one row a slot
+            row, link = (obs_items + 7) // 8, link_dtype(capacity).itemsize
+            # obs and a next_obs link per slot; the pool's rows and free list as first allocated
+            # (the floor: it grows by half whenever more next observations wait in it)
+            observations = (capacity + initial_pool_entries(capacity)) * (row + link)
         else:
             observations = capacity * 2 * obs_items * np.dtype(obs_dtype).itemsize
     if kind == "proportional":

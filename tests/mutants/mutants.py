@@ -119,6 +119,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "new transitions enter with the raw max priority, alpha not applied",
     ),
     Mutant(
+        "bits-link-older", "per_dqn/memory/storage.py",
+        "        for k in range(n - skip):\n            self._place(",
+        "        for k in reversed(range(n - skip)):\n            self._place(",
+        ("tests/memory/test_bit_storage.py",),
+        "a batch linked last item first: a next obs links to an older slot of the same batch, "
+        "which the ring overwrites first",
+    ),
+    Mutant(
         "shared-stream", "per_dqn/run.py",
         "self.memory = make_memory(config.replay, self.spec, self.seeds.replay)",
         "self.memory = make_memory(config.replay, self.spec, run.seed)",
