@@ -176,3 +176,7 @@ def test_plan_reports_a_seaquest_transition_in_under_500_bytes():
     assert "obs and next_obs packed eight cells a byte" in result.stdout
     per_transition = int(re.search(r"per transition\s+([\d,]+) bytes", result.stdout).group(1))
     assert per_transition <= 500
+    # One 125-byte obs a slot with a link for its next obs (306 B with next_obs stored whole);
+    # the pool's size is the one assumption, and the plan says which.
+    assert per_transition == 189
+    assert "next-obs pool    3,125 entries of 129 bytes counted" in result.stdout
