@@ -624,7 +624,7 @@ def ablate(
         typer.Option(
             metavar="ARMS",
             help="Arms, comma-separated (uniform, proportional, rank), each with its own settings "
-            'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: all three.'
+            'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: all three.',
         ),
     ] = None,
     grid: Annotated[
@@ -632,7 +632,7 @@ def ablate(
         typer.Option(
             metavar="KEY=V1,V2",
             help="KEY=V1,V2,...: run every value of any config key, crossed with the arms and "
-            "the other --grid keys. Repeatable."
+            "the other --grid keys. Repeatable.",
         ),
     ] = None,
     seeds: Annotated[
