@@ -14,7 +14,9 @@ SPS is env steps over that wall time:
   training, then a final greedy evaluation of E episodes, as SB3's side does;
 * SB3: ``benchmarks/_sb3_minatar.py`` (its docstring lists the settings), ``learn`` for N steps
   and E greedy episodes. SB3 has no prioritised replay, so its row compares with per_dqn's uniform
-  row; the proportional row shows what PER costs on top.
+  row; the proportional row shows what PER costs on top. SB3's DQN has no Double-DQN target, so a
+  third per_dqn row runs uniform replay with ``agent.double=false``: SB3's update, one forward
+  pass fewer than the config's.
 
 Repeats rotate which side goes first. Without ``stable_baselines3`` (the ``bench`` extra) only
 per_dqn's rows are measured.
@@ -57,15 +59,17 @@ GOAL = 2.0  # SB3 wall / per_dqn (uniform) wall
 TARGET_STEPS, TARGET_SECONDS = 1_000_000, 600.0
 
 
-def run_per_dqn(args: argparse.Namespace, kind: str, seed: int, run_dir: Path) -> dict[str, Any]:
+def run_per_dqn(args: argparse.Namespace, side: str, seed: int, run_dir: Path) -> dict[str, Any]:
     """One ``per-dqn train`` process; its wall time and what its summary says."""
+    kind = side.removesuffix("-single")
+    double = [] if kind == side else ["--set", "agent.double=false"]
     command = [
         "-m", "per_dqn.cli", "train", "--config", CONFIG, "--quiet", "--device", "cpu",
         "--seed", str(seed), "--run-dir", str(run_dir), "--steps", str(args.steps),
         "--replay", kind, "--set", f"env.id={args.env_id}", "--set", "run.torch_threads=1",
         "--set", f"train.eval_interval={args.steps}",
         "--set", f"train.final_eval_episodes={args.eval_episodes}",
-        "--set", "checkpoint.enabled=false",
+        "--set", "checkpoint.enabled=false", *double,
     ]  # fmt: skip
     done = run_python(command, root=ROOT, cwd=run_dir.parent)
     check_finished("per-dqn train", done)
@@ -89,6 +93,7 @@ def run_sb3(args: argparse.Namespace, seed: int, cwd: Path) -> dict[str, Any]:
 
 LABELS = {
     "uniform": "per_dqn, uniform replay",
+    "uniform-single": "per_dqn, uniform replay, DQN target (no Double)",
     "proportional": "per_dqn, proportional PER",
     "sb3": "SB3 DQN, same settings",
 }
@@ -108,7 +113,7 @@ def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> s
     headers = ["run", "wall s (median)", "env steps", "SPS", "final score per repeat"]
     lines = [markdown_table(headers, rows), ""]
     if "sb3" in runs:
-        for side in ("uniform", "proportional"):
+        for side in ("uniform-single", "uniform", "proportional"):
             ratio = walls["sb3"] / walls[side]
             verdict = "met" if ratio >= GOAL else "NOT met"
             lines.append(
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         f"# {args.env_id}, {args.steps:,} env steps each, {args.repeats} repeat(s), 1 torch "
         f"thread, CPU; command `{command_line()}`"
     )
-    sides = ["uniform", "proportional", *(["sb3"] if HAVE_SB3 else [])]
+    sides = ["uniform", "uniform-single", "proportional", *(["sb3"] if HAVE_SB3 else [])]
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-minatar-sb3-") as tmp:
         for repeat in range(args.repeats):

@@ -161,7 +161,8 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     assert PACKAGE_LINE in out
     headers, rows = table_with(out, "run")
     assert headers[:4] == ["run", "wall s (median)", "env steps", "SPS"]
-    for side in ("per_dqn, uniform replay", "per_dqn, proportional PER"):
+    for side in ("per_dqn, uniform replay", "per_dqn, proportional PER",
+                 "per_dqn, uniform replay, DQN target (no Double)"):  # fmt: skip
         row = rows.pop(side)
         assert_numbers(row)
         assert row[1] == "1,500"
