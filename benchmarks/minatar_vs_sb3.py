@@ -18,6 +18,11 @@ SPS is env steps over that wall time:
   third per_dqn row runs uniform replay with ``agent.double=false``: SB3's update, one forward
   pass fewer than the config's.
 
+Then, in this process, the learner alone: a ``Trainer`` of the same config (uniform replay) trains
+``--learner-fill`` env steps to fill its memory, and ``agent.learn(memory.sample(32))`` is timed
+over ``--learner-updates`` updates: the milliseconds an update costs, and how many of the 1M-step
+minutes the config's 250,000 updates take.
+
 Repeats rotate which side goes first. Without ``stable_baselines3`` (the ``bench`` extra) only
 per_dqn's rows are measured.
 
@@ -135,6 +140,45 @@ def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> s
     return "\n".join(lines)
 
 
+def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float]:
+    """Milliseconds of one ``learn`` (sampling included) and of one ``sample`` alone, medians of
+    five blocks of ``args.learner_updates // 5`` updates, after a memory filled by training."""
+    import time
+
+    import torch
+
+    from per_dqn.config import Override
+    from per_dqn.run import Trainer
+
+    torch.set_num_threads(1)
+    config = load_config(
+        resolve_config_path(CONFIG),
+        [Override(k, v, "benchmark") for k, v in {
+            "env.id": args.env_id, "replay.kind": "uniform", "run.device": "cpu",
+            "train.total_env_steps": args.learner_fill, "train.eval_interval": args.learner_fill,
+            "train.final_eval_episodes": 1, "checkpoint.enabled": False,
+        }.items()],
+    )  # fmt: skip
+    trainer = Trainer(config, "minatar")
+    try:
+        trainer.run(tmp / "learner")
+        agent, memory, batch = trainer.agent, trainer.memory, config.train.batch_size
+        block = max(1, args.learner_updates // 5)
+        learn, sample = [], []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(block):
+                agent.learn(memory.sample(batch))
+            learn.append((time.perf_counter() - start) / block * 1e3)
+            start = time.perf_counter()
+            for _ in range(block):
+                memory.sample(batch)
+            sample.append((time.perf_counter() - start) / block * 1e3)
+    finally:
+        trainer.close()
+    return median(learn), median(sample)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -144,6 +188,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="runs each (2; smoke 1)")
     parser.add_argument("--eval-episodes", type=int, help="final greedy episodes (10; smoke 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
+    parser.add_argument("--learner-fill", type=int, help="env steps before timing learn (5,000)")
+    parser.add_argument("--learner-updates", type=int, help="timed updates (1,000; smoke 10)")
     args = parser.parse_args(argv)
     config = load_config(resolve_config_path(CONFIG))
     fill_defaults(
@@ -152,6 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "steps": (100_000, None, 1_500),
             "repeats": (2, None, 1),
             "eval_episodes": (10, None, 2),
+            "learner_fill": (5_000, None, 1_200),
+            "learner_updates": (1_000, None, 10),
         },
     )
     require_at_least(parser, args, 1, "repeats", "eval_episodes")
@@ -186,8 +234,16 @@ def main(argv: list[str] | None = None) -> None:
                     result = run_per_dqn(args, side, seed, Path(tmp) / f"{side}-{repeat}")
                 runs[side].append(result)
                 log(f"repeat {repeat + 1}: {side} {result['wall']:.1f} s")
+        learn_ms, sample_ms = time_learner(args, Path(tmp))
     print()
     print(render(args, runs))
+    config = load_config(resolve_config_path(CONFIG))
+    updates = (TARGET_STEPS - config.train.learning_starts) // config.train.replay_period
+    print(
+        f"learner (uniform, one thread): {learn_ms:.2f} ms an update, sampling "
+        f"{sample_ms:.3f} ms of it; the {updates:,} updates of 1M env steps take "
+        f"{updates * learn_ms / 60e3:.1f} min."
+    )
 
 
 if __name__ == "__main__":

@@ -167,6 +167,9 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
         assert_numbers(row)
         assert row[1] == "1,500"
     assert re.search(r"per_dqn uniform: 1M env steps at this SPS take [\d.]+ min; target", out)
+    assert re.search(
+        r"learner \(uniform, one thread\): [\d.]+ ms an update, sampling [\d.]+ ms", out
+    )
     if HAVE["stable_baselines3"]:
         assert_numbers(rows.pop("SB3 DQN, same settings"))
         assert re.search(r"SB3 / per_dqn uniform wall time: [\d.]+x; goal >= 2x", out)
