@@ -206,7 +206,11 @@ class ReplayConfig(_Section):
         priority_eps: added to ``|delta|`` before the exponent (proportional only).
         td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
         uniform_mix: share of each batch drawn uniformly (proportional only).
-        weight_normalization: ``global`` (the paper's max over the memory) or ``batch``.
+        weight_normalization: how proportional PER scales its IS weights: ``global`` (the
+            paper's max over the memory) or ``batch`` (the max over the batch). Rank-based PER
+            has no such choice to make: every batch holds one draw from the segment with the
+            most ranks, whose weight is the largest any rank can get, so its batch maximum is
+            always the global one.
         sort_interval: priority updates between full re-sorts of the rank heap (rank only).
         dedup_frames: keep stacked uint8 image observations one distinct frame at a time
             (about 7 KB a transition for Atari instead of 56 KB); vector observations are always

@@ -222,3 +222,22 @@ def test_a_refused_state_changes_nothing(kind, damage, message):
     with pytest.raises(ValueError, match=message):
         target.load_state_dict(state)
     assert_same_state(target.state_dict(), before)
+
+
+def test_rank_batches_always_hold_the_global_maximum_weight():
+    """Why ``weight_normalization`` is proportional-only: a rank batch draws once from every
+    equal-mass segment, the last (most ranks, least probability each) included, so the largest
+    weight in every batch is the global maximum, 1, and batch normalisation would change
+    nothing. Checked over many draws, betas and batch sizes after the keys have been spread."""
+    mem = filled("rank", capacity=64, n=64, seed=3)
+    rng = np.random.default_rng(0)
+    for step in range(200):
+        batch = mem.sample(int(rng.integers(1, 33)), beta=float(rng.random()))
+        assert batch.weights.max() == 1.0, step
+        mem.update(PriorityUpdate(batch.indices, rng.random(batch.indices.size) * 5))
+    proportional = filled("proportional", capacity=64, n=64, seed=3)
+    for _ in range(50):
+        batch = proportional.sample(8, beta=1.0)
+        proportional.update(PriorityUpdate(batch.indices, rng.random(8) * 5))
+    # the negative control: proportional's global normalisation leaves most batches below 1
+    assert min(proportional.sample(8, beta=1.0).weights.max() for _ in range(20)) < 1.0
