@@ -17,13 +17,10 @@ trains with: ``n_timesteps: 5e4``, ``policy: MlpPolicy``, ``learning_rate: 2.3e-
 from __future__ import annotations
 
 import argparse
-import json
 
-import gymnasium as gym
 import torch
+from _sb3_result import print_result
 from stable_baselines3 import DQN
-from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.monitor import Monitor
 
 ENV_ID = "CartPole-v1"
 ZOO = {
@@ -52,23 +49,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = DQN("MlpPolicy", ENV_ID, seed=args.seed, device="cpu", verbose=0, **ZOO)
     model.learn(total_timesteps=args.steps)
-    eval_env = Monitor(gym.make(ENV_ID))
-    eval_env.reset(seed=args.seed + 10_000)
-    returns, _ = evaluate_policy(
-        model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True,
-        return_episode_rewards=True,
-    )  # fmt: skip
-    print(
-        json.dumps(
-            {
-                "env_steps": model.num_timesteps,
-                # SB3 keeps its update count in a private field and logs it as train/n_updates;
-                # there is no public attribute for it.
-                "updates": model._n_updates,
-                "final_eval_return_mean": sum(returns) / len(returns),
-            }
-        )
-    )
+    print_result(model, ENV_ID, args.seed, args.eval_episodes)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,13 @@ Double-DQN target, so each of its updates runs one forward pass fewer than per_d
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import gymnasium as gym
 import minatar.gym
 import torch
+from _sb3_result import print_result
 from stable_baselines3 import DQN
-from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
@@ -68,23 +66,7 @@ def main() -> None:
                        "optimizer_kwargs": {"eps": 3.125e-4}},
     )  # fmt: skip
     model.learn(total_timesteps=args.steps)
-    eval_env = Monitor(gym.make(args.env_id))
-    eval_env.reset(seed=args.seed + 10_000)
-    returns, _ = evaluate_policy(
-        model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True,
-        return_episode_rewards=True,
-    )  # fmt: skip
-    print(
-        json.dumps(
-            {
-                "env_steps": model.num_timesteps,
-                # SB3 keeps its update count in a private field and logs it as train/n_updates;
-                # there is no public attribute for it.
-                "updates": model._n_updates,
-                "final_eval_return_mean": sum(returns) / len(returns),
-            }
-        )
-    )
+    print_result(model, args.env_id, args.seed, args.eval_episodes)
 
 
 if __name__ == "__main__":
