@@ -760,13 +760,21 @@ def report(
             "reward_threshold (MinAtar), or to override it.",
         ),
     ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ARM",
+            help="Pair every arm's P(>) against this arm (as report.md names it, e.g. "
+            "proportional/weight_normalization=global) instead of uniform.",
+        ),
+    ] = None,
 ) -> None:
     """Write report.md, scores.csv and the figures (curves, performance profiles; PNG and SVG)
     into a sweep dir, from its run dirs alone."""
     from per_dqn.sweeps import report as reports
 
     try:
-        files = reports.write_report(sweep_dir, reports.parse_thresholds(threshold or []))
+        files = reports.write_report(sweep_dir, reports.parse_thresholds(threshold or []), baseline)
     except ValueError as exc:
         _fail([str(exc)])
     typer.echo(f"report: {files}")

@@ -421,7 +421,9 @@ class ReportFiles:
         return ", ".join(str(p) for p in paths if p is not None)
 
 
-def write_report(out: Path, thresholds: dict[str, float] | None = None) -> ReportFiles:
+def write_report(
+    out: Path, thresholds: dict[str, float] | None = None, baseline: str | None = None
+) -> ReportFiles:
     """Reads the sweep dir ``out`` and writes the report's files into it.
 
     Everything is computed before the first file is written, and each file replaces its old
@@ -431,11 +433,19 @@ def write_report(out: Path, thresholds: dict[str, float] | None = None) -> Repor
         out: the sweep dir.
         thresholds: ``{env_id: value}`` overriding or adding steps-to-threshold targets
             (``parse_thresholds``).
+        baseline: the arm every other arm's P(>) is paired against, on the same env (None:
+            uniform at the same grid point, ``baseline_arms``).
 
     Raises:
-        ValueError: see ``collect``; a threshold for an env the sweep does not have.
+        ValueError: see ``collect``; a threshold for an env the sweep does not have; a
+            baseline that is not one of the sweep's arms.
     """
     sweep = collect(out)
+    if baseline is not None and baseline not in sweep.arms:
+        raise ValueError(
+            f"--baseline: {baseline!r} is not an arm of {out}; its arms are "
+            + ", ".join(sweep.arms)
+        )
     env_thresholds = resolve_thresholds(sweep, thresholds or {})
     cells = group_cells(sweep, [measure(r, env_thresholds[r.env_id]) for r in sweep.runs])
     measured = [r for runs in cells.values() for r in runs]  # by env, arm and seed
@@ -446,9 +456,9 @@ def write_report(out: Path, thresholds: dict[str, float] | None = None) -> Repor
     )  # fmt: skip
     contents = {
         files.scores: scores_csv(measured).encode("utf-8"),
-        files.report: render_markdown(sweep, cells, env_thresholds, norm, thresholds or {}).encode(
-            "utf-8"
-        ),
+        files.report: render_markdown(
+            sweep, cells, env_thresholds, norm, thresholds or {}, baseline
+        ).encode("utf-8"),
     }
     curves = plot_curves(sweep, cells, env_thresholds)
     profiles = plot_profiles(sweep, cells, norm)
@@ -526,6 +536,7 @@ def render_markdown(
     thresholds: dict[str, float | None],
     norm: Normalization,
     given: dict[str, float] | None = None,
+    baseline: str | None = None,
 ) -> str:
     """The report: what was run, which runs are missing, one table per env, the comparison
     across games, the figures."""
@@ -533,6 +544,8 @@ def render_markdown(
     name = record.get("config_name") or "sweep"
     seeds = sorted({r.seed for r in sweep.runs})
     lines = [f"# Ablation report: {name}", ""]
+    versus = baseline or BASELINE_ARM
+    where = " on the same env" if baseline else " at the same grid point"
     if record:
         overrides = record.get("overrides") or []
         lines.append(
@@ -553,20 +566,24 @@ def render_markdown(
         f"step. AUC: the area under its evaluation curve (`{m.EVAL_RETURN_MEAN}`) divided by the "
         "env steps the curve spans, its mean evaluation return over training. IQM: the "
         "interquartile mean over seeds. Brackets: 95% stratified bootstrap confidence intervals "
-        f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {BASELINE_ARM}): the share of "
-        f"paired seeds on which the arm beats {BASELINE_ARM} at the same grid point (ties count "
-        "1/2), with a paired bootstrap interval. IS weight: the mean over seeds of each run's "
+        f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {versus}): the share of "
+        f"paired seeds on which the arm beats {versus}{where} (ties count 1/2), with a paired "
+        "bootstrap interval. IS weight: the mean over seeds of each run's "
         f"mean logged `{m.PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
         "weights put on the step size (- where every weight is 1: uniform sampling).",
         "",
     ]  # fmt: skip
-    baselines = baseline_arms(sweep)
+    baselines = (
+        {arm: None if arm == baseline else baseline for arm in sweep.arms}
+        if baseline
+        else baseline_arms(sweep)
+    )
     for env in sweep.envs:
         lines += _env_table(
-            sweep, cells, baselines, env, thresholds.get(env), (given or {}).get(env)
+            sweep, cells, baselines, env, thresholds.get(env), (given or {}).get(env), versus
         )
     if len(sweep.envs) > 1 or norm.kind == "human":
-        lines += _across_games_table(sweep, cells, baselines, norm)
+        lines += _across_games_table(sweep, cells, baselines, norm, versus)
     measured = [r for runs in cells.values() for r in runs]
     for key in sensitivity_keys(sweep):
         lines += _sensitivity_table(sweep, measured, key)
@@ -598,13 +615,14 @@ def _env_table(
     env: str,
     threshold: float | None,
     given: float | None,
+    versus: str = BASELINE_ARM,
 ) -> list[str]:
     compare = any(baselines.values())
     head = ["arm", "runs", "final score IQM", "AUC IQM"]
     if threshold is not None:
         head.append(f"steps to {threshold:g}")
     if compare:
-        head += [f"P(> {BASELINE_ARM}), final", f"P(> {BASELINE_ARM}), AUC"]
+        head += [f"P(> {versus}), final", f"P(> {versus}), AUC"]
     head.append("IS weight")
     lines = [f"## {env}", "", "| " + " | ".join(head) + " |"]
     lines.append("|---|" + "--:|" * (len(head) - 1))
@@ -645,7 +663,11 @@ def _env_table(
 
 
 def _across_games_table(
-    sweep: SweepRuns, cells: Cells, baselines: dict[str, str | None], norm: Normalization
+    sweep: SweepRuns,
+    cells: Cells,
+    baselines: dict[str, str | None],
+    norm: Normalization,
+    versus: str = BASELINE_ARM,
 ) -> list[str]:
     n = len(sweep.envs)
     if norm.kind == "human":
@@ -679,7 +701,7 @@ def _across_games_table(
     compare = any(baselines.values())
     head = ["arm", "seeds", "final score IQM", "AUC IQM"]
     if compare:
-        head += [f"P(> {BASELINE_ARM}), final", f"P(> {BASELINE_ARM}), AUC"]
+        head += [f"P(> {versus}), final", f"P(> {versus}), AUC"]
     lines += ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
     for arm in sweep.arms:
         finals = matrices[(arm, "final")]

@@ -685,3 +685,32 @@ def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
     files = R.write_report(out)
     assert "Sensitivity" not in files.report.read_text()
     assert files.sensitivity is None and not (out / R.SENSITIVITY_FILE).exists()
+
+
+def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):
+    """``--baseline ARM``: P(>) against that arm, paired by seed, e.g. batch against global IS
+    normalisation (no uniform arm at all); an arm the sweep lacks is one error line, exit 2."""
+    out = tmp_path / "norms"
+    planned = []
+    for norm, scores in (("global", [1.0, 3.0, 5.0]), ("batch", [2.0, 2.0, 6.0])):
+        arm = f"proportional/weight_normalization={norm}"
+        for seed, score in enumerate(scores):
+            fake_run(out, f"{arm}/s{seed}", "CartPole-v1", "proportional", seed, score,
+                     [(100, score), (200, score)])  # fmt: skip
+            planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed,
+                            "run_dir": f"{arm}/s{seed}", "kind": "proportional", "settings": {},
+                            "point": {"replay.weight_normalization": norm}})  # fmt: skip
+    m.write_json(out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned})
+    plain = table_rows(R.write_report(out).report.read_text())
+    assert "P(> uniform), final" not in (out / "report.md").read_text()  # nothing to pair with
+    base = "proportional/weight_normalization=global"
+    text = R.write_report(out, baseline=base).report.read_text()
+    rows = table_rows(text)
+    # batch beats global on seeds 0 and 2, loses on seed 1: 2/3
+    expected = p_text([2.0, 2.0, 6.0], [1.0, 3.0, 5.0])
+    assert rows["proportional/weight_normalization=batch"][4:6] == [expected] * 2
+    assert rows[base][4:6] == ["n/a", "n/a"]
+    assert f"P(> {base}), final" in text and plain[base][:4] == rows[base][:4]
+    result = runner.invoke(app, ["report", str(out), "--baseline", "uniform"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --baseline: 'uniform' is not an arm of ")
