@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -554,6 +555,12 @@ def render_markdown(
             + f"; {_steps_text(sweep)} env steps per run."
         )
         seeds = list(record.get("seeds", seeds))
+        for arm, settings in (record.get("arm_settings") or {}).items():
+            pairs = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in settings.items())
+            lines.append(f"- Arm `{arm}` sets {pairs}.")
+        for key, values in (record.get("grid") or {}).items():
+            listed = ", ".join(f"`{json.dumps(v)}`" for v in values)
+            lines.append(f"- Grid: `{key}` takes {listed}, crossed with every arm.")
     lines += [
         f"- Arms: {', '.join(sweep.arms)}; seeds {_seed_range(seeds)}, paired (seed s gives every "
         "arm the same network initialisation and env seeds); envs: "

@@ -714,3 +714,16 @@ def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):
     result = runner.invoke(app, ["report", str(out), "--baseline", "uniform"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: --baseline: 'uniform' is not an arm of ")
+
+
+def test_report_states_each_arms_settings_and_the_grid(tmp_path):
+    scores = {("proportional", 0.4, 1): [1.0, 2.0], ("proportional", 0.8, 1): [3.0, 4.0]}
+    out = make_grid_sweep(tmp_path / "grid", scores)
+    record = json.loads((out / "sweep.json").read_text())
+    record["grid"] = {"replay.alpha": [0.4, 0.8], "agent.n_step": [1]}
+    record["arm_settings"] = {"rank/beta0=0.5": {"replay.beta0": 0.5}}
+    m.write_json(out / "sweep.json", record)
+    text = R.write_report(out).report.read_text()
+    assert "- Arm `rank/beta0=0.5` sets `replay.beta0=0.5`." in text
+    assert "- Grid: `replay.alpha` takes `0.4`, `0.8`, crossed with every arm." in text
+    assert "- Grid: `agent.n_step` takes `1`, crossed with every arm." in text
