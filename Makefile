@@ -32,7 +32,7 @@ tensorboard: $(STAMP)
 # The tests cover every optional part, so the extras they need are installed first.
 TEST_STAMP := $(VENV)/.installed-test
 $(TEST_STAMP): $(STAMP)
-	$(PIP) -e '.[dev,minatar,wandb,reference]'
+	$(PIP) -e '.[dev,minatar,wandb,reference,ray]'
 	touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)

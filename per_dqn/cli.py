@@ -14,9 +14,11 @@ run stops; its last checkpoint is left as it was).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -159,6 +161,13 @@ class VideoView(StrEnum):
 
     game = "game"
     agent = "agent"
+
+
+class Backend(StrEnum):
+    """Where ``ablate`` runs its runs."""
+
+    local = "local"
+    ray = "ray"
 
 
 class Device(StrEnum):
@@ -653,6 +662,34 @@ def ablate(
         typer.Option(help="Sweep dir. Default: <runs_root>/ablate__<env>__<config>."),
     ] = None,
     set_: SetOption = None,
+    backend: Annotated[
+        Backend,
+        typer.Option(
+            help="local: worker processes on this machine; ray: Ray tasks on a cluster (the "
+            "optional ray extra; the sweep dir must be on storage every node reaches)."
+        ),
+    ] = Backend.local,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="--backend ray: the cluster, HOST:PORT or auto. Default: start a local "
+            "single-node cluster of --workers CPUs."
+        ),
+    ] = None,
+    cpus_per_run: Annotated[
+        float | None, typer.Option(help="--backend ray: CPUs each run holds (default 1).")
+    ] = None,
+    gpus_per_run: Annotated[
+        float | None,
+        typer.Option(help="--backend ray: GPUs each run holds; 0.25 puts 4 runs on a GPU."),
+    ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option(
+            help="--backend ray: retries of a run whose worker died, each resuming from its "
+            "last checkpoint (default 3)."
+        ),
+    ] = None,
 ) -> None:
     """Run every arm x grid point x seed into DIR/<kind>/<settings>/s<seed>, then report.
 
@@ -665,6 +702,30 @@ def ablate(
     overrides = _parse_sets(set_)
     from per_dqn.sweeps import ablate as sweeps
 
+    ray_options = None
+    if backend == Backend.ray:
+        from per_dqn.sweeps import ray_backend
+
+        try:
+            ray_options = ray_backend.check_options(
+                ray_backend.RayOptions(
+                    address=address,
+                    cpus_per_run=1.0 if cpus_per_run is None else cpus_per_run,
+                    gpus_per_run=0.0 if gpus_per_run is None else gpus_per_run,
+                    retries=ray_backend.DEFAULT_RETRIES if retries is None else retries,
+                    local_cpus=workers,
+                )
+            )
+        except ValueError as exc:
+            _fail([str(exc)])
+    else:
+        given = {
+            "--address": address,
+            "--cpus-per-run": cpus_per_run is not None,
+            "--gpus-per-run": gpus_per_run is not None,
+            "--retries": retries is not None,
+        }
+        _fail_if_given(given, "--backend local (they are --backend ray's)")  # fmt: skip
     try:
         sweep = sweeps.plan_sweep(
             config,
@@ -683,22 +744,78 @@ def ablate(
         _fail(exc.problems)
     except ValueError as exc:
         _fail([str(exc)])
+    created = _first_missing(sweep.out)
     try:
         lock = sweeps.lock_sweep_dir(sweep)
     except ValueError as exc:  # metrics.RunDirError: in use, or cannot be created
         _fail([str(exc)])
-    with lock:
-        _ablate_locked(sweep, todo, n_workers)
+    if ray_options is None or not todo:  # nothing to run needs no cluster
+        used = min(n_workers, len(todo))
+        with lock:
+            _ablate_locked(
+                sweep,
+                todo,
+                lambda show: sweeps.run_sweep(sweep, n_workers, show),
+                f" on {used} worker{'s' * (used > 1)}",
+            )
+        return
+    _ablate_on_ray(sweep, todo, ray_options, lock, created)
 
 
-def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
-    """``ablate`` once the sweep dir is locked: runs the sweep, prints its progress, reports."""
+def _first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (None: it exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _ablate_on_ray(sweep: Any, todo: list, options: Any, lock: Any, created: Path | None) -> None:
+    """``ablate --backend ray`` with the sweep dir locked: connects (or starts a local cluster),
+    checks that the workers see the sweep dir, then runs the sweep as ``_ablate_locked`` does.
+    A refused sweep leaves no dir behind that it created."""
+    from per_dqn.sweeps import ray_backend
+
+    refused = None
+    with lock, contextlib.ExitStack() as connected:
+        try:
+            cluster = connected.enter_context(ray_backend.connect(options))
+            cluster.check_storage(sweep.out)
+        except ValueError as exc:  # no cluster at --address, or it cannot see the sweep dir
+            refused = str(exc)
+        else:
+            typer.echo(f"ray: {cluster.describe()}")
+            _ablate_locked(sweep, todo, lambda show: cluster.run_sweep(sweep, show), " on Ray")
+    if refused is not None:
+        if created is not None:
+            _remove_empty(sweep.out, created)
+        _fail([refused])
+
+
+def _remove_empty(path: Path, top: Path) -> None:
+    """Removes ``path`` (its lock file aside, it must be empty) and its parents up to ``top``."""
+    from per_dqn import metrics
+
+    (path / metrics.LOCK_FILE).unlink(missing_ok=True)
+    for directory in (path, *path.parents):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        if directory == top:
+            return
+
+
+def _ablate_locked(sweep: Any, todo: list, run: Callable[[Callable], Any], where: str) -> None:
+    """``ablate`` once the sweep dir is locked: runs the sweep (``run(show)``), prints its
+    progress, reports."""
     from per_dqn.sweeps import ablate as sweeps
     from per_dqn.sweeps import report as reports
 
     total = len(sweep.jobs)
-    used = min(n_workers, len(todo))
-    workers_text = f" on {used} worker{'s' * (used > 1)}" if todo else ""
+    workers_text = where if todo else ""
     typer.echo(
         f"sweep {sweep.out}: {total} runs, {total - len(todo)} finished, {len(todo)} to run"
         + workers_text
@@ -726,7 +843,7 @@ def _ablate_locked(sweep: Any, todo: list, n_workers: int) -> None:
     # (a background job of a non-interactive shell inherits that), as `train` handles it too.
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        result = sweeps.run_sweep(sweep, n_workers, show)
+        result = run(show)
     except OSError as exc:  # the sweep's own record could not be written
         typer.echo(f"error: {exc.filename or sweep.out}: {exc.strerror or exc}", err=True)
         raise typer.Exit(EXIT_WRITE_FAILED) from None

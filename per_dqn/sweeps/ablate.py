@@ -715,6 +715,11 @@ def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None)
     )
 
 
+def error_line(exc: BaseException) -> str:
+    """An exception as one line, its type included: ``ValueError: train.lr: must be > 0``."""
+    return " ".join("".join(traceback.format_exception_only(exc)).split())
+
+
 def _clear_run_dir(run_dir: Path) -> None:
     """Deletes what an unfinished run left (its events would mix with the redo), lock aside."""
     import shutil
@@ -804,8 +809,7 @@ def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | Non
         except KeyboardInterrupt:
             outcome = Outcome(job, interrupted=True)
         except Exception as exc:
-            lines = traceback.format_exception_only(exc)
-            outcome = Outcome(job, error=" ".join("".join(lines).split()))
+            outcome = Outcome(job, error=error_line(exc))
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if _parent_is_gone():
@@ -827,20 +831,12 @@ def lock_sweep_dir(sweep: Sweep) -> m.RunDirLock:
     return lock
 
 
-def run_sweep(
-    sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
-) -> SweepResult:
-    """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
-    run from its newest usable checkpoint when it has one.
-
-    Args:
-        sweep: from ``plan_sweep`` (whose checks this relies on).
-        workers: processes at most (never more than there are runs to do).
-        on_outcome: called in this process as each run ends.
+def start_sweep(sweep: Sweep) -> tuple[SweepResult, list[Job]]:
+    """What every backend does first: writes ``sweep.json`` (the record on disk grown by this
+    plan) and lists the runs left to do; the finished ones count as skipped.
 
     Returns:
-        What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
-        keep an interrupted summary, and are resumed by the next call).
+        A result holding the skipped count, and the unfinished jobs in the plan's order.
     """
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
@@ -862,6 +858,26 @@ def run_sweep(
             result.skipped += 1
         else:
             todo.append(job)
+    return result, todo
+
+
+def run_sweep(
+    sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
+) -> SweepResult:
+    """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
+    run from its newest usable checkpoint when it has one.
+
+    Args:
+        sweep: from ``plan_sweep`` (whose checks this relies on).
+        workers: processes at most (never more than there are runs to do).
+        on_outcome: called in this process as each run ends.
+
+    Returns:
+        What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
+        keep an interrupted summary, and are resumed by the next call).
+    """
+    out = sweep.out
+    result, todo = start_sweep(sweep)
     if not todo:
         return result
 

@@ -1,0 +1,387 @@
+"""Sweeps on a Ray cluster: the runs ``ablate`` plans, each a Ray task holding its resources.
+
+``per-dqn ablate ... --backend ray`` runs the same plan as the local backend (``ablate.plan_sweep``:
+the pairing, the run dirs, the record) through the same ``ablate._run_job`` as a local worker, so
+skipping finished runs, resuming from checkpoints and ``report`` are one code path, and a run on
+CPU gives the same summary and ``model.pt`` under either backend. Only where a run executes
+changes: a task on any node of the cluster, with ``--cpus-per-run`` CPUs and ``--gpus-per-run``
+GPUs (fractions share one GPU among small runs).
+
+Where the cluster comes from:
+
+- ``--address HOST:PORT`` or ``auto``: an existing cluster (``ray start --head`` on one node,
+  ``ray start --address HEAD:PORT`` on the others; ``auto`` finds the one started on this node).
+- none: a single-node cluster of ``--workers`` CPUs (default: one per core), started for this
+  sweep and shut down after it, kept on loopback: Ray puts a node on the host's interface address
+  even when asked for 127.0.0.1 (measured with ray 2.60), unless
+  ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which makes it a one-node, loopback-only cluster.
+
+Storage: a run dir is written by whichever node runs it, so the sweep dir must be on storage every
+node reaches (a shared filesystem path, today). ``Cluster.check_storage`` proves it before any run
+starts: the driver writes a marker file into the sweep dir and a task on every alive node reads it
+back; a node that cannot is one line naming it, and the sweep is refused.
+
+Faults: a task whose worker process dies (SIGKILL, out of memory, a node leaving) is retried by
+Ray up to ``--retries`` times; the retry's ``_run_job`` resumes from the run's newest usable
+checkpoint, as a re-run of the sweep would (the dead worker's run dir lock went with it). A run that
+fails on its own terms (a bad config, the loss turning NaN) returns an ``Outcome`` with its error
+instead of raising, so it is never retried, and is reported as on the local backend.
+
+Ctrl-C or SIGTERM on the driver creates the stop file ``DIR/.ray-stop``; every task polls it (a
+``stat`` every half second, as cheap as the local workers' signal flag) and stops its run the way
+Ctrl-C stops ``per-dqn train``: between two env steps, with a checkpoint and an interrupted summary.
+The same command then resumes the sweep. Since the tasks see the sweep dir (the storage check
+proved it), the file reaches every node with no channel of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from per_dqn.sweeps import ablate
+from per_dqn.sweeps.ablate import Job, Outcome, Sweep, SweepResult
+
+# What a user without the extra is told, in full.
+MISSING_RAY = (
+    "--backend ray needs Ray, which is the optional `ray` extra: pip install 'per-dqn[ray]' "
+    "(or ray[default]>=2.60)"
+)
+# The file whose presence asks every task of the sweep to stop its run (Ctrl-C on the driver).
+STOP_FILE = ".ray-stop"
+# How often a task looks for the stop file, in seconds.
+STOP_POLL_SECONDS = 0.5
+# After Ctrl-C, how long the tasks get to checkpoint and write their summaries.
+STOP_GRACE_SECONDS = ablate.STOP_GRACE_SECONDS
+# How long the storage check waits for its tasks (a busy cluster still runs a 0-CPU task soon).
+STORAGE_CHECK_SECONDS = 120.0
+# Set to 0 before Ray is imported, it keeps a single-node cluster on 127.0.0.1 (ray 2.60).
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray retries a task whose worker died this many times unless --retries says otherwise.
+DEFAULT_RETRIES = 3
+
+
+def import_ray(loopback: bool = False) -> Any:
+    """The ``ray`` module.
+
+    Args:
+        loopback: keep the clusters this process starts or joins on 127.0.0.1 (the module
+            docstring says why). Ray reads the switch once, when it is first imported, so it is
+            set here, before that.
+
+    Raises:
+        ValueError: ``MISSING_RAY``, when the extra is not installed.
+    """
+    if loopback:
+        os.environ.setdefault(LOOPBACK_SWITCH, "0")
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(MISSING_RAY) from None
+    return ray
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How a sweep uses Ray.
+
+    Attributes:
+        address: ``HOST:PORT`` or ``auto`` of an existing cluster; None starts a local one.
+        cpus_per_run: CPUs each run's task holds.
+        gpus_per_run: GPUs each run's task holds; a fraction shares one GPU among runs.
+        retries: how many times a run whose worker died is retried.
+        local_cpus: the CPUs of the local cluster (None: one per core); only without ``address``.
+    """
+
+    address: str | None = None
+    cpus_per_run: float = 1.0
+    gpus_per_run: float = 0.0
+    retries: int = DEFAULT_RETRIES
+    local_cpus: int | None = None
+
+
+def check_options(options: RayOptions) -> RayOptions:
+    """Validates the options, before anything is created.
+
+    Raises:
+        ValueError: one line naming the option and its value.
+    """
+    if options.address is not None and options.address != "auto":
+        host, colon, port = options.address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"--address: expected auto or HOST:PORT, got {options.address!r}")
+    if not options.cpus_per_run > 0:
+        raise ValueError(f"--cpus-per-run must be > 0, got {options.cpus_per_run}")
+    if not options.gpus_per_run >= 0:
+        raise ValueError(f"--gpus-per-run must be >= 0, got {options.gpus_per_run}")
+    if options.gpus_per_run > 1 and options.gpus_per_run != int(options.gpus_per_run):
+        # Ray's own rule: above one GPU, a task holds whole GPUs.
+        raise ValueError(
+            f"--gpus-per-run above 1 must be a whole number, got {options.gpus_per_run}"
+        )
+    if options.retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {options.retries}")
+    if options.address is not None and options.local_cpus is not None:
+        raise ValueError(
+            "--workers sizes the local Ray cluster; with --address the cluster's own CPUs "
+            f"decide, got --workers {options.local_cpus}"
+        )
+    if options.local_cpus is not None and options.local_cpus < 1:
+        raise ValueError(f"--workers must be >= 1, got {options.local_cpus}")
+    import_ray(loopback=_wants_loopback(options))
+    return options
+
+
+def _wants_loopback(options: RayOptions) -> bool:
+    return options.address is None or _is_loopback(options.address)
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "auto":
+        return False
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+class StorageError(ValueError):
+    """The Ray workers cannot see the sweep dir."""
+
+
+@dataclass
+class Cluster:
+    """A connected Ray cluster, as ``connect`` yields it.
+
+    Attributes:
+        ray: the ``ray`` module.
+        options: how the sweep uses it.
+        address: the cluster's GCS address.
+        dashboard_url: the Ray dashboard's address, when there is one.
+        started: this process started the cluster (no ``--address``).
+    """
+
+    ray: Any
+    options: RayOptions
+    address: str
+    dashboard_url: str | None
+    started: bool
+
+    def describe(self) -> str:
+        """One line: where the cluster is, its nodes and CPUs, and its dashboard."""
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+        gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+        kind = "a local Ray cluster" if self.started else "the Ray cluster"
+        text = f"{kind} at {self.address}: {len(nodes)} node{'s' * (len(nodes) != 1)}, "
+        text += f"{cpus:g} CPUs" + (f", {gpus:g} GPUs" if gpus else "")
+        if self.dashboard_url:
+            text += f"; dashboard http://{self.dashboard_url}"
+        return text
+
+    def check_storage(self, out: Path) -> None:
+        """Proves that every alive node sees ``out``: writes a marker with a fresh token there and
+        has one task per node read it back. The marker is removed either way.
+
+        Raises:
+            StorageError: one line naming the node that could not read the marker.
+        """
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        token = uuid.uuid4().hex
+        marker = out / f".ray-storage-check-{token}"
+        marker.write_text(token, encoding="utf-8")
+        try:
+            read = ray.remote(num_cpus=0, max_retries=0)(_read_marker)
+            refs = {
+                read.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+                ).remote(str(marker)): n["NodeManagerAddress"]
+                for n in ray.nodes()
+                if n.get("Alive")
+            }
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=STORAGE_CHECK_SECONDS)
+            for ref, node in refs.items():
+                seen = ray.get(ref) if ref in done else "(no answer)"
+                if seen != token:
+                    raise StorageError(
+                        f"sweep dir {out}: the Ray workers on node {node} cannot read it (a "
+                        f"marker written there read back as {seen!r}); put --out on storage "
+                        "every node reaches, such as a shared filesystem"
+                    )
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def run_sweep(
+        self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None
+    ) -> SweepResult:
+        """Writes ``sweep.json`` and runs the unfinished runs as Ray tasks, as
+        ``ablate.run_sweep`` runs them in worker processes.
+
+        Args:
+            sweep: from ``ablate.plan_sweep``, with the storage checked (``check_storage``).
+            on_outcome: called in this process as each run ends.
+
+        Returns:
+            What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (the runs in progress
+            checkpoint and keep an interrupted summary; the next call resumes them).
+        """
+        ray = self.ray
+        out = sweep.out
+        stop_file = out / STOP_FILE
+        # A stop file left by a driver that was killed would stop every run at once.
+        stop_file.unlink(missing_ok=True)
+        result, todo = ablate.start_sweep(sweep)
+        if not todo:
+            return result
+        task = ray.remote(_run_task).options(
+            num_cpus=self.options.cpus_per_run,
+            num_gpus=self.options.gpus_per_run,
+            max_retries=self.options.retries,
+            # A run's own failure comes back as an Outcome, never as an exception: not retried.
+            retry_exceptions=False,
+        )
+        pending = {task.remote(job, str(out), str(stop_file)): job for job in todo}
+
+        def collect(timeout: float) -> None:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            for ref in done:
+                job = pending.pop(ref)
+                outcome = self._outcome(ref, job)
+                result.outcomes.append(outcome)
+                result.interrupted |= outcome.interrupted
+                if on_outcome is not None:
+                    on_outcome(outcome)
+
+        try:
+            while pending:
+                collect(0.5)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            stop_file.touch()
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            try:
+                while pending and time.monotonic() < deadline:
+                    collect(0.2)
+            except KeyboardInterrupt:
+                pass  # a second Ctrl-C: stop waiting
+            for ref in pending:
+                ray.cancel(ref, force=True)
+        finally:
+            stop_file.unlink(missing_ok=True)
+        return result
+
+    def _outcome(self, ref: Any, job: Job) -> Outcome:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            # The worker died more often than --retries allows, or the task was cancelled.
+            return Outcome(
+                job,
+                error=f"its Ray task failed after {self.options.retries} retries: "
+                + ablate.error_line(exc).splitlines()[0][:500],
+            )
+
+
+@contextlib.contextmanager
+def connect(options: RayOptions) -> Iterator[Cluster]:
+    """Connects to the cluster at ``options.address``, or starts a local one on loopback, and
+    disconnects (shutting a local one down) on the way out.
+
+    Raises:
+        ValueError: one line when no cluster answers at the address.
+    """
+    ray = import_ray(loopback=_wants_loopback(options))
+    kwargs: dict[str, Any] = {
+        "logging_level": logging.ERROR,
+        "log_to_driver": False,  # the trainers run --quiet; their stderr stays in Ray's logs
+        "configure_logging": True,
+    }
+    if options.address is None:
+        cpus = options.local_cpus or os.cpu_count() or 1
+        kwargs |= {"num_cpus": cpus, "include_dashboard": True, "dashboard_host": "127.0.0.1"}
+    else:
+        kwargs["address"] = options.address
+    try:
+        context = ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = options.address or "a local cluster"
+        raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
+    try:
+        if options.address is None:
+            # A cluster started for one sweep never listens beyond this machine: checked, since
+            # a `ray` imported before `import_ray` set the switch would not have read it.
+            exposed = sorted(
+                {n["NodeManagerAddress"] for n in ray.nodes()} - {"127.0.0.1", "localhost", "::1"}
+            )
+            if exposed:
+                raise ValueError(
+                    f"the local Ray cluster came up on {', '.join(exposed)}, not on loopback; "
+                    f"set {LOOPBACK_SWITCH}=0 before Ray is imported"
+                )
+        info = context.address_info
+        yield Cluster(
+            ray,
+            options,
+            address=info.get("gcs_address") or options.address or "?",
+            dashboard_url=context.dashboard_url or None,
+            started=options.address is None,
+        )
+    finally:
+        ray.shutdown()
+
+
+# --- in a Ray worker ------------------------------------------------------------------------------
+
+
+def _read_marker(path: str) -> str | None:
+    """The storage check's task: the marker's text, or None where this node cannot read it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+class _StopFile:
+    """``should_stop`` for a run in a task: true once the driver has created the stop file.
+
+    Called every env step; it looks at the file every ``STOP_POLL_SECONDS`` only (one
+    ``time.monotonic()`` otherwise).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.next_look = 0.0
+        self.seen = False
+
+    def __call__(self) -> bool:
+        if not self.seen:
+            now = time.monotonic()
+            if now >= self.next_look:
+                self.next_look = now + STOP_POLL_SECONDS
+                self.seen = self.path.exists()
+        return self.seen
+
+
+def _run_task(job: Job, out: str, stop_file: str) -> Outcome:
+    """One run in a Ray worker, exactly as a local worker runs it (``ablate._run_job``): resumed
+    from its newest usable checkpoint, stopped by the stop file. Its own failure is returned, not
+    raised, so that Ray does not retry it."""
+    stop = _StopFile(Path(stop_file))
+    if stop():
+        return Outcome(job, interrupted=True)
+    try:
+        return ablate._run_job(job, Path(out), stop)
+    except Exception as exc:
+        return Outcome(job, error=ablate.error_line(exc))
