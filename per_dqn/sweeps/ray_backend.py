@@ -41,6 +41,7 @@ import ipaddress
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -252,7 +253,7 @@ class Cluster:
             # A run's own failure comes back as an Outcome, never as an exception: not retried.
             retry_exceptions=False,
         )
-        pending = {task.remote(job, str(out), str(stop_file)): job for job in todo}
+        pending = {task.remote(job, str(out), str(stop_file), sys.argv): job for job in todo}
 
         def collect(timeout: float) -> None:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
@@ -374,14 +375,21 @@ class _StopFile:
         return self.seen
 
 
-def _run_task(job: Job, out: str, stop_file: str) -> Outcome:
+def _run_task(job: Job, out: str, stop_file: str, argv: list[str]) -> Outcome:
     """One run in a Ray worker, exactly as a local worker runs it (``ablate._run_job``): resumed
     from its newest usable checkpoint, stopped by the stop file. Its own failure is returned, not
-    raised, so that Ray does not retry it."""
+    raised, so that Ray does not retry it.
+
+    ``argv`` is the driver's command line: the run's provenance records the ``per-dqn ablate``
+    command that asked for it, as a local worker's does, not the Ray worker's own.
+    """
     stop = _StopFile(Path(stop_file))
     if stop():
         return Outcome(job, interrupted=True)
+    own_argv, sys.argv = sys.argv, list(argv)
     try:
         return ablate._run_job(job, Path(out), stop)
     except Exception as exc:
         return Outcome(job, error=ablate.error_line(exc))
+    finally:
+        sys.argv = own_argv
