@@ -156,6 +156,26 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
+# How long the driver waits for the head's port to accept a connection before giving up.
+CONNECT_SECONDS = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """Fails fast where nothing listens at ``HOST:PORT``: ``ray.init`` itself retries for ever.
+
+    Raises:
+        ValueError: one line naming the address and why.
+    """
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})"
+        ) from None
+
+
 class StorageError(ValueError):
     """The Ray workers cannot see the sweep dir."""
 
@@ -304,6 +324,17 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
         ValueError: one line when no cluster answers at the address.
     """
     ray = import_ray(loopback=_wants_loopback(options))
+    if _wants_loopback(options) and getattr(
+        getattr(getattr(ray, "_private", None), "ray_constants", None), "ENABLE_RAY_CLUSTER", False
+    ):
+        # Ray read the switch when first imported: without it, it would resolve 127.0.0.1 to the
+        # host's network address and wait there for a cluster that is not.
+        raise ValueError(
+            f"Ray was imported before {LOOPBACK_SWITCH}=0 was set, so it cannot keep a "
+            "cluster on loopback; set it in the environment"
+        )
+    if options.address not in (None, "auto"):
+        _check_reachable(options.address)
     kwargs: dict[str, Any] = {
         "logging_level": logging.ERROR,
         "log_to_driver": False,  # the trainers run --quiet; their stderr stays in Ray's logs

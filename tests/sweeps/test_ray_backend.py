@@ -10,6 +10,7 @@ ends; the head node is started once for the tests after it and stopped at the mo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -99,12 +100,15 @@ def test_the_local_backend_never_imports_ray(tmp_path):
          "got --workers 2"),
         (["--address", "auto"],
          "--address cannot be used with --backend local (they are --backend ray's)"),
+        (["--backend", "ray", "--address", "127.0.0.1:1"],
+         "--address 127.0.0.1:1: no Ray cluster answers there (Connection refused)"),
         (["--retries", "2"],
          "--retries cannot be used with --backend local (they are --backend ray's)"),
     ],
 )  # fmt: skip
 def test_bad_ray_options_get_one_line_and_exit_2(tmp_path, monkeypatch, args, line):
-    pytest.importorskip("ray")
+    if importlib.util.find_spec("ray") is None:  # not importorskip: Ray is imported by the CLI,
+        pytest.skip("needs the ray extra")  # after it has set the loopback switch
     monkeypatch.chdir(tmp_path)
     assert_bad_input(runner.invoke(app, ["ablate", "-c", "cartpole.yaml", *args]), line)
     assert list(tmp_path.iterdir()) == []
@@ -117,10 +121,10 @@ def test_bad_ray_options_get_one_line_and_exit_2(tmp_path, monkeypatch, args, li
 def ray_env():
     """Token authentication off for this module's clusters (loopback only): a head started in
     another process and this driver would otherwise need to share a token file."""
-    pytest.importorskip("ray")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_AUTH_MODE", "disabled")
-        patch.setenv(ray_backend.LOOPBACK_SWITCH, "0")
+        patch.setenv(ray_backend.LOOPBACK_SWITCH, "0")  # before Ray is first imported
+        pytest.importorskip("ray")
         yield
 
 
@@ -195,6 +199,14 @@ def ray_head(ray_env):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
+        deadline = time.monotonic() + 60
+        while True:  # the head's GCS port accepts connections once it is up (~5 s)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, "no Ray head"
+                time.sleep(0.2)
         yield f"127.0.0.1:{port}", hidden
     finally:
         head.send_signal(signal.SIGTERM)
@@ -215,7 +227,8 @@ def invoke_until_connected(args: list[str]):
     deadline = time.monotonic() + 90
     while True:
         result = runner.invoke(app, args)
-        if "cannot connect to Ray" not in result.stderr or time.monotonic() > deadline:
+        waiting = "cannot connect to Ray" in result.stderr or "no Ray cluster" in result.stderr
+        if not waiting or time.monotonic() > deadline:
             return result
         time.sleep(1)
 
@@ -304,3 +317,50 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     assert scalars(run_dir) == scalars(twin)
     assert s["final_eval_return_mean"] == summary(twin)["final_eval_return_mean"]
     assert (run_dir / "model.pt").read_bytes() == (twin / "model.pt").read_bytes()
+
+
+def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_resumes(
+    ray_head, tmp_path
+):
+    """SIGINT to the driver (a terminal's Ctrl-C reaches only the driver: Ray's workers are not
+    in its process group): every run in progress stops between two env steps with a checkpoint
+    of that step and an interrupted summary, exit 130, no stop file left; the same command then
+    resumes both runs from those checkpoints, with no step logged twice."""
+    address, _ = ray_head
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
+            "2000", "--out", str(out), "--backend", "ray", "--address", address,
+            *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
+    run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
+    proc = start_per_dqn(args)
+    try:
+        deadline = time.monotonic() + 180
+        while not all((d / "checkpoints" / ckpt.checkpoint_name(300)).exists() for d in run_dirs):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the runs never checkpointed"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stdout + stderr
+    assert f"interrupted; re-run the same command to finish the sweep in {out}" in stdout
+    assert not (out / ray_backend.STOP_FILE).exists()
+    stopped = {}
+    for run_dir in run_dirs:
+        s = summary(run_dir)
+        assert s["interrupted"] and 300 <= s["env_steps"] < 2000, s
+        stopped[run_dir] = s["env_steps"]
+        newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
+        assert newest.name == ckpt.checkpoint_name(s["env_steps"])
+
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 runs, 0 finished, 2 to run on Ray\n" in result.stdout
+    for run_dir in run_dirs:
+        s = summary(run_dir)
+        assert not s["interrupted"] and s["env_steps"] == 2000
+        assert s["resumed_from_env_steps"] == stopped[run_dir]
+        assert_no_duplicated_steps(run_dir)
