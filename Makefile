@@ -59,10 +59,12 @@ bench-sb3: $(STAMP)
 	$(BIN)/python benchmarks/cartpole_vs_sb3.py
 
 # MinAtar Breakout training SPS at minatar.yaml's update ratio: per_dqn (uniform, proportional)
-# against Stable-Baselines3's DQN with the same settings, in one run.
+# against Stable-Baselines3's DQN with the same settings, in one run; then the bit storage's
+# bytes and times on a real Seaquest stream, shared next observations against whole ones.
 bench-minatar: $(TEST_STAMP)
 	$(PIP) -e '.[dev,bench,minatar]'
 	$(BIN)/python benchmarks/minatar_vs_sb3.py
+	$(BIN)/python benchmarks/bit_storage.py
 
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)

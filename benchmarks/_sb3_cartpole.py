@@ -16,10 +16,8 @@ trains with: ``n_timesteps: 5e4``, ``policy: MlpPolicy``, ``learning_rate: 2.3e-
 
 from __future__ import annotations
 
-import argparse
-
 import torch
-from _sb3_result import print_result
+from _sb3_result import print_result, run_parser
 from stable_baselines3 import DQN
 
 ENV_ID = "CartPole-v1"
@@ -40,11 +38,7 @@ ZOO = {
 
 def main() -> None:
     """Trains, evaluates, prints ``{"env_steps", "updates", "final_eval_return_mean"}``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, required=True, help="torch threads")
-    parser.add_argument("--eval-episodes", type=int, required=True)
+    parser = run_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = DQN("MlpPolicy", ENV_ID, seed=args.seed, device="cpu", verbose=0, **ZOO)

@@ -15,13 +15,12 @@ Double-DQN target, so each of its updates runs one forward pass fewer than per_d
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import gymnasium as gym
 import minatar.gym
 import torch
-from _sb3_result import print_result
+from _sb3_result import print_result, run_parser
 from stable_baselines3 import DQN
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -46,12 +45,8 @@ class MinAtarTorso(BaseFeaturesExtractor):
 
 def main() -> None:
     """Trains, evaluates, prints ``{"env_steps", "updates", "final_eval_return_mean"}``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = run_parser(__doc__.splitlines()[0])
     parser.add_argument("--env-id", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, required=True, help="torch threads")
-    parser.add_argument("--eval-episodes", type=int, required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     minatar.gym.register_envs()

@@ -1,15 +1,26 @@
-"""What an SB3 child of the benchmarks prints when it has trained: a greedy evaluation and one
-JSON line. Shared by ``_sb3_cartpole.py`` and ``_sb3_minatar.py``; imports only SB3 and
-gymnasium, so the children still pay for nothing of per_dqn's."""
+"""What the SB3 children of the benchmarks share (``_sb3_cartpole.py``, ``_sb3_minatar.py``):
+their command line, and what each prints when it has trained, a greedy evaluation and one JSON
+line. It imports only SB3 and gymnasium, so the children still pay for nothing of per_dqn's."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
 import gymnasium as gym
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
+
+
+def run_parser(description: str) -> argparse.ArgumentParser:
+    """``--steps``, ``--seed``, ``--threads`` and ``--eval-episodes``, all required."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True, help="torch threads")
+    parser.add_argument("--eval-episodes", type=int, required=True)
+    return parser
 
 
 def print_result(model: Any, env_id: str, seed: int, episodes: int) -> None:

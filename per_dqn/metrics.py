@@ -137,6 +137,9 @@ def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now:
 
 # The lock file a run dir's writer holds (see ``RunDirLock``); it stays when the lock is released.
 LOCK_FILE = ".per-dqn.lock"
+# What `per-dqn ablate` writes into a sweep dir (per_dqn.sweeps.runs reads it): a run dir below
+# one is a run of that sweep.
+SWEEP_FILE = "sweep.json"
 
 
 class RunDirError(ValueError):
@@ -547,7 +550,7 @@ def display_name(run_dir: Path) -> str:
     ``ablate__MinAtar-Breakout-v1__minatar/proportional/alpha=0.4/s0``."""
     run_dir = Path(os.path.abspath(run_dir))
     for parent in list(run_dir.parents)[:4]:
-        if (parent / "sweep.json").is_file():
+        if (parent / SWEEP_FILE).is_file():
             return run_dir.relative_to(parent.parent).as_posix()
     return run_dir.name
 

@@ -156,6 +156,20 @@ def test_cartpole_vs_sb3_smoke_times_both_processes():
 
 
 @pytest.mark.bench_smoke
+def test_bit_storage_smoke_measures_both_layouts_on_a_real_stream():
+    out = run_script("bit_storage.py", "--smoke")
+    assert PACKAGE_LINE in out
+    headers, rows = table_with(out, "storage")
+    assert headers == ["storage", "bytes a transition", "pool entries used", "write us",
+                       "gather of 32 us"]  # fmt: skip
+    shared, whole = rows.pop("shared (BitStorage)"), rows.pop("whole (packed obs and next_obs)")
+    assert rows == {}
+    # 125-byte rows: whole keeps two a slot, shared one plus links and the pool's rows
+    assert float(whole[0]) > float(shared[0]) > 125
+    assert "checked" in out
+
+
+@pytest.mark.bench_smoke
 def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     out = run_script("minatar_vs_sb3.py", "--smoke")
     assert PACKAGE_LINE in out

@@ -462,26 +462,17 @@ def _run_entry(job: Job) -> dict[str, Any]:
     }
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
-        return {prefix: data}
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
-def _config_differences(old: Any, new: Any, skip: Sequence[str] = ()) -> list[str]:
+def _config_differences(old: Any, new: Any) -> list[str]:
     """``key: old -> new`` for each config key both have with different values.
 
     A config key only one side has is not a difference: a newer per-dqn added it with a default
     that keeps the old behaviour, and refusing would strand every sweep across upgrades.
     """
-    old_cfg, new_cfg = _flatten(old), _flatten(new)
+    old_cfg, new_cfg = m.flatten_config(old or {}), m.flatten_config(new or {})
     return [
         f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
         for key in sorted(set(old_cfg) & set(new_cfg))
-        if key not in skip and old_cfg[key] != new_cfg[key]
+        if old_cfg[key] != new_cfg[key]
     ]
 
 

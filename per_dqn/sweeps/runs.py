@@ -18,7 +18,7 @@ from typing import Any
 from per_dqn import metrics as m
 from per_dqn.memory import KINDS
 
-SWEEP_FILE = "sweep.json"
+SWEEP_FILE = m.SWEEP_FILE
 SUMMARY_FILE = "summary.json"
 # What `per-dqn train` writes into a run dir first (its resolved config) and last (its summary):
 # a dir holding either, and no sweep.json, is one training run, not a sweep.
@@ -175,10 +175,6 @@ class SweepRuns:
     runs: tuple[Run, ...]
     expected: int | None
     missing: tuple[str, ...]
-
-    def scores(self, env_id: str, arm: str) -> dict[int, float]:
-        """Seed -> score of the finished runs of ``arm`` on ``env_id``."""
-        return {r.seed: r.score for r in self.runs if r.env_id == env_id and r.arm == arm}
 
 
 def _read_run(
