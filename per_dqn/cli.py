@@ -738,7 +738,9 @@ def ablate(
         )
         n_workers = sweeps.check_workers(workers)
         todo = sweep.pending()
-        if todo:
+        if todo and ray_options is None:
+            # On Ray the envs and the device are checked on a worker, where the runs will be
+            # (a CPU-only driver may send runs to GPU nodes): ``Cluster.preflight``.
             sweeps.preflight(sweep)
     except ConfigError as exc:
         _fail(exc.problems)
@@ -774,20 +776,31 @@ def _first_missing(path: Path) -> Path | None:
 
 def _ablate_on_ray(sweep: Any, todo: list, options: Any, lock: Any, created: Path | None) -> None:
     """``ablate --backend ray`` with the sweep dir locked: connects (or starts a local cluster),
-    checks that the workers see the sweep dir, then runs the sweep as ``_ablate_locked`` does.
+    checks that the workers see the sweep dir and that a worker can build each env's trainer,
+    then runs the sweep as ``_ablate_locked`` does.
     A refused sweep leaves no dir behind that it created."""
     from per_dqn.sweeps import ray_backend
+    from per_dqn.sweeps.progress import SweepProgress
 
     refused = None
     with lock, contextlib.ExitStack() as connected:
         try:
             cluster = connected.enter_context(ray_backend.connect(options))
             cluster.check_storage(sweep.out)
-        except ValueError as exc:  # no cluster at --address, or it cannot see the sweep dir
+            cluster.preflight(sweep)
+        except ValueError as exc:  # no cluster, it cannot see the sweep dir, or a run cannot start
             refused = str(exc)
         else:
             typer.echo(f"ray: {cluster.describe()}")
-            _ablate_locked(sweep, todo, lambda show: cluster.run_sweep(sweep, show), " on Ray")
+
+            def run(show: Callable[[Any], None]) -> Any:
+                # Done, running (steps, SPS) and pending runs, on stderr; the live display ends
+                # before the report is written.
+                finished = len(sweep.jobs) - len(todo)
+                with SweepProgress(len(sweep.jobs), finished, cluster.dashboard_url) as progress:
+                    return cluster.run_sweep(sweep, show, progress)
+
+            _ablate_locked(sweep, todo, run, " on Ray")
     if refused is not None:
         if created is not None:
             _remove_empty(sweep.out, created)

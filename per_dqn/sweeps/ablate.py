@@ -661,10 +661,16 @@ class SweepResult:
         return [o for o in self.outcomes if o.error is not None]
 
 
-def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None) -> Outcome:
+def _run_job(
+    job: Job,
+    out: Path,
+    should_stop: Callable[[], bool] | None = None,
+    callbacks: Sequence[Any] = (),
+) -> Outcome:
     """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
     lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
-    unfinished run dir is cleared and the run starts from zero.
+    unfinished run dir is cleared and the run starts from zero. ``callbacks`` are the run's
+    (``per_dqn.run.Callback``): the Ray backend's report its progress.
 
     Raises:
         RunDirInUse: another process writes the run dir.
@@ -695,7 +701,7 @@ def _run_job(job: Job, out: Path, should_stop: Callable[[], bool] | None = None)
                     trainer = Trainer(config, job.config_name)
             if not resumed:
                 _clear_run_dir(run_dir)
-            summary = trainer.run(run_dir, should_stop=should_stop)
+            summary = trainer.run(run_dir, should_stop=should_stop, callbacks=callbacks)
         finally:
             trainer.close()
     return Outcome(

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -49,8 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from per_dqn.metrics import PERF_SPS
 from per_dqn.sweeps import ablate
 from per_dqn.sweeps.ablate import Job, Outcome, Sweep, SweepResult
+from per_dqn.sweeps.progress import RunProgress, SweepProgress
 
 # What a user without the extra is told, in full.
 MISSING_RAY = (
@@ -244,8 +247,28 @@ class Cluster:
         finally:
             marker.unlink(missing_ok=True)
 
+    def preflight(self, sweep: Sweep) -> None:
+        """``ablate.preflight`` as one Ray task holding a run's resources: the envs, the device
+        and the memory are checked where the runs will be, not on the driver (a CPU-only driver
+        may send runs to GPU nodes).
+
+        Raises:
+            ValueError: one line, naming the node, the config and the key to blame.
+        """
+        check = self.ray.remote(_preflight).options(
+            num_cpus=self.options.cpus_per_run,
+            num_gpus=self.options.gpus_per_run,
+            max_retries=0,
+        )
+        line = self.ray.get(check.remote(sweep))
+        if line is not None:
+            raise ValueError(line)
+
     def run_sweep(
-        self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None
+        self,
+        sweep: Sweep,
+        on_outcome: Callable[[Outcome], None] | None = None,
+        progress: SweepProgress | None = None,
     ) -> SweepResult:
         """Writes ``sweep.json`` and runs the unfinished runs as Ray tasks, as
         ``ablate.run_sweep`` runs them in worker processes.
@@ -253,6 +276,8 @@ class Cluster:
         Args:
             sweep: from ``ablate.plan_sweep``, with the storage checked (``check_storage``).
             on_outcome: called in this process as each run ends.
+            progress: shown the runs done, running (with each one's steps and SPS, which the
+                tasks report through a Ray actor at every log point) and pending.
 
         Returns:
             What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (the runs in progress
@@ -266,6 +291,9 @@ class Cluster:
         result, todo = ablate.start_sweep(sweep)
         if not todo:
             return result
+        done = len(sweep.jobs) - len(todo)
+        # Holds no CPU, so it never takes a run's place; it lives as long as this driver.
+        board = ray.remote(num_cpus=0)(_Board).remote()
         task = ray.remote(_run_task).options(
             num_cpus=self.options.cpus_per_run,
             num_gpus=self.options.gpus_per_run,
@@ -273,17 +301,20 @@ class Cluster:
             # A run's own failure comes back as an Outcome, never as an exception: not retried.
             retry_exceptions=False,
         )
-        pending = {task.remote(job, str(out), str(stop_file), sys.argv): job for job in todo}
+        pending = {task.remote(job, str(out), str(stop_file), sys.argv, board): job for job in todo}
+        shown = Shown(board, progress, done)
 
         def collect(timeout: float) -> None:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-            for ref in done:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            for ref in ready:
                 job = pending.pop(ref)
                 outcome = self._outcome(ref, job)
                 result.outcomes.append(outcome)
                 result.interrupted |= outcome.interrupted
+                shown.done += outcome.final_return is not None
                 if on_outcome is not None:
                     on_outcome(outcome)
+            shown.refresh(ray, {job.run_dir for job in pending.values()})
 
         try:
             while pending:
@@ -301,6 +332,7 @@ class Cluster:
                 ray.cancel(ref, force=True)
         finally:
             stop_file.unlink(missing_ok=True)
+            ray.kill(board)
         return result
 
     def _outcome(self, ref: Any, job: Job) -> Outcome:
@@ -313,6 +345,39 @@ class Cluster:
                 error=f"its Ray task failed after {self.options.retries} retries: "
                 + ablate.error_line(exc).splitlines()[0][:500],
             )
+
+
+# How often the driver asks the board where the running runs are, in seconds.
+BOARD_POLL_SECONDS = 1.0
+
+
+class Shown:
+    """The driver's side of the progress display: asks the board where the running runs are
+    (every ``BOARD_POLL_SECONDS``) and passes it on with the count of finished runs.
+
+    Attributes:
+        done: runs finished, those finished before this command included.
+    """
+
+    def __init__(self, board: Any, progress: SweepProgress | None, done: int) -> None:
+        self.board, self.progress, self.done = board, progress, done
+        self.next_poll = 0.0
+        self.running: dict[str, RunProgress] = {}
+
+    def refresh(self, ray: Any, unfinished: set[str]) -> None:
+        """Updates the display; ``unfinished``: the run dirs whose tasks have not returned."""
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if now >= self.next_poll:
+            self.next_poll = now + BOARD_POLL_SECONDS
+            try:
+                self.running = ray.get(self.board.snapshot.remote(), timeout=BOARD_POLL_SECONDS)
+            except (ray.exceptions.RayError, TimeoutError):
+                pass  # the display waits for the next poll; the sweep does not depend on it
+        # A run whose task has returned is no longer running, whatever the board last heard.
+        running = {k: v for k, v in self.running.items() if k in unfinished}
+        self.progress.update(self.done, running)
 
 
 @contextlib.contextmanager
@@ -385,6 +450,19 @@ def _read_marker(path: str) -> str | None:
         return None
 
 
+def _preflight(sweep: Sweep) -> str | None:
+    """The preflight's task: None when every env's trainer builds on this node, else one line."""
+    import ray
+
+    try:
+        ablate.preflight(sweep)
+    except ValueError as exc:
+        return f"on Ray node {ray.util.get_node_ip_address()}: {exc}"
+    except Exception as exc:  # what the driver's own preflight would let through, as one line
+        return f"on Ray node {ray.util.get_node_ip_address()}: {ablate.error_line(exc)}"
+    return None
+
+
 class _StopFile:
     """``should_stop`` for a run in a task: true once the driver has created the stop file.
 
@@ -406,10 +484,37 @@ class _StopFile:
         return self.seen
 
 
-def _run_task(job: Job, out: str, stop_file: str, argv: list[str]) -> Outcome:
+class _Board:
+    """A Ray actor: where each running run of the sweep is, as its task last reported it."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunProgress] = {}
+
+    def report(self, run_dir: str, progress: RunProgress) -> None:
+        self.runs[run_dir] = progress
+
+    def snapshot(self) -> dict[str, RunProgress]:
+        return dict(self.runs)
+
+
+class _Reporter:
+    """A run's callback (``per_dqn.run.Callback``) that tells the board its steps and SPS at
+    every log point, without waiting for an answer."""
+
+    def __init__(self, board: Any, run_dir: str, total: int) -> None:
+        self.board, self.run_dir, self.total = board, run_dir, total
+        self.board.report.remote(run_dir, RunProgress(0, total))
+
+    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
+        sps = values.get(PERF_SPS, math.nan)
+        self.board.report.remote(self.run_dir, RunProgress(env_steps, self.total, sps))
+
+
+def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -> Outcome:
     """One run in a Ray worker, exactly as a local worker runs it (``ablate._run_job``): resumed
-    from its newest usable checkpoint, stopped by the stop file. Its own failure is returned, not
-    raised, so that Ray does not retry it.
+    from its newest usable checkpoint, stopped by the stop file, reporting its progress to
+    ``board`` (a ``_Board`` actor). Its own failure is returned, not raised, so that Ray does not
+    retry it.
 
     ``argv`` is the driver's command line: the run's provenance records the ``per-dqn ablate``
     command that asked for it, as a local worker's does, not the Ray worker's own.
@@ -419,7 +524,9 @@ def _run_task(job: Job, out: str, stop_file: str, argv: list[str]) -> Outcome:
         return Outcome(job, interrupted=True)
     own_argv, sys.argv = sys.argv, list(argv)
     try:
-        return ablate._run_job(job, Path(out), stop)
+        total = ablate._job_config(job).train.total_env_steps
+        reporter = _Reporter(board, job.run_dir, total)
+        return ablate._run_job(job, Path(out), stop, callbacks=(reporter,))
     except Exception as exc:
         return Outcome(job, error=ablate.error_line(exc))
     finally:

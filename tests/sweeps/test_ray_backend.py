@@ -11,6 +11,7 @@ ends; the head node is started once for the tests after it and stopped at the mo
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from test_ablate import (
     ROOT,
     TINY,
@@ -42,6 +44,7 @@ from per_dqn.cli import app
 from per_dqn.config import parse_override
 from per_dqn.run import Trainer
 from per_dqn.sweeps import ablate, ray_backend
+from per_dqn.sweeps.progress import SweepProgress
 
 runner = CliRunner()
 # Run-specific fields of a summary: everything else must match between the backends.
@@ -153,7 +156,9 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
 ):
     """With no --address, the cluster started for the sweep has one node, on 127.0.0.1 (Ray
     2.60 would put it on the host's interface address otherwise); its storage check passes; the
-    tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt."""
+    tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt; its
+    progress display, off a terminal, shows runs running with their steps and SPS, as the tasks
+    report them, and then all four done."""
     import ray
 
     overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
@@ -168,10 +173,28 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
         assert cluster.describe().startswith(f"a local Ray cluster at {cluster.address}: 1 node")
         cluster.check_storage(sweep.out)
         assert list(sweep.out.iterdir()) == []  # the marker is gone
-        result = cluster.run_sweep(sweep)
+        text = io.StringIO()
+        console = Console(file=text, force_terminal=False, width=200)
+        with SweepProgress(4, console=console, plain_interval_s=0.0) as shown:
+            result = cluster.run_sweep(sweep, progress=shown)
     assert not ray.is_initialized()
     assert not result.failed and not result.interrupted and len(result.outcomes) == 4
     assert_same_runs(sweep.out, local_reference)
+    lines = text.getvalue().splitlines()
+    heads = [line.split("  elapsed")[0] for line in lines if line.startswith("sweep ")]
+    assert heads[-1] == "sweep 4/4 done, 0 running, 0 pending"
+    # 2 CPUs: 2 tasks at a time (a run of 600 steps may start and end between two polls)
+    assert any(" 2 running, " in head for head in heads)
+    assert not any(" 3 running" in head or " 4 running" in head for head in heads)
+    reported = [line.split() for line in lines if line.startswith("  ")]
+    assert len({words[0] for words in reported}) >= 2
+    assert {words[0] for words in reported} <= set(RUN_DIRS)
+    # a run between two log points: steps of the 100-step log interval, and a speed
+    steps = [words[1] for words in reported if words[1] != "starting"]
+    assert steps and all(s.endswith("/600") and int(s.split("/")[0]) % 100 == 0 for s in steps)
+    assert all(
+        w[4] == "SPS" and float(w[3].replace(",", "")) > 0 for w in reported if w[1] != "starting"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +269,21 @@ def test_unreachable_storage_is_refused_before_any_run(ray_head):
         "filesystem",
     )
     assert list(hidden.iterdir()) == []
+
+
+def test_a_run_that_cannot_start_on_the_workers_is_refused_before_any_run(ray_head, tmp_path):
+    """The envs and the device are checked on a Ray worker holding a run's resources, not on the
+    driver (a CPU-only driver may send runs to GPU nodes): here the cluster has no GPU, so
+    `run.device=cuda` is one line naming the node and the key, exit 2, no sweep dir left."""
+    address, _ = ray_head
+    out = tmp_path / "new" / "sweep"
+    result = invoke_until_connected(ray_args(out, "--address", address, *sets("run.device=cuda")))
+    assert_bad_input(
+        result,
+        "on Ray node 127.0.0.1: cartpole.yaml: run.device: 'cuda' was asked for but "
+        "torch.cuda.is_available() is False",
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
@@ -329,13 +367,14 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     address, _ = ray_head
     out = tmp_path / "sweep"
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
-            "2000", "--out", str(out), "--backend", "ray", "--address", address,
+            "3000", "--out", str(out), "--backend", "ray", "--address", address,
             *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
     run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
     proc = start_per_dqn(args)
     try:
         deadline = time.monotonic() + 180
-        while not all((d / "checkpoints" / ckpt.checkpoint_name(300)).exists() for d in run_dirs):
+        # any checkpoint: the runs need not start together (one task may get a warm worker)
+        while not all(ckpt.list_checkpoints(ckpt.checkpoints_dir(d)) for d in run_dirs):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the runs never checkpointed"
             time.sleep(0.01)
@@ -351,7 +390,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     stopped = {}
     for run_dir in run_dirs:
         s = summary(run_dir)
-        assert s["interrupted"] and 300 <= s["env_steps"] < 2000, s
+        assert s["interrupted"] and 300 <= s["env_steps"] < 3000, s
         stopped[run_dir] = s["env_steps"]
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
         assert newest.name == ckpt.checkpoint_name(s["env_steps"])
@@ -361,6 +400,6 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     assert "2 runs, 0 finished, 2 to run on Ray\n" in result.stdout
     for run_dir in run_dirs:
         s = summary(run_dir)
-        assert not s["interrupted"] and s["env_steps"] == 2000
+        assert not s["interrupted"] and s["env_steps"] == 3000
         assert s["resumed_from_env_steps"] == stopped[run_dir]
         assert_no_duplicated_steps(run_dir)

@@ -1,0 +1,138 @@
+"""What a person watching a sweep sees: how many runs are done, running and pending, and each
+running run's steps and speed.
+
+The Ray backend feeds it (its tasks report their runs' steps and SPS through a Ray actor at every
+log point); it knows nothing of Ray. On a terminal it is a live display that redraws itself::
+
+    sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03
+    dashboard http://127.0.0.1:8265
+      MinAtar-Breakout-v1/uniform/s2        120,000/500,000 steps  1,234 SPS
+      MinAtar-Breakout-v1/rank/alpha=0.7/s2  starting
+
+Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
+every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from per_dqn.metrics import PLAIN_PROGRESS_INTERVAL_S, format_duration
+
+# A terminal's display lists this many running runs at most (a cluster may run hundreds).
+MAX_RUNS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where one running run is.
+
+    Attributes:
+        env_steps: env steps done (0 until its first log point).
+        total: the run's budget of env steps.
+        sps: env steps per second over its last log interval (NaN before its first log point).
+    """
+
+    env_steps: int
+    total: int
+    sps: float = math.nan
+
+    def text(self) -> str:
+        """``120,000/500,000 steps  1,234 SPS``, or ``starting`` before the first log point."""
+        if math.isnan(self.sps):
+            return "starting"
+        return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
+
+
+class SweepProgress:
+    """The display of a sweep in progress.
+
+    Args:
+        total: the sweep's runs, finished ones included.
+        done: runs already finished when it starts.
+        dashboard: the cluster's dashboard address (``host:port``), shown when given.
+        console: where to draw (stderr by default: stdout keeps the ``[n/N]`` result lines).
+        enabled: False draws nothing.
+        plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        done: int = 0,
+        dashboard: str | None = None,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        self.total = total
+        self.done = done
+        self.dashboard = dashboard
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self.plain = not self.console.is_terminal
+        self.plain_interval_s = plain_interval_s
+        self.running: dict[str, RunProgress] = {}
+        self._started = time.monotonic()
+        self._next_line = self._started + plain_interval_s
+        self._live: Any = None
+
+    def __enter__(self) -> SweepProgress:
+        self._started = time.monotonic()
+        self._next_line = self._started + self.plain_interval_s
+        if self.enabled and not self.plain:
+            from rich.live import Live
+
+            # stdout's result lines are printed above the display (Live redirects stdout).
+            self._live = Live(self, console=self.console, refresh_per_second=2)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, done: int, running: Mapping[str, RunProgress]) -> None:
+        """Shows ``done`` runs finished and ``running`` (run dir in the sweep -> where it is);
+        the rest of ``total`` is pending."""
+        self.done = done
+        self.running = dict(sorted(running.items()))
+        if self.enabled and self.plain:
+            now = time.monotonic()
+            if now >= self._next_line:
+                self._next_line = now + self.plain_interval_s
+                for line in self.lines():
+                    self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    @property
+    def pending(self) -> int:
+        """Runs neither finished nor running."""
+        return max(self.total - self.done - len(self.running), 0)
+
+    def lines(self, limit: int | None = None) -> list[str]:
+        """The display's text: a head line, the dashboard's address, then one line per running run
+        (at most ``limit``)."""
+        head = (
+            f"sweep {self.done}/{self.total} done, {len(self.running)} running, "
+            f"{self.pending} pending  elapsed {format_duration(time.monotonic() - self._started)}"
+        )
+        # On a line of its own, so that the head fits 80 columns.
+        dashboard = [f"dashboard http://{self.dashboard}"] if self.dashboard else []
+        shown = list(self.running.items())[:limit]
+        width = max((len(name) for name, _ in shown), default=0)
+        lines = [head, *dashboard] + [f"  {name:<{width}}  {run.text()}" for name, run in shown]
+        if len(shown) < len(self.running):
+            lines.append(f"  ... and {len(self.running) - len(shown)} more running")
+        return lines
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text("\n".join(self.lines(MAX_RUNS_SHOWN)), no_wrap=True, overflow="ellipsis")

@@ -1,0 +1,77 @@
+"""The sweep's progress display (``per_dqn.sweeps.progress``): what it says, and when it prints
+off a terminal. The Ray backend's tests check that real tasks feed it."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from rich.console import Console
+
+from per_dqn.sweeps.progress import MAX_RUNS_SHOWN, RunProgress, SweepProgress
+
+
+def plain_console() -> tuple[Console, io.StringIO]:
+    text = io.StringIO()
+    return Console(file=text, force_terminal=False, width=200), text
+
+
+def test_a_run_shows_its_steps_and_speed_or_that_it_is_starting():
+    assert RunProgress(120_000, 500_000, 1234.4).text() == "120,000/500,000 steps  1,234 SPS"
+    assert RunProgress(0, 500_000).text() == "starting"
+    assert math.isnan(RunProgress(0, 10).sps)
+
+
+def test_the_display_counts_done_running_and_pending_and_lists_each_running_run():
+    console, _ = plain_console()
+    shown = SweepProgress(45, done=12, dashboard="127.0.0.1:8265", console=console)
+    shown.update(
+        13,
+        {
+            "b/rank/alpha=0.7/s2": RunProgress(0, 500_000),
+            "a/uniform/s2": RunProgress(120_000, 500_000, 1234.0),
+        },
+    )
+    assert shown.pending == 45 - 13 - 2
+    head, dashboard, *runs = shown.lines()
+    assert head.startswith("sweep 13/45 done, 2 running, 30 pending  elapsed 0:00:0")
+    assert len(head) <= 80
+    assert dashboard == "dashboard http://127.0.0.1:8265"
+    # sorted by run dir, names padded to one column
+    assert runs == [
+        "  a/uniform/s2         120,000/500,000 steps  1,234 SPS",
+        "  b/rank/alpha=0.7/s2  starting",
+    ]
+
+
+def test_off_a_terminal_the_display_prints_plain_lines_at_its_interval_only():
+    console, text = plain_console()
+    with SweepProgress(3, console=console, plain_interval_s=3600.0) as shown:
+        assert shown.plain
+        shown.update(1, {"uniform/s1": RunProgress(600, 1000, 50.0)})
+    assert text.getvalue() == ""  # the interval has not passed
+
+    console, text = plain_console()
+    with SweepProgress(3, console=console, plain_interval_s=0.0) as shown:
+        shown.update(1, {"uniform/s1": RunProgress(600, 1000, 50.0)})
+        shown.update(2, {})
+    lines = text.getvalue().splitlines()
+    assert [line.split("  elapsed")[0] for line in lines[::2]] == [
+        "sweep 1/3 done, 1 running, 1 pending",
+        "sweep 2/3 done, 0 running, 1 pending",
+    ]
+    assert lines[1] == "  uniform/s1  600/1,000 steps  50 SPS"
+    assert len(lines) == 3
+
+
+def test_a_terminal_shows_at_most_max_runs_shown_runs_and_says_how_many_more():
+    text = io.StringIO()
+    console = Console(file=text, force_terminal=True, width=100)
+    shown = SweepProgress(100, console=console)
+    assert not shown.plain
+    shown.update(0, {f"uniform/s{i:03d}": RunProgress(i, 1000, 10.0) for i in range(25)})
+    console.print(shown)
+    printed = [line.rstrip() for line in text.getvalue().splitlines()]
+    assert len(printed) == 1 + MAX_RUNS_SHOWN + 1
+    assert printed[1].startswith("  uniform/s000  0/1,000 steps")
+    assert printed[-1] == "  ... and 5 more running"
