@@ -6,8 +6,8 @@ log point); it knows nothing of Ray. On a terminal it is a live display that red
 
     sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03
     dashboard http://127.0.0.1:8265
-      MinAtar-Breakout-v1/uniform/s2        120,000/500,000 steps  1,234 SPS
       MinAtar-Breakout-v1/rank/alpha=0.7/s2  starting
+      MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS
 
 Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
 every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress.
