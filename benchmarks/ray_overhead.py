@@ -20,8 +20,9 @@ W is ``--workers`` (default: one per core), the shipped config's full budget per
 median and min wall time and runs a minute; the ratio ray / local is the medians', against the
 goal. The breakdown splits each side's wall at the lines the command prints: start-up (to its
 ``sweep ...`` line: for Ray, the cluster's start and the storage check, whose ``ray: ...`` line
-comes just before), the runs (to the last run's line), the report (to ``report: ...``) and the
-exit (for Ray, the cluster's shutdown), with the mean of the runs' own ``wall_seconds``.
+comes just before), the runs (to the last run's line; for local, its worker processes' start
+too), the report (to ``report: ...``; for local, joining its worker processes first) and the exit
+(for Ray, the cluster's shutdown), with the mean of the runs' own ``wall_seconds``.
 
 The runs are on CPU with the same seeds on both sides, so they must be bit-identical: the script
 checks that every run's ``final_eval_return_mean`` and ``model.pt`` agree across both sides and
