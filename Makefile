@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-minatar bench-smoke lint clean mutants
+.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-minatar bench-ray bench-smoke lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench-minatar: $(TEST_STAMP)
 	$(PIP) -e '.[dev,bench,minatar]'
 	$(BIN)/python benchmarks/minatar_vs_sb3.py
 	$(BIN)/python benchmarks/bit_storage.py
+
+# The Ray backend's overhead: the same sweep of 8 CartPole runs (ablate --replay uniform --seeds 8,
+# full budget) on the local backend and on a local Ray cluster, whole wall time of each, in one
+# run; the ray extra comes with the test extras. About 2 x 2 sweeps of 8 runs: not part of `bench`.
+bench-ray: $(TEST_STAMP)
+	$(BIN)/python benchmarks/ray_overhead.py
 
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)

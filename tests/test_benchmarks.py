@@ -11,6 +11,7 @@ Stable-Baselines3: the ``bench`` extra) are expected in the output only where th
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import os
 import re
@@ -26,7 +27,7 @@ PACKAGE_LINE = f"per_dqn from {ROOT / 'per_dqn'}"
 NUMBER = re.compile(r"\**-?[\d,]*\.?\d+(e[-+]\d+)?(x|%| GB| h)?\**")
 HAVE = {
     name: importlib.util.find_spec(name) is not None
-    for name in ("cpprb", "tianshou", "stable_baselines3")
+    for name in ("cpprb", "tianshou", "stable_baselines3", "ray")
 }
 
 
@@ -190,6 +191,66 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     else:
         assert "SB3 not measured" in out
     assert rows == {}
+
+
+@pytest.mark.bench_smoke
+@pytest.mark.skipif(not HAVE["ray"], reason="needs the ray extra")
+def test_ray_overhead_smoke_times_both_backends_and_checks_their_runs_agree():
+    """Both sides' sweeps run through the CLI, the ratio is stated against the goal, the
+    breakdown has every phase, the runs are identical across the backends, and nothing of the
+    Ray side's cluster outlives its command (the script says so on stderr otherwise)."""
+    proc = run("ray_overhead.py", "--smoke")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warning:" not in proc.stderr, proc.stderr
+    out = proc.stdout
+    assert PACKAGE_LINE in out
+    workers = os.cpu_count()
+    headers, rows = table_with(out, "backend")
+    assert headers == ["backend", "wall s (median)", "min", "runs", "runs/min",
+                       "wall s per repeat"]  # fmt: skip
+    labels = [f"local: --workers {workers}", f"ray: local cluster of {workers} CPUs"]
+    assert list(rows) == labels
+    for cells in rows.values():
+        assert_numbers(cells)
+        assert cells[2] == "2"
+    assert re.search(
+        r"ray / local wall time \(medians\): [\d.]+ \(per repeat [\d.]+ to [\d.]+\): "
+        r"[-+][\d.]+% extra wall time; goal <= 10%: (met|NOT met)\.",
+        out,
+    )
+    headers, rows = table_with(out, "backend (s, medians)")
+    assert headers[1:] == ["start-up", "runs", "report", "exit", "one run's own wall (mean)"]
+    assert list(rows) == labels
+    for cells in rows.values():
+        assert_numbers(cells)
+    assert re.search(r"Ray's fixed cost: its `ray: \.\.\.` line came [\d.]+ s into [\d.]+ s; "
+                     r".*\(ray: a local Ray cluster at 127\.0\.0\.1:\d+: 1 node", out)  # fmt: skip
+    assert (
+        "Summaries agree: final_eval_return_mean and model.pt identical for all 2 runs, on both "
+        "backends, in each of 1 repeat(s)." in out
+    )
+
+
+def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
+    """The agreement check of ``ray_overhead.py`` (its smoke run only meets agreeing runs): a score
+    that differs, a model that differs and a missing run are each named, against the first local
+    sweep; identical sweeps give nothing."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    script = importlib.import_module("ray_overhead")
+
+    def timed(scores: dict[str, float], models: dict[str, str]):
+        return script.Timed(1.0, {}, None, scores, models, 1.0)
+
+    same = timed({"uniform/s0": 9.5, "uniform/s1": 10.0}, {"uniform/s0": "a", "uniform/s1": "b"})
+    assert script.disagreements({"local": [same, same], "ray": [same, same]}) == []
+    score = timed({"uniform/s0": 9.5, "uniform/s1": 10.5}, same.models)
+    model = timed(same.scores, {"uniform/s0": "a", "uniform/s1": "c"})
+    fewer = timed({"uniform/s0": 9.5}, {"uniform/s0": "a"})
+    assert script.disagreements({"local": [same, fewer], "ray": [score, model]}) == [
+        "local repeat 2 ran ['uniform/s0'], local repeat 1 ['uniform/s0', 'uniform/s1']",
+        "uniform/s1: ray repeat 1 final_eval_return_mean 10.5, local repeat 1 10.0",
+        "uniform/s1: ray repeat 2 model.pt differs",
+    ]
 
 
 @pytest.mark.bench_smoke
