@@ -3,15 +3,21 @@ and the device; ``summary.json`` records it (and ``ablate`` may write it into ``
 
 Nothing here may fail a run: a version that cannot be read is None, a git that is missing, slow or
 broken gives None.
+
+What runs a run may add what only it knows (a Ray task: the node it ran on) with ``recorded``; a
+run started any other way has no such field.
 """
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,11 @@ DISTRIBUTIONS = ("torch", "gymnasium", "ale-py", "minatar", "numpy", "per-dqn")
 # Seconds one git call may take: a network filesystem must not hold a run's start.
 GIT_TIMEOUT_S = 5.0
 
-__all__ = ["DISTRIBUTIONS", "git_state", "provenance", "versions"]
+__all__ = ["DISTRIBUTIONS", "git_state", "provenance", "recorded", "versions"]
+
+# The fields ``recorded`` adds, for the code running in its block (a context variable: a thread
+# that did not enter the block does not see them).
+_ADDED: ContextVar[dict[str, Any] | None] = ContextVar("per_dqn_provenance_added", default=None)
 
 
 def versions() -> dict[str, str | None]:
@@ -72,6 +82,20 @@ def git_state(package_dir: Path | None = None) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": bool(changes)}
 
 
+@contextlib.contextmanager
+def recorded(**fields: Any) -> Iterator[None]:
+    """Adds ``fields`` (JSON values) to every ``provenance()`` made inside the block.
+
+    A Ray task uses it to say which node ran the run: the trainer that calls ``provenance()``
+    needs no parameter for what only the code around it knows.
+    """
+    token = _ADDED.set({**(_ADDED.get() or {}), **fields})
+    try:
+        yield
+    finally:
+        _ADDED.reset(token)
+
+
 def provenance(device: Any = None, argv: list[str] | None = None) -> dict[str, Any]:
     """What produced a run, as JSON values.
 
@@ -83,7 +107,7 @@ def provenance(device: Any = None, argv: list[str] | None = None) -> dict[str, A
         ``command`` (the argument list), ``command_line`` (the same, quoted for a POSIX shell),
         ``versions`` (see ``versions``), ``git`` (see ``git_state``), ``host`` (the host name),
         ``device`` (``"cpu"``, ``"cuda:0"``, ... or None) and ``cuda_device`` (the GPU's name on
-        CUDA, else None).
+        CUDA, else None); then the fields of any ``recorded`` block around the call.
     """
     argv = list(sys.argv if argv is None else argv)
     name = None if device is None else str(device)
@@ -103,4 +127,5 @@ def provenance(device: Any = None, argv: list[str] | None = None) -> dict[str, A
         "host": socket.gethostname(),
         "device": name,
         "cuda_device": cuda_device,
+        **(_ADDED.get() or {}),
     }

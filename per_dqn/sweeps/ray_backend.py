@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from per_dqn import provenance
 from per_dqn.metrics import PERF_SPS
 from per_dqn.sweeps import ablate
 from per_dqn.sweeps.ablate import Job, Outcome, Sweep, SweepResult
@@ -510,6 +511,25 @@ class _Reporter:
         self.board.report.remote(self.run_dir, RunProgress(env_steps, self.total, sps))
 
 
+def _where_this_runs() -> dict[str, Any]:
+    """The Ray node this task runs on, for its run's provenance: ``node_ip`` and ``node_id`` as
+    ``ray.nodes()`` names it (``NodeManagerAddress``, ``NodeID``), and ``attempt``, 0 on the
+    task's first try and counting its retries after a worker died (None where Ray does not say).
+    """
+    import ray
+
+    try:
+        # Not in Ray's public API (ray 2.60): the core worker's count, which Ray's task events use.
+        attempt = ray._private.worker.global_worker.core_worker.get_current_task_attempt_number()
+    except Exception:
+        attempt = None
+    return {
+        "node_ip": ray.util.get_node_ip_address(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "attempt": attempt,
+    }
+
+
 def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -> Outcome:
     """One run in a Ray worker, exactly as a local worker runs it (``ablate._run_job``): resumed
     from its newest usable checkpoint, stopped by the stop file, reporting its progress to
@@ -517,7 +537,8 @@ def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -
     retry it.
 
     ``argv`` is the driver's command line: the run's provenance records the ``per-dqn ablate``
-    command that asked for it, as a local worker's does, not the Ray worker's own.
+    command that asked for it, as a local worker's does, not the Ray worker's own; its ``ray``
+    field says where the run ran (``_where_this_runs``).
     """
     stop = _StopFile(Path(stop_file))
     if stop():
@@ -526,7 +547,8 @@ def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -
     try:
         total = ablate._job_config(job).train.total_env_steps
         reporter = _Reporter(board, job.run_dir, total)
-        return ablate._run_job(job, Path(out), stop, callbacks=(reporter,))
+        with provenance.recorded(ray=_where_this_runs()):
+            return ablate._run_job(job, Path(out), stop, callbacks=(reporter,))
     except Exception as exc:
         return Outcome(job, error=ablate.error_line(exc))
     finally:

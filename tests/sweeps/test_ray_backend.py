@@ -14,6 +14,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -131,17 +132,11 @@ def ray_env():
         yield
 
 
-@pytest.fixture(scope="module")
-def local_reference(tmp_path_factory) -> Path:
-    """The tiny sweep on the local backend, in 2 worker processes, on CPU."""
-    out = tmp_path_factory.mktemp("local") / "sweep"
-    result = runner.invoke(app, [*tiny_args(out), *sets("run.device=cpu")])
-    assert result.exit_code == 0, result.output
-    return out
-
-
-def assert_same_runs(out: Path, ref: Path) -> None:
-    """Every run's summary (run-specific fields aside) and model.pt, byte for byte."""
+def assert_same_runs(out: Path, ref: Path) -> dict[str, dict]:
+    """Every run's summary (run-specific fields aside) and model.pt, byte for byte; the local
+    backend's provenance (``ref``'s) says nothing of Ray. Returns ``out``'s summaries by run dir.
+    """
+    found = {}
     for rel in RUN_DIRS:
         ours, theirs = (json.loads((d / rel / "summary.json").read_text()) for d in (out, ref))
         assert {k: v for k, v in ours.items() if k not in VARYING} == {
@@ -149,6 +144,9 @@ def assert_same_runs(out: Path, ref: Path) -> None:
         }, rel
         assert not ours["interrupted"] and ours["env_steps"] == 600
         assert (out / rel / "model.pt").read_bytes() == (ref / rel / "model.pt").read_bytes()
+        assert "ray" not in theirs["provenance"]
+        found[rel] = ours
+    return found
 
 
 def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
@@ -158,7 +156,8 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     2.60 would put it on the host's interface address otherwise); its storage check passes; the
     tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt; its
     progress display, off a terminal, shows runs running with their steps and SPS, as the tasks
-    report them, and then all four done."""
+    report them, and then all four done; each run's provenance names that node and the task's
+    first attempt."""
     import ray
 
     overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
@@ -179,7 +178,9 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
             result = cluster.run_sweep(sweep, progress=shown)
     assert not ray.is_initialized()
     assert not result.failed and not result.interrupted and len(result.outcomes) == 4
-    assert_same_runs(sweep.out, local_reference)
+    for s in assert_same_runs(sweep.out, local_reference).values():
+        where = {"node_ip": "127.0.0.1", "node_id": nodes[0]["NodeID"], "attempt": 0}
+        assert s["provenance"]["ray"] == where
     lines = text.getvalue().splitlines()
     heads = [line.split("  elapsed")[0] for line in lines if line.startswith("sweep ")]
     assert heads[-1] == "sweep 4/4 done, 0 running, 0 pending"
@@ -303,6 +304,7 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     assert not (out / ray_backend.STOP_FILE).exists()
     # the driver's command, not the Ray worker's own
     assert summary(out / "uniform/s0")["provenance"]["command"] == sys.argv
+    assert summary(out / "uniform/s0")["provenance"]["ray"]["node_ip"] == "127.0.0.1"
 
     again = runner.invoke(app, ray_args(out, "--address", "127.0.0.1:1", *sets("run.device=cpu")))
     assert again.exit_code == 0, again.output
@@ -313,7 +315,8 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     """SIGKILL to the Ray worker running a run (the process holding its run dir's lock), once it
     has checkpointed: Ray retries the task, which resumes from that checkpoint; the sweep ends
     with exit 0, and the run's curves (no step twice), final score and model.pt equal those of
-    the same run never stopped, trained in this process."""
+    the same run never stopped, trained in this process. Its provenance says that its task's
+    second attempt (attempt 1) finished it."""
     address, _ = ray_head
     out = tmp_path / "sweep"
     texts = [*TINY, "checkpoint.interval_steps=300", "run.device=cpu"]
@@ -340,6 +343,7 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     s = summary(run_dir)
     assert not s["interrupted"] and s["env_steps"] == 1200
     assert s["resumed_from_env_steps"] is not None and 300 <= s["resumed_from_env_steps"] < 1200
+    assert s["provenance"]["ray"]["attempt"] == 1
     assert_no_duplicated_steps(run_dir)
 
     job = ablate.plan_sweep(
@@ -357,13 +361,15 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     assert (run_dir / "model.pt").read_bytes() == (twin / "model.pt").read_bytes()
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_resumes(
-    ray_head, tmp_path
+    ray_head, tmp_path, signum, code
 ):
     """SIGINT to the driver (a terminal's Ctrl-C reaches only the driver: Ray's workers are not
-    in its process group): every run in progress stops between two env steps with a checkpoint
-    of that step and an interrupted summary, exit 130, no stop file left; the same command then
-    resumes both runs from those checkpoints, with no step logged twice."""
+    in its process group), or SIGTERM (docker stop, Slurm, systemd): every run in progress stops
+    between two env steps with a checkpoint of that step and an interrupted summary, exit 130
+    (143 for SIGTERM), no stop file left; the same command then resumes both runs from those
+    checkpoints, with no step logged twice."""
     address, _ = ray_head
     out = tmp_path / "sweep"
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
@@ -378,13 +384,13 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the runs never checkpointed"
             time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, stdout + stderr
+    assert proc.returncode == code, stdout + stderr
     assert f"interrupted; re-run the same command to finish the sweep in {out}" in stdout
     assert not (out / ray_backend.STOP_FILE).exists()
     stopped = {}
@@ -403,3 +409,84 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
         assert not s["interrupted"] and s["env_steps"] == 3000
         assert s["resumed_from_env_steps"] == stopped[run_dir]
         assert_no_duplicated_steps(run_dir)
+
+
+def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head, tmp_path):
+    """A run whose weights diverge (learning rate 1e30: a real divergence, nothing injected)
+    fails in its task at env step 300, and Ray does not retry it although --retries is 3: its
+    run dir holds the event file of one start only, next to its checkpoint of step 150 that a
+    retry would have resumed from (and added a second event file). The other run of the grid
+    finishes. The driver prints the run's `[n/2] ...: error:` line and the error on stderr, exit
+    1, and report.md lists the run as missing, as the local backend's report does."""
+    address, _ = ray_head
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1", "--steps",
+            "600", "--grid", "agent.learning_rate=0.001,1e30", "--out", str(out), "--backend",
+            "ray", "--address", address,
+            *sets(*TINY, "checkpoint.interval_steps=150", "run.device=cpu")]  # fmt: skip
+    result = invoke_until_connected(args)
+    assert result.exit_code == 1, result.output
+    error = (
+        "per_dqn.loop.DivergedError: the largest |weight| is 1e+30 at env step 300 (update step "
+        "1), more than 1000x the largest before (0.5): training diverged"
+    )
+    (line,) = [line for line in result.stdout.splitlines() if "uniform/lr=1e+30/s0:" in line]
+    assert re.fullmatch(r"\[[01]/2\] uniform/lr=1e\+30/s0: error: " + re.escape(error), line)
+    assert result.stderr == f"error: run uniform/lr=1e+30/s0 failed: {error}\n"
+    failed, good = out / "uniform/lr=1e+30/s0", out / "uniform/lr=0.001/s0"
+    assert len(list(failed.glob("events.out.tfevents.*"))) == 1  # one start: not retried
+    checkpoints = ckpt.list_checkpoints(ckpt.checkpoints_dir(failed))
+    assert [c.name for c in checkpoints] == [ckpt.checkpoint_name(150)]
+    assert not (failed / "summary.json").exists()
+    s = summary(good)
+    assert not s["interrupted"] and s["env_steps"] == 600 and s["provenance"]["ray"]["attempt"] == 0
+    assert (
+        "Runs used: 1 of 2 planned; missing: uniform/lr=1e+30/s0 (no summary: running or cut "
+        "short)." in (out / "report.md").read_text()
+    )
+
+
+def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_head, tmp_path):
+    """--retries 0 and one SIGKILL to the worker running seed 0: that run is reported failed
+    with one line (its Ray task failed after 0 retries), seed 1 finishes, exit 1; seed 0's run
+    dir keeps its checkpoint, so the same command then resumes it from there to the end, with no
+    step logged twice."""
+    address, _ = ray_head
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
+            "1200", "--out", str(out), "--backend", "ray", "--address", address, "--retries",
+            "0", *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
+    killed, other = out / "uniform" / "s0", out / "uniform" / "s1"
+    proc = start_per_dqn(args)
+    try:
+        deadline = time.monotonic() + 180
+        while not (killed / "checkpoints" / ckpt.checkpoint_name(300)).exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never checkpointed"
+            time.sleep(0.01)
+        worker = m.lock_holder(killed)
+        assert worker is not None and worker != proc.pid
+        os.kill(worker, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stdout + stderr
+    (line,) = [line for line in stdout.splitlines() if "uniform/s0:" in line]
+    assert re.match(r"\[[01]/2\] uniform/s0: error: its Ray task failed after 0 retries: ", line)
+    (err,) = stderr.splitlines()
+    assert err.startswith("error: run uniform/s0 failed: its Ray task failed after 0 retries: ")
+    assert not summary(other)["interrupted"] and summary(other)["env_steps"] == 1200
+    assert not (killed / "summary.json").exists()
+    checkpoints = ckpt.list_checkpoints(ckpt.checkpoints_dir(killed))
+    kept = [int(c.name.removeprefix("step_")) for c in checkpoints]
+    assert kept and 300 <= kept[-1] < 1200
+
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 runs, 1 finished, 1 to run on Ray\n" in result.stdout
+    s = summary(killed)
+    assert not s["interrupted"] and s["env_steps"] == 1200
+    assert s["resumed_from_env_steps"] == kept[-1]
+    assert_no_duplicated_steps(killed)
