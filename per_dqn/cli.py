@@ -783,13 +783,31 @@ def _ablate_on_ray(sweep: Any, todo: list, options: Any, lock: Any, created: Pat
     from per_dqn.sweeps.progress import SweepProgress
 
     refused = None
+    stopped: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    # Until the runs start (``_ablate_locked`` then handles both signals), Ctrl-C or SIGTERM
+    # while Ray starts or checks ends the command with one line, leaving no dir it created and
+    # no cluster it started; ``connect`` keeps this handler in place of Ray's own (which exits at
+    # once, code 15).
+    previous = {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
     with lock, contextlib.ExitStack() as connected:
         try:
-            cluster = connected.enter_context(ray_backend.connect(options))
-            cluster.check_storage(sweep.out)
-            cluster.preflight(sweep)
+            try:
+                cluster = connected.enter_context(ray_backend.connect(options))
+                cluster.check_storage(sweep.out)
+                cluster.preflight(sweep)
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
         except ValueError as exc:  # no cluster, it cannot see the sweep dir, or a run cannot start
             refused = str(exc)
+        except KeyboardInterrupt:
+            connected.close()  # the local cluster, if it was started, goes now
+            refused = "interrupted while connecting to Ray, before any run started"
         else:
             typer.echo(f"ray: {cluster.describe()}")
 
@@ -804,7 +822,14 @@ def _ablate_on_ray(sweep: Any, todo: list, options: Any, lock: Any, created: Pat
     if refused is not None:
         if created is not None:
             _remove_empty(sweep.out, created)
+        if stopped:
+            typer.echo(f"error: {refused}", err=True)
+            raise typer.Exit(EXIT_TERMINATED if signal.SIGTERM in stopped else EXIT_INTERRUPTED)
         _fail([refused])
+
+
+# The signals that stop a command the way Ctrl-C does.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _remove_empty(path: Path, top: Path) -> None:

@@ -41,8 +41,10 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -411,11 +413,27 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
         kwargs |= {"num_cpus": cpus, "include_dashboard": True, "dashboard_host": "127.0.0.1"}
     else:
         kwargs["address"] = options.address
+    handler = signal.getsignal(signal.SIGTERM)
     try:
         context = ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = options.address or "a local cluster"
         raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
+    except SystemExit as exc:
+        ray.shutdown()
+        # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15): the
+        # caller's handler gets the signal instead.
+        if exc.code == signal.SIGTERM and callable(handler):
+            handler(signal.SIGTERM, None)
+        raise
+    except BaseException:  # Ctrl-C while it started: nothing of it stays
+        ray.shutdown()
+        raise
+    finally:
+        # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15):
+        # the caller's, which stops the sweep cleanly, stays.
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
     try:
         if options.address is None:
             # A cluster started for one sweep never listens beyond this machine: checked, since

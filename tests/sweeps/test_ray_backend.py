@@ -31,6 +31,8 @@ from test_ablate import (
     TINY,
     assert_bad_input,
     assert_no_duplicated_steps,
+    descendants,
+    running,
     scalars,
     sets,
     start_per_dqn,
@@ -196,6 +198,40 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     assert all(
         w[4] == "SPS" and float(w[3].replace(",", "")) > 0 for w in reported if w[1] != "starting"
     )
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_while_ray_starts_leaves_no_dir_and_no_cluster(ray_env, tmp_path, signum, code):
+    """SIGTERM (or Ctrl-C) while the driver starts its local cluster, before any run: one line,
+    exit 143 (130), the sweep dir it created removed, and none of the cluster's processes left.
+
+    Bug pinned: `ray.init` put in a SIGTERM handler of its own that exits at once (code 15), so
+    a SIGTERM then ended the command with no line and left the new sweep dir behind."""
+    out = tmp_path / "new" / "sweep"
+    proc = start_per_dqn([*ray_args(out, "--workers", "1"), *sets("run.device=cpu")])
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / m.LOCK_FILE).exists():  # locked just before Ray is imported and started
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sweep dir was never locked"
+            time.sleep(0.01)
+        time.sleep(1.0)  # into ray.init, which takes several seconds here
+        started = descendants(proc.pid)
+        assert not (out / "uniform").exists(), "too late: the runs had started"
+        os.kill(proc.pid, signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, stdout + stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: interrupted while connecting to Ray, before any run started"]
+    assert list(tmp_path.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while [pid for pid in started if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in started if running(pid)], "the cluster's processes were left"
 
 
 @pytest.fixture(scope="module")
