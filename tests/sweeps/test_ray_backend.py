@@ -347,19 +347,10 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     assert "4 runs, 4 finished, 0 to run\n" in again.stdout
 
 
-def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_head, tmp_path):
-    """SIGKILL to the Ray worker running a run (the process holding its run dir's lock), once it
-    has checkpointed: Ray retries the task, which resumes from that checkpoint; the sweep ends
-    with exit 0, and the run's curves (no step twice), final score and model.pt equal those of
-    the same run never stopped, trained in this process. Its provenance says that its task's
-    second attempt (attempt 1) finished it."""
-    address, _ = ray_head
-    out = tmp_path / "sweep"
-    texts = [*TINY, "checkpoint.interval_steps=300", "run.device=cpu"]
-    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1", "--steps",
-            "1200", "--out", str(out), "--backend", "ray", "--address", address,
-            *sets(*texts)]  # fmt: skip
-    run_dir = out / "uniform" / "s0"
+def kill_its_worker_at_step_300(args: list[str], run_dir: Path) -> tuple[int, str, str]:
+    """Runs ``per-dqn ARGS`` and SIGKILLs the Ray worker running ``run_dir`` (the process holding
+    its lock) once the run has checkpointed at step 300; the command's exit code, stdout and
+    stderr."""
     proc = start_per_dqn(args)
     try:
         deadline = time.monotonic() + 180
@@ -375,7 +366,24 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0, stdout + stderr
+    return proc.returncode, stdout, stderr
+
+
+def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_head, tmp_path):
+    """SIGKILL to the Ray worker running a run (the process holding its run dir's lock), once it
+    has checkpointed: Ray retries the task, which resumes from that checkpoint; the sweep ends
+    with exit 0, and the run's curves (no step twice), final score and model.pt equal those of
+    the same run never stopped, trained in this process. Its provenance says that its task's
+    second attempt (attempt 1) finished it."""
+    address, _ = ray_head
+    out = tmp_path / "sweep"
+    texts = [*TINY, "checkpoint.interval_steps=300", "run.device=cpu"]
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1", "--steps",
+            "1200", "--out", str(out), "--backend", "ray", "--address", address,
+            *sets(*texts)]  # fmt: skip
+    run_dir = out / "uniform" / "s0"
+    code, stdout, stderr = kill_its_worker_at_step_300(args, run_dir)
+    assert code == 0, stdout + stderr
     s = summary(run_dir)
     assert not s["interrupted"] and s["env_steps"] == 1200
     assert s["resumed_from_env_steps"] is not None and 300 <= s["resumed_from_env_steps"] < 1200
@@ -501,22 +509,8 @@ def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_h
             "1200", "--out", str(out), "--backend", "ray", "--address", address, "--retries",
             "0", *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
     killed, other = out / "uniform" / "s0", out / "uniform" / "s1"
-    proc = start_per_dqn(args)
-    try:
-        deadline = time.monotonic() + 180
-        while not (killed / "checkpoints" / ckpt.checkpoint_name(300)).exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never checkpointed"
-            time.sleep(0.01)
-        worker = m.lock_holder(killed)
-        assert worker is not None and worker != proc.pid
-        os.kill(worker, signal.SIGKILL)
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 1, stdout + stderr
+    code, stdout, stderr = kill_its_worker_at_step_300(args, killed)
+    assert code == 1, stdout + stderr
     (line,) = [line for line in stdout.splitlines() if "uniform/s0:" in line]
     assert re.match(r"\[[01]/2\] uniform/s0: error: its Ray task failed after 0 retries: ", line)
     (err,) = errors(stderr)
