@@ -10,6 +10,7 @@ also while it runs. No plotting and no statistics here: the runner must not pay 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,16 @@ def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[in
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
+    # A resumed run's event file starts with the resume's purge_step, which drops what the run
+    # logged after its last checkpoint (so that no step counts twice); TensorBoard warns of it as
+    # an unexpected restart, once per resumed run. Here it is by design.
+    tensorboard_log = logging.getLogger("tensorboard")
+    level = tensorboard_log.level
+    tensorboard_log.setLevel(logging.ERROR)
+    try:
+        events.Reload()
+    finally:
+        tensorboard_log.setLevel(level)
     logged = set(events.Tags()["scalars"])
     return {
         tag: sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))

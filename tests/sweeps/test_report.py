@@ -727,3 +727,45 @@ def test_report_states_each_arms_settings_and_the_grid(tmp_path):
     assert "- Arm `rank/beta0=0.5` sets `replay.beta0=0.5`." in text
     assert "- Grid: `replay.alpha` takes `0.4`, `0.8`, crossed with every arm." in text
     assert "- Grid: `agent.n_step` takes `1`, crossed with every arm." in text
+
+
+class _InterruptAfter:
+    """A callback that interrupts the run (as Ctrl-C does, no checkpoint) at a log point."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
+        if env_steps >= self.step:
+            raise KeyboardInterrupt
+
+
+def test_reading_a_resumed_run_drops_its_purged_points_without_a_warning(tmp_path, caplog):
+    """A run interrupted at step 750 and resumed from its step-500 checkpoint: its first event
+    file holds points past 500 that the resume's ``purge_step`` drops. ``read_curves`` merges the
+    files as TensorBoard does (no step twice, the resumed values kept) and stays quiet.
+
+    Bug pinned: `per-dqn report` printed TensorBoard's "Detected out of order event.step likely
+    caused by a TensorFlow restart ... Removing N scalars" warning for every resumed run, which
+    reads like corrupt data though the purge is by design."""
+    import per_dqn
+
+    short = {
+        "train.total_env_steps": 1_000, "train.learning_starts": 200, "train.eval_interval": 500,
+        "train.eval_episodes": 2, "train.final_eval_episodes": 2, "train.log_interval": 250,
+        "checkpoint.interval_steps": 500, "agent.hidden_sizes": [32, 32],
+        "replay.capacity": 2_000, "run.device": "cpu",
+    }  # fmt: skip
+    run_dir = tmp_path / "run"
+    stopped = per_dqn.train(
+        "cartpole", overrides=short, run_dir=run_dir, callbacks=[_InterruptAfter(750)]
+    )
+    assert stopped.summary["interrupted"] and stopped.summary["env_steps"] >= 750
+    resumed = per_dqn.resume(run_dir)
+    assert resumed.summary["resumed_from_env_steps"] == 500
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+
+    with caplog.at_level("WARNING"):
+        curves = runs.read_curves(run_dir, (m.EXPLORE_EPSILON,))
+    assert [r.getMessage() for r in caplog.records if "out of order" in r.getMessage()] == []
+    assert [step for step, _ in curves[m.EXPLORE_EPSILON]] == [250, 500, 750, 1000]
