@@ -669,19 +669,25 @@ def test_sensitivity_to_a_numeric_grid_key_by_hand(tmp_path):
     assert files.sensitivity_svg.read_text().lstrip().startswith("<?xml")
 
 
-def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
-    """A grid of strings (weight_normalization) is compared by the table, not plotted against."""
-    out = tmp_path / "strings"
+def fake_normalization_sweep(out: Path, scores: dict[str, list[float]]) -> None:
+    """A sweep dir of proportional runs over a grid of ``replay.weight_normalization``: for each
+    value, one finished CartPole run per seed with the given final score (a flat curve)."""
     planned = []
-    for norm, score in (("global", 1.0), ("batch", 2.0)):
+    for norm, finals in scores.items():
         arm = f"proportional/weight_normalization={norm}"
-        for seed in range(2):
+        for seed, score in enumerate(finals):
             fake_run(out, f"{arm}/s{seed}", "CartPole-v1", "proportional", seed, score,
                      [(100, score), (200, score)])  # fmt: skip
             planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed,
                             "run_dir": f"{arm}/s{seed}", "kind": "proportional", "settings": {},
                             "point": {"replay.weight_normalization": norm}})  # fmt: skip
     m.write_json(out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned})
+
+
+def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
+    """A grid of strings (weight_normalization) is compared by the table, not plotted against."""
+    out = tmp_path / "strings"
+    fake_normalization_sweep(out, {"global": [1.0, 1.0], "batch": [2.0, 2.0]})
     files = R.write_report(out)
     assert "Sensitivity" not in files.report.read_text()
     assert files.sensitivity is None and not (out / R.SENSITIVITY_FILE).exists()
@@ -691,16 +697,7 @@ def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):
     """``--baseline ARM``: P(>) against that arm, paired by seed, e.g. batch against global IS
     normalisation (no uniform arm at all); an arm the sweep lacks is one error line, exit 2."""
     out = tmp_path / "norms"
-    planned = []
-    for norm, scores in (("global", [1.0, 3.0, 5.0]), ("batch", [2.0, 2.0, 6.0])):
-        arm = f"proportional/weight_normalization={norm}"
-        for seed, score in enumerate(scores):
-            fake_run(out, f"{arm}/s{seed}", "CartPole-v1", "proportional", seed, score,
-                     [(100, score), (200, score)])  # fmt: skip
-            planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed,
-                            "run_dir": f"{arm}/s{seed}", "kind": "proportional", "settings": {},
-                            "point": {"replay.weight_normalization": norm}})  # fmt: skip
-    m.write_json(out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned})
+    fake_normalization_sweep(out, {"global": [1.0, 3.0, 5.0], "batch": [2.0, 2.0, 6.0]})
     plain = table_rows(R.write_report(out).report.read_text())
     assert "P(> uniform), final" not in (out / "report.md").read_text()  # nothing to pair with
     base = "proportional/weight_normalization=global"
