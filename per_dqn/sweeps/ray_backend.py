@@ -414,20 +414,22 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
     else:
         kwargs["address"] = options.address
     handler = signal.getsignal(signal.SIGTERM)
+    # the processes this one had before Ray's: never Ray's to end (a test's own head node, say)
+    others = _descendants({}) if options.address is None else None
     try:
         context = ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = options.address or "a local cluster"
         raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
     except SystemExit as exc:
-        ray.shutdown()
+        _shutdown(ray, others)
         # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15): the
         # caller's handler gets the signal instead.
         if exc.code == signal.SIGTERM and callable(handler):
             handler(signal.SIGTERM, None)
         raise
     except BaseException:  # Ctrl-C while it started: nothing of it stays
-        ray.shutdown()
+        _shutdown(ray, others)
         raise
     finally:
         # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15):
@@ -455,7 +457,74 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
             started=options.address is None,
         )
     finally:
-        ray.shutdown()
+        _shutdown(ray, others)
+
+
+def _shutdown(ray: Any, others: dict[int, str] | None) -> None:
+    """Disconnects from Ray; for a cluster this process started (``others`` given: the
+    descendants it had before), also ends any of the cluster's processes that outlive
+    ``ray.shutdown``.
+
+    Ray ends the processes it started, but not always their own children: stopped while it was
+    starting, the dashboard's multiprocessing forkserver and resource tracker, or the raylet's
+    dashboard and runtime-env agents, stayed alive as orphans (seen with ray 2.60). So this
+    process's descendants, less ``others`` and theirs, are listed before the shutdown, and those
+    still alive after it get SIGTERM, then SIGKILL after 2 s.
+    """
+    before = _descendants(others) if others is not None else {}
+    ray.shutdown()
+    if not before:
+        return
+    left = {pid: start for pid, start in before.items() if _alive(pid, start)}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 2.0
+        while True:
+            for pid in list(left):
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)  # a child of this process: reaped, not a zombie
+            left = {pid: start for pid, start in left.items() if _alive(pid, start)}
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if not left:
+            return
+
+
+def _proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(others: dict[int, str]) -> dict[int, str]:
+    """This process's live descendants, pid to start time (a reused pid is not the same
+    process), less ``others`` and their own; empty where there is no ``/proc``."""
+    parents: dict[int, tuple[int, str]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and (fields := _proc_stat(entry.name)):
+                parents[int(entry.name)] = (int(fields[1]), fields[19])
+    found: dict[int, str] = {}
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {
+            pid
+            for pid, (parent, start) in parents.items()
+            if parent in frontier and others.get(pid) != start
+        }
+        found |= {pid: parents[pid][1] for pid in frontier}
+    return found
+
+
+def _alive(pid: int, start: str) -> bool:
+    """Whether ``pid`` is the process that started at ``start`` and is not a zombie."""
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] != "Z" and fields[19] == start
 
 
 # --- in a Ray worker ------------------------------------------------------------------------------
