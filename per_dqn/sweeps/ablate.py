@@ -427,6 +427,7 @@ def plan_sweep(
     for run_dir in dirs:
         if dirs.count(run_dir) > 1:
             raise ValueError(f"two runs of this sweep would share the run dir {run_dir}")
+    _refuse_same_config_twice(jobs, [])
     if out is None:
         out = Path(runs_root) / f"ablate__{'+'.join(map(env_slug, envs))}__{name}"
     record = {
@@ -541,7 +542,32 @@ def check_out_dir(sweep: Sweep) -> Sweep:
     old_runs = {r["run_dir"]: r for r in old["runs"]}
     for job in sweep.jobs:
         _check_run_dir_holds(out, job, old_runs.get(job.run_dir))
+    held = [(d, out / d / "config.yaml") for d in old_runs]
+    _refuse_same_config_twice(sweep.jobs, [(d, f) for d, f in held if f.is_file()])
     return Sweep(out, merge_records(old, sweep.record), sweep.jobs)
+
+
+def _refuse_same_config_twice(jobs: Sequence[Job], held: Sequence[tuple[str, Path]]) -> None:
+    """Refuses two runs of one config under two run dirs: the same arm or grid value spelled two
+    ways (``1`` and ``1.0``, settings in another order), in this command or against a run dir
+    the sweep dir already holds (``held``: run dir, its config.yaml). Without this, a grown sweep
+    would run the same run again and the report would count its seeds twice."""
+    seen: dict[str, str] = {}
+    for run_dir, config_file in held:
+        try:
+            data = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
+        except (OSError, ConfigError):
+            continue
+        seen.setdefault(json.dumps(data, sort_keys=True), run_dir)
+    for job in jobs:
+        key = json.dumps(parse_yaml(job.config_yaml, job.run_dir), sort_keys=True)
+        other = seen.setdefault(key, job.run_dir)
+        if other != job.run_dir:
+            raise ValueError(
+                f"run dirs {other} and {job.run_dir} would hold the same run (the same config): "
+                "an arm or grid value is given twice, spelled two ways; give it once, spelled "
+                "as before"
+            )
 
 
 def _blank(config: Any, axes: Sequence[str]) -> Any:

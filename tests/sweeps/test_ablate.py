@@ -8,6 +8,7 @@ import csv
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -352,6 +353,41 @@ def test_a_run_dir_holding_another_configs_run_is_refused(workdir):
     with pytest.raises(ValueError, match="run dir uniform/s0 holds a run of another config "
                                          r"\(agent.gamma: 0.9 -> 0.99\)"):  # fmt: skip
         ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
+
+
+@pytest.mark.parametrize(
+    ("replay", "grid"),
+    [
+        (["proportional"], ["replay.alpha=1,1.0"]),
+        (["rank:replay.alpha=0.7,replay.beta0=0.5", "rank:replay.beta0=0.5,replay.alpha=0.7"], []),
+    ],
+    ids=["int-and-float", "settings-reordered"],
+)
+def test_one_setting_spelled_two_ways_is_refused(workdir, replay, grid):
+    """Pins a bug: a grid value given as 1 and 1.0, or an arm's settings in two orders, named two
+    run dirs for one config; both were run, and the sensitivity table counted each seed twice."""
+    with pytest.raises(ValueError, match=r"would hold the same run \(the same config\)"):
+        ablate.plan_sweep("cartpole.yaml", ablate.parse_arms(replay), [0], 1500, [], Path("sw"),
+                          ablate.parse_grid(grid))  # fmt: skip
+
+
+def test_growing_a_sweep_with_a_value_spelled_another_way_is_refused(workdir):
+    """Pins a bug: a sweep run with ``alpha=0.5,1`` and grown with ``alpha=0.5,1.0`` planned the
+    finished ``alpha=1`` runs again as ``alpha=1.0``."""
+    first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"),
+                              ablate.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
+    first.out.mkdir()
+    m.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    for job in first.jobs:
+        finish(first.out, job.run_dir)
+        (first.out / job.run_dir / "config.yaml").write_text(job.config_yaml)
+    wider = ablate.parse_grid(["replay.alpha=0.5,1.0,2"])
+    refused = "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same"
+    with pytest.raises(ValueError, match=re.escape(refused)):
+        ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), wider)
+    same = ablate.parse_grid(["replay.alpha=0.5,1,2"])
+    grown = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), same)
+    assert [j.run_dir for j in grown.pending()] == ["proportional/alpha=2/s0"]
 
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
