@@ -695,7 +695,7 @@ def _across_games_table(
         title,
         "",
         f"Scale: {scale}. Aggregates pool seeds x games, resampling seeds within each game; only "
-        "seeds finished on every game are used, and P(> uniform) pairs them across games.",
+        f"seeds finished on every game are used, and P(> {versus}) pairs them across games.",
         "",
         *[f"- {note}" for note in norm.notes],
         *([""] if norm.notes else []),

@@ -233,8 +233,9 @@ def check_not_a_run_dir(out: Path) -> None:
     found = [name for name in RUN_DIR_FILES if (out / name).is_file()]
     if not found:
         return
-    # A run of a sweep sits two or three levels below it (<arm>/s<seed>, <env>/<arm>/s<seed>).
-    sweep = next((p for p in list(out.parents)[:3] if (p / SWEEP_FILE).is_file()), None)
+    # A run of a sweep sits two to four levels below it (<kind>/s<seed>, <kind>/<settings>/s<seed>,
+    # <env>/<kind>/s<seed>, <env>/<kind>/<settings>/s<seed>).
+    sweep = next((p for p in list(out.parents)[:4] if (p / SWEEP_FILE).is_file()), None)
     instead = (
         f"pass its sweep dir, {sweep}"
         if sweep is not None

@@ -27,7 +27,7 @@ from per_dqn import metrics as m
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.run import Trainer
-from per_dqn.sweeps import ablate
+from per_dqn.sweeps import ablate, runs
 
 # tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
 TINY = [
@@ -445,6 +445,19 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def test_a_run_dir_four_levels_down_still_names_its_sweep_dir(tmp_path):
+    """Pins a bug: a run of a multi-env sweep with settings (<env>/<kind>/<settings>/s<seed>)
+    sits four levels below its sweep dir; the refusal looked three levels up only and lost the
+    "pass its sweep dir" hint."""
+    sweep = tmp_path / "sw"
+    run = sweep / "MinAtar-Breakout-v1" / "proportional" / "alpha=0.6" / "s0"
+    run.mkdir(parents=True)
+    (sweep / runs.SWEEP_FILE).write_text("{}")
+    (run / "config.yaml").write_text("env: {}\n")
+    with pytest.raises(ValueError, match=re.escape(f"pass its sweep dir, {sweep}")):
+        runs.check_not_a_run_dir(run)
 
 
 def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
