@@ -542,16 +542,16 @@ def check_out_dir(sweep: Sweep) -> Sweep:
     old_runs = {r["run_dir"]: r for r in old["runs"]}
     for job in sweep.jobs:
         _check_run_dir_holds(out, job, old_runs.get(job.run_dir))
-    held = [(d, out / d / "config.yaml") for d in old_runs]
-    _refuse_same_config_twice(sweep.jobs, [(d, f) for d, f in held if f.is_file()])
+    _refuse_same_config_twice(sweep.jobs, [(d, out / d / "config.yaml") for d in old_runs])
     return Sweep(out, merge_records(old, sweep.record), sweep.jobs)
 
 
 def _refuse_same_config_twice(jobs: Sequence[Job], held: Sequence[tuple[str, Path]]) -> None:
     """Refuses two runs of one config under two run dirs: the same arm or grid value spelled two
     ways (``1`` and ``1.0``, settings in another order), in this command or against a run dir
-    the sweep dir already holds (``held``: run dir, its config.yaml). Without this, a grown sweep
-    would run the same run again and the report would count its seeds twice."""
+    the sweep dir already holds (``held``: run dir, its config.yaml; one not yet written or
+    unreadable is skipped). Without this, a grown sweep would run the same run again and the
+    report would count its seeds twice."""
     seen: dict[str, str] = {}
     for run_dir, config_file in held:
         try:

@@ -502,6 +502,10 @@ def test_minatar_games_are_min_max_normalised_by_hand(tmp_path):
     assert rows["proportional"] == ["5", ci_text(proportional, 2), ci_text(proportional, 2), p, p]
     assert p.startswith("0.75 [")
     assert "Warning" not in section
+    assert "and P(> uniform) pairs them across games." in section
+    # under --baseline, the line names the arm the across-games P(>) pairs against
+    based = R.write_report(out, baseline="proportional").report.read_text()
+    assert "and P(> proportional) pairs them across games." in based
 
 
 def test_human_normalised_scores_for_atari(tmp_path):
