@@ -648,28 +648,40 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     and redid them from zero while the orphans still wrote there (mixed event files, duplicated
     steps)."""
     out = tmp_path / "sweep"
+    steps = 2400
+    # keep_last above the run's checkpoint count: none is deleted while the test looks for them.
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
-            "1200", "--workers", "2", "--out", str(out),
-            *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
+            str(steps), "--workers", "2", "--out", str(out),
+            *sets(*TINY, "checkpoint.interval_steps=300", "checkpoint.keep_last=10",
+                  "run.device=cpu")]  # fmt: skip
     run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
-    first = ckpt.checkpoint_name(300)
     proc = start_per_dqn(args)
     try:
         deadline = time.monotonic() + 180
-        while not all((d / "checkpoints" / first).exists() for d in run_dirs):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the workers never checkpointed"
-            time.sleep(0.01)
-        workers = descendants(proc.pid)
-        writers = {m.lock_holder(d) for d in run_dirs}
-        assert len(writers) == 2 and writers <= workers  # one worker per run dir
 
+        def wait_for(done, what: str) -> None:
+            while not done():
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, what
+                time.sleep(0.01)
+
+        # Both workers hold their run dirs, so the sweep holds its dir: a second command now
+        # must be refused (before, it could start a sweep of its own).
+        wait_for(lambda: all(m.lock_holder(d) for d in run_dirs), "the workers never started")
         second = runner.invoke(app, args)
         assert_bad_input(
             second,
             f"sweep dir {out} is in use by another per-dqn process (pid {proc.pid}); wait for it "
             "to end or stop it",
         )
+        # Then the kill as soon as each run has a checkpoint, with most of both runs to go.
+        wait_for(
+            lambda: all(ckpt.list_checkpoints(ckpt.checkpoints_dir(d)) for d in run_dirs),
+            "the workers never checkpointed",
+        )
+        workers = descendants(proc.pid)
+        writers = {m.lock_holder(d) for d in run_dirs}
+        assert len(writers) == 2 and writers <= workers  # one worker per run dir
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
         killed = time.monotonic()
@@ -683,7 +695,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     stopped = {}
     for run_dir in run_dirs:
         s = summary(run_dir)
-        assert s["interrupted"] and 300 <= s["env_steps"] < 1200
+        assert s["interrupted"] and 300 <= s["env_steps"] < steps
         stopped[run_dir] = s["env_steps"]
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
         assert newest.name == ckpt.checkpoint_name(s["env_steps"])
@@ -693,12 +705,12 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     assert "2 runs, 0 finished, 2 to run on 2 workers" in result.stdout
     for run_dir in run_dirs:
         s = summary(run_dir)
-        assert not s["interrupted"] and s["env_steps"] == 1200
+        assert not s["interrupted"] and s["env_steps"] == steps
         assert s["resumed_from_env_steps"] == stopped[run_dir]
         assert_no_duplicated_steps(run_dir)
 
     # seed 0 never stopped, in this process
-    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1200,
+    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], steps,
                             [parse_override(t) for t in args[args.index("--set") + 1 :: 2]],
                             tmp_path / "ref").jobs[0]  # fmt: skip
     trainer = Trainer(ablate._job_config(job), job.config_name)
