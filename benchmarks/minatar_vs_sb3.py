@@ -21,7 +21,10 @@ SPS is env steps over that wall time:
 Then, in this process, the learner alone: a ``Trainer`` of the same config (uniform replay) trains
 ``--learner-fill`` env steps to fill its memory, and ``agent.learn(memory.sample(32))`` is timed
 over ``--learner-updates`` updates: the milliseconds an update costs, and how many of the 1M-step
-minutes the config's 250,000 updates take.
+minutes the config's 250,000 updates take. One more block runs under ``torch.profiler``: the self
+time of the update's arithmetic kernels (``KERNELS``), which splits the uniform run's env step
+into those kernels, the rest of ``learn``, and everything else, against the step time the 2x goal
+allows.
 
 Repeats rotate which side goes first. Without ``stable_baselines3`` (the ``bench`` extra) only
 per_dqn's rows are measured.
@@ -140,12 +143,25 @@ def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> s
     return "\n".join(lines)
 
 
-def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float]:
+# The learner's arithmetic: the fc layer's and the head's matrix products (forward: addmm;
+# backward: mm), the convolution forward (oneDNN's kernel, or the native one where oneDNN is not
+# used) and its weight gradient, and Adam's fused step. Everything else in an update is small ops,
+# copies and Python.
+KERNELS = frozenset({
+    "aten::addmm", "aten::mm", "aten::mkldnn_convolution", "aten::_slow_conv2d_forward",
+    "aten::convolution_backward", "aten::_fused_adam_",
+})  # fmt: skip
+
+
+def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float, float]:
     """Milliseconds of one ``learn`` (sampling included) and of one ``sample`` alone, medians of
-    five blocks of ``args.learner_updates // 5`` updates, after a memory filled by training."""
+    five blocks of ``args.learner_updates // 5`` updates, after a memory filled by training; then
+    the milliseconds of an update spent in ``KERNELS``, their self time under ``torch.profiler``
+    over one more block."""
     import time
 
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     from per_dqn.config import Override
     from per_dqn.run import Trainer
@@ -174,9 +190,15 @@ def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float]:
             for _ in range(block):
                 memory.sample(batch)
             sample.append((time.perf_counter() - start) / block * 1e3)
+        with profile(activities=[ProfilerActivity.CPU]) as profiled:
+            for _ in range(block):
+                agent.learn(memory.sample(batch))
+        kernels_us = sum(
+            event.self_cpu_time_total for event in profiled.key_averages() if event.key in KERNELS
+        )
     finally:
         trainer.close()
-    return median(learn), median(sample)
+    return median(learn), median(sample), kernels_us / block / 1e3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -234,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
                     result = run_per_dqn(args, side, seed, Path(tmp) / f"{side}-{repeat}")
                 runs[side].append(result)
                 log(f"repeat {repeat + 1}: {side} {result['wall']:.1f} s")
-        learn_ms, sample_ms = time_learner(args, Path(tmp))
+        learn_ms, sample_ms, kernels_ms = time_learner(args, Path(tmp))
     print()
     print(render(args, runs))
     config = load_config(resolve_config_path(CONFIG))
@@ -244,6 +266,34 @@ def main(argv: list[str] | None = None) -> None:
         f"{sample_ms:.3f} ms of it; the {updates:,} updates of 1M env steps take "
         f"{updates * learn_ms / 60e3:.1f} min."
     )
+    print(breakdown(args, runs, learn_ms, kernels_ms))
+
+
+def breakdown(
+    args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]], learn_ms: float,
+    kernels_ms: float,
+) -> str:  # fmt: skip
+    """Where an env step of the uniform run goes: the update's arithmetic kernels, the rest of
+    ``learn``, and everything else (the env, acting, storing, logging, start-up), against the
+    step time the 2x goal allows."""
+    config = load_config(resolve_config_path(CONFIG))
+    steps = runs["uniform"][-1]["env_steps"]
+    updates = max(steps - config.train.learning_starts, 0) // config.train.replay_period
+    wall = median([r["wall"] for r in runs["uniform"]])
+    step_us = wall / steps * 1e6
+    kernels_us = kernels_ms * updates / steps * 1e3
+    rest_us = max(learn_ms - kernels_ms, 0.0) * updates / steps * 1e3
+    line = (
+        f"per env step (uniform): {step_us:.0f} us, of which the update's arithmetic kernels "
+        f"(matrix products, convolution, Adam; torch.profiler self time, {kernels_ms:.2f} ms an "
+        f"update) {kernels_us:.0f} us, the rest of learn {rest_us:.0f} us, everything else "
+        f"{max(step_us - kernels_us - rest_us, 0.0):.0f} us"
+    )
+    if "sb3" in runs:
+        sb3_wall = median([r["wall"] for r in runs["sb3"]])
+        allowed_us = sb3_wall / runs["sb3"][-1]["env_steps"] * 1e6 / GOAL
+        line += f"; the {GOAL:.0f}x goal allows {allowed_us:.0f} us"
+    return line + "."
 
 
 if __name__ == "__main__":

@@ -185,9 +185,18 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     assert re.search(
         r"learner \(uniform, one thread\): [\d.]+ ms an update, sampling [\d.]+ ms", out
     )
+    parts = re.search(
+        r"per env step \(uniform\): (\d+) us, of which the update's arithmetic kernels .*? "
+        r"([\d.]+) ms an update\) (\d+) us, the rest of learn (\d+) us, everything else (\d+) us",
+        out,
+    )
+    assert parts and float(parts[2]) > 0 and int(parts[3]) > 0
+    # the three parts add up to the step, within rounding
+    assert abs(sum(int(parts[i]) for i in (3, 4, 5)) - int(parts[1])) <= 2
     if HAVE["stable_baselines3"]:
         assert_numbers(rows.pop("SB3 DQN, same settings"))
         assert re.search(r"SB3 / per_dqn uniform wall time: [\d.]+x; goal >= 2x", out)
+        assert re.search(r"; the 2x goal allows \d+ us\.", out)
     else:
         assert "SB3 not measured" in out
     assert rows == {}
