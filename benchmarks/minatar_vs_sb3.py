@@ -58,7 +58,7 @@ from _common import (
     run_python,
 )
 
-from per_dqn.config import load_config, resolve_config_path
+from per_dqn.config import Config, load_config, resolve_config_path
 
 HAVE_SB3 = importlib.util.find_spec("stable_baselines3") is not None
 SB3_CHILD = Path(__file__).resolve().parent / "_sb3_minatar.py"
@@ -143,21 +143,22 @@ def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> s
     return "\n".join(lines)
 
 
-# The learner's arithmetic: the fc layer's and the head's matrix products (forward: addmm;
-# backward: mm), the convolution forward (oneDNN's kernel, or the native one where oneDNN is not
-# used) and its weight gradient, and Adam's fused step. Everything else in an update is small ops,
-# copies and Python.
-KERNELS = frozenset({
-    "aten::addmm", "aten::mm", "aten::mkldnn_convolution", "aten::_slow_conv2d_forward",
-    "aten::convolution_backward", "aten::_fused_adam_",
-})  # fmt: skip
+# The learner's arithmetic, by group: the fc layer's and the head's matrix products (forward:
+# addmm; backward: mm), the convolution forward (oneDNN's kernel, or the native one where oneDNN is
+# not used) and its weight gradient, and Adam's fused step. Everything else in an update is small
+# ops, copies and Python.
+KERNELS = {
+    "aten::addmm": "matrix products", "aten::mm": "matrix products",
+    "aten::mkldnn_convolution": "convolution", "aten::_slow_conv2d_forward": "convolution",
+    "aten::convolution_backward": "convolution", "aten::_fused_adam_": "Adam",
+}  # fmt: skip
 
 
-def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float, float]:
+def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float, dict[str, float]]:
     """Milliseconds of one ``learn`` (sampling included) and of one ``sample`` alone, medians of
     five blocks of ``args.learner_updates // 5`` updates, after a memory filled by training; then
-    the milliseconds of an update spent in ``KERNELS``, their self time under ``torch.profiler``
-    over one more block."""
+    the milliseconds of an update spent in each group of ``KERNELS``, their self time under
+    ``torch.profiler`` over one more block."""
     import time
 
     import torch
@@ -193,12 +194,13 @@ def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float, flo
         with profile(activities=[ProfilerActivity.CPU]) as profiled:
             for _ in range(block):
                 agent.learn(memory.sample(batch))
-        kernels_us = sum(
-            event.self_cpu_time_total for event in profiled.key_averages() if event.key in KERNELS
-        )
+        kernels_ms = dict.fromkeys(KERNELS.values(), 0.0)
+        for event in profiled.key_averages():
+            if event.key in KERNELS:
+                kernels_ms[KERNELS[event.key]] += event.self_cpu_time_total / block / 1e3
     finally:
         trainer.close()
-    return median(learn), median(sample), kernels_us / block / 1e3
+    return median(learn), median(sample), kernels_ms
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -266,27 +268,28 @@ def main(argv: list[str] | None = None) -> None:
         f"{sample_ms:.3f} ms of it; the {updates:,} updates of 1M env steps take "
         f"{updates * learn_ms / 60e3:.1f} min."
     )
-    print(breakdown(args, runs, learn_ms, kernels_ms))
+    print(breakdown(config, runs, learn_ms, kernels_ms))
 
 
 def breakdown(
-    args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]], learn_ms: float,
-    kernels_ms: float,
+    config: Config, runs: dict[str, list[dict[str, Any]]], learn_ms: float,
+    kernels_ms: dict[str, float],
 ) -> str:  # fmt: skip
-    """Where an env step of the uniform run goes: the update's arithmetic kernels, the rest of
-    ``learn``, and everything else (the env, acting, storing, logging, start-up), against the
-    step time the 2x goal allows."""
-    config = load_config(resolve_config_path(CONFIG))
+    """Where an env step of the uniform run goes: the update's arithmetic kernels (by group), the
+    rest of ``learn``, and everything else (the env, acting, storing, logging, start-up), against
+    the step time the 2x goal allows."""
+    groups = ", ".join(f"{name} {ms:.2f}" for name, ms in kernels_ms.items())
+    kernels = sum(kernels_ms.values())
     steps = runs["uniform"][-1]["env_steps"]
     updates = max(steps - config.train.learning_starts, 0) // config.train.replay_period
     wall = median([r["wall"] for r in runs["uniform"]])
     step_us = wall / steps * 1e6
-    kernels_us = kernels_ms * updates / steps * 1e3
-    rest_us = max(learn_ms - kernels_ms, 0.0) * updates / steps * 1e3
+    kernels_us = kernels * updates / steps * 1e3
+    rest_us = max(learn_ms - kernels, 0.0) * updates / steps * 1e3
     line = (
         f"per env step (uniform): {step_us:.0f} us, of which the update's arithmetic kernels "
-        f"(matrix products, convolution, Adam; torch.profiler self time, {kernels_ms:.2f} ms an "
-        f"update) {kernels_us:.0f} us, the rest of learn {rest_us:.0f} us, everything else "
+        f"(torch.profiler self time: {groups} ms; {kernels:.2f} ms an update) "
+        f"{kernels_us:.0f} us, the rest of learn {rest_us:.0f} us, everything else "
         f"{max(step_us - kernels_us - rest_us, 0.0):.0f} us"
     )
     if "sb3" in runs:
