@@ -13,6 +13,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "per_dqn"
 
+# The modules that write a sweep's report; the sweep runner loads none of them.
+REPORT_WRITER = {"per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.sweeps.markdown",
+                 "per_dqn.sweeps.figures", "per_dqn.sweeps.stats"}  # fmt: skip
+# The one module that draws; no other module of the package imports matplotlib.
+PLOTTING = "per_dqn.sweeps.figures"
 # module prefix -> top-level names it must never import
 FORBIDDEN = {
     "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.run",
@@ -26,10 +31,18 @@ FORBIDDEN = {
     "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate"},
     "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.run", "per_dqn.loop", "per_dqn.cli",
                       "per_dqn.metrics", "per_dqn.envs"},
-    # The sweep runner reads run dirs through `runs`; the report writer (and its plotting) is the
-    # CLI's to call once a sweep ends (issue 13: "ablate imports the report writer").
-    "per_dqn.sweeps.ablate": {"per_dqn.sweeps.report", "matplotlib"},
-    "per_dqn.sweeps.runs": {"per_dqn.sweeps.report", "per_dqn.sweeps.ablate", "matplotlib"},
+    # The sweep runner reads run dirs through `runs`; the report writer (its measuring, text and
+    # plotting) is the CLI's to call once a sweep ends (issue 13: "ablate imports the report
+    # writer").
+    "per_dqn.sweeps.ablate": REPORT_WRITER | {"matplotlib"},
+    "per_dqn.sweeps.runs": REPORT_WRITER | {"per_dqn.sweeps.ablate", "matplotlib"},
+    # The report's steps point one way: report -> markdown, figures -> measure -> stats, runs.
+    "per_dqn.sweeps.measure": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
+                               "per_dqn.sweeps.figures", "per_dqn.sweeps.ablate", "matplotlib"},
+    "per_dqn.sweeps.markdown": {"per_dqn.sweeps.report", "per_dqn.sweeps.ablate", "matplotlib"},
+    "per_dqn.sweeps.figures": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
+                               "per_dqn.sweeps.ablate"},
+    "per_dqn.sweeps.stats": {"per_dqn", "matplotlib"},
     # Provenance reads the process and its packages, nothing of a run, so `ablate` can use it.
     "per_dqn.provenance": {"per_dqn"},
     # A tracker receives what the run hands it; it never reaches into the run's parts.
@@ -78,6 +91,20 @@ def test_import_directions(path):
         assert not bad, f"{name} imports {bad}"
 
 
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_only_the_figures_module_imports_matplotlib(path):
+    """Plotting has one home, ``per_dqn.sweeps.figures``: anything else that drew would load
+    matplotlib where no figure is wanted (a training run, the sweep runner, the CLI's parsing)."""
+    if module_name(path) != PLOTTING:
+        assert not hits(imports_of(path), {"matplotlib"}), f"{module_name(path)} imports matplotlib"
+
+
+def test_the_checker_sees_matplotlib_where_it_is_imported():
+    """Guards against a vacuous pass of the test above: the imports inside the figures module's
+    functions are seen."""
+    assert {"matplotlib", "matplotlib.figure"} <= imports_of(PACKAGE / "sweeps" / "figures.py")
+
+
 def test_the_checker_sees_imports():
     """Guards against a vacuous pass: the memory package's own imports are found."""
     found = imports_of(PACKAGE / "memory" / "replay.py")
@@ -106,7 +133,8 @@ if sys.argv[1] == "plan":
     m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     assert [j.run_dir for j in sweep.pending()] == ["uniform/s0"]
-watched = ["per_dqn.sweeps.report", "per_dqn.sweeps.stats", "matplotlib"]
+watched = ["per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.sweeps.markdown",
+           "per_dqn.sweeps.figures", "per_dqn.sweeps.stats", "matplotlib"]
 print(json.dumps(sorted(name for name in watched if name in sys.modules)))
 """
 
@@ -135,10 +163,15 @@ def test_the_sweep_runner_never_loads_the_report_writer_or_matplotlib(tmp_path):
 
 
 def test_the_import_probe_sees_the_report_writer(tmp_path):
-    """Negative control for the test above: the same probe reports the report writer and its
-    statistics when they are imported, and matplotlib when the plotting is."""
+    """Negative control for the test above: the same probe reports the report writer, its
+    measuring, text, figures and statistics when they are imported, and matplotlib when the
+    plotting is (importing the report writer alone loads no matplotlib: it draws only when
+    asked)."""
+    writer = ["per_dqn.sweeps.figures", "per_dqn.sweeps.markdown", "per_dqn.sweeps.measure",
+              "per_dqn.sweeps.report", "per_dqn.sweeps.stats"]  # fmt: skip
+    assert loaded_by(["per_dqn.sweeps.report"], False, tmp_path) == writer
     found = loaded_by(["per_dqn.sweeps.report", "matplotlib.figure"], False, tmp_path)
-    assert found == ["matplotlib", "per_dqn.sweeps.report", "per_dqn.sweeps.stats"]
+    assert found == ["matplotlib", *writer]
 
 
 def test_memory_runs_without_torch_gymnasium_or_the_agent():

@@ -176,14 +176,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "performance profiles count scores equal to tau (rliable's are strictly above)",
     ),
     Mutant(
-        "auc-is-final-score", "per_dqn/sweeps/report.py",
+        "auc-is-final-score", "per_dqn/sweeps/measure.py",
         "auc = m.normalized_auc(run.curve) if run.curve else None",
         "auc = run.score",
         ("tests/sweeps/test_report.py",),
         "the report's AUC column repeats the final score",
     ),
     Mutant(
-        "min-max-from-zero", "per_dqn/sweeps/report.py",
+        "min-max-from-zero", "per_dqn/sweeps/measure.py",
         "bounds[(env, metric)] = (min(values), max(values))",
         "bounds[(env, metric)] = (0.0, max(values))",
         ("tests/sweeps/test_report.py",),

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from per_dqn import metrics as m
 from per_dqn.cli import app
-from per_dqn.sweeps import report, runs, stats
+from per_dqn.sweeps import figures, markdown, measure, report, runs, stats
 
 R = report
 runner = CliRunner()
@@ -166,27 +166,27 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 def test_steps_to_threshold_by_hand():
     curve = [(1000, 100.0), (2000, 475.0), (3000, 200.0), (4000, 500.0)]
-    assert R.steps_to_threshold(curve, 475) == 2000  # reaching counts, not staying
-    assert R.steps_to_threshold(curve, 501) is None
-    assert R.steps_to_threshold([], 1.0) is None
+    assert measure.steps_to_threshold(curve, 475) == 2000  # reaching counts, not staying
+    assert measure.steps_to_threshold(curve, 501) is None
+    assert measure.steps_to_threshold([], 1.0) is None
 
 
 def test_censored_median_by_hand():
     """A seed that never reaches the threshold ranks after every seed that does."""
-    assert R.censored_median([3000, 1000, 2000]) == 2000
-    assert R.censored_median([1000, None, 3000]) == 3000
-    assert R.censored_median([1000, 2000, 3000, None]) == 2500
-    assert R.censored_median([1000, 2000, None, None]) == math.inf  # half never: not reached
-    assert R.censored_median([None]) == math.inf
+    assert measure.censored_median([3000, 1000, 2000]) == 2000
+    assert measure.censored_median([1000, None, 3000]) == 3000
+    assert measure.censored_median([1000, 2000, 3000, None]) == 2500
+    assert measure.censored_median([1000, 2000, None, None]) == math.inf  # half never: not reached
+    assert measure.censored_median([None]) == math.inf
     with pytest.raises(ValueError, match="empty"):
-        R.censored_median([])
+        measure.censored_median([])
 
 
 def test_reward_threshold_comes_from_gymnasium():
-    assert R.reward_threshold("CartPole-v1") == 475.0
-    assert R.reward_threshold("Acrobot-v1") == -100.0
-    assert R.reward_threshold("Pendulum-v1") is None
-    assert R.reward_threshold("NoSuchEnv-v0") is None
+    assert measure.reward_threshold("CartPole-v1") == 475.0
+    assert measure.reward_threshold("Acrobot-v1") == -100.0
+    assert measure.reward_threshold("Pendulum-v1") is None
+    assert measure.reward_threshold("NoSuchEnv-v0") is None
 
 
 def test_report_table_by_hand(cartpole_sweep):
@@ -232,7 +232,7 @@ def test_scores_csv_matches_the_summaries(cartpole_sweep):
     files = R.write_report(cartpole_sweep)
     with files.scores.open() as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(R.SCORES_COLUMNS)
+    assert list(rows[0]) == list(markdown.SCORES_COLUMNS)
     assert [(r["arm"], int(r["seed"])) for r in rows] == [
         (arm, s) for arm in ("uniform", "proportional") for s in range(4)
     ]
@@ -265,7 +265,7 @@ def test_figures_are_png_at_200_dpi_and_svg(cartpole_sweep):
         with Image.open(png) as image:
             assert image.format == "PNG"
             assert min(image.info["dpi"]) >= 199.5
-            assert image.size[0] == round(width_inches * R.FIGURE_DPI)
+            assert image.size[0] == round(width_inches * figures.FIGURE_DPI)
     for svg in (files.curves_svg, files.profiles_svg):
         text = svg.read_text()
         assert text.startswith("<?xml") and "<svg" in text and "<dc:date>" not in text
@@ -276,7 +276,7 @@ def test_figures_are_png_at_200_dpi_and_svg(cartpole_sweep):
 
 def test_curve_band_aggregates_each_step():
     """IQM at each step over the curves that have it; a lone curve's band is the point."""
-    steps, centre, low, high = R.curve_band(
+    steps, centre, low, high = measure.curve_band(
         [[(10, 1.0), (20, 4.0)], [(10, 3.0), (20, 8.0)], [(10, 2.0)], [(10, 6.0)]]
     )
     np.testing.assert_array_equal(steps, [10, 20])
@@ -287,8 +287,8 @@ def test_curve_band_aggregates_each_step():
 
 def test_runs_are_grouped_by_env_and_arm_in_sweep_order(cartpole_sweep):
     sweep = runs.collect(cartpole_sweep)
-    measured = [R.measure(r, 475.0) for r in reversed(sweep.runs)]
-    cells = R.group_cells(sweep, measured)
+    measured = [measure.measure(r, 475.0) for r in reversed(sweep.runs)]
+    cells = measure.group_cells(sweep, measured)
     assert list(cells) == [("CartPole-v1", a) for a in ("uniform", "proportional", "rank")]
     assert [r.run.seed for r in cells[("CartPole-v1", "uniform")]] == [0, 1, 2, 3]
     assert cells[("CartPole-v1", "rank")] == []
@@ -325,7 +325,7 @@ def test_each_arm_is_compared_with_uniform_at_its_grid_point():
         make_run("uniform/alpha=0.6", "uniform", point=at[0.6]),
         make_run("proportional/alpha=0.6", "proportional", point=at[0.6]),
     ), None, ())  # fmt: skip
-    assert R.baseline_arms(sweep) == {
+    assert measure.baseline_arms(sweep) == {
         "uniform/alpha=0.4": None, "proportional/alpha=0.4": "uniform/alpha=0.4",
         "uniform/alpha=0.6": None, "proportional/alpha=0.6": "uniform/alpha=0.6",
     }  # fmt: skip
@@ -334,7 +334,7 @@ def test_each_arm_is_compared_with_uniform_at_its_grid_point():
         make_run("uniform/lr=0.001", "uniform", settings=(("agent.learning_rate", 1e-3),)),
         make_run("rank/alpha=0.7", "rank", settings=(("replay.alpha", 0.7),)),
     ), None, ())  # fmt: skip
-    assert R.baseline_arms(sweep) == {
+    assert measure.baseline_arms(sweep) == {
         "uniform": None, "uniform/lr=0.001": None, "rank/alpha=0.7": "uniform",
     }  # fmt: skip
 
@@ -694,7 +694,7 @@ def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
     fake_normalization_sweep(out, {"global": [1.0, 1.0], "batch": [2.0, 2.0]})
     files = R.write_report(out)
     assert "Sensitivity" not in files.report.read_text()
-    assert files.sensitivity is None and not (out / R.SENSITIVITY_FILE).exists()
+    assert files.sensitivity is None and not (out / figures.SENSITIVITY_FILE).exists()
 
 
 def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):

@@ -1,0 +1,171 @@
+"""The report's figures: evaluation curves, performance profiles and sensitivity to a grid key,
+drawn with matplotlib and turned into PNG and SVG bytes.
+
+The only module of ``per_dqn`` that imports matplotlib (``tests/test_architecture.py`` checks
+it), and only inside the functions that draw, so that importing the report writer costs no
+matplotlib. Every value drawn comes from ``per_dqn.sweeps.measure`` and ``per_dqn.sweeps.stats``;
+here are only the axes, colours and file formats.
+
+- ``curves.png``/``.svg``: the evaluation return against env steps, one panel per env, the IQM
+  over seeds of each arm with its 95% band (``measure.curve_band``);
+- ``profiles.png``/``.svg``: *performance profiles* on the normalised scale: for each tau, the
+  fraction of runs x games with a normalised score above tau, with 95% stratified bootstrap bands;
+- ``sensitivity.png``/``.svg``: final score and AUC against each numeric grid key.
+
+A figure carries no date, and SVG ids come from a fixed salt, so the same run dirs give the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+
+from per_dqn.sweeps import stats
+from per_dqn.sweeps.measure import (
+    BOOTSTRAP_REPS,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    METRICS,
+    Cells,
+    Normalization,
+    RunMetrics,
+    curve_band,
+    normalized_matrix,
+    sensitivity,
+)
+from per_dqn.sweeps.runs import SweepRuns
+
+# The figures' file names in the sweep dir (report.md links them by these names).
+CURVES_FILE = "curves.png"
+CURVES_SVG = "curves.svg"
+PROFILES_FILE = "profiles.png"
+PROFILES_SVG = "profiles.svg"
+SENSITIVITY_FILE = "sensitivity.png"
+SENSITIVITY_SVG = "sensitivity.svg"
+FIGURE_DPI = 200
+PROFILE_POINTS = 101
+_ARM_COLORS = {"uniform": "#4c72b0", "proportional": "#dd8452", "rank": "#55a868"}
+
+
+def _new_figure(width: float, height: float):
+    # Imported here, and without pyplot: a report needs no GUI backend and no global figure
+    # state, importing this module (or the report writer) loads no matplotlib, and the rest of
+    # the package never needs it at all.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def figure_bytes(fig, fmt: str) -> bytes:
+    """The figure as PNG (``FIGURE_DPI``) or SVG bytes, the same bytes for the same figure."""
+    import matplotlib
+
+    buffer = io.BytesIO()
+    # No date in either file, and SVG element ids from a fixed salt rather than random ones.
+    with matplotlib.rc_context({"svg.hashsalt": "per-dqn-report"}):
+        fig.savefig(buffer, format=fmt, dpi=FIGURE_DPI,
+                    metadata={"Date": None} if fmt == "svg" else {"Software": None})  # fmt: skip
+    return buffer.getvalue()
+
+
+def _arm_color(arm: str, k: int) -> str:
+    return _ARM_COLORS.get(arm, f"C{k}")
+
+
+def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | None]):
+    """Evaluation return against env steps: one panel per env, one line per arm (IQM over
+    seeds) with its 95% stratified bootstrap band; the threshold dashed."""
+    fig = _new_figure(6.4 * len(sweep.envs), 4.2)
+    axes = fig.subplots(1, len(sweep.envs), squeeze=False)[0]
+    for ax, env in zip(axes, sweep.envs, strict=True):
+        for k, arm in enumerate(sweep.arms):
+            curves = [r.run.curve for r in cells[(env, arm)] if r.run.curve]
+            if not curves:
+                continue
+            steps, centre, low, high = curve_band(curves)
+            color = _arm_color(arm, k)
+            ax.plot(steps, centre, marker="o", markersize=3, color=color,
+                    label=f"{arm} ({len(curves)} seeds)")  # fmt: skip
+            ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+        threshold = thresholds.get(env)
+        if threshold is not None:
+            ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8,
+                       label=f"threshold {threshold:g}")  # fmt: skip
+        ax.set_title(env)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("evaluation return (IQM over seeds, 95% CI)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+    return fig
+
+
+def profile_taus(matrices: Sequence[np.ndarray]) -> np.ndarray:
+    """``PROFILE_POINTS`` thresholds from min(0, lowest score) to the highest score."""
+    values = np.concatenate([a.ravel() for a in matrices]) if matrices else np.zeros(1)
+    lo, hi = min(0.0, float(values.min())), float(values.max())
+    return np.linspace(lo, hi if hi > lo else lo + 1.0, PROFILE_POINTS)
+
+
+def plot_profiles(sweep: SweepRuns, cells: Cells, norm: Normalization):
+    """Performance profiles of the final score and the AUC on the normalised scale: per arm, the
+    fraction of runs x games above each tau, with its 95% stratified bootstrap band."""
+    fig = _new_figure(12.8, 4.2)
+    axes = fig.subplots(1, len(METRICS), squeeze=False)[0]
+    for ax, (metric, label) in zip(axes, METRICS.items(), strict=True):
+        envs = norm.envs(metric, sweep.envs)
+        matrices = {}
+        for arm in sweep.arms:
+            matrix = normalized_matrix(cells, norm, envs, arm, metric)
+            if matrix:
+                matrices[arm] = np.stack(list(matrix.values()))
+        taus = profile_taus(list(matrices.values()))
+        for k, arm in enumerate(sweep.arms):
+            if arm not in matrices:
+                continue
+            profile, low, high = stats.performance_profile_bands(
+                matrices[arm], taus, reps=BOOTSTRAP_REPS, confidence=CONFIDENCE,
+                seed=BOOTSTRAP_SEED,
+            )  # fmt: skip
+            color = _arm_color(arm, k)
+            ax.plot(taus, profile, color=color,
+                    label=f"{arm} ({matrices[arm].shape[0]} seeds)")  # fmt: skip
+            ax.fill_between(taus, low, high, color=color, alpha=0.2, linewidth=0)
+        games = f"{len(envs)} game{'s' * (len(envs) != 1)}"
+        ax.set_title(f"{label} ({games})")
+        ax.set_xlabel(f"{norm.scale_name} tau")
+        ax.set_ylabel("fraction of runs with score > tau")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if matrices:
+            ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+def plot_sensitivity(sweep: SweepRuns, measured: Sequence[RunMetrics], keys: Sequence[str]):
+    """Final score and AUC against each numeric grid key, one row per env and key, one line per
+    series (IQM over seeds with 95% CI bars), as the PER paper drew its alpha and beta sweeps."""
+    rows = [(env, key) for key in keys for env in sweep.envs]
+    fig = _new_figure(12.8, 4.2 * len(rows))
+    axes = fig.subplots(len(rows), len(METRICS), squeeze=False)
+    for (env, key), row in zip(rows, axes, strict=True):
+        for ax, (metric, name) in zip(row, METRICS.items(), strict=True):
+            for k, (series, points) in enumerate(sensitivity(measured, env, key, metric).items()):
+                xs = np.array([x for x, _, _ in points])
+                centre = np.array([i.value for _, i, _ in points])
+                below = centre - np.array([i.low for _, i, _ in points])
+                above = np.array([i.high for _, i, _ in points]) - centre
+                ax.errorbar(xs, centre, yerr=np.stack((below, above)), marker="o", capsize=3,
+                            color=_arm_color(series.split("/")[0], k), label=series)  # fmt: skip
+            ax.set_title(f"{env}: {name} against {key}")
+            ax.set_xlabel(key)
+            ax.set_ylabel(f"{name} (IQM over seeds, 95% CI)")
+            ax.grid(alpha=0.3)
+            if ax.has_data():
+                ax.legend(fontsize="small")
+    return fig
