@@ -1,7 +1,9 @@
-"""The only place gymnasium and ale-py environments and wrappers are chosen.
+"""The only place gymnasium, ale-py and minatar environments and wrappers are chosen.
 
 Which construction an id gets is its env family's (``per_dqn.families``): ``ENV_MAKERS`` holds
-each family's vector and evaluation env makers.
+each family's vector and evaluation env makers. The module is the project's whole boundary with
+the environment libraries, construction and the state a checkpoint keeps alike, which is why it
+is one module of over 500 lines: nothing else imports them.
 
 Training uses a vector env in gymnasium 1.x's default ``NEXT_STEP`` autoreset mode: after a
 sub-env's episode ends (terminated or truncated), the *next* ``step`` call only resets that
