@@ -9,6 +9,8 @@ Keys are ALE game names as in ``ALE/<Name>-v5``.
 
 from __future__ import annotations
 
+from per_dqn import families
+
 RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     "Alien": (227.8, 7127.7),
     "Amidar": (5.8, 1719.5),
@@ -72,9 +74,9 @@ RANDOM_HUMAN: dict[str, tuple[float, float]] = {
 
 def game_name(env_id: str) -> str | None:
     """``"ALE/Pong-v5"`` -> ``"Pong"``; None for an id that is not an ALE game in the table."""
-    if not env_id.startswith("ALE/"):
+    if families.of(env_id) is not families.ATARI:
         return None
-    name = env_id[len("ALE/") :].rsplit("-v", 1)[0]
+    name = env_id.removeprefix(families.ATARI.namespace).rsplit("-v", 1)[0]
     return name if name in RANDOM_HUMAN else None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from per_dqn import families
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ReplayConfig
 from per_dqn.envs import EnvSpec
@@ -74,8 +75,8 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
     """The agent ``config.agent`` describes, sized for ``spec``."""
     agent = config.agent
     network = agent.network
-    if network == "auto" and spec.obs_dtype == np.bool_ and len(spec.obs_shape) == 3:
-        network = "minatar_cnn"  # MinAtar's object layers, not frames: the MinAtar paper's net
+    if network == families.AUTO_NETWORK:
+        network = families.of(config.env.id).default_network
     return DQNAgent(
         obs_shape=spec.obs_shape,
         num_actions=spec.num_actions,

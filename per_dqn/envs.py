@@ -1,4 +1,9 @@
-"""The only place gymnasium and ale-py environments and wrappers are chosen.
+"""The only place gymnasium, ale-py and minatar environments and wrappers are chosen.
+
+Which construction an id gets is its env family's (``per_dqn.families``): ``ENV_MAKERS`` holds
+each family's vector and evaluation env makers. The module is the project's whole boundary with
+the environment libraries, construction and the state a checkpoint keeps alike, which is why it
+is one module of over 500 lines: nothing else imports them.
 
 Training uses a vector env in gymnasium 1.x's default ``NEXT_STEP`` autoreset mode: after a
 sub-env's episode ends (terminated or truncated), the *next* ``step`` call only resets that
@@ -19,31 +24,22 @@ are learning choices the training loop makes (``info["lives"]`` says when a life
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
+from per_dqn import families
 from per_dqn.config import EnvConfig
 
-ATARI_NAMESPACE = "ALE/"
-# The v5 episode cap: 108,000 emulator frames (30 minutes of play at 60 Hz).
-ATARI_MAX_EPISODE_FRAMES = 108_000
 # The emulator's screen, (height, width, RGB): the same for every Atari 2600 game.
 ATARI_SCREEN_SHAPE = (210, 160, 3)
 # What an eval env's ``render()`` films: the game's own screen, or the agent's preprocessed view.
 VIDEO_VIEWS = ("game", "agent")
-
-
-MINATAR_NAMESPACE = "MinAtar/"
-
-
-def is_minatar(env_id: str) -> bool:
-    """True for the MinAtar games' gymnasium ids (``MinAtar/<Game>-v1``)."""
-    return env_id.startswith(MINATAR_NAMESPACE)
 
 
 def _register_minatar(env_id: str) -> None:
@@ -76,11 +72,6 @@ class ChannelFirst(gym.ObservationWrapper):
         return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
 
 
-def is_atari(env_id: str) -> bool:
-    """True for ids ale-py serves (``ALE/<Game>-v5``)."""
-    return env_id.startswith(ATARI_NAMESPACE)
-
-
 def atari_game(env_id: str) -> str:
     """The ROM name of an ``ALE/<Game>-v<N>`` id: ``ALE/MsPacman-v5`` -> ``ms_pacman``.
 
@@ -89,9 +80,10 @@ def atari_game(env_id: str) -> str:
     """
     from ale_py import roms
 
-    match = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v\d+", env_id)
+    namespace = families.ATARI.namespace
+    match = re.fullmatch(rf"{re.escape(namespace)}([A-Za-z0-9]+)-v\d+", env_id)
     if match is None:
-        raise ValueError(f"env.id: expected ALE/<Game>-v5 for an Atari game, got {env_id!r}")
+        raise ValueError(f"env.id: expected {namespace}<Game>-v5 for an Atari game, got {env_id!r}")
     game = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", match.group(1)).lower()
     if game not in roms.get_all_rom_ids():
         raise ValueError(f"env.id: ale-py ships no ROM for {game!r} (from {env_id!r})")
@@ -113,20 +105,23 @@ class EnvSpec:
     num_actions: int
 
 
-def _make_one(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
-    """One environment with its registered wrappers (time limit included)."""
+def _make_gym(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
+    """One environment from ``gym.make``, with its registered wrappers (time limit included)."""
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
-    if is_minatar(config.id):
-        _register_minatar(config.id)
     try:
         # The passive checker costs a few microseconds per step and only re-checks what
         # `describe` verifies once.
-        env = gym.make(config.id, disable_env_checker=True, **kwargs)
+        return gym.make(config.id, disable_env_checker=True, **kwargs)
     except gym.error.Error as exc:
         raise ValueError(f"env.id: cannot make {config.id!r}: {exc}") from None
-    return ChannelFirst(env) if is_minatar(config.id) else env
+
+
+def _make_minatar(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
+    """One MinAtar game, its layers channel first."""
+    _register_minatar(config.id)
+    return ChannelFirst(_make_gym(config, render_mode))
 
 
 def describe(env: gym.Env | VectorEnv) -> EnvSpec:
@@ -165,7 +160,7 @@ def _make_atari_vector(config: EnvConfig, num_envs: int, screen: bool = False) -
                  "maxpool": False}  # fmt: skip
     game = atari_game(config.id)
     max_frames = (
-        ATARI_MAX_EPISODE_FRAMES
+        families.ATARI.max_episode_frames
         if config.max_episode_steps is None
         else config.max_episode_steps * config.frame_skip
     )
@@ -189,20 +184,22 @@ def _make_atari_vector(config: EnvConfig, num_envs: int, screen: bool = False) -
     )
 
 
+def _sync_vector(config: EnvConfig, make_one: Callable[..., gym.Env]) -> VectorEnv:
+    """``config.num_envs`` copies of ``make_one(config)`` in a ``SyncVectorEnv``."""
+    first = make_one(config)  # fails fast, with our message, before any other copy is made
+    envs = [first] + [make_one(config) for _ in range(config.num_envs - 1)]
+    return SyncVectorEnv(
+        [lambda env=env: env for env in envs], autoreset_mode=AutoresetMode.NEXT_STEP
+    )
+
+
 def make_vector_env(config: EnvConfig) -> VectorEnv:
     """``config.num_envs`` copies stepped in lock-step, autoreset on the next step.
 
     Raises:
         ValueError: an unknown or unsupported id, or spaces DQN cannot use.
     """
-    if is_atari(config.id):
-        vector: VectorEnv = _make_atari_vector(config, config.num_envs)
-    else:
-        first = _make_one(config)  # fails fast, with our message, before any other copy is made
-        envs = [first] + [_make_one(config) for _ in range(config.num_envs - 1)]
-        vector = SyncVectorEnv(
-            [lambda env=env: env for env in envs], autoreset_mode=AutoresetMode.NEXT_STEP
-        )
+    vector = makers_of(config.id).vector(config)
     describe(vector)
     return vector
 
@@ -302,16 +299,73 @@ def make_eval_env(config: EnvConfig, render: bool = False, view: str = "game") -
     """
     if view not in VIDEO_VIEWS:
         raise ValueError(f"video view must be one of {list(VIDEO_VIEWS)}, got {view!r}")
-    if is_atari(config.id):
-        return SingleAtariEnv(config, view if render else "agent")
+    return makers_of(config.id).eval(config, render, view)
+
+
+def _single_eval(
+    config: EnvConfig, render: bool, view: str, make_one: Callable[..., gym.Env]
+) -> gym.Env:
+    """``make_eval_env`` for a family of ``gym.make`` envs, which film only the game's view."""
     if render and view == "agent":
         raise ValueError(
             f"video view 'agent': {config.id}'s observations are not images; its video is the "
             "game's own render (view 'game')"
         )
     if render:
-        return _make_one(config, render_mode="rgb_array")
-    return _make_one(config)
+        return make_one(config, render_mode="rgb_array")
+    return make_one(config)
+
+
+def _atari_eval(config: EnvConfig, render: bool, view: str) -> gym.Env:
+    """``make_eval_env`` for Atari: one game behind the single-env API."""
+    return SingleAtariEnv(config, view if render else "agent")
+
+
+@dataclass(frozen=True)
+class EnvMakers:
+    """How one env family's environments are built.
+
+    Attributes:
+        vector: ``config`` -> the training vector env (``make_vector_env`` checks its spaces).
+        eval: ``(config, render, view)`` -> the evaluation env (``make_eval_env``; ``view`` is
+            already one of ``VIDEO_VIEWS``).
+    """
+
+    vector: Callable[[EnvConfig], VectorEnv]
+    eval: Callable[[EnvConfig, bool, str], gym.Env]
+
+
+# Each family's construction, by ``families.Family.name``: a new family needs its entry here
+# (``tests/test_families.py`` builds every family's example id through both makers).
+ENV_MAKERS: dict[str, EnvMakers] = {
+    families.CLASSIC.name: EnvMakers(
+        vector=partial(_sync_vector, make_one=_make_gym),
+        eval=partial(_single_eval, make_one=_make_gym),
+    ),
+    families.ATARI.name: EnvMakers(
+        vector=lambda config: _make_atari_vector(config, config.num_envs), eval=_atari_eval
+    ),
+    families.MINATAR.name: EnvMakers(
+        vector=partial(_sync_vector, make_one=_make_minatar),
+        eval=partial(_single_eval, make_one=_make_minatar),
+    ),
+}
+
+
+def makers_of(env_id: str) -> EnvMakers:
+    """The construction of ``env_id``'s family (``families.of``).
+
+    Raises:
+        LookupError: the family has no entry in ``ENV_MAKERS`` (a family added to
+            ``per_dqn.families`` without its construction here).
+    """
+    family = families.of(env_id)
+    try:
+        return ENV_MAKERS[family.name]
+    except KeyError:
+        raise LookupError(
+            f"env family {family.name!r} (of {env_id!r}) has no construction in envs.ENV_MAKERS"
+        ) from None
 
 
 class Envs:

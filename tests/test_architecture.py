@@ -43,6 +43,12 @@ FORBIDDEN = {
     "per_dqn.sweeps.figures": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
                                "per_dqn.sweeps.ablate"},
     "per_dqn.sweeps.stats": {"per_dqn", "matplotlib"},
+    # The env families are a table every layer asks (config, envs, build, the networks): it
+    # imports nothing, so asking it loads no environment library and no torch.
+    "per_dqn.families": {"per_dqn", "torch", "numpy", "gymnasium", "ale_py", "minatar"},
+    # Checking a config (the CLI's first step) must not pay for torch or an environment library.
+    "per_dqn.config": {"torch", "gymnasium", "ale_py", "minatar", "per_dqn.envs", "per_dqn.agent",
+                       "per_dqn.build", "per_dqn.run", "per_dqn.loop", "per_dqn.cli"},
     # Provenance reads the process and its packages, nothing of a run, so `ablate` can use it.
     "per_dqn.provenance": {"per_dqn"},
     # A tracker receives what the run hands it; it never reaches into the run's parts.
@@ -205,3 +211,22 @@ def test_memory_runs_without_torch_gymnasium_or_the_agent():
     count, bad = out.stdout.split("\n")[:2]
     assert int(count) > 10  # the star import above loaded every exported name
     assert bad == "", f"per_dqn.memory loaded {bad}"
+
+
+def test_config_and_families_load_neither_torch_nor_an_env_library():
+    """Beyond the static check: loading and validating a shipped config, and asking a family,
+    load none of torch, gymnasium, ale_py or minatar (checked in a fresh interpreter)."""
+    code = (
+        "import sys\n"
+        "from per_dqn import families\n"
+        "from per_dqn.config import load_config, resolve_config_path\n"
+        "for name in ('cartpole.yaml', 'atari.yaml', 'minatar.yaml'):\n"
+        "    families.of(load_config(resolve_config_path(name)).env.id)\n"
+        "heavy = ('torch', 'gymnasium', 'ale_py', 'minatar')\n"
+        "print(','.join(sorted({n.split('.')[0] for n in sys.modules} & set(heavy))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
+    )  # fmt: skip
+    assert out.stdout.strip() == "", f"loading a config loaded {out.stdout.strip()}"

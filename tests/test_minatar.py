@@ -105,7 +105,7 @@ def test_minatar_cnn_is_the_papers_network():
     assert net(obs).shape == (5, 6)
     spec = describe(make_eval_env(config().env))
     agent = make_agent(config(), spec, torch.device("cpu"))
-    assert isinstance(agent.online, MinAtarCNN)  # `network: auto` picks it for bool layers
+    assert isinstance(agent.online, MinAtarCNN)  # `network: auto` picks it for the MinAtar family
 
 
 def _train(tmp_path: Path, name: str, *sets: str):

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from per_dqn import families
+
 
 class QNetwork(nn.Module):
     """Maps a batch of observations to one Q-value per action.
@@ -204,7 +206,7 @@ class MinAtarCNN(QNetwork):
         return super().torso(torch.relu(self.conv(x)).flatten(1))
 
 
-BUILTIN_NETWORKS = ("auto", "mlp", "nature_cnn", "minatar_cnn")
+BUILTIN_NETWORKS = (families.AUTO_NETWORK, *families.NETWORK_NAMES)
 
 
 class CustomQNetwork(nn.Module):
@@ -301,6 +303,18 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
     return network
 
 
+# The built-in networks by name, ``(obs_shape, num_actions, hidden_sizes, dueling,
+# channels_last) -> module``: one entry for each of ``families.NETWORK_NAMES``
+# (``tests/test_families.py`` builds every family's default through ``make_q_network``).
+NETWORKS: dict[str, Callable[..., nn.Module]] = {
+    "mlp": lambda shape, actions, sizes, dueling, _: QNetwork(shape, actions, sizes, dueling),
+    "nature_cnn": NatureCNN,
+    "minatar_cnn": lambda shape, actions, sizes, dueling, _: MinAtarCNN(
+        shape, actions, sizes, dueling
+    ),
+}
+
+
 def make_q_network(
     obs_shape: Sequence[int],
     num_actions: int,
@@ -316,12 +330,8 @@ def make_q_network(
         ValueError: an unknown ``network``, a factory that cannot be imported or builds a module
             of the wrong output shape, or a shape a built-in network cannot take.
     """
-    if network == "auto":
+    if network == families.AUTO_NETWORK:
         network = "nature_cnn" if len(obs_shape) == 3 else "mlp"
-    if network == "mlp":
-        return QNetwork(obs_shape, num_actions, hidden_sizes, dueling)
-    if network == "nature_cnn":
-        return NatureCNN(obs_shape, num_actions, hidden_sizes, dueling, channels_last)
-    if network == "minatar_cnn":
-        return MinAtarCNN(obs_shape, num_actions, hidden_sizes, dueling)
+    if network in NETWORKS:
+        return NETWORKS[network](obs_shape, num_actions, hidden_sizes, dueling, channels_last)
     return _custom(network, obs_shape, num_actions)

@@ -1,0 +1,69 @@
+"""Experiment configuration: strict, frozen pydantic models and the only YAML reader.
+
+A config file has six sections, each optional (every key has a default)::
+
+    env:    which environment and how many copies step together
+    agent:  the Q-network and the learning rule (Double/Dueling DQN, n-step, loss, optimiser)
+    replay: the memory (uniform, proportional or rank-based PER) and its PER parameters
+    train:  the loop's budget and periods (env steps, updates, exploration, evaluation, logging)
+    run:    seed, device and where run directories go
+    checkpoint: how often the run saves a resumable checkpoint, how many it keeps, what it holds
+
+``load_config`` reads a file, applies ``section.key=value`` overrides, validates, and on failure
+raises ``ConfigError`` whose ``problems`` are one line each, naming the file and the dotted path
+of the offending key, ready for the CLI to print.
+
+This package's public surface is what it exports here; import from ``per_dqn.config``. Inside:
+``models`` (the sections and ``Config``), ``loading`` (files, overrides, validation; the only
+YAML reader) and ``messages`` (``ConfigError`` and the one-line wording of every problem).
+"""
+
+from per_dqn.config.loading import (
+    SHIPPED_CONFIG_DIR,
+    SHIPPED_CONFIG_PACKAGE,
+    Override,
+    config_from_data,
+    load_config,
+    parse_override,
+    parse_yaml,
+    resolve_config_path,
+    shipped_config_names,
+    validate_config,
+)
+from per_dqn.config.messages import ConfigError
+from per_dqn.config.models import (
+    INT64_MAX,
+    MAX_EVAL_EPISODES,
+    MAX_THREADS,
+    AgentConfig,
+    CheckpointConfig,
+    Config,
+    EnvConfig,
+    ReplayConfig,
+    RunConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_EVAL_EPISODES",
+    "MAX_THREADS",
+    "SHIPPED_CONFIG_DIR",
+    "SHIPPED_CONFIG_PACKAGE",
+    "AgentConfig",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "Override",
+    "ReplayConfig",
+    "RunConfig",
+    "TrainConfig",
+    "config_from_data",
+    "load_config",
+    "parse_override",
+    "parse_yaml",
+    "resolve_config_path",
+    "shipped_config_names",
+    "validate_config",
+]

@@ -1,0 +1,261 @@
+"""Reading a config: files, shipped names, ``section.key=value`` overrides, and validation into
+a ``Config``. The package's only YAML reader.
+
+Every failure is a ``ConfigError`` whose ``problems`` are one line each, naming the file and the
+dotted path of the offending key (``messages`` words them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from per_dqn.config.messages import ConfigError, NonFiniteFloat, describe, one_line
+from per_dqn.config.models import Config
+
+SHIPPED_CONFIG_PACKAGE = "per_dqn"
+SHIPPED_CONFIG_DIR = "configs"
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``section.key=value`` change applied before validation.
+
+    Attributes:
+        path: dotted path, e.g. ``replay.alpha``.
+        value: the already typed value.
+        source: how the user gave it, for error messages (``--set``, ``--seed``, ...).
+    """
+
+    path: str
+    value: Any
+    source: str = "--set"
+
+
+def parse_override(text: str) -> Override:
+    """Parses ``section.key=value``; the value is read as YAML (``3`` int, ``1e-3`` float, ...).
+
+    Raises:
+        ConfigError: no ``=``, an empty key, or a value that is not valid YAML.
+    """
+    path, sep, raw = text.partition("=")
+    path = path.strip()
+    if not sep or not path or any(not part for part in path.split(".")):
+        raise ConfigError([f"--set {text!r}: expected section.key=value"])
+    try:
+        value = yaml.load(raw, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"--set {text!r}: value is not valid YAML ({one_line(exc)})"]) from None
+    return Override(path, value)
+
+
+def shipped_config_names() -> list[str]:
+    """File names of the configs that ship with the package, sorted."""
+    root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
+    return sorted(p.name for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """Finds a config: an existing file as given, else a bare name among the shipped configs.
+
+    ``cartpole.yaml`` and ``cartpole`` both name the shipped ``cartpole.yaml`` when no such file
+    exists in the working directory, so ``per-dqn train --config cartpole.yaml`` works from any
+    directory after install.
+
+    Raises:
+        ConfigError: neither a file nor a shipped config; the message lists the shipped names.
+    """
+    given = Path(name_or_path)
+    if given.is_file():
+        return given
+    if given.name == name_or_path:  # a bare name, not a path
+        root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
+        for candidate in (name_or_path, f"{name_or_path}.yaml"):
+            shipped = root / candidate
+            if shipped.is_file():
+                return Path(str(shipped))
+    shipped_names = ", ".join(shipped_config_names()) or "none"
+    raise ConfigError(
+        [f"{name_or_path}: no such config file (the shipped configs are: {shipped_names})"]
+    )
+
+
+def load_config(
+    path: str | Path, overrides: Iterable[Override] = (), display_name: str | None = None
+) -> Config:
+    """Reads, overrides and validates a config file.
+
+    Args:
+        path: the YAML file (see ``resolve_config_path`` for bare names).
+        overrides: changes applied to the parsed YAML before validation, so they are validated
+            exactly like the file's own values.
+        display_name: how to name the file in error messages (defaults to ``path``).
+
+    Raises:
+        ConfigError: unreadable file, YAML syntax, unknown keys, wrong types, out-of-range or
+            inconsistent values; one problem per line, ``<file>: <dotted.path>: <what is wrong>``.
+    """
+    path = Path(path)
+    label = display_name or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{label}: no such config file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{label}: cannot read ({one_line(exc)})"]) from None
+    return config_from_data(parse_yaml(text, label), label, overrides)
+
+
+def config_from_data(
+    data: dict[str, Any], label: str, overrides: Iterable[Override] = ()
+) -> Config:
+    """Applies ``overrides`` to parsed sections (a dict, changed in place) and validates the
+    result, exactly as ``load_config`` does a file's; ``label`` names it in errors.
+
+    Raises:
+        ConfigError: see ``load_config``.
+    """
+    overrides = list(overrides)
+    problems = [f"{label}: {msg}" for msg in _apply_overrides(data, overrides)]
+    if problems:
+        raise ConfigError(problems)
+    return validate_config(data, label, overrides)
+
+
+def parse_yaml(text: str, label: str) -> dict[str, Any]:
+    """Parses config YAML into a dict (an empty file is an empty dict).
+
+    Raises:
+        ConfigError: a syntax error, a duplicate key, or a top level that is not a mapping.
+    """
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{label}: {_yaml_error_line(exc)}"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{label}: the top level must be a mapping of sections, got {type(data).__name__}"]
+        )
+    return data
+
+
+def validate_config(data: dict[str, Any], label: str, overrides: Sequence[Override] = ()) -> Config:
+    """Validates parsed YAML; see ``load_config`` for the error format."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            for path, msg, involves in describe(error, Config):
+                source = _override_source(path, overrides)
+                if source:
+                    msg += f" (set by {source})"
+                for other in involves:
+                    other_source = _override_source(other, overrides)
+                    if other_source and other_source != source:
+                        msg += f" ({other} set by {other_source})"
+                problems.append(f"{label}: {path}: {msg}" if path else f"{label}: {msg}")
+        raise ConfigError(problems) from None
+
+
+def _override_source(path: str, overrides: Sequence[Override]) -> str | None:
+    """The flag of the last override that wrote at, above or below ``path``, if any."""
+    for override in reversed(overrides):
+        shorter, longer = sorted((path, override.path), key=len)
+        if longer == shorter or longer.startswith((shorter + ".", shorter + "[")):
+            return override.source
+    return None
+
+
+# --- YAML details ---------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys and reads ``1e-3`` as a float.
+
+    PyYAML follows YAML 1.1, where a float needs a dot, so ``learning_rate: 1e-3`` would arrive as
+    the string "1e-3" and fail the strict float check; YAML 1.2 (and every user) reads a float.
+    """
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.VERBOSE,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _construct_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
+    value = loader.construct_yaml_float(node)
+    if math.isfinite(value):
+        return value
+    return NonFiniteFloat(value, str(node.value))
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
+def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = key_node
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
+)
+
+
+def _yaml_error_line(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{where}invalid YAML: {one_line(problem)}"
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[Override]) -> list[str]:
+    """Writes each override into ``data`` in place; returns a message per override that clashes."""
+    problems = []
+    for override in overrides:
+        *parents, leaf = override.path.split(".")
+        node = data
+        for depth, key in enumerate(parents):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                where = ".".join(parents[: depth + 1])
+                problems.append(
+                    f"{where}: is not a section, cannot set {override.path} "
+                    f"(set by {override.source})"
+                )
+                break
+            node = child
+        else:
+            node[leaf] = override.value
+    return problems

@@ -1,0 +1,380 @@
+"""The config's models: strict, frozen pydantic sections and the ``Config`` that checks them
+against each other.
+
+One model per section of a config file (``env``, ``agent``, ``replay``, ``train``, ``run``,
+``checkpoint``); each field's docstring entry says what it means and its ``Field`` its bounds.
+Reading files and wording errors are ``loading``'s and ``messages``' concerns.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from per_dqn import families
+from per_dqn.config.messages import CrossFieldError, CrossProblem, got
+from per_dqn.memory import KINDS
+
+# The largest value an int key may take: the loop's counters, the memory's indices and the
+# checkpoints hold int64, and a larger number would overflow one of them far from the config.
+INT64_MAX = 2**63 - 1
+# Threads beyond this are no machine's core count, and they are not harmless: torch segfaults
+# at `set_num_threads(10**6)` and ale-py refuses (with a traceback) a count past 2**31 - 1.
+MAX_THREADS = 1024
+# Episodes in one evaluation: their returns are allocated up front, and a million episodes
+# already outlast any training run.
+MAX_EVAL_EPISODES = 1_000_000
+# A user's Q-network factory: ``package.module:callable`` (the callable may be dotted).
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+class _Section(BaseModel):
+    # strict: a YAML `1.0` is not an int and `"true"` is not a bool; frozen: a run cannot mutate
+    # the config it recorded in its run dir; allow_inf_nan=False: no float key has a use for
+    # .inf or .nan, which would pass most bounds (`nan > 0` is False but so is `nan <= 0`) and
+    # only show up hours later as a NaN loss or a loop that never ends.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _ints_fit_int64(cls, value: Any) -> Any:
+        # Every int key, a future one included, without a bound of its own in each Field.
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > INT64_MAX:
+                shown = (
+                    f"[{', '.join(got(v) for v in value)}]"
+                    if isinstance(value, tuple)
+                    else got(item)
+                )
+                raise ValueError(f"must be <= {INT64_MAX} (a 64-bit integer), got {shown}")
+        return value
+
+
+class EnvConfig(_Section):
+    """Environment selection. ``envs.py`` is the only place that turns this into wrappers.
+
+    An ``ALE/<Game>-v5`` id is an Atari game run by ale-py's native vector env with the standard
+    protocol (Machado et al., 2018; Mnih et al., 2015): up to ``noop_max`` no-op starts, frame
+    skip with max-pooling of the last two frames, 84x84 grayscale, ``frame_stack`` frames per
+    observation. The ``atari``-only keys below are ignored by other envs.
+
+    Attributes:
+        id: gymnasium id, e.g. ``CartPole-v1`` or ``ALE/Pong-v5``.
+        num_envs: copies stepped together by one vector env; each step adds ``num_envs`` env steps.
+        max_episode_steps: override of the id's registered time limit in env (agent) steps (None
+            keeps it; Atari: 27,000, i.e. 108,000 frames).
+        clip_rewards: learn from ``sign``-like rewards clipped to [-1, 1]; ``episode/return`` and
+            evaluation always report the raw score.
+        terminal_on_life_loss: (Atari) a lost life ends the learning transition (no bootstrap)
+            while the game plays on; returns stay full-game scores.
+        sticky_action_prob: (Atari) probability that the emulator repeats the previous action.
+        noop_max: (Atari) up to this many no-op actions after each reset.
+        frame_skip: (Atari) emulator frames per agent step.
+        frame_stack: (Atari) frames per observation.
+        full_action_space: (Atari) all 18 actions instead of the game's minimal set.
+        env_threads: (Atari) ale-py's worker threads (0: one per env, capped by the cores);
+            at most ``MAX_THREADS``, like ``num_envs``.
+    """
+
+    id: str = "CartPole-v1"
+    num_envs: int = Field(1, ge=1, le=1024)
+    # ale-py counts an episode's frames, max_episode_steps * frame_skip, in a 32-bit int: these
+    # two caps keep the product below 2**31 - 1 (a larger one is a TypeError inside ale-py).
+    max_episode_steps: int | None = Field(None, ge=1, le=10_000_000)
+    clip_rewards: bool = False
+    terminal_on_life_loss: bool = False
+    sticky_action_prob: float = Field(0.25, ge=0, le=1)
+    # No-ops run at every reset: past the default Atari time limit (27,000 agent steps) they would
+    # end most episodes before the agent acts, and ale-py spins for minutes at 2**31 - 1.
+    noop_max: int = Field(30, ge=0, le=27_000)
+    # 1 to 8 in the literature; past 100 frames (1.7 s of play at 60 Hz) an action cannot steer
+    # any Atari game.
+    frame_skip: int = Field(families.ATARI.frame_skip, ge=1, le=100)
+    frame_stack: int = Field(4, ge=1, le=32)
+    full_action_space: bool = False
+    env_threads: int = Field(0, ge=0, le=MAX_THREADS)
+
+
+class AgentConfig(_Section):
+    """Q-network and learning rule.
+
+    Attributes:
+        hidden_sizes: widths of the MLP torso's hidden layers.
+        dueling: dueling head, ``Q = V + A - mean(A)`` (Wang et al., 2016); else a linear head.
+        double: Double-DQN target (van Hasselt et al., 2016); else the max over the target net.
+        n_step: length of the multi-step return (1: one-step TD).
+        gamma: discount per env step.
+        learning_rate: Adam step size.
+        learning_rate_end: None keeps ``learning_rate`` for the whole run; a value anneals the
+            step size linearly from ``learning_rate`` at ``train.learning_starts`` to this at the
+            last env step (as Stable-Baselines3's linear schedules do), which keeps a late
+            update from undoing a learnt policy.
+        adam_eps: Adam's epsilon (denominator guard), not exploration.
+        loss: ``huber`` (delta 1) or ``mse``, each weighted per sample by the IS weights.
+        grad_clip_norm: clip the global gradient norm to this (None: no clipping).
+        target_update_interval: gradient steps between target-network updates.
+        tau: weight of the online net in a target update; 1.0 is a hard copy.
+        network: ``auto`` (the env family's default: the Nature CNN for Atari, the MinAtar
+            CNN for MinAtar; elsewhere the Nature CNN for image stacks and an MLP otherwise),
+            ``mlp``, ``nature_cnn`` or ``minatar_cnn``, whose fully connected width is
+            ``hidden_sizes``; or a user's network as ``"package.module:factory"``, called as
+            ``factory(obs_shape, num_actions)`` and returning a ``torch.nn.Module`` from float32
+            observations to Q-values (checked when the run is built; see docs/api.md).
+        channels_last: NHWC activations in the CNN (faster on CPU, same values).
+        precision: ``fp32`` (the default) or ``bf16``: the networks' forward passes under
+            bfloat16 autocast (weights, optimiser, loss and targets stay float32). Faster where
+            the hardware has bf16 matrix units (CPUs with AMX or AVX512-BF16, CUDA Ampere and
+            later) and slower elsewhere; Q-values and TD errors (hence priorities) carry about
+            three significant digits. README "Mixed precision" shows its effect on learning.
+    """
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    dueling: bool = True
+    double: bool = True
+    n_step: int = Field(1, ge=1, le=255)  # stored as uint8 in the memory
+    gamma: float = Field(0.99, gt=0, le=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    learning_rate_end: float | None = Field(None, ge=0)
+    adam_eps: float = Field(1e-8, gt=0)
+    loss: Literal["huber", "mse"] = "huber"
+    grad_clip_norm: float | None = Field(10.0, gt=0)
+    target_update_interval: int = Field(500, ge=1)
+    tau: float = Field(1.0, gt=0, le=1)
+    network: str = "auto"
+    channels_last: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+    @field_validator("hidden_sizes", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, value: Any) -> Any:
+        # YAML has no tuple; strict mode would otherwise reject every list.
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("network")
+    @classmethod
+    def _network_name(cls, value: str) -> str:
+        names = (families.AUTO_NETWORK, *families.NETWORK_NAMES)
+        if value in names or _FACTORY.fullmatch(value):
+            return value
+        listed = ", ".join(repr(name) for name in names)
+        raise ValueError(f"must be {listed} or 'package.module:factory', got {value!r}")
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("must list at least one hidden layer width")
+        for width in value:
+            if width < 1:
+                raise ValueError(f"every width must be >= 1, got {list(value)}")
+        return value
+
+
+class ReplayConfig(_Section):
+    """Replay memory (see ``per_dqn.memory`` for the formulas).
+
+    Attributes:
+        kind: ``uniform``, ``proportional`` (sum tree) or ``rank`` (rank-based heap).
+        capacity: transitions kept.
+        alpha: prioritisation exponent (proportional and rank; ignored by uniform).
+        beta0: initial importance-sampling exponent, annealed linearly to 1.0 over the run.
+        priority_eps: added to ``|delta|`` before the exponent (proportional only).
+        td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
+        uniform_mix: share of each batch drawn uniformly (proportional only).
+        weight_normalization: how proportional PER scales its IS weights: ``global`` (the
+            paper's max over the memory) or ``batch`` (the max over the batch). Rank-based PER
+            has no such choice to make: every batch holds one draw from the segment with the
+            most ranks, whose weight is the largest any rank can get, so its batch maximum is
+            always the global one.
+        sort_interval: priority updates between full re-sorts of the rank heap (rank only).
+        dedup_frames: keep stacked uint8 image observations one distinct frame at a time
+            (about 7 KB a transition for Atari instead of 56 KB); vector observations are always
+            stored whole.
+        frame_slack: with ``dedup_frames``, spare frames for episode starts, as a fraction of
+            ``capacity``.
+    """
+
+    kind: Literal[KINDS] = "proportional"  # type: ignore[valid-type]
+    capacity: int = Field(100_000, ge=1)
+    alpha: float = Field(0.6, ge=0)
+    beta0: float = Field(0.4, ge=0, le=1)
+    priority_eps: float = Field(1e-6, gt=0)
+    td_error_clip: float | None = Field(None, gt=0)
+    uniform_mix: float = Field(0.0, ge=0, lt=1)
+    weight_normalization: Literal["global", "batch"] = "global"
+    sort_interval: int = Field(1000, ge=1)
+    dedup_frames: bool = True
+    frame_slack: float = Field(0.02, gt=0, le=1)
+
+
+class TrainConfig(_Section):
+    """The loop's budget and periods; every ``*_steps`` and ``*_interval`` counts env steps
+    unless its name says otherwise.
+
+    Attributes:
+        total_env_steps: env steps to train for (reset-only steps of the vector env not counted).
+        learning_starts: env steps of pure collection before the first update; less than
+            ``total_env_steps``, else the run would end without one.
+        batch_size: transitions per gradient step.
+        replay_period: env steps between updates (the paper's K).
+        gradient_steps: gradient steps per update.
+        epsilon_start: exploration epsilon at step 0.
+        epsilon_end: exploration epsilon after the decay.
+        epsilon_decay_steps: env steps of the linear decay.
+        eval_interval: env steps between greedy evaluations (0: only the final one).
+        eval_episodes: episodes per periodic evaluation.
+        final_eval_episodes: episodes of the final evaluation.
+        eval_epsilon: exploration epsilon during evaluation (0: greedy).
+        eval_max_episode_steps: agent steps after which an evaluation episode is cut and counts
+            as truncated (null: the env's own time limit only). Left out, it follows the env:
+            Atari's standard 108,000 frames (27,000 agent steps at frame skip 4), none elsewhere
+            (CartPole's time limit already ends an episode at 500).
+        eval_max_total_steps: agent steps one evaluation may take in all; the episode underway
+            is cut and no other starts (null: no budget). Left out: Atari 500,000 frames
+            (125,000 agent steps at frame skip 4, Dopamine's evaluation phase), none elsewhere.
+            An untrained agent that never serves in Breakout plays every episode to the time
+            limit: without it, 30 such episodes took 17 minutes.
+        log_interval: env steps between TensorBoard scalar writes.
+    """
+
+    total_env_steps: int = Field(50_000, ge=1)
+    learning_starts: int = Field(1_000, ge=0)
+    batch_size: int = Field(64, ge=1)
+    replay_period: int = Field(4, ge=1)
+    gradient_steps: int = Field(1, ge=1)
+    epsilon_start: float = Field(1.0, ge=0, le=1)
+    epsilon_end: float = Field(0.05, ge=0, le=1)
+    epsilon_decay_steps: int = Field(10_000, ge=0)
+    eval_interval: int = Field(10_000, ge=0)
+    eval_episodes: int = Field(5, ge=1, le=MAX_EVAL_EPISODES)
+    final_eval_episodes: int = Field(20, ge=1, le=MAX_EVAL_EPISODES)
+    eval_epsilon: float = Field(0.0, ge=0, le=1)
+    eval_max_episode_steps: int | None = Field(None, ge=1)
+    eval_max_total_steps: int | None = Field(None, ge=1)
+    log_interval: int = Field(1_000, ge=1)
+
+
+class RunConfig(_Section):
+    """Where and how a run executes.
+
+    Attributes:
+        seed: seeds torch, numpy, the envs and the memory; same seed, same config and CPU give
+            the same curves.
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``.
+        torch_threads: intra-op threads for torch on CPU; small MLPs are fastest on one. At
+            most ``MAX_THREADS``.
+        runs_root: parent of the default run directories.
+        track: ``none``, or ``wandb`` to send the run's scalars, config and summary to Weights &
+            Biases as well (the optional ``wandb`` extra; see ``per_dqn.tracking``). TensorBoard
+            is always written.
+    """
+
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int = Field(1, ge=1, le=MAX_THREADS)
+    runs_root: str = "runs"
+    track: Literal["none", "wandb"] = "none"
+
+
+class CheckpointConfig(_Section):
+    """Resumable checkpoints in ``RUN_DIR/checkpoints`` (see ``per_dqn.checkpoint``).
+
+    Attributes:
+        enabled: write checkpoints (off: only ``model.pt`` at the end, and no ``--resume``).
+        interval_steps: env steps between checkpoints; one is always written at the end of the
+            run (0: only that one). The default, 10,000, gives every shipped config several
+            within its budget (CartPole's whole run is 50,000), so a Ctrl-C loses minutes, not
+            the run; Atari's config sets its own (a checkpoint of a 1M memory is 7.3 GB).
+        keep_last: checkpoints kept; older ones are deleted once a newer one is complete on disk.
+        replay: include the replay memory with its priorities (about 7 KB per transition for
+            deduplicated Atari frames); without it a resumed run refills an empty memory and is
+            no longer the run it continues.
+    """
+
+    enabled: bool = True
+    interval_steps: int = Field(10_000, ge=0)
+    keep_last: int = Field(2, ge=1)
+    replay: bool = True
+
+
+class Config(_Section):
+    """A whole experiment: the six sections, checked against each other."""
+
+    env: EnvConfig = EnvConfig()
+    agent: AgentConfig = AgentConfig()
+    replay: ReplayConfig = ReplayConfig()
+    train: TrainConfig = TrainConfig()
+    run: RunConfig = RunConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _eval_caps_follow_the_env(cls, data: Any) -> Any:
+        """Fills the evaluation caps a file leaves out with its env family's defaults (its caps
+        in emulator frames over the frame skip; see ``per_dqn.families``), so the resolved config
+        (``config show``, the run dir's ``config.yaml``) states them."""
+        if not isinstance(data, dict):
+            return data
+        env, train = data.get("env", {}), data.get("train", {})
+        if not isinstance(env, dict) or not isinstance(train, dict):
+            return data  # a wrong type: validation names it
+        env_id = env.get("id", EnvConfig().id)
+        if not isinstance(env_id, str):
+            return data
+        family = families.of(env_id)
+        caps = {
+            "eval_max_episode_steps": family.eval_episode_frames,
+            "eval_max_total_steps": family.eval_total_frames,
+        }
+        if all(frames is None for frames in caps.values()):
+            return data
+        frame_skip = env.get("frame_skip", family.frame_skip)
+        if not isinstance(frame_skip, int) or isinstance(frame_skip, bool) or frame_skip < 1:
+            return data
+        defaults = {key: frames // frame_skip for key, frames in caps.items() if frames is not None}
+        return {**data, "train": {**defaults, **train}}
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        problems = []
+        train = self.train
+        batch, starts, budget = train.batch_size, train.learning_starts, train.total_env_steps
+        if starts < batch:
+            problems.append(
+                CrossProblem(
+                    "train.learning_starts",
+                    f"must be >= train.batch_size ({batch}), got {starts}",
+                    ("train.batch_size",),
+                )
+            )
+        if starts >= budget:
+            # The first update comes at env step learning_starts at the earliest: such a run
+            # would spend its whole budget collecting and exit 0 with an untrained network.
+            problems.append(
+                CrossProblem(
+                    "train.learning_starts",
+                    f"must be < train.total_env_steps ({budget}), got {starts}: the run would "
+                    "end before its first update; lower train.learning_starts or raise "
+                    "train.total_env_steps",
+                    ("train.total_env_steps",),
+                )
+            )
+        if self.replay.capacity < batch:
+            problems.append(
+                CrossProblem(
+                    "replay.capacity",
+                    f"must be >= train.batch_size ({batch}), got {self.replay.capacity}",
+                    ("train.batch_size",),
+                )
+            )
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML, loadable again by ``load_config``."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
