@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     assert np.array_equal(np.packbits(got.reshape(stored.size, -1), axis=-1), want)
     rows = [
         ["shared (BitStorage)", f"{shared.nbytes / args.capacity:.1f}",
-         f"{shared.pool_used:,} of {shared.pool.shape[0]:,}",
+         f"{shared.observations.pool_used:,} of {shared.observations.pool.shape[0]:,}",
          f"{median(writes['shared']) * 1e6:.1f}", f"{median(gathers['shared']) * 1e6:.1f}"],
         ["whole (packed obs and next_obs)", f"{whole.nbytes / args.capacity:.1f}", "-",
          f"{median(writes['whole']) * 1e6:.1f}", f"{median(gathers['whole']) * 1e6:.1f}"],

@@ -15,8 +15,7 @@ from per_dqn import families
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ReplayConfig
 from per_dqn.envs import EnvSpec
-from per_dqn.memory import ReplayMemory
-from per_dqn.memory import make_memory as memory_of_kind
+from per_dqn.memory import REPLAY_KINDS, ReplayMemory
 
 
 def resolve_device(name: str) -> torch.device:
@@ -45,7 +44,12 @@ def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
 
 
 def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> ReplayMemory:
-    """The replay memory ``config.kind`` names, sized for ``spec``'s observations."""
+    """The replay memory ``config.kind`` names, sized for ``spec``'s observations.
+
+    The kind's own keys are the ones its registry entry maps (``REPLAY_KINDS``), read from
+    ``config``; nothing here knows a kind.
+    """
+    kind = REPLAY_KINDS[config.kind]
     kwargs: dict[str, Any] = {
         "capacity": config.capacity,
         "obs_shape": spec.obs_shape,
@@ -54,21 +58,8 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> Replay
     }
     if uses_frame_storage(config, spec):
         kwargs.update(dedup_frames=True, frame_slack=config.frame_slack)
-    if config.kind == "rank":
-        kwargs.update(
-            alpha=config.alpha,
-            td_error_clip=config.td_error_clip,
-            sort_interval=config.sort_interval,
-        )
-    elif config.kind == "proportional":
-        kwargs.update(
-            alpha=config.alpha,
-            priority_eps=config.priority_eps,
-            td_error_clip=config.td_error_clip,
-            uniform_mix=config.uniform_mix,
-            weight_normalization=config.weight_normalization,
-        )
-    return memory_of_kind(config.kind, **kwargs)
+    kwargs.update(kind.keywords(config))
+    return kind.memory(**kwargs)
 
 
 def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:

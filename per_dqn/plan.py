@@ -21,7 +21,7 @@ from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
 from per_dqn.envs import EnvSpec, describe, make_eval_env
 from per_dqn.memory import planned_nbytes
-from per_dqn.memory.storage import initial_pool_entries, link_dtype
+from per_dqn.memory.bits import initial_pool_entries, link_dtype
 
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.

@@ -100,12 +100,12 @@ def test_recorded_game_is_rebuilt_bit_exact_by_the_frame_memory(n_step):
         autoreset = terminated | truncated
     assert written > 4 * 120
     slots = np.arange(120)
-    a, b = dedup._storage.gather(slots, np.ones(120)), whole._storage.gather(slots, np.ones(120))
+    a, b = dedup.storage.gather(slots, np.ones(120)), whole.storage.gather(slots, np.ones(120))
     np.testing.assert_array_equal(a.obs, b.obs)
     np.testing.assert_array_equal(a.next_obs, b.next_obs)
     np.testing.assert_array_equal(a.n_steps, b.n_steps)
     np.testing.assert_array_equal(a.rewards, b.rewards)
-    st = dedup._storage
+    st = dedup.storage.observations
     live_frames = np.unique(np.concatenate((st.obs_ptr.ravel(), st.next_ptr.ravel())))
     assert live_frames.size < 2 * 120  # whole stacks hold 8 frames per transition
 
@@ -216,7 +216,7 @@ def test_loop_clips_rewards_and_ends_transitions_on_life_loss(tmp_path):
     trainer.envs.step = counting_step
     trainer.run(tmp_path)
     trainer.close()
-    storage = trainer.memory._storage
+    storage = trainer.memory.storage
     size = len(trainer.memory)
     lives = np.array(lives_lost)
     drops = int(np.sum(np.diff(lives) < 0))

@@ -13,20 +13,24 @@ gymnasium or the agent, so it can be lifted out and fed from any loop::
     memory.update(PriorityUpdate(batch.indices, td_abs))
     memory.diagnostics()                    # {"mean_priority": ..., "max_priority": ...}
 
-A memory is a storage plus a sampler, ``ReplayMemory(storage, sampler)``:
+A memory is a storage plus a sampler, ``ReplayMemory(storage, sampler)``; ``Batch`` and
+``PriorityUpdate`` (``types.py``) are what goes between it and a learner:
 
-- storage (``storage.py``, ``frames.py``): the transitions in preallocated ring arrays, whole
-  (``TransitionStorage``) or with each distinct frame of stacked images kept once
-  (``FrameStorage``, ``dedup_frames=True``);
+- storage (``storage.py``): a ``RingStorage``, the fields every transition has in preallocated
+  ring arrays, composed with an ``ObservationStore`` for the observations: whole
+  (``TransitionStorage``), bool cells eight a byte with each next observation once
+  (``BitStorage``, ``bits.py``), or each distinct frame of stacked images once
+  (``FrameStorage``, ``frames.py``, ``dedup_frames=True``);
 - sampler (``samplers.py``): ``UniformSampler``, ``ProportionalSampler`` (sum and min trees,
-  ``trees.py``) or ``RankSampler`` (a binary heap, ``heap.py``) behind one interface; it owns the
-  random generator, draws indices with their IS weights and the priorities it read, and takes
-  a ``PriorityUpdate`` whole, so errors are never paired with slots by hand.
+  ``trees.py``) or ``RankSampler`` (a binary heap, ``heap.py``) behind one ABC, ``Sampler``; it
+  owns the random generator, draws indices with their IS weights and the priorities it read, and
+  takes a ``PriorityUpdate`` whole, so errors are never paired with slots by hand.
 
-``KINDS`` lists the kinds once; ``make_memory(kind, **kwargs)`` builds one (the keywords of
-``UniformReplay``, ``PrioritizedReplay`` or ``RankBasedReplay``). ``memory.weighted`` says whether
-the weights depend on beta (not for uniform), so a loop never needs to ask which kind it has.
-The beta schedule lives outside (``per_dqn.schedules``).
+``KINDS`` lists the kinds; ``kinds.py`` registers each once (``REPLAY_KINDS``: its sampler,
+memory class, config keys and index bytes). ``make_memory(kind, **kwargs)`` builds one (the
+keywords of ``UniformReplay``, ``PrioritizedReplay`` or ``RankBasedReplay``). ``memory.weighted``
+says whether the weights depend on beta (not for uniform), so a loop never needs to ask which
+kind it has. The beta schedule lives outside (``per_dqn.schedules``).
 
 The names below are imported on first use, so reading ``KINDS`` (as the config and the command
 line do) costs no numpy or numba import.
@@ -38,14 +42,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 KINDS = ("uniform", "proportional", "rank")
-"""The replay kinds, the one list: ``replay.kind`` in the config, ``--replay`` on the CLI."""
+"""The replay kinds, the one list: ``replay.kind`` in the config, ``--replay`` on the CLI; each has
+its entry in ``kinds.REPLAY_KINDS`` (importing that module checks that the two agree)."""
 
 # name -> submodule that defines it
 _EXPORTS = {
-    "Batch": "storage",
-    "PriorityUpdate": "storage",
+    "Batch": "types",
+    "PriorityUpdate": "types",
+    "ObservationStore": "storage",
+    "RingStorage": "storage",
     "TransitionStorage": "storage",
-    "BitStorage": "storage",
+    "WholeObservations": "storage",
+    "BitObservations": "bits",
+    "BitStorage": "bits",
+    "FrameObservations": "frames",
     "FrameStorage": "frames",
     "MinTree": "trees",
     "SumTree": "trees",
@@ -58,44 +68,54 @@ _EXPORTS = {
     "UniformReplay": "replay",
     "PrioritizedReplay": "replay",
     "RankBasedReplay": "replay",
-    "make_memory": "replay",
+    "REPLAY_KINDS": "kinds",
+    "ReplayKind": "kinds",
+    "make_memory": "kinds",
     "make_storage": "replay",
     "planned_nbytes": "footprint",
 }
 
 __all__ = [
     "KINDS",
+    "REPLAY_KINDS",
     "Batch",
+    "BitObservations",
     "BitStorage",
+    "FrameObservations",
     "FrameStorage",
     "MinTree",
+    "ObservationStore",
     "PrioritizedReplay",
     "PriorityUpdate",
     "ProportionalSampler",
     "RankBasedReplay",
     "RankHeap",
     "RankSampler",
+    "ReplayKind",
     "ReplayMemory",
+    "RingStorage",
     "Sampler",
     "SumTree",
     "TransitionStorage",
     "UniformReplay",
     "UniformSampler",
+    "WholeObservations",
     "make_memory",
     "make_storage",
     "planned_nbytes",
 ]
 
 if TYPE_CHECKING:
+    from per_dqn.memory.bits import BitObservations, BitStorage
     from per_dqn.memory.footprint import planned_nbytes
-    from per_dqn.memory.frames import FrameStorage
+    from per_dqn.memory.frames import FrameObservations, FrameStorage
     from per_dqn.memory.heap import RankHeap
+    from per_dqn.memory.kinds import REPLAY_KINDS, ReplayKind, make_memory
     from per_dqn.memory.replay import (
         PrioritizedReplay,
         RankBasedReplay,
         ReplayMemory,
         UniformReplay,
-        make_memory,
         make_storage,
     )
     from per_dqn.memory.samplers import (
@@ -104,8 +124,14 @@ if TYPE_CHECKING:
         Sampler,
         UniformSampler,
     )
-    from per_dqn.memory.storage import Batch, BitStorage, PriorityUpdate, TransitionStorage
+    from per_dqn.memory.storage import (
+        ObservationStore,
+        RingStorage,
+        TransitionStorage,
+        WholeObservations,
+    )
     from per_dqn.memory.trees import MinTree, SumTree
+    from per_dqn.memory.types import Batch, PriorityUpdate
 
 
 if set(__all__) != {"KINDS", *_EXPORTS}:  # the two lists above must name the same things

@@ -1,4 +1,4 @@
-"""Frame-deduplicated storage for stacked image observations (Atari's 4 x 84 x 84 uint8 stacks).
+"""Frame-deduplicated observations for stacked images (Atari's 4 x 84 x 84 uint8 stacks).
 
 A stacked observation shares all but one frame with the previous one, and ``next_obs`` shares all
 but one with ``obs``; storing whole stacks costs ``2 * stack`` frames per transition. This storage
@@ -24,10 +24,14 @@ if they are shorter a clear error names ``frame_slack``.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 import numba
 import numpy as np
 
-from per_dqn.memory.storage import Batch, TransitionStorage
+from per_dqn.memory.storage import RING_FIELDS, NamedStorage, ObservationStore
 
 _jit = numba.njit(cache=True, nogil=True)
 _FREE = np.iinfo(np.int64).min // 2  # ref of a never-used frame: dead for any serial
@@ -138,8 +142,13 @@ def _store(
     return cursor
 
 
-class FrameStorage(TransitionStorage):
-    """Transition storage that keeps each distinct frame of stacked observations once.
+def frame_count(capacity: int, frame_slack: float) -> int:
+    """Frames a ``FrameObservations`` of ``capacity`` transitions allocates."""
+    return capacity + max(math.ceil(capacity * frame_slack), MIN_SPARE_FRAMES)
+
+
+class FrameObservations(ObservationStore):
+    """Stacked uint8 observations kept one distinct frame at a time (see the module docstring).
 
     Args:
         capacity: transitions kept.
@@ -147,10 +156,20 @@ class FrameStorage(TransitionStorage):
         obs_dtype: must be uint8.
         frame_slack: extra frames, as a fraction of ``capacity``, for episode starts (> 0).
         dedup_window: how many recently stored frames an incoming frame is compared with.
+
+    Attributes:
+        frames: the frame ring, one flattened frame a row.
+        frame_hash: each frame's 64-bit hash.
+        frame_ref: the serial of the last transition that references each frame.
+        obs_ptr: each slot's ``stack`` pointers into ``frames`` for ``obs`` (``next_ptr``: for
+            ``next_obs``).
     """
 
-    _FIELDS = ("obs_ptr", "next_ptr", "actions", "rewards", "terminated", "n_steps")
-    _FRAME_FIELDS = ("frames", "frame_hash", "frame_ref")
+    state_order = (
+        "obs_ptr", "next_ptr", *RING_FIELDS, "cursor", "size",
+        "frames", "frame_hash", "frame_ref", "frame_cursor", "serial",
+    )  # fmt: skip
+    _ARRAYS = ("obs_ptr", "next_ptr", "frames", "frame_hash", "frame_ref")
 
     def __init__(
         self,
@@ -175,12 +194,10 @@ class FrameStorage(TransitionStorage):
             raise ValueError(f"`frame_slack` must be in (0, 1], got {frame_slack}")
         if dedup_window < 2 * stack:
             raise ValueError(f"`dedup_window` must be >= {2 * stack}, got {dedup_window}")
-        self.capacity = int(capacity)
-        self.obs_shape = (stack, height, width)
-        self.obs_dtype = np.dtype(np.uint8)
+        super().__init__(capacity, (stack, height, width), np.uint8)
         self.stack = stack
         self.dedup_window = int(dedup_window)
-        n_frames = self.capacity + max(int(np.ceil(self.capacity * frame_slack)), MIN_SPARE_FRAMES)
+        n_frames = frame_count(self.capacity, frame_slack)
         self.frames = np.zeros((n_frames, height * width), dtype=np.uint8)
         self.frame_hash = np.zeros(n_frames, dtype=np.uint64)
         self.frame_ref = np.full(n_frames, _FREE, dtype=np.int64)
@@ -188,23 +205,25 @@ class FrameStorage(TransitionStorage):
         self.serial = 0  # transitions written so far
         self.obs_ptr = np.zeros((self.capacity, stack), dtype=np.int32)
         self.next_ptr = np.zeros((self.capacity, stack), dtype=np.int32)
-        self.actions = np.zeros(self.capacity, dtype=np.int64)
-        self.rewards = np.zeros(self.capacity, dtype=np.float32)
-        self.terminated = np.zeros(self.capacity, dtype=np.bool_)
-        self.n_steps = np.ones(self.capacity, dtype=np.uint8)
-        self.cursor = 0
-        self.size = 0
         self._ptrs = np.empty(2 * stack, dtype=np.int64)
         self._last_ptrs = np.full(2 * stack, -1, dtype=np.int64)  # the previous write's
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by all arrays of the storage."""
-        names = self._FIELDS + self._FRAME_FIELDS
-        return sum(getattr(self, name).nbytes for name in names)
+        """Bytes of the frames, their hashes and references, and the pointers."""
+        return sum(getattr(self, name).nbytes for name in self._ARRAYS)
 
-    def write(self, obs, action, reward, next_obs, terminated, n_steps) -> int:
-        slot = self.cursor
+    @classmethod
+    def planned_nbytes(
+        cls, capacity: int, obs_shape: tuple[int, ...], obs_dtype, frame_slack: float = 0.02
+    ) -> int:
+        """Frames with a uint64 hash and an int64 last reference each; int32 pointers a stack."""
+        stack = int(obs_shape[0])
+        frame_bytes = math.prod(int(d) for d in obs_shape) // stack
+        return frame_count(capacity, frame_slack) * (frame_bytes + 8 + 8) + capacity * 2 * stack * 4
+
+    def write(self, slot: int, obs: np.ndarray, next_obs: np.ndarray, evicts: bool) -> None:
+        """Resolves the frames of ``obs`` and ``next_obs`` to stored ones (see ``_store``)."""
         words = (self.stack, -1)
         obs = np.ascontiguousarray(obs, dtype=np.uint8).reshape(words).view(np.uint64)
         next_obs = np.ascontiguousarray(next_obs, dtype=np.uint8).reshape(words).view(np.uint64)
@@ -222,61 +241,49 @@ class FrameStorage(TransitionStorage):
         self._last_ptrs[:] = self._ptrs
         self.obs_ptr[slot] = self._ptrs[: self.stack]
         self.next_ptr[slot] = self._ptrs[self.stack :]
-        self.actions[slot] = action
-        self.rewards[slot] = reward
-        self.terminated[slot] = terminated
-        self.n_steps[slot] = n_steps
         self.serial += 1
-        self.cursor = (slot + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-        return slot
 
     def _slack(self) -> float:
         return self.frames.shape[0] / self.capacity - 1.0
 
-    def write_batch(self, obs, actions, rewards, next_obs, terminated, n_steps) -> np.ndarray:
-        slots = np.empty(obs.shape[0], dtype=np.int64)
+    def write_batch(
+        self, slots: np.ndarray, obs: np.ndarray, next_obs: np.ndarray, skip: int, free: int
+    ) -> None:
+        """Every item in order, the skipped ones too: each is a step of the frame stream."""
         for k in range(obs.shape[0]):
-            slots[k] = self.write(
-                obs[k], actions[k], rewards[k], next_obs[k], terminated[k], n_steps[k]
-            )
-        return slots
+            self.write(int(slots[k]), obs[k], next_obs[k], False)
 
-    def gather(
-        self, indices: np.ndarray, weights: np.ndarray, priorities: np.ndarray | None = None
-    ) -> Batch:
+    def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The stacks rebuilt from their frames."""
         shape = (indices.shape[0], *self.obs_shape)
-        # Positional, in Batch's field order: ~0.15 us cheaper a sample than keywords.
-        return Batch(
-            self.frames[self.obs_ptr[indices]].reshape(shape),  # obs
-            self.actions[indices],
-            self.rewards[indices],
-            self.frames[self.next_ptr[indices]].reshape(shape),  # next_obs
-            self.terminated[indices],
-            indices,
-            weights.astype(np.float32),
-            self.n_steps[indices],
-            priorities,
+        return (
+            self.frames[self.obs_ptr[indices]].reshape(shape),
+            self.frames[self.next_ptr[indices]].reshape(shape),
         )
 
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        for name in self._FRAME_FIELDS:
-            state[name] = getattr(self, name).copy()
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {name: getattr(self, name).copy() for name in self._ARRAYS}
         state["frame_cursor"] = self.frame_cursor
         state["serial"] = self.serial
         return state
 
-    def load_state_dict(self, state: dict) -> None:
-        for name in self._FRAME_FIELDS:
-            have, got = getattr(self, name), np.asarray(state[name])
-            if got.shape != have.shape or got.dtype != have.dtype:
-                raise ValueError(
-                    f"storage field `{name}` must be {have.dtype}{list(have.shape)}, "
-                    f"got {got.dtype}{list(got.shape)}"
-                )
-        super().load_state_dict(state)
-        for name in self._FRAME_FIELDS:
+    def templates(self, state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self._ARRAYS}
+
+    def load_state_dict(self, state: Mapping[str, Any], cursor: int, size: int) -> None:
+        for name in ("frame_cursor", "serial"):
+            if name not in state:
+                raise ValueError(f"storage field `{name}` is missing")
+        for name in self._ARRAYS:
             getattr(self, name)[...] = state[name]
         self.frame_cursor = int(state["frame_cursor"])
         self.serial = int(state["serial"])
+
+
+class FrameStorage(NamedStorage):
+    """A ``RingStorage`` of ``FrameObservations``: each distinct frame of stacked observations
+    kept once. Its arguments are ``FrameObservations``': ``capacity``, ``obs_shape``
+    ``(stack, height, width)``, ``obs_dtype`` (uint8), ``frame_slack`` and ``dedup_window``.
+    """
+
+    observation_store = FrameObservations

@@ -245,6 +245,11 @@ class RankHeap:
         """Bytes of the four arrays (slots, keys, stamps, positions): 32 per entry of capacity."""
         return self._slot.nbytes + self._key.nbytes + self._stamp.nbytes + self._pos.nbytes
 
+    @staticmethod
+    def planned_nbytes(capacity: int) -> int:
+        """``nbytes`` of a heap of ``capacity`` entries, without allocating it."""
+        return int(capacity) * 4 * 8
+
     # --- the hot path (trusted input) ---------------------------------------------------------
 
     def insert(self, slots: np.ndarray, key: float) -> None:

@@ -5,8 +5,9 @@
 (a ``PriorityUpdate``), ``weighted``, ``diagnostics()``, ``len()``, ``state_dict`` and
 ``load_state_dict``. It checks every input at this boundary and hands the storage and the sampler
 only checked values. ``UniformReplay``, ``PrioritizedReplay`` and ``RankBasedReplay`` build the
-storage (flat or frame-deduplicated) and the sampler from one set of keywords, and keep the
-kind-specific readers (``priorities``, ``mean_priority``, ``ranks``, ...).
+storage (the layout ``storage_layout`` picks: whole, bit-packed or frame-deduplicated) and the
+sampler from one set of keywords, and keep the kind-specific readers (``priorities``,
+``mean_priority``, ``ranks``, ...); ``kinds.py`` registers each.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.memory import KINDS
+from per_dqn.memory.bits import BitStorage
 from per_dqn.memory.frames import FrameStorage
 from per_dqn.memory.samplers import (
-    SAMPLERS,
     ProportionalSampler,
     RankSampler,
     Sampler,
@@ -26,13 +26,31 @@ from per_dqn.memory.samplers import (
     in_range,
     positive_int,
 )
-from per_dqn.memory.storage import Batch, BitStorage, PriorityUpdate, TransitionStorage
+from per_dqn.memory.storage import RingStorage, TransitionStorage
 from per_dqn.memory.trees import first_invalid_update
+from per_dqn.memory.types import Batch, PriorityUpdate
 
 _INT64 = np.dtype(np.int64)
 # PriorityUpdate(a, b) without the Python frame of the NamedTuple's generated __new__ (~0.1 us a
 # gradient step; the result is the same tuple subclass instance).
 _new_update = tuple.__new__
+
+
+def storage_layout(
+    obs_dtype: Any, dedup_frames: bool = False, frame_slack: float = 0.02
+) -> tuple[type[RingStorage], dict[str, Any]]:
+    """Which storage holds these observations, with its keywords: the one place that chooses
+    (``make_storage`` builds it, ``planned_nbytes`` sizes it).
+
+    Returns:
+        ``FrameStorage`` with ``frame_slack`` for ``dedup_frames``, else ``BitStorage`` for bool
+        observations (MinAtar's layers, eight a byte, losslessly), else ``TransitionStorage``.
+    """
+    if dedup_frames:
+        return FrameStorage, {"frame_slack": frame_slack}
+    if np.dtype(obs_dtype) == np.bool_:
+        return BitStorage, {}
+    return TransitionStorage, {}
 
 
 def make_storage(
@@ -41,9 +59,9 @@ def make_storage(
     obs_dtype: Any = np.float32,
     dedup_frames: bool = False,
     frame_slack: float = 0.02,
-) -> TransitionStorage:
+) -> RingStorage:
     """A flat ``TransitionStorage`` (a ``BitStorage`` for bool observations), or a
-    ``FrameStorage`` with ``dedup_frames``.
+    ``FrameStorage`` with ``dedup_frames`` (see ``storage_layout``).
 
     Raises:
         TypeError, ValueError: a ``capacity`` or ``obs_shape`` that is not a positive int / tuple
@@ -56,18 +74,16 @@ def make_storage(
         raise TypeError(f"`obs_shape` must be a tuple of ints, got {obs_shape!r}") from None
     if any(d < 1 for d in obs_shape):
         raise ValueError(f"`obs_shape` dimensions must be >= 1, got {obs_shape}")
-    if dedup_frames:
-        return FrameStorage(capacity, obs_shape, obs_dtype, frame_slack)
-    if np.dtype(obs_dtype) == np.bool_:  # bits (MinAtar's layers): eight a byte, losslessly
-        return BitStorage(capacity, obs_shape, obs_dtype)
-    return TransitionStorage(capacity, obs_shape, obs_dtype)
+    cls, options = storage_layout(obs_dtype, dedup_frames, frame_slack)
+    return cls(capacity, obs_shape, obs_dtype, **options)
 
 
 class ReplayMemory:
     """Experience replay: transitions in ``storage``, drawn and weighted by ``sampler``.
 
     Args:
-        storage: a ``TransitionStorage`` or ``FrameStorage`` (see ``make_storage``).
+        storage: a ``RingStorage`` (``TransitionStorage``, ``BitStorage`` or ``FrameStorage``;
+            see ``make_storage``).
         sampler: a ``Sampler`` of the same capacity (``UniformSampler``, ``ProportionalSampler``
             or ``RankSampler``).
 
@@ -75,7 +91,7 @@ class ReplayMemory:
         ValueError: storage and sampler of different capacities.
     """
 
-    def __init__(self, storage: TransitionStorage, sampler: Sampler) -> None:
+    def __init__(self, storage: RingStorage, sampler: Sampler) -> None:
         if storage.capacity != sampler.capacity:
             raise ValueError(
                 f"`sampler` capacity must be the storage's ({storage.capacity}), "
@@ -85,7 +101,7 @@ class ReplayMemory:
         self._sampler = sampler
 
     @property
-    def storage(self) -> TransitionStorage:
+    def storage(self) -> RingStorage:
         """Where the transitions live."""
         return self._storage
 
@@ -305,7 +321,47 @@ class UniformReplay(ReplayMemory):
         super().__init__(storage, sampler)
 
 
-class PrioritizedReplay(ReplayMemory):
+class _PrioritizedReplay(ReplayMemory):
+    """What the two prioritized kinds share: building from keywords, and the readers every
+    prioritized sampler has (``alpha``, ``td_error_clip``, ``max_priority``, ``priorities``,
+    ``mean_priority``)."""
+
+    def __init__(
+        self, sampler: type[ProportionalSampler | RankSampler], keywords: dict, base: dict
+    ) -> None:
+        seed = base.pop("seed", None)
+        prioritized = sampler(base.get("capacity"), seed=seed, **keywords)
+        super().__init__(make_storage(**base), prioritized)
+        self._prioritized = prioritized
+
+    @property
+    def alpha(self) -> float:
+        """The exponent of the priorities (proportional) or of the ranks (rank)."""
+        return self._prioritized.alpha
+
+    @property
+    def td_error_clip(self) -> float | None:
+        """Where ``|delta|`` is clipped (None: nowhere)."""
+        return self._prioritized.td_error_clip
+
+    @property
+    def max_priority(self) -> float:
+        """The largest raw priority seen, initially 1: ``min(|delta|, clip) + priority_eps``
+        (proportional) or the ranking key ``min(|delta|, clip)`` (rank)."""
+        return self._prioritized.max_priority
+
+    def priorities(self, indices) -> np.ndarray:
+        """Leaf priorities ``p_i`` (alpha applied; proportional) or ranking keys
+        ``min(|delta|, clip)`` (rank) at ``indices``."""
+        return self._prioritized.priorities(indices)
+
+    @property
+    def mean_priority(self) -> float:
+        """Mean of ``priorities`` over the stored transitions (0 when empty)."""
+        return self._prioritized.mean_priority
+
+
+class PrioritizedReplay(_PrioritizedReplay):
     """Proportional prioritized replay over a sum tree: ``ProportionalSampler`` has the formulas.
 
     Args:
@@ -329,29 +385,17 @@ class PrioritizedReplay(ReplayMemory):
         weight_normalization: str = "global",
         **base: Any,
     ) -> None:
-        seed = base.pop("seed", None)
-        capacity = base.get("capacity")
-        sampler = ProportionalSampler(
-            capacity, alpha=alpha, priority_eps=priority_eps, td_error_clip=td_error_clip,
-            uniform_mix=uniform_mix, weight_normalization=weight_normalization, seed=seed,
+        keywords = dict(
+            alpha=alpha, priority_eps=priority_eps, td_error_clip=td_error_clip,
+            uniform_mix=uniform_mix, weight_normalization=weight_normalization,
         )  # fmt: skip
-        super().__init__(make_storage(**base), sampler)
-        self._proportional = sampler
-
-    @property
-    def alpha(self) -> float:
-        """The prioritisation exponent."""
-        return self._proportional.alpha
+        super().__init__(ProportionalSampler, keywords, base)
+        self._proportional = self._prioritized
 
     @property
     def priority_eps(self) -> float:
         """Added to ``|delta|`` before the exponent."""
         return self._proportional.priority_eps
-
-    @property
-    def td_error_clip(self) -> float | None:
-        """Where ``|delta|`` is clipped (None: nowhere)."""
-        return self._proportional.td_error_clip
 
     @property
     def uniform_mix(self) -> float:
@@ -364,30 +408,16 @@ class PrioritizedReplay(ReplayMemory):
         return self._proportional.weight_normalization
 
     @property
-    def max_priority(self) -> float:
-        """The largest raw priority ``min(|delta|, clip) + priority_eps`` seen (initially 1)."""
-        return self._proportional.max_priority
-
-    def priorities(self, indices) -> np.ndarray:
-        """Leaf priorities ``p_i`` (alpha applied) at ``indices``."""
-        return self._proportional.priorities(indices)
-
-    @property
     def total_priority(self) -> float:
         """Sum of all leaf priorities (the sum tree's root)."""
         return self._proportional.sums.total
-
-    @property
-    def mean_priority(self) -> float:
-        """Mean leaf priority over the stored transitions (0 when empty)."""
-        return self._proportional.mean_priority
 
     def tree_drift(self) -> float:
         """Relative gap between the sum tree's root and an exact sum of its leaves; O(capacity)."""
         return self._proportional.tree_drift()
 
 
-class RankBasedReplay(ReplayMemory):
+class RankBasedReplay(_PrioritizedReplay):
     """Rank-based prioritized replay over a binary heap: ``RankSampler`` has the formulas.
 
     Args:
@@ -406,71 +436,20 @@ class RankBasedReplay(ReplayMemory):
         sort_interval: int = 1000,
         **base: Any,
     ) -> None:
-        seed = base.pop("seed", None)
-        capacity = base.get("capacity")
-        sampler = RankSampler(
-            capacity, alpha=alpha, td_error_clip=td_error_clip, sort_interval=sort_interval,
-            seed=seed,
-        )  # fmt: skip
-        super().__init__(make_storage(**base), sampler)
-        self._rank = sampler
-
-    @property
-    def alpha(self) -> float:
-        """The rank exponent."""
-        return self._rank.alpha
-
-    @property
-    def td_error_clip(self) -> float | None:
-        """Where ``|delta|`` is clipped (None: nowhere)."""
-        return self._rank.td_error_clip
+        keywords = dict(alpha=alpha, td_error_clip=td_error_clip, sort_interval=sort_interval)
+        super().__init__(RankSampler, keywords, base)
+        self._rank = self._prioritized
 
     @property
     def sort_interval(self) -> int:
         """Priority updates between full re-sorts."""
         return self._rank.sort_interval
 
-    @property
-    def max_priority(self) -> float:
-        """The largest ranking key ``min(|delta|, clip)`` seen (initially 1)."""
-        return self._rank.max_priority
-
     def sort(self) -> None:
         """Sorts the heap array by decreasing ``|delta|``, ties newest first, so that positions
         are exact ranks (a sorted array is a valid heap)."""
         self._rank.sort()
 
-    def priorities(self, indices) -> np.ndarray:
-        """The ranking keys ``min(|delta|, clip)`` at ``indices``."""
-        return self._rank.priorities(indices)
-
-    @property
-    def mean_priority(self) -> float:
-        """Mean ranking key ``|delta|`` over the stored transitions (0 when empty)."""
-        return self._rank.mean_priority
-
     def ranks(self, indices) -> np.ndarray:
         """Current 1-based rank (heap position + 1) of each stored index."""
         return self._rank.ranks(indices)
-
-
-MEMORIES: dict[str, type[ReplayMemory]] = {
-    "uniform": UniformReplay,
-    "proportional": PrioritizedReplay,
-    "rank": RankBasedReplay,
-}
-if tuple(MEMORIES) != KINDS or tuple(SAMPLERS) != KINDS:  # a kind added in one place only
-    raise ImportError(f"replay kinds disagree: {KINDS} vs {tuple(MEMORIES)} vs {tuple(SAMPLERS)}")
-
-
-def make_memory(kind: str, **kwargs: Any) -> ReplayMemory:
-    """The memory of ``kind`` (one of ``KINDS``), built with its constructor's keywords.
-
-    Raises:
-        ValueError: an unknown ``kind``, or a keyword value the constructor refuses.
-        TypeError: a keyword that kind does not take.
-    """
-    cls = MEMORIES.get(kind)
-    if cls is None:
-        raise ValueError(f"`kind` must be one of {KINDS}, got {kind!r}")
-    return cls(**kwargs)

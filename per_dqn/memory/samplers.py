@@ -19,13 +19,14 @@ The beta schedule lives outside (``per_dqn.schedules``): the caller passes the c
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
 from per_dqn.memory.heap import RankHeap, rank_boundaries
-from per_dqn.memory.storage import PriorityUpdate
 from per_dqn.memory.trees import MinTree, SumTree
+from per_dqn.memory.types import PriorityUpdate
 
 WEIGHT_NORMALIZATIONS = ("global", "batch")
 
@@ -54,8 +55,10 @@ def _clip(name: str, value) -> float | None:
     return clip
 
 
-class Sampler:
+class Sampler(ABC):
     """The interface every sampler implements; it owns the random generator and its state.
+
+    A new replay kind is a subclass plus its entry in ``per_dqn.memory.kinds.REPLAY_KINDS``.
 
     Args:
         capacity: slots of the storage it samples from, an int >= 1.
@@ -80,17 +83,18 @@ class Sampler:
         return f"{type(self).__name__}(capacity={self.capacity})"
 
     @property
+    @abstractmethod
     def nbytes(self) -> int:
         """Bytes held by the sampler's index arrays."""
-        raise NotImplementedError
 
+    @abstractmethod
     def on_insert(self, slots: int | np.ndarray) -> None:
         """Slots that now hold new transitions: one int (``add``) or an int64 array (``add_batch``).
 
         Trusts its input: slots in ``[0, capacity)``, in the order the storage wrote them.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def draw(
         self, batch_size: int, beta: float, size: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -103,23 +107,22 @@ class Sampler:
             ``(indices, weights, priorities)``: int64 slots, float64 IS weights, and the float64
             priorities read during the draw (None where there are no priorities).
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def update(self, update: PriorityUpdate) -> None:
         """New ``|delta|`` for sampled slots.
 
         Trusts its input (``ReplayMemory.update`` checks it): ``indices`` int64 of stored slots,
         ``td_abs`` float64, finite and >= 0, of the same length.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def diagnostics(self, full: bool = False) -> dict[str, float]:
         """Numbers worth logging about the priorities, by name (``{}`` when there are none).
 
         Args:
             full: also the O(capacity) checks (e.g. the sum tree's drift); call it rarely.
         """
-        raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's part of a memory's ``state_dict``: its RNG state and priority index."""
@@ -469,8 +472,3 @@ class RankSampler(Sampler):
         self.heap.load_state_dict(state, size)
         self.max_priority = float(state["max_priority"])
         self._updates_since_sort = int(state["updates_since_sort"])
-
-
-SAMPLERS: dict[str, type[Sampler]] = {
-    cls.kind: cls for cls in (UniformSampler, ProportionalSampler, RankSampler)
-}

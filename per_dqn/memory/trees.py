@@ -336,6 +336,11 @@ class _SegmentTree:
         """Bytes held by the node array (``2 * P`` float64 nodes)."""
         return self._nodes.nbytes
 
+    @staticmethod
+    def planned_nbytes(capacity: int) -> int:
+        """``nbytes`` of a tree of ``capacity`` leaves, without allocating it."""
+        return 2 * _leaf_offset(capacity) * np.dtype(np.float64).itemsize
+
     def write(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Sets leaves ``slots`` to ``values`` in order (the last of a repeated slot wins) and
         recomputes their ancestors: ``update`` without its checks.

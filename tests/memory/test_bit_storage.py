@@ -33,10 +33,11 @@ def assert_same_contents(storage: BitStorage, reference: TransitionStorage) -> N
     order = (reference.cursor - reference.size + np.arange(reference.size)) % reference.capacity
     needing = set()
     for age, slot in enumerate(order):
-        later = reference.obs[order[age:]]
-        if not (later == reference.next_obs[slot]).reshape(len(later), -1).all(axis=1).any():
-            needing.add(reference.next_obs[slot].tobytes())
-    assert storage.pool_used == len(needing)
+        whole = reference.observations
+        later = whole.obs[order[age:]]
+        if not (later == whole.next_obs[slot]).reshape(len(later), -1).all(axis=1).any():
+            needing.add(whole.next_obs[slot].tobytes())
+    assert storage.observations.pool_used == len(needing)
 
 
 def write(storages, transitions) -> None:
@@ -156,7 +157,7 @@ def test_a_real_seaquest_stream_with_two_envs_and_three_step_windows():
     finally:
         envs.close()
     assert_same_contents(storage, reference)
-    assert storage.pool_used < 700 // 10  # episode ends, not every slot
+    assert storage.observations.pool_used < 700 // 10  # episode ends, not every slot
     assert storage.nbytes < reference.nbytes / 10  # 1,000 bool cells whole, twice, against bits
 
 
@@ -171,8 +172,8 @@ def test_a_link_to_an_older_slot_is_caught_once_that_slot_is_overwritten():
     write([storage, reference], [(c, 0, 0.0, b, False, 1)])  # slot 1, its obs c
     # slot 0 holds (a -> b), b is slot 3's obs (older) and later slot 2's next obs
     write([storage, reference], [(b, 0, 0.0, a, False, 1)])  # slot 2: links slot 1 and 0 here
-    assert int(storage.next_ref[0]) == 2
-    storage.next_ref[0] = 3  # the same bytes, in an older slot
+    assert int(storage.observations.next_ref[0]) == 2
+    storage.observations.next_ref[0] = 3  # the same bytes, in an older slot
     assert_same_contents(storage, reference)  # right while slot 3 lives
     write([storage, reference], [(c, 0, 0.0, c, False, 1)])  # overwrites slot 3
     with pytest.raises(AssertionError, match="next_obs"):
@@ -252,13 +253,13 @@ def test_the_pool_grows_by_half_when_full_and_the_bytes_say_so():
     """Capacity 6,400: 200 pool entries (one per 32 slots) of 125 bytes; transitions whose
     next obs never come back fill them, and 301 grow the pool to 300, then 450 entries."""
     storage = BitStorage(6400, (10, 10, 10))
-    assert storage.pool.shape[0] == 200
+    assert storage.observations.pool.shape[0] == 200
     fresh = storage.nbytes
     rng = np.random.default_rng(0)
     for _ in range(301):
         storage.write(rng.random((10, 10, 10)) < 0.5, 0, 0.0, rng.random((10, 10, 10)) < 0.5,
                       True, 1)  # fmt: skip
-    assert storage.pool_used == 301 and storage.pool.shape[0] == 450
+    assert storage.observations.pool_used == 301 and storage.observations.pool.shape[0] == 450
     assert storage.nbytes - fresh == 250 * (125 + 4)  # a row and a free-list entry each
 
 
@@ -277,7 +278,7 @@ def test_state_round_trip_and_a_seaquest_transition_takes_under_500_bytes():
     rng = np.random.default_rng(1)
     obs = rng.random((300, 10, 10, 10)) < 0.2
     memory.add_batch(obs[:-1], np.zeros(299, int), np.zeros(299), obs[1:], np.zeros(299, bool))
-    assert memory.storage.pool_used == 1  # only the last next obs waits
+    assert memory.storage.observations.pool_used == 1  # only the last next obs waits
     copy = make_memory("proportional", capacity=1000, obs_shape=(10, 10, 10), obs_dtype=bool)
     copy.load_state_dict(memory.state_dict())
     a, b = memory.sample(32, 0.4), copy.sample(32, 0.4)

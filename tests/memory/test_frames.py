@@ -44,7 +44,7 @@ def record_transitions(seed, n_envs, episodes, n_step, padding):
 
 def check_memory_holds(mem, transitions):
     kept = transitions[-len(mem) :]
-    storage = mem._storage
+    storage = mem.storage
     slots = [(storage.cursor - len(kept) + i) % storage.capacity for i in range(len(kept))]
     batch = storage.gather(np.array(slots), np.ones(len(slots)))
     for i, (obs, next_obs, k, terminated) in enumerate(kept):
@@ -90,7 +90,7 @@ def test_one_frame_per_step_plus_one_per_episode():
     storage = FrameStorage(1000, (STACK, H, W), np.uint8)
     for obs, next_obs, k, terminated in transitions:
         storage.write(obs, 0, 0.0, next_obs, terminated, k)
-    used = int((storage.frame_ref >= 0).sum())
+    used = int((storage.observations.frame_ref >= 0).sum())
     assert used == len(transitions) + 10
 
 
@@ -156,12 +156,12 @@ def test_stale_shortcut_pointers_cost_a_hash_never_a_wrong_stack(n_step):
     for obs, next_obs, k, terminated in theirs[:split]:
         source.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
     mem.load_state_dict(source.state_dict())
-    used_before = int((mem._storage.frame_ref >= 0).sum())
+    used_before = int((mem.storage.observations.frame_ref >= 0).sum())
     for obs, next_obs, k, terminated in theirs[split:]:
         mem.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
     check_memory_holds(mem, theirs)
     if n_step == 1:
         new_episodes = sum(1 for t in theirs[split:] if t[3])
-        used = int((mem._storage.frame_ref >= 0).sum())
+        used = int((mem.storage.observations.frame_ref >= 0).sum())
         # one new frame per step, one more per episode start (the first stack's reset frame)
         assert used - used_before <= len(theirs) - split + new_episodes

@@ -119,7 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "new transitions enter with the raw max priority, alpha not applied",
     ),
     Mutant(
-        "bits-link-older", "per_dqn/memory/storage.py",
+        "bits-link-older", "per_dqn/memory/bits.py",
         "        for k in range(n - skip):\n            self._place(",
         "        for k in reversed(range(n - skip)):\n            self._place(",
         ("tests/memory/test_bit_storage.py",),
