@@ -12,7 +12,7 @@ date.
 What is measured per run (the rows of ``scores.csv``):
 
 - the *final score*: the mean return of its final greedy evaluation (``final_eval_return_mean``);
-- the *AUC*: ``metrics.normalized_auc`` of its ``eval/return_mean`` curve, the area under the
+- the *AUC*: ``summary.normalized_auc`` of its ``eval/return_mean`` curve, the area under the
   curve over the env steps it spans, i.e. its mean evaluation return over training, in return
   units. Two arms that end level but learn at different speeds differ here;
 - *steps to threshold*: the first env step at which the curve reaches the env's threshold:
@@ -72,10 +72,11 @@ from typing import Any
 import numpy as np
 
 from per_dqn import atari_scores
-from per_dqn import metrics as m
-from per_dqn.checkpoint import write_bytes_atomic
+from per_dqn.fileio import write_bytes_atomic
+from per_dqn.summary import normalized_auc
 from per_dqn.sweeps import stats
 from per_dqn.sweeps.runs import Run, SweepRuns, collect, settings_label
+from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 REPORT_FILE = "report.md"
 CURVES_FILE = "curves.png"
@@ -218,9 +219,9 @@ def measure(run: Run, threshold: float | None) -> RunMetrics:
     """
     steps = None if threshold is None else steps_to_threshold(run.curve, threshold)
     try:
-        auc = m.normalized_auc(run.curve) if run.curve else None
+        auc = normalized_auc(run.curve) if run.curve else None
     except ValueError as exc:
-        raise ValueError(f"run {run.path}: {m.EVAL_RETURN_MEAN}: {exc}") from None
+        raise ValueError(f"run {run.path}: {EVAL_RETURN_MEAN}: {exc}") from None
     return RunMetrics(run, run.score, auc, threshold, steps)
 
 
@@ -570,13 +571,13 @@ def render_markdown(
         + "; missing: " + (", ".join(sweep.missing) if sweep.missing else "none") + ".",
         "",
         "Final score of a run: the mean return of its final greedy evaluation, at the last env "
-        f"step. AUC: the area under its evaluation curve (`{m.EVAL_RETURN_MEAN}`) divided by the "
+        f"step. AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "
         "env steps the curve spans, its mean evaluation return over training. IQM: the "
         "interquartile mean over seeds. Brackets: 95% stratified bootstrap confidence intervals "
         f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {versus}): the share of "
         f"paired seeds on which the arm beats {versus}{where} (ties count 1/2), with a paired "
         "bootstrap interval. IS weight: the mean over seeds of each run's "
-        f"mean logged `{m.PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
+        f"mean logged `{PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
         "weights put on the step size (- where every weight is 1: uniform sampling).",
         "",
     ]  # fmt: skip
