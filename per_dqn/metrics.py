@@ -2,9 +2,9 @@
 file, mirrored to another tracker where one is on.
 
 What the tags are called and mean is ``tags.py``'s; this module only writes them, and turns a
-failed write into a ``fileio.WriteError``. The config's two TensorBoard forms (``flatten_config``
-for the HParams tab, ``config_as_markdown`` for the text tab) are here, as only this writer needs
-them.
+failed write into a ``fileio.WriteError``. The config's two TensorBoard forms live beside it:
+``flatten_config`` for the HParams tab (which ``sweeps.ablate`` also compares configs by) and
+``config_as_markdown`` for the text tab.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def _tagged(
     except KeyError as exc:
         name = exc.args[0]
         raise KeyError(
-            f"{what} {name!r} has no TensorBoard tag: add {prefix}{name!r} with its meaning to "
+            f"{what} {name!r} has no TensorBoard tag: add '{prefix}{name}' with its meaning to "
             "SCALAR_TAGS in per_dqn/tags.py"
         ) from None
 

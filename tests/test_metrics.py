@@ -59,6 +59,26 @@ def test_overwritten_slot_starts_a_new_history():
     assert health.pop_means()[tags.PER_NEVER_REPLAYED] == 1.0
 
 
+def test_the_loops_one_feed_per_update_is_sample_then_priority_update():
+    """`record_learn`, the loop's one call per gradient step (issue 22: four call sites became
+    two), is `record_sample` then `record_priority_update`: the batch's priority age is read
+    before the update resets it. Slot 1 added at 10, drawn at 40: priority age 30 (not 0), and a
+    second draw at 50 sees the update made at 40 (age 10)."""
+    fed, reference = ReplayHealth(capacity=4), ReplayHealth(capacity=4)
+    for health in (fed, reference):
+        health.record_add(np.array([0, 1]), 10)
+    sampled, weights, priorities = np.array([1, 1]), np.array([1.0, 0.5]), np.array([2.0, 4.0])
+    fed.record_learn(sampled, weights, priorities, sampled, 40)
+    reference.record_sample(sampled, weights, 40, priorities)
+    reference.record_priority_update(sampled, 40)
+    means = fed.pop_means()
+    assert means == reference.pop_means()
+    assert means[tags.PER_PRIORITY_AGE] == 30.0 and means[tags.PER_SAMPLED_PRIORITY] == 3.0
+    fed.record_learn(np.array([1]), np.ones(1), None, np.array([1]), 50)
+    assert fed.pop_means()[tags.PER_PRIORITY_AGE] == 10.0
+    assert fed.priority_set_at.tolist() == [10, 50, 0, 0]
+
+
 def test_mean_accumulator():
     acc = MeanAccumulator()
     acc.add({"a": 1.0, "b": 2.0})
