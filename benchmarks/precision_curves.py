@@ -27,14 +27,14 @@ from _common import add_mode_options, markdown_table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import per_dqn
-from per_dqn import metrics as m
 from per_dqn.sweeps.runs import read_summary
+from per_dqn.tags import EPISODE_RETURN, PER_MEAN_PRIORITY, TRAIN_Q_MEAN, TRAIN_TD_ERROR_ABS
 
 PANELS = [  # (tag, y label, episodes or log points in the rolling mean)
-    (m.EPISODE_RETURN, "training episode return (mean of 10 episodes)", 10),
-    (m.TRAIN_Q_MEAN, "mean Q(s, a) of the sampled batch", 1),
-    (m.TRAIN_TD_ERROR_ABS, "mean |TD error| of the sampled batch", 1),
-    (m.PER_MEAN_PRIORITY, "mean priority of the whole memory", 1),
+    (EPISODE_RETURN, "training episode return (mean of 10 episodes)", 10),
+    (TRAIN_Q_MEAN, "mean Q(s, a) of the sampled batch", 1),
+    (TRAIN_TD_ERROR_ABS, "mean |TD error| of the sampled batch", 1),
+    (PER_MEAN_PRIORITY, "mean priority of the whole memory", 1),
 ]
 COLORS = {"fp32": "C0", "bf16": "C3"}
 LAST_STEPS = 20_000  # the training-return column averages the episodes that end in these
@@ -118,8 +118,8 @@ def table(runs: list[RunCurves]) -> str:
     for run in sorted(runs, key=lambda r: (r.seed, r.precision != "fp32")):
         s = run.summary
         late = "n/a"
-        if m.EPISODE_RETURN in run.curves:
-            steps, values = run.curves[m.EPISODE_RETURN]
+        if EPISODE_RETURN in run.curves:
+            steps, values = run.curves[EPISODE_RETURN]
             mask = steps > s["env_steps"] - LAST_STEPS  # the last steps this run reached
             if mask.any():
                 late = f"{values[mask].mean():.1f} ({int(mask.sum())} episodes)"

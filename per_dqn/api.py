@@ -160,19 +160,19 @@ def train(
         DivergedError: the loss or the weights diverged (the run stops; see ``loop``).
         WriteError: a file could not be written.
     """
-    from per_dqn import metrics
+    from per_dqn import rundir
 
     cfg, name = load_any_config(config, overrides, network)
     if run_dir is None:
-        run_name = metrics.default_run_name(
+        run_name = rundir.default_run_name(
             cfg.env.id, name, cfg.replay.kind, cfg.run.seed, datetime.now()
         )
-        run_dir = metrics.fresh_run_dir(Path(cfg.run.runs_root), run_name)
+        run_dir = rundir.fresh_run_dir(Path(cfg.run.runs_root), run_name)
     run_dir = Path(run_dir)
-    metrics.check_run_dir(run_dir)
+    rundir.check_run_dir(run_dir)
     trainer = build_trainer(cfg, name)
     try:
-        lock = metrics.lock_run_dir(run_dir, fresh=True)
+        lock = rundir.lock_run_dir(run_dir, fresh=True)
         assert lock is not None
         with lock:
             return _run(trainer, run_dir, callbacks, progress)
@@ -214,10 +214,10 @@ def build_trainer(config: Config, name: str) -> Any:
 
 
 def _run(trainer: Any, run_dir: Path, callbacks: Sequence[Any], progress: bool) -> TrainResult:
-    from per_dqn import metrics
+    from per_dqn import console
 
     total = trainer.config.train.total_env_steps
-    with metrics.ConsoleProgress(total, enabled=progress) as bar:
+    with console.ConsoleProgress(total, enabled=progress) as bar:
         summary = trainer.run(run_dir, bar, callbacks=callbacks)
     return TrainResult(summary, run_dir)
 
@@ -310,15 +310,15 @@ def resume(
     Raises:
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
-    from per_dqn import metrics
+    from per_dqn import rundir
 
     run_dir = Path(run_dir)
-    lock = metrics.lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
+    lock = rundir.lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
         resumption = prepare_resume(run_dir, steps)
         try:
             if lock is None:
-                lock = metrics.lock_run_dir(run_dir)
+                lock = rundir.lock_run_dir(run_dir)
             return _run(resumption.trainer, run_dir, callbacks, progress)
         finally:
             resumption.trainer.close()

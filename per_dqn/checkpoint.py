@@ -58,6 +58,8 @@ from typing import Any
 
 import numpy as np
 
+from per_dqn.fileio import TMP_PREFIX, fsync_path
+
 FORMAT_VERSION = 3
 # Formats this per-dqn reads: 2 differs only in where the envs' state sits (inside the loop's part),
 # which the loader moves (``run.upgrade_parts``).
@@ -77,7 +79,6 @@ MEMORY_META_FILE = "memory.json"
 CONFIG_FILE = "config.yaml"
 
 _NAME = re.compile(r"step_(\d+)")
-_TMP_PREFIX = ".tmp-"
 # Marks where an array sat in a JSON tree whose arrays went to the npz.
 _ARRAY_KEY = "__array__"
 
@@ -126,36 +127,6 @@ def sha256_file(path: Path) -> str:
 # --- writing --------------------------------------------------------------------------------------
 
 
-def _fsync_path(path: Path) -> None:
-    """Flushes a file's or a directory's data and metadata to the device."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replaces ``path`` with ``text`` so that a crash leaves either the old or the new file."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replaces ``path`` with ``data`` so that a crash, or a reader at any moment, sees either the
-    old or the new file whole: a temp file beside it, fsynced, renamed over it, the dir fsynced."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_path(path.parent)
-
-
 def manifest_digest(manifest: Mapping[str, Any]) -> str:
     """The SHA-256 of a manifest's canonical JSON (keys sorted, no spaces, ASCII), its own
     ``manifest_sha256`` left out: a change to any value, one digit of ``env_steps`` included,
@@ -202,13 +173,13 @@ def write_checkpoint(
     _remove_temp_dirs(root)
     name = checkpoint_name(env_steps)
     final = root / name
-    tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
+    tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
     tmp.mkdir()
     try:
         write_files(tmp)
         files = {}
         for path in sorted(tmp.iterdir()):
-            _fsync_path(path)
+            fsync_path(path)
             files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
         manifest = {
             "format": FORMAT_VERSION,
@@ -221,17 +192,17 @@ def write_checkpoint(
             file.write(json.dumps(manifest, indent=2) + "\n")
             file.flush()
             os.fsync(file.fileno())
-        _fsync_path(tmp)
+        fsync_path(tmp)
         if final.exists():
             # A damaged checkpoint of this step that resuming skipped. Killed between the two
             # renames, neither copy has a final name and the older checkpoints are used.
-            stale = root / f"{_TMP_PREFIX}replaced-{name}-{os.getpid()}"
+            stale = root / f"{TMP_PREFIX}replaced-{name}-{os.getpid()}"
             os.rename(final, stale)
             os.rename(tmp, final)
             shutil.rmtree(stale)
         else:
             os.rename(tmp, final)
-        _fsync_path(root)
+        fsync_path(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -252,7 +223,7 @@ def _step(path: Path) -> int:
 def _remove_temp_dirs(root: Path) -> None:
     """Deletes what killed writers left behind (a run dir has one writer at a time)."""
     for path in root.iterdir():
-        if path.name.startswith(_TMP_PREFIX):
+        if path.name.startswith(TMP_PREFIX):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:

@@ -45,8 +45,8 @@ from per_dqn.config import (
 from per_dqn.memory import KINDS
 
 if TYPE_CHECKING:
-    from per_dqn.metrics import RunDirLock
     from per_dqn.run import Trainer
+    from per_dqn.rundir import RunDirLock
 
 EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -293,16 +293,16 @@ def train(
 
     # Imported only now: torch, gymnasium and tensorboard take seconds, and bad input must not
     # wait for them.
-    from per_dqn import metrics
+    from per_dqn import rundir
 
     if run_dir is None:
-        run_name = metrics.default_run_name(
+        run_name = rundir.default_run_name(
             cfg.env.id, name, cfg.replay.kind, cfg.run.seed, datetime.now()
         )
-        run_dir = metrics.fresh_run_dir(Path(cfg.run.runs_root), run_name)
+        run_dir = rundir.fresh_run_dir(Path(cfg.run.runs_root), run_name)
     try:
-        metrics.check_run_dir(run_dir)
-    except metrics.RunDirError as exc:
+        rundir.check_run_dir(run_dir)
+    except rundir.RunDirError as exc:
         _fail([str(exc)])
     trainer = _build_trainer(cfg, name, config)
     # Checked again under the lock: another command may have started in run_dir meanwhile.
@@ -329,13 +329,13 @@ def _fail_if_given(given: dict[str, object], why: str) -> None:
 
 
 def _lock(run_dir: Path, trainer: Trainer, *, fresh: bool) -> RunDirLock:
-    """``run_dir``'s writer lock (see ``metrics.RunDirLock``); exits 2, closing ``trainer``, when
+    """``run_dir``'s writer lock (see ``rundir.RunDirLock``); exits 2, closing ``trainer``, when
     another process holds it or the dir cannot be used."""
-    from per_dqn import metrics
+    from per_dqn import rundir
 
     try:
-        lock = metrics.lock_run_dir(run_dir, fresh=fresh)
-    except metrics.RunDirError as exc:
+        lock = rundir.lock_run_dir(run_dir, fresh=fresh)
+    except rundir.RunDirError as exc:
         trainer.close()
         _fail([str(exc)])
     assert lock is not None  # created when absent
@@ -401,7 +401,7 @@ def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
 def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
     """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C, 143
     on SIGTERM, 1 when a file cannot be written and 3 on a non-finite loss."""
-    from per_dqn import metrics
+    from per_dqn import console
     from per_dqn.checkpoint import checkpoints_dir, list_checkpoints
     from per_dqn.loop import DivergedError
     from per_dqn.tracking import TrackingError
@@ -409,7 +409,7 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
     stop = _StopSignals()
     try:
         total = trainer.config.train.total_env_steps
-        with stop, metrics.ConsoleProgress(total, enabled=not quiet) as progress:
+        with stop, console.ConsoleProgress(total, enabled=not quiet) as progress:
             summary = trainer.run(run_dir, progress, should_stop=stop)
     except TrackingError as exc:  # raised before the run wrote anything
         _fail([str(exc)])
@@ -437,7 +437,7 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
         raise typer.Exit(stop.exit_code) from None
     finally:
         trainer.close()
-    metrics.print_summary(summary)
+    console.print_summary(summary)
     if summary["interrupted"]:
         typer.echo(
             f"stopped at env step {summary['env_steps']:,}; "
@@ -450,13 +450,13 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
 def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
-    from per_dqn import metrics
+    from per_dqn import rundir
 
     lock = None
     if run_dir.is_dir():
         try:  # before reading anything: a run still writing here is refused at once
-            lock = metrics.lock_run_dir(run_dir, create=False)
-        except metrics.RunDirError as exc:
+            lock = rundir.lock_run_dir(run_dir, create=False)
+        except rundir.RunDirError as exc:
             _fail([str(exc)])
     try:
         _resume_locked(run_dir, steps, quiet, lock)
@@ -749,7 +749,7 @@ def ablate(
     created = _first_missing(sweep.out)
     try:
         lock = sweeps.lock_sweep_dir(sweep)
-    except ValueError as exc:  # metrics.RunDirError: in use, or cannot be created
+    except ValueError as exc:  # rundir.RunDirError: in use, or cannot be created
         _fail([str(exc)])
     if ray_options is None or not todo:  # nothing to run needs no cluster
         used = min(n_workers, len(todo))
@@ -834,9 +834,9 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def _remove_empty(path: Path, top: Path) -> None:
     """Removes ``path`` (its lock file aside, it must be empty) and its parents up to ``top``."""
-    from per_dqn import metrics
+    from per_dqn import rundir
 
-    (path / metrics.LOCK_FILE).unlink(missing_ok=True)
+    (path / rundir.LOCK_FILE).unlink(missing_ok=True)
     for directory in (path, *path.parents):
         try:
             directory.rmdir()

@@ -38,6 +38,7 @@ import numpy as np
 
 from per_dqn import checkpoint as ckpt
 from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
+from per_dqn.fileio import write_bytes_atomic
 from per_dqn.seeding import RunSeeds
 
 MODEL_FILE = "model.pt"
@@ -390,7 +391,7 @@ def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
         loop=0,
     )  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    ckpt.write_bytes_atomic(path, buffer.getvalue())  # the one atomic writer
+    write_bytes_atomic(path, buffer.getvalue())  # the one atomic writer
     return duration_ms
 
 

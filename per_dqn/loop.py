@@ -29,14 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config
 from per_dqn.envs import Envs
+from per_dqn.health import MeanAccumulator, ReplayHealth
 from per_dqn.memory import ReplayMemory
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.schedules import LinearSchedule
 from per_dqn.seeding import RunSeeds, restart_seed
+from per_dqn.summary import RunRecord
 
 # Weights whose largest |value| exceeds this many times the largest at init and at every earlier
 # check have diverged (see `Loop.check_weights`).
@@ -91,12 +92,12 @@ class LoopState:
     rng: np.random.Generator
     eval_rng: np.random.Generator
     nstep: NStepAccumulator
-    health: m.ReplayHealth
-    learn_means: m.MeanAccumulator = field(default_factory=m.MeanAccumulator)
+    health: ReplayHealth
+    learn_means: MeanAccumulator = field(default_factory=MeanAccumulator)
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_EPISODES))
     logs_written: int = 0
     weight_scale: float = 0.0
-    record: m.RunRecord | None = field(default_factory=m.RunRecord)
+    record: RunRecord | None = field(default_factory=RunRecord)
 
     def state_dict(self) -> dict[str, Any]:
         """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
@@ -139,7 +140,7 @@ class LoopState:
         if missing:
             raise ValueError(f"its loop state lacks {', '.join(missing)}")
         if state.get("record") is not None:
-            m.RunRecord().load_state_dict(state["record"])
+            RunRecord().load_state_dict(state["record"])
         for key in ("rng", "eval_rng"):
             try:
                 np.random.Generator(np.random.PCG64()).bit_generator.state = state[key]
@@ -182,7 +183,7 @@ class LoopState:
         if state.get("record") is None:
             self.record = None  # a checkpoint from before the record: the run's start is unknown
         else:
-            self.record = m.RunRecord()
+            self.record = RunRecord()
             self.record.load_state_dict(state["record"])
 
 
@@ -262,7 +263,7 @@ class Loop:
             rng=np.random.default_rng(seeds.explore),
             eval_rng=np.random.default_rng(seeds.eval_explore),
             nstep=NStepAccumulator(num_envs, agent_cfg.n_step, agent_cfg.gamma),
-            health=m.ReplayHealth(memory.capacity),
+            health=ReplayHealth(memory.capacity),
         )
         self.state.weight_scale = self._largest_weight()
 
@@ -344,10 +345,11 @@ class Loop:
             fresh = state.nstep.step(
                 obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active
             )
-            if len(fresh) == 1:  # the common case; `add` costs a third of `add_batch`
-                state.health.record_add(memory.add(*fresh[0]), state.env_steps)
-            elif fresh:
-                state.health.record_add(memory.add_batch(*stack(fresh)), state.env_steps)
+            if fresh:
+                # The common single window goes through `add`, a third of `add_batch`'s cost.
+                one = len(fresh) == 1
+                slots = memory.add(*fresh[0]) if one else memory.add_batch(*stack(fresh))
+                state.health.record_add(slots, state.env_steps)
             state.ep_return[active] += rewards[active]
             state.ep_length[active] += 1
             if done.any():
@@ -376,7 +378,6 @@ class Loop:
         state, memory = self.state, self.memory
         step = state.env_steps
         batch = memory.sample(self.config.train.batch_size, self.beta(step))
-        state.health.record_sample(batch.indices, batch.weights, step, batch.priorities)
         if self.learning_rate is not None:
             self.agent.set_learning_rate(self.learning_rate(step))
         result = self.agent.learn(batch)
@@ -386,8 +387,12 @@ class Loop:
                 f"train/loss is {loss} at env step {step:,} (update step "
                 f"{self.agent.update_steps:,}): training diverged"
             )
-        memory.update(result.priorities)
-        state.health.record_priority_update(result.priorities.indices, step)
+        update = result.priorities
+        memory.update(update)
+        # The health panel's one feed per gradient step: the batch drawn, the slots updated.
+        state.health.record_learn(
+            batch.indices, batch.weights, batch.priorities, update.indices, step
+        )
         state.learn_means.add(result.metrics)
 
     # --- schedule points -----------------------------------------------------------------------

@@ -22,14 +22,17 @@ import numpy as np
 import torch
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
-from per_dqn import tracking
+from per_dqn import tags, tracking
 from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
+from per_dqn.console import ConsoleProgress
 from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, run_episodes
+from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
 from per_dqn.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.metrics import TensorBoardLogger, config_as_markdown, flatten_config
 from per_dqn.provenance import provenance
+from per_dqn.rundir import display_name
 from per_dqn.seeding import RunSeeds
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
@@ -39,18 +42,6 @@ TREE_DRIFT_EVERY_LOGS = 10
 # Env steps between progress-display refreshes: often enough to look live, rare enough to cost
 # nothing.
 PROGRESS_INTERVAL_STEPS = 250
-_AGENT_METRIC_TAGS = {
-    "loss": m.TRAIN_LOSS,
-    "loss_unweighted": m.TRAIN_LOSS_UNWEIGHTED,
-    "q_mean": m.TRAIN_Q_MEAN,
-    "td_error_abs": m.TRAIN_TD_ERROR_ABS,
-    "grad_norm": m.TRAIN_GRAD_NORM,
-}
-_DIAGNOSTIC_TAGS = {
-    "mean_priority": m.PER_MEAN_PRIORITY,
-    "max_priority": m.PER_MAX_PRIORITY,
-    "tree_drift": m.PER_TREE_DRIFT,
-}
 
 
 class StopRequested(KeyboardInterrupt):
@@ -81,9 +72,9 @@ class Callback(Protocol):
 def eval_scalars(episodes: Episodes) -> dict[str, float]:
     """The ``eval/*`` TensorBoard values of an evaluation."""
     return {
-        m.EVAL_RETURN_MEAN: float(episodes.returns.mean()),
-        m.EVAL_RETURN_STD: float(episodes.returns.std()),
-        m.EVAL_LENGTH_MEAN: float(episodes.lengths.mean()),
+        tags.EVAL_RETURN_MEAN: float(episodes.returns.mean()),
+        tags.EVAL_RETURN_STD: float(episodes.returns.std()),
+        tags.EVAL_LENGTH_MEAN: float(episodes.lengths.mean()),
     }
 
 
@@ -211,7 +202,7 @@ class Trainer:
             parts["memory"] = self.memory.state_dict()
         return parts
 
-    def _save_checkpoint(self, run_dir: Path, logger: m.TensorBoardLogger, final: bool) -> Path:
+    def _save_checkpoint(self, run_dir: Path, logger: TensorBoardLogger, final: bool) -> Path:
         """Writes a checkpoint of every part."""
         cfg, env_steps = self.config.checkpoint, self.loop.state.env_steps
         # Every point logged up to this step reaches the event file before the state that follows
@@ -221,7 +212,7 @@ class Trainer:
         parts = self.state_dict()
         agent = parts.pop("agent")
         # A failed write leaves the earlier checkpoints whole (see ``checkpoint.write_checkpoint``).
-        with m.writing(root / ckpt.checkpoint_name(env_steps)):
+        with writing(root / ckpt.checkpoint_name(env_steps)):
             return ckpt.save_run_checkpoint(
                 root,
                 env_steps=env_steps,
@@ -239,7 +230,7 @@ class Trainer:
     def run(
         self,
         run_dir: Path,
-        progress: m.ConsoleProgress | None = None,
+        progress: ConsoleProgress | None = None,
         should_stop: Callable[[], bool] | None = None,
         callbacks: Sequence[Any] = (),
     ) -> dict[str, Any]:
@@ -278,7 +269,7 @@ class Trainer:
             tracker = tracking.WandbTracker(
                 run_dir,
                 self.config.model_dump(mode="json"),
-                m.display_name(run_dir),
+                display_name(run_dir),
                 resume=not fresh,
             )
         try:
@@ -299,25 +290,25 @@ class Trainer:
         config_yaml: str,
         origin: dict[str, Any],
         tracker: tracking.WandbTracker | None,
-        progress: m.ConsoleProgress | None,
+        progress: ConsoleProgress | None,
         should_stop: Callable[[], bool] | None,
         callbacks: Sequence[Any],
     ) -> dict[str, Any]:
         """``run`` once its tracker (if any) is started: the files, the event file, the loop."""
         fresh = self._resumed_from is None
-        with m.writing(run_dir / "config.yaml"):
+        with writing(run_dir / "config.yaml"):
             run_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.write_text_atomic(run_dir / "config.yaml", config_yaml)
+            write_text_atomic(run_dir / "config.yaml", config_yaml)
         start_steps = self._resumed_from or 0
         # The checkpoint was written after every point of its step was logged.
-        logger = m.TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
+        logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
         start = time.perf_counter()
         try:
             if fresh:
-                logger.text(m.CONFIG_TEXT, m.config_as_markdown(config_yaml))
-                flat = m.flatten_config(self.config.model_dump(mode="json"))
+                logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
+                flat = flatten_config(self.config.model_dump(mode="json"))
                 logger.hparams(flat, time.time())
-                logger.custom_scalars(m.CUSTOM_SCALARS_LAYOUT)
+                logger.custom_scalars(tags.CUSTOM_SCALARS_LAYOUT)
             session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks))
             summary = session.run(start_steps, start, origin)
         except BaseException:
@@ -336,8 +327,8 @@ class _Session:
         self,
         trainer: Trainer,
         run_dir: Path,
-        logger: m.TensorBoardLogger,
-        progress: m.ConsoleProgress | None,
+        logger: TensorBoardLogger,
+        progress: ConsoleProgress | None,
         should_stop: Callable[[], bool] | None,
         callbacks: list[Any],
     ) -> None:
@@ -405,9 +396,9 @@ class _Session:
             # only for a finished run: a stopped run's resume must log the curves of the run
             # never stopped, no extra point.
             finals = {
-                m.SUMMARY_FINAL_RETURN: float(final.returns.mean()),
-                m.SUMMARY_AUC: math.nan if auc is None else auc,
-                m.SUMMARY_IS_WEIGHT_MEAN: math.nan if is_weight_mean is None else is_weight_mean,
+                tags.SUMMARY_FINAL_RETURN: float(final.returns.mean()),
+                tags.SUMMARY_AUC: math.nan if auc is None else auc,
+                tags.SUMMARY_IS_WEIGHT_MEAN: math.nan if is_weight_mean is None else is_weight_mean,
             }
             self.logger.scalars(finals, state.env_steps)
         if final is not None and self.checkpoints:
@@ -416,8 +407,8 @@ class _Session:
         # Atomic: `eval` beside this run reads the old file or the new one, never half.
         buffer = io.BytesIO()
         torch.save(trainer.agent.online.state_dict(), buffer)
-        with m.writing(self.run_dir / "model.pt"):
-            ckpt.write_bytes_atomic(self.run_dir / "model.pt", buffer.getvalue())
+        with writing(self.run_dir / "model.pt"):
+            write_bytes_atomic(self.run_dir / "model.pt", buffer.getvalue())
         summary = {
             "final_eval_return_mean": None if final is None else float(final.returns.mean()),
             "final_eval_return_std": None if final is None else float(final.returns.std()),
@@ -442,7 +433,7 @@ class _Session:
             "is_weight_mean": is_weight_mean,
             "provenance": origin,
         }
-        m.write_json(self.run_dir / "summary.json", summary)
+        write_json(self.run_dir / "summary.json", summary)
         return summary
 
     def _next_checkpoint(self) -> float:
@@ -466,7 +457,9 @@ class _Session:
             if self._stopping():
                 raise StopRequested
             for ret, length in loop.step():
-                logger.scalars({m.EPISODE_RETURN: ret, m.EPISODE_LENGTH: length}, state.env_steps)
+                logger.scalars(
+                    {tags.EPISODE_RETURN: ret, tags.EPISODE_LENGTH: length}, state.env_steps
+                )
             if loop.log_due():
                 loop.check_weights()
                 self._write_log()
@@ -519,23 +512,22 @@ class _Session:
         now = time.perf_counter()
         sps = (step - steps) / (now - clock) if now > clock else 0.0
         self.clock = (now, step)
-        values = {m.EXPLORE_EPSILON: loop.epsilon(step), m.PERF_SPS: sps}
+        values = {tags.EXPLORE_EPSILON: loop.epsilon(step), tags.PERF_SPS: sps}
         if loop.learning_rate is not None:
-            values[m.TRAIN_LEARNING_RATE] = loop.learning_rate(step)
+            values[tags.TRAIN_LEARNING_RATE] = loop.learning_rate(step)
         learned = state.learn_means.pop_means()
-        values.update({_AGENT_METRIC_TAGS[k]: v for k, v in learned.items()})
+        values.update(tags.learner_scalars(learned))
         values.update(state.health.pop_means())
         memory = loop.memory
         if memory.weighted:
-            values[m.PER_BETA] = loop.beta(step)
+            values[tags.PER_BETA] = loop.beta(step)
         full = state.logs_written % TREE_DRIFT_EVERY_LOGS == 0
-        for key, value in memory.diagnostics(full=full).items():
-            values[_DIAGNOSTIC_TAGS[key]] = value
+        values.update(tags.diagnostic_scalars(memory.diagnostics(full=full)))
         # Whether PER is prioritising, as one curve: > 1 when what is drawn has a higher priority
         # than what is stored (issue 14, part 4).
-        sampled, stored = values.get(m.PER_SAMPLED_PRIORITY), values.get(m.PER_MEAN_PRIORITY)
+        sampled, stored = values.get(tags.PER_SAMPLED_PRIORITY), values.get(tags.PER_MEAN_PRIORITY)
         if memory.weighted and sampled is not None and stored:
-            values[m.PER_PRIORITY_RATIO] = sampled / stored
+            values[tags.PER_PRIORITY_RATIO] = sampled / stored
         self.logger.scalars(values, step)
         if state.record is not None:
             state.record.add_log(values)

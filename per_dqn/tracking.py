@@ -25,8 +25,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
+from per_dqn.fileio import write_text_atomic, writing
 
 # How to get the extra, for the one-line refusal.
 INSTALL_HINT = (
@@ -105,11 +104,11 @@ class WandbTracker:
         made = not root.exists()
         id_path = root / RUN_ID_FILE
         run_id = id_path.read_text().strip() if resume and id_path.is_file() else None
-        with m.writing(id_path):
+        with writing(id_path):
             root.mkdir(parents=True, exist_ok=True)
             if run_id is None:
                 run_id = _new_run_id()
-                ckpt.write_text_atomic(id_path, run_id + "\n")
+                write_text_atomic(id_path, run_id + "\n")
         try:
             with _home_dirs_in(root):
                 self._run = wandb.init(

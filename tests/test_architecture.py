@@ -19,20 +19,26 @@ REPORT_WRITER = {"per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.swe
 # The one module that draws; no other module of the package imports matplotlib.
 PLOTTING = "per_dqn.sweeps.figures"
 # module prefix -> top-level names it must never import
+_RUN_IO = {"per_dqn.metrics", "per_dqn.rundir", "per_dqn.fileio", "per_dqn.console"}
 FORBIDDEN = {
     "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.run",
                        "per_dqn.loop", "per_dqn.build", "per_dqn.cli", "per_dqn.envs",
-                       "per_dqn.metrics", "per_dqn.config"},
+                       "per_dqn.config", "per_dqn.health", "per_dqn.summary", "per_dqn.tags",
+                       *_RUN_IO},
     # The learner's contract with the memory: importing it compiles nothing.
     "per_dqn.memory.types": {"per_dqn", "numba"},
     "per_dqn.schedules": {"per_dqn", "torch", "numpy", "gymnasium"},
     # Checkpoints store trees of arrays and know no component.
     "per_dqn.checkpoint": {"per_dqn.agent", "per_dqn.memory", "per_dqn.envs", "per_dqn.loop",
                            "per_dqn.run", "per_dqn.build", "gymnasium"},
-    # The loop does no I/O: no files, run dirs or TensorBoard writer of its own.
-    "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate"},
+    # The loop does no I/O: no files, run dirs, TensorBoard writer or console of its own.
+    "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate",
+                     *_RUN_IO},
     "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.run", "per_dqn.loop", "per_dqn.cli",
-                      "per_dqn.metrics", "per_dqn.envs"},
+                      "per_dqn.envs", *_RUN_IO},
+    # The logger writes what it is handed; it reaches into no part of a run.
+    "per_dqn.metrics": {"per_dqn.run", "per_dqn.loop", "per_dqn.agent", "per_dqn.memory",
+                        "per_dqn.cli", "per_dqn.rundir", "per_dqn.console"},
     # The sweep runner reads run dirs through `runs`; the report writer (its measuring, text and
     # plotting) is the CLI's to call once a sweep ends (issue 13: "ablate imports the report
     # writer").
@@ -57,6 +63,18 @@ FORBIDDEN = {
     "per_dqn.tracking": {"per_dqn.run", "per_dqn.loop", "per_dqn.agent", "per_dqn.memory",
                          "per_dqn.cli", "torch"},
 }  # fmt: skip
+# The leaves of the house: module -> all it may import beyond the standard library. The tag
+# catalogue imports nothing; the health panel and the run record are numpy (and the tags) only,
+# so the loop that owns them stays free of I/O; writing files, naming run dirs and drawing the
+# console know no part of a run.
+ONLY = {
+    "per_dqn.tags": set(),
+    "per_dqn.health": {"numpy", "per_dqn.tags"},
+    "per_dqn.summary": {"numpy", "per_dqn.tags"},
+    "per_dqn.fileio": set(),
+    "per_dqn.rundir": {"per_dqn.fileio"},
+    "per_dqn.console": {"rich"},
+}
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
 # `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one;
 # `api` is the Python entry point beside the CLI.
@@ -113,6 +131,36 @@ def test_the_checker_sees_matplotlib_where_it_is_imported():
     assert {"matplotlib", "matplotlib.figure"} <= imports_of(PACKAGE / "sweeps" / "figures.py")
 
 
+def outside(imported: set[str], allowed: set[str]) -> set[str]:
+    """The names in ``imported`` beyond the standard library and ``allowed`` (``from per_dqn
+    import tags`` also names the bare package, which is no import of a module)."""
+    return {
+        m
+        for m in imported
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and m not in {"__future__", "per_dqn"}
+        and not any(m == a or m.startswith(a + ".") for a in allowed)
+    }
+
+
+@pytest.mark.parametrize("name", sorted(ONLY))
+def test_leaf_modules_import_only_what_they_may(name):
+    path = PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    assert not outside(imports_of(path), ONLY[name]), (
+        f"{name} imports {outside(imports_of(path), ONLY[name])}"
+    )
+
+
+def test_the_leaf_check_sees_what_is_not_allowed():
+    """Negative control for the two checks above: the loop's imports (torch, the agent, the
+    health panel) are outside what the health panel may import, and an import of the TensorBoard
+    logger is one the loop may not make."""
+    found = outside(imports_of(PACKAGE / "loop.py"), ONLY["per_dqn.health"])
+    assert {"torch", "per_dqn.agent", "per_dqn.health"} <= found
+    assert "numpy" not in found and "math" not in found
+    assert hits({"per_dqn.metrics", "per_dqn.metrics.TensorBoardLogger"}, FORBIDDEN["per_dqn.loop"])
+
+
 def test_the_checker_sees_imports():
     """Guards against a vacuous pass: the memory package's own imports are found."""
     found = imports_of(PACKAGE / "memory" / "replay.py")
@@ -134,11 +182,11 @@ from pathlib import Path
 for module in sys.argv[2].split(","):
     __import__(module)
 if sys.argv[1] == "plan":
-    from per_dqn import metrics as m
+    from per_dqn.fileio import write_json
     from per_dqn.sweeps import ablate
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     sweep.out.mkdir()
-    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     assert [j.run_dir for j in sweep.pending()] == ["uniform/s0"]
 watched = ["per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.sweeps.markdown",

@@ -11,7 +11,6 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from per_dqn import metrics as m
 from per_dqn.agent import DQNAgent, NatureCNN
 from per_dqn.cli import app
 from per_dqn.config import Config, EnvConfig
@@ -19,6 +18,14 @@ from per_dqn.envs import atari_game, describe, make_eval_env, make_vector_env
 from per_dqn.memory import PrioritizedReplay, UniformReplay
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.run import Trainer
+from per_dqn.tags import (
+    EPISODE_RETURN,
+    EVAL_RETURN_MEAN,
+    PER_MEAN_PRIORITY,
+    PER_SAMPLED_PRIORITY,
+    PERF_SPS,
+    TRAIN_LOSS,
+)
 
 pytestmark = pytest.mark.atari
 
@@ -148,8 +155,8 @@ def test_real_atari_training_writes_the_tags_and_learns_from_clipped_life_loss_t
     events = EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {m.PER_SAMPLED_PRIORITY, m.PER_MEAN_PRIORITY, m.TRAIN_LOSS, m.EPISODE_RETURN,
-            m.EVAL_RETURN_MEAN, m.PERF_SPS} <= tags  # fmt: skip
+    assert {PER_SAMPLED_PRIORITY, PER_MEAN_PRIORITY, TRAIN_LOSS, EPISODE_RETURN,
+            EVAL_RETURN_MEAN, PERF_SPS} <= tags  # fmt: skip
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] == 300 and summary["env_id"] == "ALE/Breakout-v5"
 
@@ -179,7 +186,7 @@ def test_learner_sees_clipped_rewards_while_returns_stay_raw(tmp_path):
         state = trainer.memory.state_dict()["storage"]
         events = EventAccumulator(str(tmp_path / f"clip-{clip}"), size_guidance={"scalars": 0})
         events.Reload()
-        returns = [e.value for e in events.Scalars(m.EPISODE_RETURN)]
+        returns = [e.value for e in events.Scalars(EPISODE_RETURN)]
         return state["rewards"][: int(state["size"])], returns
 
     raw, raw_returns = stored_rewards(False)

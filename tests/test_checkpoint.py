@@ -25,8 +25,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from per_dqn import checkpoint as ckpt
 from per_dqn.envs import check_env_state, env_state, load_env_state
+from per_dqn.fileio import write_bytes_atomic, write_text_atomic
+from per_dqn.health import ReplayHealth
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay
-from per_dqn.metrics import ReplayHealth
 from per_dqn.nstep import NStepAccumulator
 
 
@@ -245,7 +246,7 @@ def test_a_damaged_newer_checkpoint_is_replaced_and_never_crowds_out_a_good_one(
 def test_write_text_atomic_replaces_whole(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("old")
-    ckpt.write_text_atomic(path, "new")
+    write_text_atomic(path, "new")
     assert path.read_text() == "new" and names(tmp_path) == ["config.yaml"]
 
 
@@ -256,9 +257,9 @@ def test_write_bytes_atomic_leaves_the_old_file_when_the_write_fails(tmp_path):
     path = tmp_path / "model.pt"
     path.write_bytes(b"old weights")
     with pytest.raises(TypeError):
-        ckpt.write_bytes_atomic(path, "not bytes")  # type: ignore[arg-type]
+        write_bytes_atomic(path, "not bytes")  # type: ignore[arg-type]
     assert path.read_bytes() == b"old weights" and names(tmp_path) == ["model.pt"]
-    ckpt.write_bytes_atomic(path, b"new weights")
+    write_bytes_atomic(path, b"new weights")
     assert path.read_bytes() == b"new weights" and names(tmp_path) == ["model.pt"]
 
 

@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
+from per_dqn import fileio, metrics, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.run import Trainer
@@ -91,7 +91,7 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     scalars = read_scalars(run_dir)
-    scalars.pop(m.PERF_SPS)  # wall clock
+    scalars.pop(tags.PERF_SPS)  # wall clock
     return scalars
 
 
@@ -186,7 +186,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from per_dqn.metrics import lock_run_dir; lock = lock_run_dir(Path(sys.argv[1])); "
+         "from per_dqn.rundir import lock_run_dir; lock = lock_run_dir(Path(sys.argv[1])); "
          "print('locked', flush=True); time.sleep(120)", str(run_dir)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -194,13 +194,13 @@ def test_the_lock_dies_with_its_process(tmp_path):
     )  # fmt: skip
     try:
         assert holder.stdout.readline() == "locked\n"
-        with pytest.raises(m.RunDirInUse, match=rf"\(pid {holder.pid}\)"):
-            m.lock_run_dir(run_dir)
+        with pytest.raises(rundir.RunDirInUse, match=rf"\(pid {holder.pid}\)"):
+            rundir.lock_run_dir(run_dir)
     finally:
         holder.kill()
         holder.communicate()
-    assert (run_dir / m.LOCK_FILE).exists()
-    lock = m.lock_run_dir(run_dir)
+    assert (run_dir / rundir.LOCK_FILE).exists()
+    lock = rundir.lock_run_dir(run_dir)
     assert lock is not None
     lock.release()
 
@@ -348,15 +348,15 @@ def test_disk_full_mid_run_stops_with_one_line_and_resumes(reference, small_disk
 def test_the_event_writer_thread_failure_surfaces_as_one_error(small_disk, capfd):
     """TensorBoard writes events from a background thread: when the disk is full there, the next
     log call raises a ``WriteError`` naming the event file, and the thread prints no traceback."""
-    logger = m.TensorBoardLogger(small_disk / "run")
+    logger = metrics.TensorBoardLogger(small_disk / "run")
     fill(small_disk / "filler")
-    with pytest.raises(m.WriteError) as info:
+    with pytest.raises(fileio.WriteError) as info:
         for step in range(100_000):
-            logger.scalars({m.TRAIN_LOSS: 1.0}, step)
+            logger.scalars({tags.TRAIN_LOSS: 1.0}, step)
     assert info.value.filename == str(logger.path)
     assert logger.path.parent == small_disk / "run" and logger.path.name.startswith("events.out")
     assert info.value.strerror == "No space left on device"
-    with pytest.raises(m.WriteError):
+    with pytest.raises(fileio.WriteError):
         logger.close()
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err and "Exception in thread" not in captured.err

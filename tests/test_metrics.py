@@ -1,4 +1,5 @@
-"""The PER health panel's bookkeeping and run-dir rules, against hand computation."""
+"""The tag catalogue and its derived maps, the PER health panel, run-dir rules and the console,
+against hand computation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from per_dqn import metrics as m
+from per_dqn import rundir, tags
+from per_dqn.console import ConsoleProgress, format_duration, format_steps
+from per_dqn.health import MeanAccumulator, ReplayHealth
 
 
 def test_health_panel_by_hand():
@@ -21,7 +24,7 @@ def test_health_panel_by_hand():
       ESS: (sum w)^2 / sum w^2 / B = 9 / 2.5 / 4 = 0.9
     A second batch [0, 2] at step 50: slot 0 was replayed, slot 2 was not -> 0.5.
     """
-    health = m.ReplayHealth(capacity=8)
+    health = ReplayHealth(capacity=8)
     health.record_add(np.array([0, 1]), 10)
     health.record_add(np.array([2]), 20)
     health.record_add(3, 30)
@@ -31,33 +34,53 @@ def test_health_panel_by_hand():
         priorities=np.array([2.0, 4.0, 4.0, 6.0]),
     )  # fmt: skip
     means = health.pop_means()
-    assert means[m.PER_NEVER_REPLAYED] == 1.0
-    assert means[m.PER_SAMPLE_AGE] == 25.0
-    assert means[m.PER_PRIORITY_AGE] == 17.5
-    assert means[m.PER_IS_WEIGHT_ESS] == pytest.approx(0.9)
-    assert means[m.PER_IS_WEIGHT_MEAN] == 0.75
-    assert means[m.PER_IS_WEIGHT_MIN] == 0.5
-    assert means[m.PER_SAMPLED_PRIORITY] == 4.0
+    assert means[tags.PER_NEVER_REPLAYED] == 1.0
+    assert means[tags.PER_SAMPLE_AGE] == 25.0
+    assert means[tags.PER_PRIORITY_AGE] == 17.5
+    assert means[tags.PER_IS_WEIGHT_ESS] == pytest.approx(0.9)
+    assert means[tags.PER_IS_WEIGHT_MEAN] == 0.75
+    assert means[tags.PER_IS_WEIGHT_MIN] == 0.5
+    assert means[tags.PER_SAMPLED_PRIORITY] == 4.0
 
     health.record_sample(np.array([0, 2]), np.ones(2, np.float32), 50)
     means = health.pop_means()
-    assert means[m.PER_NEVER_REPLAYED] == 0.5
-    assert m.PER_SAMPLED_PRIORITY not in means  # uniform replay has no priorities
+    assert means[tags.PER_NEVER_REPLAYED] == 0.5
+    assert tags.PER_SAMPLED_PRIORITY not in means  # uniform replay has no priorities
     assert health.pop_means() == {}
 
 
 def test_overwritten_slot_starts_a_new_history():
-    health = m.ReplayHealth(capacity=2)
+    health = ReplayHealth(capacity=2)
     health.record_add(np.array([0]), 1)
     health.record_sample(np.array([0]), np.ones(1, np.float32), 2)
     health.record_add(np.array([0]), 3)  # the ring wrapped: a new transition in slot 0
     health.pop_means()
     health.record_sample(np.array([0]), np.ones(1, np.float32), 4)
-    assert health.pop_means()[m.PER_NEVER_REPLAYED] == 1.0
+    assert health.pop_means()[tags.PER_NEVER_REPLAYED] == 1.0
+
+
+def test_the_loops_one_feed_per_update_is_sample_then_priority_update():
+    """`record_learn`, the loop's one call per gradient step (issue 22: four call sites became
+    two), is `record_sample` then `record_priority_update`: the batch's priority age is read
+    before the update resets it. Slot 1 added at 10, drawn at 40: priority age 30 (not 0), and a
+    second draw at 50 sees the update made at 40 (age 10)."""
+    fed, reference = ReplayHealth(capacity=4), ReplayHealth(capacity=4)
+    for health in (fed, reference):
+        health.record_add(np.array([0, 1]), 10)
+    sampled, weights, priorities = np.array([1, 1]), np.array([1.0, 0.5]), np.array([2.0, 4.0])
+    fed.record_learn(sampled, weights, priorities, sampled, 40)
+    reference.record_sample(sampled, weights, 40, priorities)
+    reference.record_priority_update(sampled, 40)
+    means = fed.pop_means()
+    assert means == reference.pop_means()
+    assert means[tags.PER_PRIORITY_AGE] == 30.0 and means[tags.PER_SAMPLED_PRIORITY] == 3.0
+    fed.record_learn(np.array([1]), np.ones(1), None, np.array([1]), 50)
+    assert fed.pop_means()[tags.PER_PRIORITY_AGE] == 10.0
+    assert fed.priority_set_at.tolist() == [10, 50, 0, 0]
 
 
 def test_mean_accumulator():
-    acc = m.MeanAccumulator()
+    acc = MeanAccumulator()
     acc.add({"a": 1.0, "b": 2.0})
     acc.add({"a": 3.0})
     assert acc.pop_means() == {"a": 2.0, "b": 2.0}
@@ -65,18 +88,18 @@ def test_mean_accumulator():
 
 
 def test_default_run_name():
-    name = m.default_run_name("ALE/Pong-v5", "atari", "rank", 3, datetime(2026, 1, 2, 3, 4, 5))
+    name = rundir.default_run_name("ALE/Pong-v5", "atari", "rank", 3, datetime(2026, 1, 2, 3, 4, 5))
     assert name == "ALE-Pong-v5__atari__rank__s3__20260102-030405"
 
 
 def test_run_dir_rules(tmp_path):
-    m.check_run_dir(tmp_path / "absent")
-    m.check_run_dir(tmp_path)  # exists but empty: fine
+    rundir.check_run_dir(tmp_path / "absent")
+    rundir.check_run_dir(tmp_path)  # exists but empty: fine
     (tmp_path / "x").write_text("")
-    with pytest.raises(m.RunDirError, match="not empty"):
-        m.check_run_dir(tmp_path)
-    with pytest.raises(m.RunDirError, match="not a directory"):
-        m.check_run_dir(tmp_path / "x")
+    with pytest.raises(rundir.RunDirError, match="not empty"):
+        rundir.check_run_dir(tmp_path)
+    with pytest.raises(rundir.RunDirError, match="not a directory"):
+        rundir.check_run_dir(tmp_path / "x")
 
 
 def test_run_dir_lock(tmp_path):
@@ -85,39 +108,41 @@ def test_run_dir_lock(tmp_path):
     a fresh run refuses a dir another run wrote into between its check and its lock;
     ``create=False`` creates nothing."""
     run_dir = tmp_path / "run"
-    lock = m.lock_run_dir(run_dir, fresh=True)
+    lock = rundir.lock_run_dir(run_dir, fresh=True)
     assert lock is not None
-    assert m.lock_holder(run_dir) == os.getpid()
-    assert (run_dir / m.LOCK_FILE).read_bytes() == b""  # never written: refusals change nothing
-    for attempt in (m.lock_run_dir, m.check_run_dir):
+    assert rundir.lock_holder(run_dir) == os.getpid()
+    assert (
+        run_dir / rundir.LOCK_FILE
+    ).read_bytes() == b""  # never written: refusals change nothing
+    for attempt in (rundir.lock_run_dir, rundir.check_run_dir):
         with pytest.raises(
-            m.RunDirInUse, match=rf"run dir {run_dir} is in use .*\(pid {os.getpid()}\)"
+            rundir.RunDirInUse, match=rf"run dir {run_dir} is in use .*\(pid {os.getpid()}\)"
         ):
             attempt(run_dir)
     lock.release()
     lock.release()  # a second release does nothing
-    assert m.lock_holder(run_dir) is None
-    m.check_run_dir(run_dir)  # only the lock file: a fresh run may use it
+    assert rundir.lock_holder(run_dir) is None
+    rundir.check_run_dir(run_dir)  # only the lock file: a fresh run may use it
     (run_dir / "events").write_text("")
-    with pytest.raises(m.RunDirError, match="exists and is not empty"):
-        m.lock_run_dir(run_dir, fresh=True)
-    with m.lock_run_dir(run_dir, create=False) as again:  # a resume
+    with pytest.raises(rundir.RunDirError, match="exists and is not empty"):
+        rundir.lock_run_dir(run_dir, fresh=True)
+    with rundir.lock_run_dir(run_dir, create=False) as again:  # a resume
         assert again is not None
-    assert m.lock_run_dir(tmp_path / "other", create=False) is None
+    assert rundir.lock_run_dir(tmp_path / "other", create=False) is None
     assert not (tmp_path / "other").exists()
 
 
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
-    assert m.fresh_run_dir(tmp_path, "run") == tmp_path / "run"
+    assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"
     (tmp_path / "run").mkdir()
-    assert m.fresh_run_dir(tmp_path, "run") == tmp_path / "run"  # empty: reusable
+    assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"  # empty: reusable
     (tmp_path / "run" / "events").write_text("")
-    assert m.fresh_run_dir(tmp_path, "run") == tmp_path / "run-2"
+    assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run-2"
 
 
 def test_every_documented_tag_has_a_meaning():
-    assert all(desc.strip() for desc in m.SCALAR_TAGS.values())
-    assert set(m.PRIORITY_TAGS) <= set(m.SCALAR_TAGS)
+    assert all(desc.strip() for desc in tags.SCALAR_TAGS.values())
+    assert set(tags.PRIORITY_TAGS) <= set(tags.SCALAR_TAGS)
 
 
 # --- the console ----------------------------------------------------------------------------------
@@ -145,9 +170,9 @@ def test_progress_bar_fits_80_columns_with_labelled_times_loss_and_last_eval(mon
     and neither the loss nor the last evaluation. Now every drawn line fits in 80 columns, even
     for a 50M-step Atari budget, and says what each time is."""
     clock = [1000.0]
-    monkeypatch.setattr(m.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
     console, buffer = _terminal()
-    with m.ConsoleProgress(50_000_000, console=console) as progress:
+    with ConsoleProgress(50_000_000, console=console) as progress:
         clock[0] += 3_723.0  # 1:02:03 after the start
         progress.update(12_500_000, sps=1_000.0, ret=-123.4, eps=0.05, beta=0.55,
                         loss=1.234e-5, last_eval=-12_345.6)  # fmt: skip
@@ -177,7 +202,7 @@ def test_plain_progress_lines_off_a_terminal():
     buffer = io.StringIO()
     console = Console(file=buffer, width=80)  # a file: not a terminal
     assert not console.is_terminal
-    with m.ConsoleProgress(50_000, console=console, plain_interval_s=0.5) as progress:
+    with ConsoleProgress(50_000, console=console, plain_interval_s=0.5) as progress:
         progress.update(250, sps=0.0, ret=float("nan"), eps=1.0, beta=0.4)
         assert buffer.getvalue() == ""  # not yet due
         time.sleep(0.6)
@@ -205,7 +230,7 @@ def test_disabled_progress_prints_only_warnings():
     from rich.console import Console
 
     buffer = io.StringIO()
-    with m.ConsoleProgress(100, console=Console(file=buffer), enabled=False,
+    with ConsoleProgress(100, console=Console(file=buffer), enabled=False,
                            plain_interval_s=0.0) as progress:  # fmt: skip
         progress.update(50, sps=10.0, ret=1.0, eps=0.5, beta=0.5)
         progress.warn("the final evaluation: something to say")
@@ -213,17 +238,17 @@ def test_disabled_progress_prints_only_warnings():
 
 
 def test_durations_and_step_counts():
-    assert m.format_duration(0) == "0:00:00"
-    assert m.format_duration(3_723.9) == "1:02:03"
-    assert m.format_duration(100 * 3600) == "100:00:00"
-    assert m.format_duration(float("nan")) == "-:--:--"
-    assert m.format_steps(999_999) == "999,999"
-    assert m.format_steps(12_500_000) == "12.50M"
+    assert format_duration(0) == "0:00:00"
+    assert format_duration(3_723.9) == "1:02:03"
+    assert format_duration(100 * 3600) == "100:00:00"
+    assert format_duration(float("nan")) == "-:--:--"
+    assert format_steps(999_999) == "999,999"
+    assert format_steps(12_500_000) == "12.50M"
 
 
 def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
     """Points (0, 0), (10, 10), (30, 10): area 50 + 200 = 250 over 30 steps -> 8.333..."""
-    from per_dqn.metrics import normalized_auc
+    from per_dqn.summary import normalized_auc
 
     assert normalized_auc([(10, 10.0), (0, 0.0), (30, 10.0)]) == pytest.approx(250 / 30)
     assert normalized_auc([(5, 3.5)]) == 3.5
@@ -236,10 +261,84 @@ def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
 
 def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_sweep(tmp_path):
     """Inside a sweep every run dir is named s<seed>; a tracker needs the cell and the sweep."""
-    from per_dqn.metrics import display_name
+    from per_dqn.rundir import display_name
 
     run = tmp_path / "sweeps" / "ablate__x" / "rank" / "alpha=0.7" / "s3"
     run.mkdir(parents=True)
     assert display_name(run) == "s3"  # no sweep.json: a run of its own
     (tmp_path / "sweeps" / "ablate__x" / "sweep.json").write_text("{}")
     assert display_name(run) == "ablate__x/rank/alpha=0.7/s3"
+
+
+def _learner_metric_names() -> set[str]:
+    """Every key ``agent.learn``'s metrics can hold: one gradient step without and one with
+    gradient clipping (``grad_norm``, the one optional metric), on a batch from a real memory."""
+    import torch
+
+    from per_dqn.agent import DQNAgent
+    from per_dqn.memory import make_memory
+
+    rng = np.random.default_rng(0)
+    memory = make_memory("proportional", capacity=16, obs_shape=(3,), seed=0)
+    obs = rng.normal(size=(16, 3)).astype(np.float32)
+    memory.add_batch(obs, [0, 1] * 8, [1.0] * 16, obs[::-1].copy(), [False] * 16)
+    names: set[str] = set()
+    for clip in (None, 10.0):
+        torch.manual_seed(0)
+        agent = DQNAgent(
+            obs_shape=(3,), num_actions=2, hidden_sizes=(8,), dueling=True, double=True,
+            gamma=0.9, learning_rate=1e-3, adam_eps=1e-8, loss="huber", grad_clip_norm=clip,
+            target_update_interval=1000, tau=1.0, device=torch.device("cpu"),
+        )  # fmt: skip
+        names |= set(agent.learn(memory.sample(8, 0.5)).metrics)
+    return names
+
+
+def test_every_learner_metric_has_a_catalogued_tag():
+    """Issue 22: `run.py` mapped the learner's metric names to tags by a hand-written dict, so a
+    new metric without its entry raised KeyError at the run's first log point. The map is now read
+    off the catalogue (`tags.LEARNER_TAGS`: `train/<name>`), and this test fails, naming the
+    metric, for one that `agent.learn` returns without a tag in `tags.SCALAR_TAGS`."""
+    names = _learner_metric_names()
+    assert {"loss", "grad_norm"} <= names  # both configurations ran
+    missing = sorted(name for name in names if name not in tags.LEARNER_TAGS)
+    assert not missing, f"learner metrics with no train/<name> tag in tags.SCALAR_TAGS: {missing}"
+    logged = tags.learner_scalars(dict.fromkeys(sorted(names), 0.0))
+    assert set(logged) <= set(tags.SCALAR_TAGS)
+    # The tags the hand-written map gave them: what a run logs is unchanged.
+    assert {name: tags.LEARNER_TAGS[name] for name in names} == {
+        "loss": "train/loss",
+        "loss_unweighted": "train/loss_unweighted",
+        "q_mean": "train/q_mean",
+        "td_error_abs": "train/td_error_abs",
+        "grad_norm": "train/grad_norm",
+    }
+
+
+def test_a_learner_metric_without_a_tag_is_named():
+    """Negative control for the test above: a made-up metric is caught, and the error names it and
+    where its tag goes; the metrics beside it keep their order."""
+    assert "made_up_metric" not in tags.LEARNER_TAGS
+    with pytest.raises(KeyError, match=r"'made_up_metric' has no TensorBoard tag.*SCALAR_TAGS"):
+        tags.learner_scalars({"loss": 1.0, "made_up_metric": 2.0})
+    assert list(tags.learner_scalars({"q_mean": 1.0, "loss": 2.0})) == [
+        "train/q_mean",
+        "train/loss",
+    ]
+
+
+def test_every_memory_diagnostic_has_a_catalogued_tag():
+    """The memory's diagnostics are logged as `per/<name>` the same way (`tags.DIAGNOSTIC_TAGS`):
+    every kind's, with the full (tree-drift) check on, has a tag; a made-up one is named."""
+    from per_dqn.memory import KINDS, make_memory
+
+    seen = set()
+    for kind in KINDS:
+        memory = make_memory(kind, capacity=8, obs_shape=(2,), seed=0)
+        memory.add_batch(np.zeros((5, 2)), [0] * 5, [0.0] * 5, np.ones((5, 2)), [False] * 5)
+        diagnostics = memory.diagnostics(full=True)
+        seen |= set(diagnostics)
+        assert set(tags.diagnostic_scalars(diagnostics)) <= set(tags.SCALAR_TAGS), kind
+    assert seen == {"mean_priority", "max_priority", "tree_drift"}
+    with pytest.raises(KeyError, match="'made_up_diagnostic'"):
+        tags.diagnostic_scalars({"made_up_diagnostic": 0.0})

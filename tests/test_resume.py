@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 import per_dqn
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
+from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
@@ -77,7 +77,7 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar but the wall-clock one."""
     scalars = read_scalars(run_dir)
-    scalars.pop(m.PERF_SPS)
+    scalars.pop(tags.PERF_SPS)
     return scalars
 
 
@@ -173,7 +173,7 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     stopped, and TensorBoard reads each tag's steps strictly increasing (the points the stopped
     run logged after its last checkpoint are purged, not duplicated)."""
     run_dir = copy_of(interrupted, tmp_path)
-    assert max(s for s, _ in read_scalars(run_dir)[m.TRAIN_LOSS]) > 900  # points past it exist
+    assert max(s for s, _ in read_scalars(run_dir)[tags.TRAIN_LOSS]) > 900  # points past it exist
     result = resume(run_dir)
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [f"resuming {run_dir} from step_000000900 "
@@ -184,7 +184,7 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     assert summary["resumed_from_env_steps"] == 900 and not summary["interrupted"]
     events = EventAccumulator(str(run_dir))
     events.Reload()
-    assert len(events.Tensors(f"{m.CONFIG_TEXT}/text_summary")) == 1  # logged once, not again
+    assert len(events.Tensors(f"{tags.CONFIG_TEXT}/text_summary")) == 1  # logged once, not again
     assert [p.name for p in ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))] == [
         "step_000000900", "step_000001200", "step_000001500",
     ]  # fmt: skip
@@ -258,9 +258,9 @@ def test_an_edited_manifest_is_skipped_and_the_merged_curves_keep_every_eval_poi
     if edit == "resealed":
         reseal(newest)
     resume_past_the_damaged(run_dir, newest, problem)
-    merged = read_scalars(run_dir)[m.EVAL_RETURN_MEAN]
+    merged = read_scalars(run_dir)[tags.EVAL_RETURN_MEAN]
     assert [step for step, _ in merged] == [500, 1000, 1500]
-    assert merged == read_scalars(reference)[m.EVAL_RETURN_MEAN]
+    assert merged == read_scalars(reference)[tags.EVAL_RETURN_MEAN]
     assert_same_run(run_dir, reference)
 
 
@@ -319,7 +319,7 @@ def test_an_edited_config_is_followed_with_a_note(interrupted, reference, tmp_pa
         "note: this config differs from the one step_000000900 was written with (beyond "
         "train.total_env_steps): the resume follows this config and is not exact"
     ]
-    assert curves(run_dir)[m.TRAIN_LOSS] != curves(reference)[m.TRAIN_LOSS]
+    assert curves(run_dir)[tags.TRAIN_LOSS] != curves(reference)[tags.TRAIN_LOSS]
 
 
 def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(reference, tmp_path):
@@ -352,11 +352,12 @@ def test_resume_can_extend_the_budget(reference, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1800 and summary["resumed_from_env_steps"] == 1500
     assert_no_duplicated_steps(run_dir)
-    eval_steps = [s for s, _ in read_scalars(run_dir)[m.EVAL_RETURN_MEAN]]
+    eval_steps = [s for s, _ in read_scalars(run_dir)[tags.EVAL_RETURN_MEAN]]
     assert eval_steps == [500, 1000, 1500, 1800]
-    before = curves(reference)[m.TRAIN_LOSS]
-    assert curves(run_dir)[m.TRAIN_LOSS][: len(before)] == before  # the history is kept as it was
-    assert max(s for s, _ in curves(run_dir)[m.TRAIN_LOSS]) == 1800
+    before = curves(reference)[tags.TRAIN_LOSS]
+    # the history is kept as it was
+    assert curves(run_dir)[tags.TRAIN_LOSS][: len(before)] == before
+    assert max(s for s, _ in curves(run_dir)[tags.TRAIN_LOSS]) == 1800
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):

@@ -23,10 +23,11 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import metrics as m
+from per_dqn import metrics, rundir, tags
 from per_dqn import provenance as prov
 from per_dqn.cli import app
 from per_dqn.config import load_config
+from per_dqn.summary import normalized_auc
 
 CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
 SHORT = {
@@ -131,13 +132,13 @@ def test_auc_and_is_weight_mean_are_those_of_the_logged_curves(full):
     is_weight_mean the mean of the logged per/is_weight_mean points, both read back from the
     event file (float32 there, hence the tolerance)."""
     summary, curves = summary_of(full), scalars(full)
-    evals = curves[m.EVAL_RETURN_MEAN]
+    evals = curves[tags.EVAL_RETURN_MEAN]
     assert [step for step, _ in evals] == [500, 1000, 1500]
-    assert summary["auc"] == pytest.approx(m.normalized_auc(evals), rel=1e-6)
+    assert summary["auc"] == pytest.approx(normalized_auc(evals), rel=1e-6)
     # By hand: trapezoids over 500..1500.
     (_, a), (_, b), (_, c) = evals
     assert summary["auc"] == pytest.approx((500 * (a + b) / 2 + 500 * (b + c) / 2) / 1000, rel=1e-6)
-    weights = [value for _, value in curves[m.PER_IS_WEIGHT_MEAN]]
+    weights = [value for _, value in curves[tags.PER_IS_WEIGHT_MEAN]]
     assert len(weights) == 6
     assert summary["is_weight_mean"] == pytest.approx(np.mean(weights), rel=1e-6)
     assert 0 < summary["is_weight_mean"] < 1  # proportional: weights below 1
@@ -158,7 +159,7 @@ def test_auc_and_is_weight_mean_survive_a_resume(full, tmp_path):
     assert resumed.summary["final_eval_return_mean"] == expected["final_eval_return_mean"]
     # The finished run's HParams metrics are written once, at its end: the curves match too.
     ours, theirs = scalars(tmp_path / "run"), scalars(full)
-    for tag in (m.SUMMARY_AUC, m.SUMMARY_FINAL_RETURN, m.SUMMARY_IS_WEIGHT_MEAN):
+    for tag in (tags.SUMMARY_AUC, tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_IS_WEIGHT_MEAN):
         assert ours[tag] == theirs[tag] and len(ours[tag]) == 1
 
 
@@ -170,9 +171,9 @@ def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
     )
     assert run.summary["is_weight_mean"] is None and run.summary["auc"] is not None
     curves = scalars(tmp_path / "run")
-    assert m.PER_PRIORITY_RATIO not in curves and m.SUMMARY_IS_WEIGHT_MEAN not in curves
-    assert len(curves[m.TRAIN_LOSS]) == 6
-    assert curves[m.TRAIN_LOSS] == curves[m.TRAIN_LOSS_UNWEIGHTED]
+    assert tags.PER_PRIORITY_RATIO not in curves and tags.SUMMARY_IS_WEIGHT_MEAN not in curves
+    assert len(curves[tags.TRAIN_LOSS]) == 6
+    assert curves[tags.TRAIN_LOSS] == curves[tags.TRAIN_LOSS_UNWEIGHTED]
 
 
 # --- the ratio and the unweighted loss ------------------------------------------------------------
@@ -180,8 +181,8 @@ def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
 
 def test_priority_ratio_is_sampled_over_mean_priority_at_every_log_point(full):
     curves = scalars(full)
-    ratio = dict(curves[m.PER_PRIORITY_RATIO])
-    sampled, stored = dict(curves[m.PER_SAMPLED_PRIORITY]), dict(curves[m.PER_MEAN_PRIORITY])
+    ratio = dict(curves[tags.PER_PRIORITY_RATIO])
+    sampled, stored = dict(curves[tags.PER_SAMPLED_PRIORITY]), dict(curves[tags.PER_MEAN_PRIORITY])
     assert sorted(ratio) == sorted(sampled) == [250, 500, 750, 1000, 1250, 1500]
     for step, value in ratio.items():
         assert value == pytest.approx(sampled[step] / stored[step], rel=1e-6), step
@@ -191,7 +192,7 @@ def test_priority_ratio_is_sampled_over_mean_priority_at_every_log_point(full):
 def test_weighted_and_unweighted_losses_differ_under_proportional(full):
     """The negative control of the uniform test: IS weights below 1 make the losses differ."""
     curves = scalars(full)
-    weighted, plain = dict(curves[m.TRAIN_LOSS]), dict(curves[m.TRAIN_LOSS_UNWEIGHTED])
+    weighted, plain = dict(curves[tags.TRAIN_LOSS]), dict(curves[tags.TRAIN_LOSS_UNWEIGHTED])
     assert weighted.keys() == plain.keys()
     assert all(weighted[step] < plain[step] for step in weighted)
 
@@ -210,7 +211,7 @@ def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
         content[hparams_metadata.SESSION_START_INFO_TAG]
     )
     config = load_config(full / "config.yaml")
-    flat = m.flatten_config(config.model_dump(mode="json"))
+    flat = metrics.flatten_config(config.model_dump(mode="json"))
     assert set(start.hparams) == set(flat)
     assert "replay.alpha" in flat and "agent.hidden_sizes" in flat
     for key, value in flat.items():
@@ -226,18 +227,19 @@ def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
     experiment = hparams_metadata.parse_experiment_plugin_data(
         content[hparams_metadata.EXPERIMENT_TAG]
     )
-    tags = [info.name.tag for info in experiment.metric_infos]
-    assert tags == [m.SUMMARY_FINAL_RETURN, m.SUMMARY_AUC, m.SUMMARY_IS_WEIGHT_MEAN]
+    logged = [info.name.tag for info in experiment.metric_infos]
+    assert logged == [tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_AUC, tags.SUMMARY_IS_WEIGHT_MEAN]
     summary, curves = summary_of(full), scalars(full)
-    for tag, key in ((m.SUMMARY_FINAL_RETURN, "final_eval_return_mean"), (m.SUMMARY_AUC, "auc"),
-                     (m.SUMMARY_IS_WEIGHT_MEAN, "is_weight_mean")):  # fmt: skip
+    for tag, key in ((tags.SUMMARY_FINAL_RETURN, "final_eval_return_mean"),
+                     (tags.SUMMARY_AUC, "auc"),
+                     (tags.SUMMARY_IS_WEIGHT_MEAN, "is_weight_mean")):  # fmt: skip
         ((step, value),) = curves[tag]
         assert step == 1500 and value == np.float32(summary[key]), tag
 
 
 def test_flatten_config_by_hand():
     data = {"a": {"x": 1, "y": [2, 3], "z": None}, "b": {"c": {"d": True}}, "e": "s"}
-    assert m.flatten_config(data) == {
+    assert metrics.flatten_config(data) == {
         "a.x": 1, "a.y": "[2, 3]", "a.z": "null", "b.c.d": True, "e": "s"
     }  # fmt: skip
 
@@ -252,7 +254,7 @@ def test_custom_scalars_layout_puts_sampled_and_mean_priority_on_one_chart(full)
     ]  # fmt: skip
     assert charts["loss: IS-weighted vs unweighted"] == ["^train/loss$", "^train/loss_unweighted$"]
     # The regexes match the tags the run logs.
-    assert {m.PER_SAMPLED_PRIORITY, m.PER_MEAN_PRIORITY, m.TRAIN_LOSS_UNWEIGHTED} <= set(
+    assert {tags.PER_SAMPLED_PRIORITY, tags.PER_MEAN_PRIORITY, tags.TRAIN_LOSS_UNWEIGHTED} <= set(
         scalars(full)
     )
 
@@ -360,13 +362,13 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     assert config == yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["track"] == "wandb" and config["train"]["total_env_steps"] == 1500
     tensorboard = scalars(run_dir)
-    for tag in (m.TRAIN_LOSS, m.EVAL_RETURN_MEAN, m.PER_PRIORITY_RATIO, m.EPISODE_RETURN,
-                m.SUMMARY_AUC):  # fmt: skip
+    for tag in (tags.TRAIN_LOSS, tags.EVAL_RETURN_MEAN, tags.PER_PRIORITY_RATIO,
+                tags.EPISODE_RETURN, tags.SUMMARY_AUC):  # fmt: skip
         expected = tensorboard[tag]
         got = [(step, float(np.float32(value))) for step, value in points[tag]]
         assert got == expected, tag
-    assert [step for step, _ in points[m.EVAL_RETURN_MEAN]] == [500, 1000, 1500]
-    assert set(points) <= set(m.SCALAR_TAGS)
+    assert [step for step, _ in points[tags.EVAL_RETURN_MEAN]] == [500, 1000, 1500]
+    assert set(points) <= set(tags.SCALAR_TAGS)
     assert set(points) == set(tensorboard)
 
 
@@ -401,5 +403,5 @@ def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: run.track: wandb could not start a run: ")
-    assert [p.name for p in run_dir.iterdir()] == [m.LOCK_FILE]
+    assert [p.name for p in run_dir.iterdir()] == [rundir.LOCK_FILE]
     assert list(home.iterdir()) == []

@@ -12,7 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from per_dqn import metrics as m
+from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
@@ -25,11 +25,11 @@ SHORT = [
     "train.epsilon_decay_steps=600",
 ]  # fmt: skip
 REQUIRED_TAGS = {
-    m.PER_SAMPLED_PRIORITY, m.PER_MEAN_PRIORITY, m.PER_BETA, m.PER_IS_WEIGHT_MEAN,
-    m.PER_IS_WEIGHT_MIN, m.PER_MAX_PRIORITY, m.TRAIN_LOSS, m.TRAIN_Q_MEAN, m.TRAIN_TD_ERROR_ABS,
-    m.EXPLORE_EPSILON, m.EPISODE_RETURN, m.EPISODE_LENGTH, m.EVAL_RETURN_MEAN, m.PERF_SPS,
-    m.PER_IS_WEIGHT_ESS, m.PER_NEVER_REPLAYED, m.PER_SAMPLE_AGE, m.PER_PRIORITY_AGE,
-    m.PER_TREE_DRIFT,
+    tags.PER_SAMPLED_PRIORITY, tags.PER_MEAN_PRIORITY, tags.PER_BETA, tags.PER_IS_WEIGHT_MEAN,
+    tags.PER_IS_WEIGHT_MIN, tags.PER_MAX_PRIORITY, tags.TRAIN_LOSS, tags.TRAIN_Q_MEAN,
+    tags.TRAIN_TD_ERROR_ABS, tags.EXPLORE_EPSILON, tags.EPISODE_RETURN, tags.EPISODE_LENGTH,
+    tags.EVAL_RETURN_MEAN, tags.PERF_SPS, tags.PER_IS_WEIGHT_ESS, tags.PER_NEVER_REPLAYED,
+    tags.PER_SAMPLE_AGE, tags.PER_PRIORITY_AGE, tags.PER_TREE_DRIFT,
 }  # fmt: skip
 
 
@@ -67,25 +67,25 @@ def test_cli_run_writes_events_config_and_summary(tmp_path, monkeypatch):
 
     scalars = read_scalars(run_dir)
     assert REQUIRED_TAGS <= set(scalars)
-    assert set(scalars) <= set(m.SCALAR_TAGS)
+    assert set(scalars) <= set(tags.SCALAR_TAGS)
     events = EventAccumulator(str(run_dir))
     events.Reload()
     # add_text stores a string tensor under <tag>/text_summary.
-    (text_event,) = events.Tensors(f"{m.CONFIG_TEXT}/text_summary")
+    (text_event,) = events.Tensors(f"{tags.CONFIG_TEXT}/text_summary")
     text = text_event.tensor_proto.string_val[0].decode()
     assert "kind: proportional" in text and "seed: 3" in text
 
-    assert scalars[m.PER_BETA][-1][1] == pytest.approx(1.0, abs=1e-3)
-    assert all(0 < v <= 1 for _, v in scalars[m.PER_IS_WEIGHT_ESS])
-    assert all(0 <= v < 1e-9 for _, v in scalars[m.PER_TREE_DRIFT])
-    assert scalars[m.EVAL_RETURN_MEAN][-1][0] == 1200  # the final evaluation, at the last step
+    assert scalars[tags.PER_BETA][-1][1] == pytest.approx(1.0, abs=1e-3)
+    assert all(0 < v <= 1 for _, v in scalars[tags.PER_IS_WEIGHT_ESS])
+    assert all(0 <= v < 1e-9 for _, v in scalars[tags.PER_TREE_DRIFT])
+    assert scalars[tags.EVAL_RETURN_MEAN][-1][0] == 1200  # the final evaluation, at the last step
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1200
     assert summary["replay"] == "proportional" and summary["seed"] == 3
     assert summary["interrupted"] is False
     assert summary["final_eval_episodes"] == 3
-    assert summary["final_eval_return_mean"] == pytest.approx(scalars[m.EVAL_RETURN_MEAN][-1][1])
+    assert summary["final_eval_return_mean"] == pytest.approx(scalars[tags.EVAL_RETURN_MEAN][-1][1])
     assert summary["wall_seconds"] > 0
     saved = load_config(run_dir / "config.yaml")
     assert saved == short_config("run.seed=3")
@@ -96,12 +96,12 @@ def test_other_memories_log_what_they_have(tmp_path, kind):
     summary = run(short_config(f"replay.kind={kind}"), tmp_path)
     assert summary["replay"] == kind
     scalars = read_scalars(tmp_path)
-    assert m.PER_TREE_DRIFT not in scalars  # only the sum tree has a drift to check
+    assert tags.PER_TREE_DRIFT not in scalars  # only the sum tree has a drift to check
     if kind == "uniform":
-        assert not set(m.PRIORITY_TAGS) & set(scalars)
-        assert all(v == 1.0 for _, v in scalars[m.PER_IS_WEIGHT_ESS])
+        assert not set(tags.PRIORITY_TAGS) & set(scalars)
+        assert all(v == 1.0 for _, v in scalars[tags.PER_IS_WEIGHT_ESS])
     else:
-        assert set(m.PRIORITY_TAGS) <= set(scalars)
+        assert set(tags.PRIORITY_TAGS) <= set(scalars)
 
 
 def test_same_seed_same_curves(tmp_path):
@@ -110,13 +110,13 @@ def test_same_seed_same_curves(tmp_path):
     run(config, tmp_path / "a")
     run(config, tmp_path / "b")
     first, second = read_scalars(tmp_path / "a"), read_scalars(tmp_path / "b")
-    first.pop(m.PERF_SPS)
-    second.pop(m.PERF_SPS)
+    first.pop(tags.PERF_SPS)
+    second.pop(tags.PERF_SPS)
     assert first == second
-    assert len(first[m.TRAIN_LOSS]) >= 4
+    assert len(first[tags.TRAIN_LOSS]) >= 4
     run(short_config("train.total_env_steps=800", "run.seed=1"), tmp_path / "c")
     other = read_scalars(tmp_path / "c")
-    assert other[m.EPISODE_RETURN] != first[m.EPISODE_RETURN]
+    assert other[tags.EPISODE_RETURN] != first[tags.EPISODE_RETURN]
 
 
 def test_ctrl_c_keeps_what_was_written(tmp_path, monkeypatch):
@@ -140,7 +140,7 @@ def test_ctrl_c_keeps_what_was_written(tmp_path, monkeypatch):
     assert summary["interrupted"] is True
     assert summary["final_eval_return_mean"] is None
     assert 300 < summary["env_steps"] < 1200
-    assert m.TRAIN_LOSS in read_scalars(tmp_path / "run")
+    assert tags.TRAIN_LOSS in read_scalars(tmp_path / "run")
 
 
 def test_should_stop_ends_the_run_between_steps_like_an_interrupt(tmp_path):
@@ -162,7 +162,7 @@ def test_should_stop_ends_the_run_between_steps_like_an_interrupt(tmp_path):
     assert summary["interrupted"] is True
     assert summary["final_eval_return_mean"] is None
     # 499 iterations ran: each an env step except the reset-only step after each episode end.
-    episodes = len(read_scalars(tmp_path / "run")[m.EPISODE_RETURN])
+    episodes = len(read_scalars(tmp_path / "run")[tags.EPISODE_RETURN])
     assert 400 < summary["env_steps"] < 499
     # (500 if the last of the 499 ended an episode, whose reset step never came)
     assert summary["env_steps"] + episodes in (499, 500)
@@ -297,7 +297,7 @@ def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
     def periodic_evals(name: str, *extra: str) -> list[tuple[int, float]]:
         config = short_config("train.eval_interval=300", "train.eval_episodes=3", *extra)
         run(config, tmp_path / name)
-        points = read_scalars(tmp_path / name)[m.EVAL_RETURN_MEAN]
+        points = read_scalars(tmp_path / name)[tags.EVAL_RETURN_MEAN]
         return [p for p in points if p[0] < config.train.total_env_steps]
 
     random_a = periodic_evals("a", "train.eval_epsilon=1.0", "agent.learning_rate=0.002")
@@ -316,8 +316,8 @@ def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
     summary = run(short_config(), tmp_path)
     assert summary["update_steps"] > 100
     scalars = read_scalars(tmp_path)
-    sample_age = dict(scalars[m.PER_SAMPLE_AGE])
-    priority_age = dict(scalars[m.PER_PRIORITY_AGE])
+    sample_age = dict(scalars[tags.PER_SAMPLE_AGE])
+    priority_age = dict(scalars[tags.PER_PRIORITY_AGE])
     assert sample_age.keys() == priority_age.keys()
     assert all(priority_age[s] <= sample_age[s] for s in sample_age)
     late = [s for s in sample_age if s >= 800]
@@ -334,7 +334,7 @@ def test_learning_rate_anneals_linearly_from_learning_starts(tmp_path):
         last_lr = trainer.agent.optimizer.param_groups[0]["lr"]
     finally:
         trainer.close()
-    logged = dict(read_scalars(tmp_path)[m.TRAIN_LEARNING_RATE])
+    logged = dict(read_scalars(tmp_path)[tags.TRAIN_LEARNING_RATE])
     assert logged[200] == pytest.approx(0.002)  # before learning_starts (300)
     for step, value in logged.items():
         expected = 0.002 - 0.0015 * min(max(step - 300, 0), 900) / 900

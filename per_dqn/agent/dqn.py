@@ -65,7 +65,8 @@ class LearnResult:
             is ever paired with an error by hand).
         metrics: ``loss`` (the IS-weighted loss), ``loss_unweighted`` (the plain mean of the
             same per-sample losses), ``q_mean`` (mean ``Q(s, a)`` of the batch), ``td_error_abs``
-            (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping).
+            (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping). The run logs
+            each as ``train/<name>``: a new one needs its entry in ``tags.SCALAR_TAGS``.
     """
 
     priorities: PriorityUpdate

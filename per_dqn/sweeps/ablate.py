@@ -26,7 +26,7 @@ with none is cleared and redone from zero), so a sweep survives Ctrl-C, a crash 
 Each worker is a ``spawn``-ed process that builds a ``Trainer`` and runs it into its run dir
 exactly as ``per-dqn train --quiet --run-dir ...`` would, one run at a time, torch on
 ``run.torch_threads`` threads (1 by default), holding the run dir's writer lock
-(``metrics.RunDirLock``) so that no other command writes there meanwhile. Ctrl-C or SIGTERM
+(``rundir.RunDirLock``) so that no other command writes there meanwhile. Ctrl-C or SIGTERM
 interrupts the runs in progress the way they interrupt ``per-dqn train`` (stop between two env
 steps, checkpoint, summary marked ``interrupted``) and starts no new run.
 
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from per_dqn import metrics as m
+from per_dqn import rundir
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -67,6 +67,8 @@ from per_dqn.config import (
     resolve_config_path,
     validate_config,
 )
+from per_dqn.fileio import write_json
+from per_dqn.metrics import flatten_config
 from per_dqn.provenance import provenance
 from per_dqn.sweeps import runs
 from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, settings_label
@@ -469,7 +471,7 @@ def _config_differences(old: Any, new: Any) -> list[str]:
     A config key only one side has is not a difference: a newer per-dqn added it with a default
     that keeps the old behaviour, and refusing would strand every sweep across upgrades.
     """
-    old_cfg, new_cfg = m.flatten_config(old or {}), m.flatten_config(new or {})
+    old_cfg, new_cfg = flatten_config(old or {}), flatten_config(new or {})
     return [
         f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
         for key in sorted(set(old_cfg) & set(new_cfg))
@@ -516,8 +518,8 @@ def check_out_dir(sweep: Sweep) -> Sweep:
     out = sweep.out
     if out.exists() and not out.is_dir():
         raise ValueError(f"sweep dir {out} exists and is not a directory")
-    m.check_writable(out, "sweep dir")
-    if not m.is_nonempty_dir(out):
+    rundir.check_writable(out, "sweep dir")
+    if not rundir.is_nonempty_dir(out):
         return sweep
     old = runs.read_sweep(out)
     if old is None:
@@ -706,7 +708,7 @@ def _run_job(
 
     config = _job_config(job)
     run_dir = out / job.run_dir
-    with m.lock_run_dir(run_dir):
+    with rundir.lock_run_dir(run_dir):
         summary = runs.read_summary(run_dir)
         if summary is not None and summary.get("interrupted") is False:
             # Finished by another command since this sweep was planned.
@@ -748,7 +750,7 @@ def _clear_run_dir(run_dir: Path) -> None:
     import shutil
 
     for path in run_dir.iterdir():
-        if path.name == m.LOCK_FILE:
+        if path.name == rundir.LOCK_FILE:
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -842,14 +844,14 @@ def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | Non
             return
 
 
-def lock_sweep_dir(sweep: Sweep) -> m.RunDirLock:
+def lock_sweep_dir(sweep: Sweep) -> rundir.RunDirLock:
     """Creates the sweep dir and takes its lock, so that a second ``ablate`` on the same dir is
     refused while this one runs (each run dir is locked by its worker as well).
 
     Raises:
         RunDirError: another process holds it, or it cannot be created.
     """
-    lock = m.lock_run_dir(sweep.out, what="sweep dir")
+    lock = rundir.lock_run_dir(sweep.out, what="sweep dir")
     assert lock is not None  # created when absent
     return lock
 
@@ -873,7 +875,7 @@ def start_sweep(sweep: Sweep) -> tuple[SweepResult, list[Job]]:
         grown = {"runs_added": len(record["runs"]) - len(old["runs"]), **provenance()}
         record["grown"] = [*old.get("grown", []), grown]
     if record != old:
-        m.write_json(out / SWEEP_FILE, record)
+        write_json(out / SWEEP_FILE, record)
     result = SweepResult()
     todo = []
     for job in sweep.jobs:

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from per_dqn import atari_scores
-from per_dqn import metrics as m
 from per_dqn.sweeps.figures import (
     CURVES_FILE,
     CURVES_SVG,
@@ -59,6 +58,7 @@ from per_dqn.sweeps.measure import (
     sensitivity_keys,
 )
 from per_dqn.sweeps.runs import SweepRuns
+from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
 MIN_RUNS = 5
@@ -160,13 +160,13 @@ def render_markdown(
         + "; missing: " + (", ".join(sweep.missing) if sweep.missing else "none") + ".",
         "",
         "Final score of a run: the mean return of its final greedy evaluation, at the last env "
-        f"step. AUC: the area under its evaluation curve (`{m.EVAL_RETURN_MEAN}`) divided by the "
+        f"step. AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "
         "env steps the curve spans, its mean evaluation return over training. IQM: the "
         "interquartile mean over seeds. Brackets: 95% stratified bootstrap confidence intervals "
         f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {versus}): the share of "
         f"paired seeds on which the arm beats {versus}{where} (ties count 1/2), with a paired "
         "bootstrap interval. IS weight: the mean over seeds of each run's "
-        f"mean logged `{m.PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
+        f"mean logged `{PER_IS_WEIGHT_MEAN}`, the average factor PER's importance-sampling "
         "weights put on the step size (- where every weight is 1: uniform sampling).",
         "",
     ]  # fmt: skip

@@ -9,7 +9,7 @@ always give the same numbers) and applies them to cells.
 What is measured per run (the rows of ``scores.csv``):
 
 - the *final score*: the mean return of its final greedy evaluation (``final_eval_return_mean``);
-- the *AUC*: ``metrics.normalized_auc`` of its ``eval/return_mean`` curve, the area under the
+- the *AUC*: ``summary.normalized_auc`` of its ``eval/return_mean`` curve, the area under the
   curve over the env steps it spans, i.e. its mean evaluation return over training, in return
   units. Two arms that end level but learn at different speeds differ here;
 - *steps to threshold*: the first env step at which the curve reaches the env's threshold:
@@ -51,9 +51,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from per_dqn import atari_scores
-from per_dqn import metrics as m
+from per_dqn.summary import normalized_auc
 from per_dqn.sweeps import stats
 from per_dqn.sweeps.runs import Run, SweepRuns, settings_label
+from per_dqn.tags import EVAL_RETURN_MEAN
 
 BASELINE_ARM = "uniform"
 # The bootstrap is seeded so that the same run dirs always give the same report, byte for byte.
@@ -149,9 +150,9 @@ def measure(run: Run, threshold: float | None) -> RunMetrics:
     """
     steps = None if threshold is None else steps_to_threshold(run.curve, threshold)
     try:
-        auc = m.normalized_auc(run.curve) if run.curve else None
+        auc = normalized_auc(run.curve) if run.curve else None
     except ValueError as exc:
-        raise ValueError(f"run {run.path}: {m.EVAL_RETURN_MEAN}: {exc}") from None
+        raise ValueError(f"run {run.path}: {EVAL_RETURN_MEAN}: {exc}") from None
     return RunMetrics(run, run.score, auc, threshold, steps)
 
 

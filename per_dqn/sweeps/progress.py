@@ -10,20 +10,21 @@ log point); it knows nothing of Ray. On a terminal it is a live display that red
       MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS
 
 Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
-every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress.
+every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress: both are
+``console.LiveOrPlainDisplay``s, which draw and time them; this module only says what a sweep's
+display shows.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
-from per_dqn.metrics import PLAIN_PROGRESS_INTERVAL_S, format_duration
+from per_dqn.console import PLAIN_PROGRESS_INTERVAL_S, LiveOrPlainDisplay, format_duration
 
 # A terminal's display lists this many running runs at most (a cluster may run hundreds).
 MAX_RUNS_SHOWN = 20
@@ -50,8 +51,9 @@ class RunProgress:
         return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
 
 
-class SweepProgress:
-    """The display of a sweep in progress.
+class SweepProgress(LiveOrPlainDisplay):
+    """The display of a sweep in progress (on ``console.LiveOrPlainDisplay``: live on a terminal,
+    plain lines elsewhere; stdout's ``[n/N]`` result lines are printed above a live one).
 
     Args:
         total: the sweep's runs, finished ones included.
@@ -62,6 +64,8 @@ class SweepProgress:
         plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
     """
 
+    refresh_per_second = 2
+
     def __init__(
         self,
         total: int,
@@ -71,45 +75,18 @@ class SweepProgress:
         enabled: bool = True,
         plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
     ) -> None:
+        super().__init__(console, enabled, plain_interval_s)
         self.total = total
         self.done = done
         self.dashboard = dashboard
-        self.console = console or Console(stderr=True)
-        self.enabled = enabled
-        self.plain = not self.console.is_terminal
-        self.plain_interval_s = plain_interval_s
         self.running: dict[str, RunProgress] = {}
-        self._started = time.monotonic()
-        self._next_line = self._started + plain_interval_s
-        self._live: Any = None
-
-    def __enter__(self) -> SweepProgress:
-        self._started = time.monotonic()
-        self._next_line = self._started + self.plain_interval_s
-        if self.enabled and not self.plain:
-            from rich.live import Live
-
-            # stdout's result lines are printed above the display (Live redirects stdout).
-            self._live = Live(self, console=self.console, refresh_per_second=2)
-            self._live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
 
     def update(self, done: int, running: Mapping[str, RunProgress]) -> None:
         """Shows ``done`` runs finished and ``running`` (run dir in the sweep -> where it is);
         the rest of ``total`` is pending."""
         self.done = done
         self.running = dict(sorted(running.items()))
-        if self.enabled and self.plain:
-            now = time.monotonic()
-            if now >= self._next_line:
-                self._next_line = now + self.plain_interval_s
-                for line in self.lines():
-                    self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self._tick()
 
     @property
     def pending(self) -> int:
@@ -121,7 +98,7 @@ class SweepProgress:
         (at most ``limit``)."""
         head = (
             f"sweep {self.done}/{self.total} done, {len(self.running)} running, "
-            f"{self.pending} pending  elapsed {format_duration(time.monotonic() - self._started)}"
+            f"{self.pending} pending  elapsed {format_duration(self.elapsed_s())}"
         )
         # On a line of its own, so that the head fits 80 columns.
         dashboard = [f"dashboard http://{self.dashboard}"] if self.dashboard else []
@@ -131,6 +108,10 @@ class SweepProgress:
         if len(shown) < len(self.running):
             lines.append(f"  ... and {len(self.running) - len(shown)} more running")
         return lines
+
+    def plain_lines(self) -> list[str]:
+        """``lines()``, every running run listed (a log file has no screen to fill)."""
+        return self.lines()
 
     def __rich__(self) -> Any:
         from rich.text import Text

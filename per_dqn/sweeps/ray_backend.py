@@ -53,10 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from per_dqn import provenance
-from per_dqn.metrics import PERF_SPS
 from per_dqn.sweeps import ablate
 from per_dqn.sweeps.ablate import Job, Outcome, Sweep, SweepResult
 from per_dqn.sweeps.progress import RunProgress, SweepProgress
+from per_dqn.tags import PERF_SPS
 
 # What a user without the extra is told, in full.
 MISSING_RAY = (

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from per_dqn.checkpoint import write_bytes_atomic
+from per_dqn.fileio import write_bytes_atomic
 from per_dqn.sweeps import figures, markdown
 from per_dqn.sweeps.measure import (
     group_cells,

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from per_dqn import metrics as m
 from per_dqn.memory import KINDS
+from per_dqn.rundir import SWEEP_FILE
+from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
-SWEEP_FILE = m.SWEEP_FILE
 SUMMARY_FILE = "summary.json"
 # What `per-dqn train` writes into a run dir first (its resolved config) and last (its summary):
 # a dir holding either, and no sweep.json, is one training run, not a sweep.
@@ -93,7 +93,7 @@ def read_sweep(out: Path) -> dict[str, Any] | None:
     return record
 
 
-def read_curve(run_dir: Path, tag: str = m.EVAL_RETURN_MEAN) -> list[tuple[int, float]]:
+def read_curve(run_dir: Path, tag: str = EVAL_RETURN_MEAN) -> list[tuple[int, float]]:
     """``(env_step, value)`` points of one scalar tag from the run's event files, by step."""
     return read_curves(run_dir, (tag,))[tag]
 
@@ -192,8 +192,8 @@ def _read_run(
 ) -> Run:
     planned = planned or {}
     kind = str(summary["replay"])
-    curves = read_curves(run_dir, (m.EVAL_RETURN_MEAN, m.PER_IS_WEIGHT_MEAN))
-    weights = [value for _, value in curves[m.PER_IS_WEIGHT_MEAN]]
+    curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN))
+    weights = [value for _, value in curves[PER_IS_WEIGHT_MEAN]]
     return Run(
         env_id=str(summary["env_id"]),
         arm=str(planned.get("arm", kind)),
@@ -204,7 +204,7 @@ def _read_run(
         eval_episodes=int(summary["final_eval_episodes"]),
         env_steps=int(summary["env_steps"]),
         wall_seconds=float(summary["wall_seconds"]),
-        curve=tuple(curves[m.EVAL_RETURN_MEAN]),
+        curve=tuple(curves[EVAL_RETURN_MEAN]),
         kind=kind,
         settings=tuple(planned.get("settings", {}).items()),
         point=tuple(planned.get("point", {}).items()),

@@ -77,8 +77,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the periodic evaluation ignores train.eval_epsilon",
     ),
     Mutant(
-        "priority-age-dropped", "per_dqn/loop.py",
-        "state.health.record_priority_update(result.priorities.indices, step)",
+        "priority-age-dropped", "per_dqn/health.py",
+        "self.record_priority_update(updated, env_step)",
         "pass",
         ("tests/test_train.py",),
         "the priority-age (staleness) update dropped",
@@ -177,7 +177,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "auc-is-final-score", "per_dqn/sweeps/measure.py",
-        "auc = m.normalized_auc(run.curve) if run.curve else None",
+        "auc = normalized_auc(run.curve) if run.curve else None",
         "auc = run.score",
         ("tests/sweeps/test_report.py",),
         "the report's AUC column repeats the final score",

@@ -23,7 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
+from per_dqn import fileio, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.run import Trainer
@@ -294,7 +294,7 @@ def test_refuses_to_mix_sweeps(workdir):
     """A re-run with other parameters against the same dir names what differs and runs nothing."""
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), range(2), 1600, [], Path("sw"))
     sweep.out.mkdir()
-    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    fileio.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     result = runner.invoke(
         app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,rank", "--seeds", "3",
               "--steps", "1700", "--out", "sw", "--set", "replay.alpha=0.5"],
@@ -311,14 +311,14 @@ def test_refuses_to_mix_sweeps(workdir):
 def finish(out: Path, run_dir: str) -> None:
     """Marks a planned run finished, as far as planning can tell (its summary says so)."""
     (out / run_dir).mkdir(parents=True)
-    m.write_json(out / run_dir / "summary.json", {"interrupted": False})
+    fileio.write_json(out / run_dir / "summary.json", {"interrupted": False})
 
 
 def test_a_wider_grid_or_more_seeds_plans_only_what_is_new(workdir):
     alpha = ablate.parse_grid(["replay.alpha=0.4,0.6"])
     first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), alpha)
     first.out.mkdir()
-    m.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    fileio.write_json(first.out / ablate.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
     wider = ablate.parse_grid(["replay.alpha=0.4,0.6,0.8"])
@@ -345,7 +345,7 @@ def test_a_run_dir_holding_another_configs_run_is_refused(workdir):
     """A run dir whose config.yaml disagrees with the run planned there is never resumed into."""
     sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
     sweep.out.mkdir()
-    m.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    fileio.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
     (sweep.out / "uniform/s0").mkdir(parents=True)
     held = sweep.jobs[0].config_yaml.replace("gamma: 0.99", "gamma: 0.9")
     assert held != sweep.jobs[0].config_yaml
@@ -377,7 +377,7 @@ def test_growing_a_sweep_with_a_value_spelled_another_way_is_refused(workdir):
     first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"),
                               ablate.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
     first.out.mkdir()
-    m.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    fileio.write_json(first.out / ablate.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
         (first.out / job.run_dir / "config.yaml").write_text(job.config_yaml)
@@ -396,7 +396,7 @@ def test_a_config_key_added_since_is_not_a_difference(workdir):
     record = json.loads(json.dumps(sweep.record))
     del record["resolved_config"]["replay"]["sort_interval"]
     sweep.out.mkdir()
-    m.write_json(sweep.out / ablate.SWEEP_FILE, record)
+    fileio.write_json(sweep.out / ablate.SWEEP_FILE, record)
     again = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
     assert again.pending() == list(again.jobs)
 
@@ -503,7 +503,7 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     (killed / "summary.json").unlink()
     (killed / "partial.txt").write_text("")
     data = summary(interrupted) | {"interrupted": True, "final_eval_return_mean": None}
-    m.write_json(interrupted / "summary.json", data)
+    fileio.write_json(interrupted / "summary.json", data)
     (out / "report.md").unlink()
 
     result = runner.invoke(app, tiny_args(out, workers=1))  # --workers may change
@@ -667,7 +667,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
 
         # Both workers hold their run dirs, so the sweep holds its dir: a second command now
         # must be refused (before, it could start a sweep of its own).
-        wait_for(lambda: all(m.lock_holder(d) for d in run_dirs), "the workers never started")
+        wait_for(lambda: all(rundir.lock_holder(d) for d in run_dirs), "the workers never started")
         second = runner.invoke(app, args)
         assert_bad_input(
             second,
@@ -680,7 +680,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
             "the workers never checkpointed",
         )
         workers = descendants(proc.pid)
-        writers = {m.lock_holder(d) for d in run_dirs}
+        writers = {rundir.lock_holder(d) for d in run_dirs}
         assert len(writers) == 2 and writers <= workers  # one worker per run dir
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -733,7 +733,7 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {
         tag: [(e.step, e.value) for e in events.Scalars(tag)]
         for tag in events.Tags()["scalars"]
-        if tag != m.PERF_SPS
+        if tag != tags.PERF_SPS
     }
 
 

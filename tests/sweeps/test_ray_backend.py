@@ -43,7 +43,7 @@ from test_ablate import (
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import metrics as m
+from per_dqn import rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import parse_override
 from per_dqn.run import Trainer
@@ -229,7 +229,7 @@ def board_lines(ray) -> list[str]:
         with SweepProgress(4, done=1, console=console, plain_interval_s=0.0) as progress:
             shown = ray_backend.Shown(board, progress, done=1)
             ray_backend._Reporter(board, "proportional/s1", 600)
-            ray_backend._Reporter(board, "uniform/s0", 600).on_log(300, {m.PERF_SPS: 1234.4})
+            ray_backend._Reporter(board, "uniform/s0", 600).on_log(300, {tags.PERF_SPS: 1234.4})
             shown.refresh(ray, {"proportional/s1", "uniform/s0"})
             shown.done = 2
             shown.refresh(ray, {"proportional/s1"})
@@ -265,7 +265,9 @@ def test_a_stop_while_ray_starts_leaves_no_dir_and_no_cluster(
     proc = start_per_dqn([*ray_args(out, "--workers", "1"), *sets("run.device=cpu")])
     try:
         deadline = time.monotonic() + 60
-        while not (out / m.LOCK_FILE).exists():  # locked just before Ray is imported and started
+        while not (
+            out / rundir.LOCK_FILE
+        ).exists():  # locked just before Ray is imported and started
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the sweep dir was never locked"
             time.sleep(0.01)
@@ -425,7 +427,7 @@ def kill_its_worker_at_step_300(args: list[str], run_dir: Path) -> tuple[int, st
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the run never checkpointed"
             time.sleep(0.01)
-        worker = m.lock_holder(run_dir)
+        worker = rundir.lock_holder(run_dir)
         assert worker is not None and worker != proc.pid
         os.kill(worker, signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=300)

@@ -15,7 +15,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from per_dqn import metrics as m
+from per_dqn import fileio, metrics, tags
 from per_dqn.cli import app
 from per_dqn.sweeps import figures, markdown, measure, report, runs, stats
 
@@ -40,13 +40,13 @@ def fake_run(
     weight means, at the curve's first steps) and a summary."""
     run_dir = out / rel
     run_dir.mkdir(parents=True)
-    logger = m.TensorBoardLogger(run_dir)
+    logger = metrics.TensorBoardLogger(run_dir)
     for step, value in curve:
-        logger.scalars({m.EVAL_RETURN_MEAN: value}, step)
+        logger.scalars({tags.EVAL_RETURN_MEAN: value}, step)
     for (step, _), weight in zip(curve, is_weights or [], strict=False):
-        logger.scalars({m.PER_IS_WEIGHT_MEAN: weight}, step)
+        logger.scalars({tags.PER_IS_WEIGHT_MEAN: weight}, step)
     logger.close()
-    m.write_json(
+    fileio.write_json(
         run_dir / "summary.json",
         {
             "final_eval_return_mean": None if interrupted else score,
@@ -116,7 +116,7 @@ def make_cartpole_sweep(out: Path, seeds: int = 4) -> Path:
             weights = [1.0, 1.0, 1.0] if arm == "uniform" else PROPORTIONAL_IS[seed % 4]
             fake_run(out, rel, "CartPole-v1", arm, seed, score, curve, is_weights=weights)
     planned.append(("CartPole-v1", "rank", 0, "rank/s0"))  # planned, never started
-    m.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"], ["uniform",
+    fileio.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"], ["uniform",
                                                   "proportional", "rank"]))  # fmt: skip
     return out
 
@@ -363,7 +363,7 @@ def test_a_grid_sweep_reports_each_arm_against_uniform_at_its_point(tmp_path):
                 }
             )
     record = sweep_record([], ["CartPole-v1"], [])
-    m.write_json(out / "sweep.json", {**record, "seeds": list(range(5)), "runs": planned})
+    fileio.write_json(out / "sweep.json", {**record, "seeds": list(range(5)), "runs": planned})
     rows = table_rows(R.write_report(out).report.read_text())
     assert rows["proportional/alpha=0.4"][4:6] == ["1.00 [1.00, 1.00] (5 pairs)"] * 2
     assert rows["proportional/alpha=0.6"][4:6] == ["0.00 [0.00, 0.00] (5 pairs)"] * 2
@@ -384,7 +384,7 @@ def make_minatar_sweep(out: Path, games: dict[str, dict[str, list[float]]]) -> P
                 fake_run(out, rel, env, arm, seed, score, [(1000, score), (2000, score)])
                 planned.append((env, arm, seed, rel))
     arms = list(next(iter(games.values())))
-    m.write_json(out / "sweep.json", sweep_record(planned, list(games), arms))
+    fileio.write_json(out / "sweep.json", sweep_record(planned, list(games), arms))
     return out
 
 
@@ -401,7 +401,7 @@ def test_threshold_for_an_env_without_one(tmp_path):
             rel = f"{arm}/s{seed}"
             fake_run(out, rel, "MinAtar/Breakout-v1", arm, seed, curve[-1][1], curve)
             planned.append(("MinAtar/Breakout-v1", arm, seed, rel))
-    m.write_json(out / "sweep.json", sweep_record(planned, ["MinAtar/Breakout-v1"],
+    fileio.write_json(out / "sweep.json", sweep_record(planned, ["MinAtar/Breakout-v1"],
                                                   ["uniform", "rank"]))  # fmt: skip
     assert "steps to" not in R.write_report(out).report.read_text()
 
@@ -519,7 +519,7 @@ def test_human_normalised_scores_for_atari(tmp_path):
                 bump = 0.0 if arm == "uniform" else (1.0 if seed == 0 else -1.0)
                 fake_run(out, rel, env, arm, seed, score + bump, [(100, score + bump)])
                 planned.append((env, arm, seed, rel))
-    m.write_json(out / "sweep.json", sweep_record(planned, ["ALE/Pong-v5", "ALE/Breakout-v5"],
+    fileio.write_json(out / "sweep.json", sweep_record(planned, ["ALE/Pong-v5", "ALE/Breakout-v5"],
                                                   ["uniform", "proportional"]))  # fmt: skip
     files = R.write_report(out)
     with files.scores.open() as f:
@@ -612,11 +612,11 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     with (out / "scores.csv").open() as f:
         rows = {r["arm"]: r for r in csv.DictReader(f)}
     for arm in ("uniform", "proportional"):
-        curve = scalars(out / arm / "s0", m.EVAL_RETURN_MEAN)
+        curve = scalars(out / arm / "s0", tags.EVAL_RETURN_MEAN)
         assert [s for s, _ in curve] == [300, 600]  # eval_interval 300, and the final step
         (_, v0), (_, v1) = curve
         assert float(rows[arm]["auc"]) == pytest.approx((v0 + v1) / 2)
-    weights = [v for _, v in scalars(out / "proportional" / "s0", m.PER_IS_WEIGHT_MEAN)]
+    weights = [v for _, v in scalars(out / "proportional" / "s0", tags.PER_IS_WEIGHT_MEAN)]
     assert weights and float(rows["proportional"]["is_weight_mean"]) == pytest.approx(
         np.mean(weights)
     )
@@ -642,7 +642,7 @@ def make_grid_sweep(out: Path, scores: dict[tuple[str, float, int], list[float]]
                             "kind": kind, "settings": {},
                             "point": {"replay.alpha": alpha, "agent.n_step": n}})  # fmt: skip
     record = sweep_record([], ["CartPole-v1"], [])
-    m.write_json(out / "sweep.json", {**record, "seeds": [0, 1, 2, 3], "runs": planned})
+    fileio.write_json(out / "sweep.json", {**record, "seeds": [0, 1, 2, 3], "runs": planned})
     return out
 
 
@@ -685,7 +685,9 @@ def fake_normalization_sweep(out: Path, scores: dict[str, list[float]]) -> None:
             planned.append({"env_id": "CartPole-v1", "arm": arm, "seed": seed,
                             "run_dir": f"{arm}/s{seed}", "kind": "proportional", "settings": {},
                             "point": {"replay.weight_normalization": norm}})  # fmt: skip
-    m.write_json(out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned})
+    fileio.write_json(
+        out / "sweep.json", {**sweep_record([], ["CartPole-v1"], []), "runs": planned}
+    )
 
 
 def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
@@ -723,7 +725,7 @@ def test_report_states_each_arms_settings_and_the_grid(tmp_path):
     record = json.loads((out / "sweep.json").read_text())
     record["grid"] = {"replay.alpha": [0.4, 0.8], "agent.n_step": [1]}
     record["arm_settings"] = {"rank/beta0=0.5": {"replay.beta0": 0.5}}
-    m.write_json(out / "sweep.json", record)
+    fileio.write_json(out / "sweep.json", record)
     text = R.write_report(out).report.read_text()
     assert "- Arm `rank/beta0=0.5` sets `replay.beta0=0.5`." in text
     assert "- Grid: `replay.alpha` takes `0.4`, `0.8`, crossed with every arm." in text
@@ -767,6 +769,6 @@ def test_reading_a_resumed_run_drops_its_purged_points_without_a_warning(tmp_pat
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
 
     with caplog.at_level("WARNING"):
-        curves = runs.read_curves(run_dir, (m.EXPLORE_EPSILON,))
+        curves = runs.read_curves(run_dir, (tags.EXPLORE_EPSILON,))
     assert [r.getMessage() for r in caplog.records if "out of order" in r.getMessage()] == []
-    assert [step for step, _ in curves[m.EXPLORE_EPSILON]] == [250, 500, 750, 1000]
+    assert [step for step, _ in curves[tags.EXPLORE_EPSILON]] == [250, 500, 750, 1000]

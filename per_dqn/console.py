@@ -1,0 +1,280 @@
+"""What a person watching a run or a sweep sees on stderr: one live-or-plain display
+(``LiveOrPlainDisplay``), a run's progress on it (``ConsoleProgress``), the number formats both
+use, and the end-of-run table (``print_summary``).
+
+A sweep's display (``sweeps/progress.py``) is built on the same base class: it stays beside the
+sweep backends that feed it, and shares the terminal / plain-line machinery and the formats here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Self
+
+from rich.console import Console
+from rich.table import Table
+
+# Seconds between two plain progress lines when stderr is not a terminal.
+PLAIN_PROGRESS_INTERVAL_S = 30.0
+
+
+def format_duration(seconds: float) -> str:
+    """``H:MM:SS`` (hours unbounded: a 50M-step Atari run takes days), ``-:--:--`` if unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "-:--:--"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def format_steps(steps: int) -> str:
+    """``12,500`` below a million, ``12.50M`` from there (a 50M budget must fit in 80 columns)."""
+    return f"{steps:,}" if steps < 1_000_000 else f"{steps / 1e6:.2f}M"
+
+
+def _number(value: float, spec: str) -> str:
+    return "-" if not math.isfinite(value) else format(value, spec)
+
+
+class LiveOrPlainDisplay:
+    """A display that redraws itself on a terminal and prints plain lines everywhere else; the
+    machinery ``ConsoleProgress`` (a run) and ``sweeps.progress.SweepProgress`` (a sweep) share.
+
+    On a terminal, inside ``with``, a rich ``Live`` redraws the subclass's ``__rich__``
+    ``refresh_per_second`` times a second. Where ``console`` is not a terminal (nohup, Slurm, CI, a
+    pipe) a redrawn display would print nothing until the end, so ``plain_lines()`` is printed at
+    most every ``plain_interval_s`` seconds instead, when the subclass calls ``_tick`` after a
+    change; with ``repeat_on_exit``, once more at the end if any were printed (where it ended).
+
+    A subclass defines ``plain_lines`` and ``__rich__`` and calls ``_tick`` from its updates.
+
+    Args:
+        console: where to draw (stderr by default, so stdout stays for results).
+        enabled: False draws nothing.
+        plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
+    """
+
+    refresh_per_second: float = 4
+    repeat_on_exit = False
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self.plain = not self.console.is_terminal
+        self.plain_interval_s = plain_interval_s
+        self._started = time.monotonic()
+        self._next_line = self._started + plain_interval_s
+        self._printed = 0  # plain printouts so far
+        self._live: Any = None
+
+    def __enter__(self) -> Self:
+        self._started = time.monotonic()
+        self._next_line = self._started + self.plain_interval_s
+        if self.enabled and not self.plain:
+            from rich.live import Live
+
+            # Live also redirects stdout: what a command prints meanwhile lands above the display.
+            self._live = Live(
+                self, console=self.console, refresh_per_second=self.refresh_per_second
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        elif self.enabled and self.plain and self._printed and self.repeat_on_exit:
+            self._print_plain()  # where it ended, after the lines that came before
+
+    def elapsed_s(self) -> float:
+        """Seconds since the display started (entered its ``with``)."""
+        return time.monotonic() - self._started
+
+    def plain_lines(self) -> list[str]:
+        """What one plain printout says, line by line."""
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        if not self.enabled or not self.plain:
+            return  # a live display redraws itself from the subclass's fields
+        now = time.monotonic()
+        if now >= self._next_line:
+            self._next_line = now + self.plain_interval_s
+            self._print_plain()
+
+    def _print_plain(self) -> None:
+        self._printed += 1
+        for line in self.plain_lines():
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+class ConsoleProgress(LiveOrPlainDisplay):
+    """What a person watching a run sees: progress, speed, learning, and an evaluation underway.
+
+    On a terminal, a two-line rich display that fits in 80 columns::
+
+        train ━━━━━━━━━━━━━━━━━         12,500/50,000 steps  1,234 SPS  elapsed 0:00:10  ETA 0:00:30
+        return 45.2  last eval 120.0  loss 0.0123  eps 0.050  beta 0.550
+
+    (the bar takes what the text leaves). Where stderr is not a terminal (nohup, Slurm, CI, a
+    pipe) a redrawn bar would print nothing until the end, so one plain line is printed every
+    ``plain_interval_s`` seconds instead, with the same fields::
+
+        progress: 12,500/50,000 env steps (25.0%)  1,234 SPS  return 45.2  last eval 120.0  ...
+
+    The ETA is the steps left at the SPS shown (the loop's speed over its last log interval);
+    it leaves out the final evaluation, which ``evaluating`` shows while it runs.
+
+    Args:
+        total_env_steps: the run's budget.
+        console: where to draw (stderr by default, so stdout stays clean for the summary).
+        enabled: False draws nothing (tests, ``--quiet``); ``warn`` still prints.
+        plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
+    """
+
+    refresh_per_second = 4
+    repeat_on_exit = True
+
+    def __init__(
+        self,
+        total_env_steps: int,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        super().__init__(console, enabled, plain_interval_s)
+        self.total = total_env_steps
+        self.env_steps = 0
+        self.sps = self.ret = self.loss = self.last_eval = math.nan
+        self.eps = self.beta = math.nan
+        self.eval_state: tuple[int, int, int | None] | None = None  # done, total, agent steps
+
+    def update(
+        self,
+        env_steps: int,
+        sps: float,
+        ret: float,
+        eps: float,
+        beta: float,
+        *,
+        loss: float = math.nan,
+        last_eval: float = math.nan,
+    ) -> None:
+        """Shows the training state at ``env_steps`` (and ends an ``evaluating`` display).
+
+        Args:
+            env_steps: env steps done.
+            sps: env steps per second lately.
+            ret: mean return of the recent training episodes (NaN: none finished yet).
+            eps: exploration epsilon.
+            beta: PER's importance-sampling exponent.
+            loss: the latest TD loss (NaN: no update yet).
+            last_eval: mean return of the latest evaluation (NaN: none yet).
+        """
+        self.env_steps, self.sps, self.ret, self.eps, self.beta = env_steps, sps, ret, eps, beta
+        self.loss, self.last_eval = loss, last_eval
+        self.eval_state = None
+        self._tick()
+
+    def evaluating(
+        self, episodes_done: int, episodes_total: int, agent_steps: int | None = None
+    ) -> None:
+        """Shows an evaluation underway: ``episodes_done`` of ``episodes_total`` finished, and
+        the agent steps it has taken so far. The next ``update`` returns to training."""
+        self.eval_state = (episodes_done, episodes_total, agent_steps)
+        self._tick()
+
+    def warn(self, line: str) -> None:
+        """Prints ``warning: line`` above the display (also when the display is disabled)."""
+        self.console.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
+
+    # --- what is shown ----------------------------------------------------------------------------
+
+    def _elapsed(self) -> str:
+        return format_duration(self.elapsed_s())
+
+    def _eta(self) -> str:
+        left = self.total - self.env_steps
+        if left <= 0:
+            return format_duration(0)
+        return format_duration(left / self.sps) if self.sps > 0 else format_duration(math.nan)
+
+    def _eval_text(self) -> str:
+        assert self.eval_state is not None
+        done, total, steps = self.eval_state
+        text = f"evaluating: {done}/{total} episodes"
+        return text if steps is None else f"{text}, {steps:,} agent steps"
+
+    def _learning_text(self) -> str:
+        return (
+            f"return {_number(self.ret, '.1f')}  last eval {_number(self.last_eval, '.1f')}  "
+            f"loss {_number(self.loss, '.3g')}  eps {_number(self.eps, '.3f')}  "
+            f"beta {_number(self.beta, '.3f')}"
+        )
+
+    def plain_lines(self) -> list[str]:
+        """One line: ``progress: `` and ``plain_line()``."""
+        return [f"progress: {self.plain_line()}"]
+
+    def plain_line(self) -> str:
+        """The plain progress line (without its ``progress:`` prefix)."""
+        share = 100.0 * self.env_steps / self.total if self.total else 100.0
+        head = f"{self.env_steps:,}/{self.total:,} env steps ({share:.1f}%)"
+        times = f"elapsed {self._elapsed()}  ETA {self._eta()}"
+        if self.eval_state is not None:
+            return f"{head}  {self._eval_text()}  {times}"
+        return f"{head}  {_number(self.sps, ',.0f')} SPS  {self._learning_text()}  {times}"
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.text import Text
+
+        label = "eval " if self.eval_state is not None else "train"
+        steps = f"{format_steps(self.env_steps)}/{format_steps(self.total)} steps"
+        right = (
+            f"{steps}  {_number(self.sps, ',.0f')} SPS  elapsed {self._elapsed()}  "
+            f"ETA {self._eta()}"
+        )
+        top = Table.grid(padding=(0, 1), expand=True)
+        top.add_column(no_wrap=True)
+        top.add_column(ratio=1)
+        top.add_column(no_wrap=True)
+        top.add_row(
+            Text(label, style="bold"),
+            ProgressBar(total=max(self.total, 1), completed=min(self.env_steps, self.total)),
+            Text(right),
+        )
+        second = self._eval_text() if self.eval_state is not None else self._learning_text()
+        return Group(top, Text(second, no_wrap=True, overflow="ellipsis"))
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:
+    """The end-of-run table: where the run went and how it ended."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    final = summary.get("final_eval_return_mean")
+    rows = [
+        ("run dir", str(summary["run_dir"])),
+        ("replay", str(summary["replay"])),
+        ("seed", str(summary["seed"])),
+        ("env steps", f"{summary['env_steps']:,}"),
+        ("update steps", f"{summary['update_steps']:,}"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s ({summary['sps']:,.0f} SPS)"),
+        (
+            "final eval return",
+            "not run (interrupted)"
+            if final is None
+            else f"{final:.1f} ± {summary['final_eval_return_std']:.1f} "
+            f"over {summary['final_eval_episodes']} episodes",
+        ),
+    ]
+    for key, value in rows:
+        table.add_row(f"[bold]{key}", value)
+    (console or Console()).print(table)

@@ -1,0 +1,222 @@
+"""Run dirs (and sweep dirs): their names, the checks before a command writes into one, and the
+writer lock that keeps two processes out of one.
+
+A fresh run gets ``<env>__<config>__<replay>__s<seed>__<time>`` under ``run.runs_root``
+(``default_run_name``, ``fresh_run_dir``); ``check_run_dir`` refuses a dir it must not or cannot
+write before anything is built, and ``lock_run_dir`` takes the dir's ``flock`` before anything is
+written. ``display_name`` is what trackers call a run (its path within a sweep, for a sweep's run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from datetime import datetime
+from pathlib import Path
+
+from per_dqn.fileio import nearest_existing
+
+
+def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now: datetime) -> str:
+    """``<env>__<config>__<replay>__s<seed>__<YYYYmmdd-HHMMSS>``; ``/`` in ids becomes ``-``."""
+    env = env_id.replace("/", "-")
+    return f"{env}__{config_name}__{replay}__s{seed}__{now:%Y%m%d-%H%M%S}"
+
+
+# The lock file a run dir's writer holds (see ``RunDirLock``); it stays when the lock is released.
+LOCK_FILE = ".per-dqn.lock"
+# What `per-dqn ablate` writes into a sweep dir (per_dqn.sweeps.runs reads it): a run dir below
+# one is a run of that sweep.
+SWEEP_FILE = "sweep.json"
+
+
+class RunDirError(ValueError):
+    """A run dir (or sweep dir) this command must not or cannot write into; a one-line message."""
+
+
+class RunDirInUse(RunDirError):
+    """Another live process holds the dir's lock."""
+
+
+def is_nonempty_dir(path: Path) -> bool:
+    """True if ``path`` is a directory with at least one entry besides its lock file."""
+    return path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir())
+
+
+def check_run_dir(path: Path) -> None:
+    """Refuses a path a fresh run must not or cannot write into, before anything is built.
+
+    ``lock_run_dir`` checks again when it takes the lock: this early call only saves the seconds a
+    ``Trainer`` takes to build before a refusal.
+
+    Raises:
+        RunDirError: ``path`` is not a directory, is another writer's run dir (``RunDirInUse``),
+            is not empty, or cannot be created (a file where a parent folder should be, a
+            read-only filesystem).
+    """
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"run dir {path} exists and is not a directory")
+    if path.is_dir():
+        _refuse_if_locked(path)
+    if is_nonempty_dir(path):
+        raise RunDirError(f"run dir {path} exists and is not empty; choose another --run-dir")
+    check_writable(path, "run dir")
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Refuses a directory that cannot be created or written: its nearest existing ancestor must
+    be a directory this process may write, on a filesystem mounted read-write.
+
+    Raises:
+        RunDirError: naming ``path`` and the ancestor to blame.
+    """
+    ancestor = nearest_existing(path)
+    if not ancestor.is_dir():
+        raise RunDirError(f"{what} {path}: {ancestor} is a file, not a directory")
+    # statvfs first: root passes every permission check, but not a read-only mount.
+    if os.statvfs(ancestor).f_flag & os.ST_RDONLY:
+        raise RunDirError(f"{what} {path}: {ancestor} is on a read-only filesystem")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise RunDirError(f"{what} {path}: {ancestor} is not writable (permission denied)")
+
+
+def fresh_run_dir(root: Path, name: str) -> Path:
+    """``root/name``, or ``root/name-2``, ``-3``... if a run of that name already wrote there."""
+    path, k = root / name, 1
+    while path.exists() and (not path.is_dir() or is_nonempty_dir(path)):
+        k += 1
+        path = root / f"{name}-{k}"
+    return path
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on ``DIR/.per-dqn.lock``, held while one process writes ``DIR``.
+
+    The kernel drops the lock when its process ends, however it ends (SIGKILL, out of memory, a
+    power cut), so a crashed run never leaves a stale lock to clear by hand: the next command
+    takes it at once. The file stays after ``release``: deleting it could let a third process lock
+    a new file of the same name while a second still holds the old one. It stays empty: a refused
+    command finds the holder's pid in ``/proc/locks``.
+
+    Use ``lock_run_dir`` to take one.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Releases the lock (closing the file releases it); a second call does nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid holding ``path``'s writer lock, from ``/proc/locks`` (Linux); None when nobody
+    holds it or the system does not say. The lock file itself is never written: a refused
+    command must change nothing, not even a pid in it."""
+    try:
+        info = (path / LOCK_FILE).stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; a waiter's line has "->" second
+        if fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and fields[5] == where:
+            return int(fields[4])
+    return None
+
+
+def _in_use(path: Path, what: str = "run dir") -> RunDirInUse:
+    pid = lock_holder(path)
+    return RunDirInUse(
+        f"{what} {path} is in use by another per-dqn process (pid {pid or 'unknown'}); wait for "
+        "it to end or stop it"
+    )
+
+
+def _refuse_if_locked(path: Path, what: str = "run dir") -> None:
+    """Raises ``RunDirInUse`` if a live process holds ``path``'s lock; creates, changes nothing."""
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path, what) from None
+    finally:
+        os.close(fd)  # also drops the shared lock just taken
+
+
+def lock_run_dir(
+    path: Path, *, fresh: bool = False, create: bool = True, what: str = "run dir"
+) -> RunDirLock | None:
+    """Takes ``path``'s writer lock without waiting, before anything is written into it.
+
+    Args:
+        path: the run dir (or sweep dir).
+        fresh: the caller starts a new run: after taking the lock, ``path`` must still be empty
+            (another process may have run there since ``check_run_dir``).
+        create: create ``path`` and its lock file if absent. False takes the lock only if the
+            lock file exists and returns None otherwise (a refused command must create nothing;
+            the caller takes it with ``create=True`` once it is about to write).
+        what: how messages call ``path``.
+
+    Raises:
+        RunDirInUse: another live process holds the lock (the message names its pid).
+        RunDirError: ``path`` cannot be created or its lock file cannot be opened (the message
+            names the path and the reason: a file in the way, a read-only filesystem, a full
+            disk), or, with ``fresh``, ``path`` holds another run.
+    """
+    lock_path = path / LOCK_FILE
+    made = []
+    if create:
+        check_writable(path, what)
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        if not create:
+            try:
+                fd = os.open(lock_path, os.O_RDWR)
+            except FileNotFoundError:
+                return None
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            made = missing
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        for p in made:  # a refused command leaves nothing behind
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise RunDirError(f"{what} {path}: cannot use it: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _in_use(path, what) from None
+    lock = RunDirLock(path, fd)
+    if fresh and is_nonempty_dir(path):
+        lock.release()
+        raise RunDirError(f"run dir {path} exists and is not empty; choose another --run-dir")
+    return lock
+
+
+def display_name(run_dir: Path) -> str:
+    """A run's name for trackers: its dir's name, or, for a run of a sweep (a dir up to four
+    levels above holds ``sweep.json``), its path from the sweep dir's parent:
+    ``ablate__MinAtar-Breakout-v1__minatar/proportional/alpha=0.4/s0``."""
+    run_dir = Path(os.path.abspath(run_dir))
+    for parent in list(run_dir.parents)[:4]:
+        if (parent / SWEEP_FILE).is_file():
+            return run_dir.relative_to(parent.parent).as_posix()
+    return run_dir.name

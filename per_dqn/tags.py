@@ -1,0 +1,157 @@
+"""TensorBoard's vocabulary for a run: every tag's name and meaning, and the tabs' layouts.
+
+The one catalogue of what a run logs (``SCALAR_TAGS``; the README's table says the same), the
+HParams tab's metrics, the Custom Scalars tab's charts, and the maps from the names the learner
+and the memory report (``LearnResult.metrics``, ``ReplayMemory.diagnostics``) to their tags,
+derived from the catalogue so a new metric needs one entry here. Plain data: it imports nothing of
+``per_dqn``, so the loop, the health panel, the logger and the sweeps' readers all share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+PER_SAMPLED_PRIORITY = "per/sampled_priority"
+PER_MEAN_PRIORITY = "per/mean_priority"
+PER_MAX_PRIORITY = "per/max_priority"
+PER_BETA = "per/beta"
+PER_IS_WEIGHT_MEAN = "per/is_weight_mean"
+PER_IS_WEIGHT_MIN = "per/is_weight_min"
+PER_IS_WEIGHT_ESS = "per/is_weight_ess"
+PER_NEVER_REPLAYED = "per/never_replayed_share"
+PER_SAMPLE_AGE = "per/sample_age_steps"
+PER_PRIORITY_AGE = "per/priority_age_steps"
+PER_TREE_DRIFT = "per/tree_drift"
+PER_PRIORITY_RATIO = "per/priority_ratio"
+TRAIN_LOSS = "train/loss"
+TRAIN_LOSS_UNWEIGHTED = "train/loss_unweighted"
+TRAIN_Q_MEAN = "train/q_mean"
+TRAIN_TD_ERROR_ABS = "train/td_error_abs"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_LEARNING_RATE = "train/learning_rate"
+EXPLORE_EPSILON = "explore/epsilon"
+EPISODE_RETURN = "episode/return"
+EPISODE_LENGTH = "episode/length"
+EVAL_RETURN_MEAN = "eval/return_mean"
+EVAL_RETURN_STD = "eval/return_std"
+EVAL_LENGTH_MEAN = "eval/length_mean"
+PERF_SPS = "perf/sps"
+# The run's final metrics, written once at the end of a finished run; the HParams tab reads them.
+SUMMARY_FINAL_RETURN = "summary/final_eval_return_mean"
+SUMMARY_AUC = "summary/auc"
+SUMMARY_IS_WEIGHT_MEAN = "summary/is_weight_mean"
+CONFIG_TEXT = "config"
+
+# Every scalar tag with its one-line meaning; the README's table says the same. Values "averaged
+# over the log interval" are means over every update since the previous write.
+SCALAR_TAGS: dict[str, str] = {
+    PER_SAMPLED_PRIORITY: "mean priority of the sampled batches (proportional: p_i^alpha; "
+    "rank: |delta|), averaged over the log interval",
+    PER_MEAN_PRIORITY: "mean priority over the whole memory, same units as sampled_priority",
+    PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with)",
+    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to 1",
+    PER_IS_WEIGHT_MEAN: "mean IS weight of the sampled batches",
+    PER_IS_WEIGHT_MIN: "smallest IS weight of the sampled batches",
+    PER_IS_WEIGHT_ESS: "effective sample size of a batch's IS weights, (sum w)^2 / sum w^2 / B "
+    "(1: all equal)",
+    PER_NEVER_REPLAYED: "share of sampled transitions that had never been replayed before",
+    PER_SAMPLE_AGE: "mean age in env steps of the sampled transitions",
+    PER_PRIORITY_AGE: "mean env steps since the sampled transitions' priorities were last set",
+    PER_TREE_DRIFT: "relative gap between the sum tree's root and an exact sum of its leaves "
+    "(proportional only, checked every few log points)",
+    PER_PRIORITY_RATIO: "sampled_priority / mean_priority at the log point: 1 under uniform "
+    "sampling, above 1 when high-priority transitions are drawn more often (weighted memories "
+    "only)",
+    TRAIN_LOSS: "IS-weighted TD loss",
+    TRAIN_LOSS_UNWEIGHTED: "the same per-sample TD losses, plainly averaged (no IS weights): "
+    "equal to train/loss under uniform replay",
+    TRAIN_Q_MEAN: "mean Q(s, a) of the sampled batches",
+    TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
+    TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
+    TRAIN_LEARNING_RATE: "Adam's step size (only when agent.learning_rate_end anneals it)",
+    EXPLORE_EPSILON: "exploration epsilon",
+    EPISODE_RETURN: "undiscounted return of each finished training episode",
+    EPISODE_LENGTH: "length in env steps of each finished training episode",
+    EVAL_RETURN_MEAN: "mean return of the greedy evaluation episodes (the last point is the final "
+    "evaluation)",
+    EVAL_RETURN_STD: "standard deviation of those returns",
+    EVAL_LENGTH_MEAN: "mean length of those episodes",
+    PERF_SPS: "env steps per second of wall time since the previous write, learning included",
+    SUMMARY_FINAL_RETURN: "summary.json's final_eval_return_mean, one point at a finished run's "
+    "last step (an HParams metric)",
+    SUMMARY_AUC: "summary.json's auc, the normalised area under eval/return_mean, one point at a "
+    "finished run's last step (an HParams metric)",
+    SUMMARY_IS_WEIGHT_MEAN: "summary.json's is_weight_mean, the mean of the logged "
+    "per/is_weight_mean, one point at a finished run's last step (weighted memories only; an "
+    "HParams metric)",
+}
+
+# The HParams tab's metrics: (scalar tag, the column's name).
+HPARAMS_METRICS = (
+    (SUMMARY_FINAL_RETURN, "final eval return"),
+    (SUMMARY_AUC, "AUC"),
+    (SUMMARY_IS_WEIGHT_MEAN, "mean IS weight"),
+)
+
+# The Custom Scalars tab's layout: the charts that compare tags on one scale. Tags are regular
+# expressions there, hence the anchors.
+CUSTOM_SCALARS_LAYOUT = {
+    "PER": {
+        "priority: sampled vs memory mean": [
+            "Multiline", [f"^{PER_SAMPLED_PRIORITY}$", f"^{PER_MEAN_PRIORITY}$"],
+        ],
+        "loss: IS-weighted vs unweighted": [
+            "Multiline", [f"^{TRAIN_LOSS}$", f"^{TRAIN_LOSS_UNWEIGHTED}$"],
+        ],
+    }
+}  # fmt: skip
+
+# Tags only a prioritized memory has.
+PRIORITY_TAGS = (PER_SAMPLED_PRIORITY, PER_MEAN_PRIORITY, PER_MAX_PRIORITY)
+
+
+# The learner's metrics (``LearnResult.metrics``) are logged as ``train/<name>`` and the memory's
+# diagnostics (``ReplayMemory.diagnostics``) as ``per/<name>``: the maps below are read off the
+# catalogue, so a new metric is one entry in ``SCALAR_TAGS`` (tests/test_metrics.py fails, naming
+# it, until it has one).
+LEARNER_PREFIX = "train/"
+DIAGNOSTIC_PREFIX = "per/"
+
+
+def _named(prefix: str) -> dict[str, str]:
+    return {tag.removeprefix(prefix): tag for tag in SCALAR_TAGS if tag.startswith(prefix)}
+
+
+LEARNER_TAGS = _named(LEARNER_PREFIX)
+DIAGNOSTIC_TAGS = _named(DIAGNOSTIC_PREFIX)
+
+
+def _tagged(
+    values: Mapping[str, float], tags: Mapping[str, str], prefix: str, what: str
+) -> dict[str, float]:
+    try:
+        return {tags[name]: value for name, value in values.items()}
+    except KeyError as exc:
+        name = exc.args[0]
+        raise KeyError(
+            f"{what} {name!r} has no TensorBoard tag: add '{prefix}{name}' with its meaning to "
+            "SCALAR_TAGS in per_dqn/tags.py"
+        ) from None
+
+
+def learner_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The learner's metrics (``LearnResult.metrics``) by tag, in their order.
+
+    Raises:
+        KeyError: a metric with no ``train/<name>`` tag in ``SCALAR_TAGS`` (the message names it).
+    """
+    return _tagged(metrics, LEARNER_TAGS, LEARNER_PREFIX, "learner metric")
+
+
+def diagnostic_scalars(diagnostics: Mapping[str, float]) -> dict[str, float]:
+    """The memory's diagnostics (``ReplayMemory.diagnostics``) by tag, in their order.
+
+    Raises:
+        KeyError: a diagnostic with no ``per/<name>`` tag in ``SCALAR_TAGS`` (the message names it).
+    """
+    return _tagged(diagnostics, DIAGNOSTIC_TAGS, DIAGNOSTIC_PREFIX, "memory diagnostic")
