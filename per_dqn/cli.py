@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import signal
 import sys
-from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -43,16 +40,19 @@ from per_dqn.config import (
     resolve_config_path,
 )
 from per_dqn.memory import KINDS
+from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
+from per_dqn.sweeps.backends import BACKENDS
 
 if TYPE_CHECKING:
     from per_dqn.run import Trainer
     from per_dqn.rundir import RunDirLock
+    from per_dqn.sweeps.backends import Backend as SweepBackend
+    from per_dqn.sweeps.job import Outcome
+    from per_dqn.sweeps.plan import Job, Sweep
 
 EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a job Ctrl-C ended
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class _OneLineErrors(TyperGroup):
@@ -163,11 +163,7 @@ class VideoView(StrEnum):
     agent = "agent"
 
 
-class Backend(StrEnum):
-    """Where ``ablate`` runs its runs."""
-
-    local = "local"
-    ray = "ray"
+Backend = StrEnum("Backend", {name: name for name in BACKENDS})  # where ``ablate`` runs its runs
 
 
 class Device(StrEnum):
@@ -342,44 +338,6 @@ def _lock(run_dir: Path, trainer: Trainer, *, fresh: bool) -> RunDirLock:
     return lock
 
 
-class _StopSignals:
-    """While active, Ctrl-C (SIGINT) and SIGTERM ask the run to stop at its next env step.
-
-    Called, it is the run's ``should_stop``. The handler raises nothing the first time: an
-    exception thrown from a handler lands wherever the main thread is, mid-step or inside a
-    library; the loop instead stops between two steps, where a checkpoint is exact. A second
-    signal gives up on the clean stop and raises ``KeyboardInterrupt`` at once.
-    """
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> _StopSignals:
-        for signum in self._SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __call__(self) -> bool:
-        return self.signum is not None
-
-    @property
-    def exit_code(self) -> int:
-        """130 after SIGINT (or a ``KeyboardInterrupt`` without a signal), 143 after SIGTERM."""
-        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
-
-
 def _resume_command(run_dir: Path) -> str:
     """The command that continues ``run_dir``, quoted for a shell."""
     return f"per-dqn train --resume {shlex.quote(str(run_dir))}"
@@ -406,7 +364,7 @@ def _run(trainer: Trainer, run_dir: Path, quiet: bool) -> None:
     from per_dqn.loop import DivergedError
     from per_dqn.tracking import TrackingError
 
-    stop = _StopSignals()
+    stop = StopSignals()
     try:
         total = trainer.config.train.total_env_steps
         with stop, console.ConsoleProgress(total, enabled=not quiet) as progress:
@@ -700,32 +658,16 @@ def ablate(
     Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = _parse_sets(set_)
-    from per_dqn.sweeps import ablate as sweeps
+    from per_dqn.sweeps import backends
+    from per_dqn.sweeps import plan as sweeps
 
-    ray_options = None
-    if backend == Backend.ray:
-        from per_dqn.sweeps import ray_backend
-
-        try:
-            ray_options = ray_backend.check_options(
-                ray_backend.RayOptions(
-                    address=address,
-                    cpus_per_run=1.0 if cpus_per_run is None else cpus_per_run,
-                    gpus_per_run=0.0 if gpus_per_run is None else gpus_per_run,
-                    retries=ray_backend.DEFAULT_RETRIES if retries is None else retries,
-                    local_cpus=workers,
-                )
-            )
-        except ValueError as exc:
-            _fail([str(exc)])
-    else:
-        given = {
-            "--address": address,
-            "--cpus-per-run": cpus_per_run is not None,
-            "--gpus-per-run": gpus_per_run is not None,
-            "--retries": retries is not None,
-        }
-        _fail_if_given(given, "--backend local (they are --backend ray's)")  # fmt: skip
+    options = backends.Options(workers, address, cpus_per_run, gpus_per_run, retries)
+    try:
+        runner = backends.create(backend.value, options)
+    except backends.OptionError as exc:
+        _fail(exc.problems)
+    except ValueError as exc:
+        _fail([str(exc)])
     try:
         sweep = sweeps.plan_sweep(
             config,
@@ -736,131 +678,54 @@ def ablate(
             out,
             sweeps.parse_grid(grid or []),
         )
-        n_workers = sweeps.check_workers(workers)
         todo = sweep.pending()
-        if todo and ray_options is None:
-            # On Ray the envs and the device are checked on a worker, where the runs will be
-            # (a CPU-only driver may send runs to GPU nodes): ``Cluster.preflight``.
-            sweeps.preflight(sweep)
+        runner.check(sweep, todo)
     except ConfigError as exc:
         _fail(exc.problems)
     except ValueError as exc:
         _fail([str(exc)])
-    created = _first_missing(sweep.out)
+    created = sweeps.first_missing(sweep.out)
     try:
         lock = sweeps.lock_sweep_dir(sweep)
     except ValueError as exc:  # rundir.RunDirError: in use, or cannot be created
         _fail([str(exc)])
-    if ray_options is None or not todo:  # nothing to run needs no cluster
-        used = min(n_workers, len(todo))
-        with lock:
-            _ablate_locked(
-                sweep,
-                todo,
-                lambda show: sweeps.run_sweep(sweep, n_workers, show),
-                f" on {used} worker{'s' * (used > 1)}",
-            )
-        return
-    _ablate_on_ray(sweep, todo, ray_options, lock, created)
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The outermost of ``path`` and its parents that does not exist yet (None: it exists)."""
-    missing = None
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            break
-        missing = candidate
-    return missing
-
-
-def _ablate_on_ray(sweep: Any, todo: list, options: Any, lock: Any, created: Path | None) -> None:
-    """``ablate --backend ray`` with the sweep dir locked: connects (or starts a local cluster),
-    checks that the workers see the sweep dir and that a worker can build each env's trainer,
-    then runs the sweep as ``_ablate_locked`` does.
-    A refused sweep leaves no dir behind that it created."""
-    from per_dqn.sweeps import ray_backend
-    from per_dqn.sweeps.progress import SweepProgress
-
-    refused = None
-    stopped: list[int] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopped.append(signum)
-        raise KeyboardInterrupt
-
-    # Until the runs start (``_ablate_locked`` then handles both signals), Ctrl-C or SIGTERM
-    # while Ray starts or checks ends the command with one line, leaving no dir it created and
-    # no cluster it started; ``connect`` keeps this handler in place of Ray's own (which exits at
-    # once, code 15).
-    previous = {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
-    with lock, contextlib.ExitStack() as connected:
+    refused: Exception | None = None
+    with lock, contextlib.ExitStack() as prepared:
         try:
-            try:
-                cluster = connected.enter_context(ray_backend.connect(options))
-                cluster.check_storage(sweep.out)
-                cluster.preflight(sweep)
-            finally:
-                for signum, handler in previous.items():
-                    signal.signal(signum, handler)
-        except ValueError as exc:  # no cluster, it cannot see the sweep dir, or a run cannot start
-            refused = str(exc)
-        except KeyboardInterrupt:
-            connected.close()  # the local cluster, if it was started, goes now
-            refused = "interrupted while connecting to Ray, before any run started"
+            # Nothing to run needs no backend (no cluster is started for it).
+            lines = prepared.enter_context(runner.prepare(sweep, todo)) if todo else []
+        except (ValueError, backends.Interrupted) as exc:
+            refused = exc
         else:
-            typer.echo(f"ray: {cluster.describe()}")
-
-            def run(show: Callable[[Any], None]) -> Any:
-                # Done, running (steps, SPS) and pending runs, on stderr; the live display ends
-                # before the report is written.
-                finished = len(sweep.jobs) - len(todo)
-                with SweepProgress(len(sweep.jobs), finished, cluster.dashboard_url) as progress:
-                    return cluster.run_sweep(sweep, show, progress)
-
-            _ablate_locked(sweep, todo, run, " on Ray")
-    if refused is not None:
+            for line in lines:
+                typer.echo(line)
+            _ablate_locked(sweep, todo, runner)
+    if refused is not None:  # a refused sweep leaves no dir behind that it created
         if created is not None:
-            _remove_empty(sweep.out, created)
-        if stopped:
+            sweeps.remove_created(sweep.out, created)
+        code = getattr(refused, "exit_code", None)
+        if code is not None:
             typer.echo(f"error: {refused}", err=True)
-            raise typer.Exit(EXIT_TERMINATED if signal.SIGTERM in stopped else EXIT_INTERRUPTED)
-        _fail([refused])
+            raise typer.Exit(code)
+        _fail([str(refused)])
 
 
-# The signals that stop a command the way Ctrl-C does.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _remove_empty(path: Path, top: Path) -> None:
-    """Removes ``path`` (its lock file aside, it must be empty) and its parents up to ``top``."""
-    from per_dqn import rundir
-
-    (path / rundir.LOCK_FILE).unlink(missing_ok=True)
-    for directory in (path, *path.parents):
-        try:
-            directory.rmdir()
-        except OSError:
-            return
-        if directory == top:
-            return
-
-
-def _ablate_locked(sweep: Any, todo: list, run: Callable[[Callable], Any], where: str) -> None:
-    """``ablate`` once the sweep dir is locked: runs the sweep (``run(show)``), prints its
-    progress, reports."""
-    from per_dqn.sweeps import ablate as sweeps
+def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
+    """``ablate`` once the sweep dir is locked and the backend prepared: runs the sweep, prints
+    its progress, reports."""
     from per_dqn.sweeps import report as reports
+    from per_dqn.sweeps.job import SweepResult
+    from per_dqn.sweeps.plan import start_sweep
 
     total = len(sweep.jobs)
-    workers_text = where if todo else ""
+    workers_text = f" on {runner.describe(todo)}" if todo else ""
     typer.echo(
         f"sweep {sweep.out}: {total} runs, {total - len(todo)} finished, {len(todo)} to run"
         + workers_text
     )
     done = [total - len(todo)]
 
-    def show(outcome: sweeps.Outcome) -> None:
+    def show(outcome: Outcome) -> None:
         done[0] += outcome.final_return is not None
         status = (
             f"error: {outcome.error}" if outcome.error
@@ -869,28 +734,22 @@ def _ablate_locked(sweep: Any, todo: list, run: Callable[[Callable], Any], where
         )  # fmt: skip
         typer.echo(f"[{done[0]}/{total}] {outcome.job.run_dir}: {status}")
 
-    terminated = []
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        # SIGTERM (docker stop, Slurm, systemd) stops the sweep as Ctrl-C does.
-        terminated.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    # Ctrl-C is Python's KeyboardInterrupt even where the sweep was started with SIGINT ignored
-    # (a background job of a non-interactive shell inherits that), as `train` handles it too.
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C or SIGTERM (docker stop, Slurm, systemd) interrupt the backend's wait at once, even
+    # where the sweep was started with SIGINT ignored (a background job of a non-interactive
+    # shell inherits that), as `train` handles them too.
+    stop = StopSignals(raise_first=True)
     try:
-        result = run(show)
+        with stop:
+            if todo:
+                result = runner.run(sweep, show)
+            else:
+                result = SweepResult(skipped=total - len(start_sweep(sweep)))
     except OSError as exc:  # the sweep's own record could not be written
         typer.echo(f"error: {exc.filename or sweep.out}: {exc.strerror or exc}", err=True)
         raise typer.Exit(EXIT_WRITE_FAILED) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
     if result.interrupted:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
-        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED)
     try:
         files = reports.write_report(sweep.out)
         typer.echo(f"report: {files}")

@@ -3,7 +3,7 @@ file, mirrored to another tracker where one is on.
 
 What the tags are called and mean is ``tags.py``'s; this module only writes them, and turns a
 failed write into a ``fileio.WriteError``. The config's two TensorBoard forms live beside it:
-``flatten_config`` for the HParams tab (which ``sweeps.ablate`` also compares configs by) and
+``flatten_config`` for the HParams tab (which ``sweeps.plan`` also compares configs by) and
 ``config_as_markdown`` for the text tab.
 """
 

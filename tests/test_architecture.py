@@ -41,15 +41,21 @@ FORBIDDEN = {
                         "per_dqn.cli", "per_dqn.rundir", "per_dqn.console"},
     # The sweep runner reads run dirs through `runs`; the report writer (its measuring, text and
     # plotting) is the CLI's to call once a sweep ends (issue 13: "ablate imports the report
-    # writer").
-    "per_dqn.sweeps.ablate": REPORT_WRITER | {"matplotlib"},
-    "per_dqn.sweeps.runs": REPORT_WRITER | {"per_dqn.sweeps.ablate", "matplotlib"},
+    # writer"). Planning builds no trainer and knows no backend; a job knows no backend.
+    "per_dqn.sweeps.plan": REPORT_WRITER | {"matplotlib", "per_dqn.run", "per_dqn.sweeps.job",
+                                            "per_dqn.sweeps.backends"},
+    "per_dqn.sweeps.job": REPORT_WRITER | {"matplotlib", "per_dqn.sweeps.backends"},
+    # A backend is driven by the CLI and never reaches back into it.
+    "per_dqn.sweeps.backends": REPORT_WRITER | {"matplotlib", "per_dqn.cli"},
+    "per_dqn.sweeps.runs": REPORT_WRITER | {"per_dqn.sweeps.plan", "per_dqn.sweeps.job",
+                                            "per_dqn.sweeps.backends", "matplotlib"},
+    # One signal helper for every command, a sweep's worker processes included.
+    "per_dqn.stopping": {"per_dqn"},
     # The report's steps point one way: report -> markdown, figures -> measure -> stats, runs.
     "per_dqn.sweeps.measure": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
-                               "per_dqn.sweeps.figures", "per_dqn.sweeps.ablate", "matplotlib"},
-    "per_dqn.sweeps.markdown": {"per_dqn.sweeps.report", "per_dqn.sweeps.ablate", "matplotlib"},
-    "per_dqn.sweeps.figures": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
-                               "per_dqn.sweeps.ablate"},
+                               "per_dqn.sweeps.figures", "matplotlib"},
+    "per_dqn.sweeps.markdown": {"per_dqn.sweeps.report", "matplotlib"},
+    "per_dqn.sweeps.figures": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown"},
     "per_dqn.sweeps.stats": {"per_dqn", "matplotlib"},
     # The env families are a table every layer asks (config, envs, build, the networks): it
     # imports nothing, so asking it loads no environment library and no torch.
@@ -76,9 +82,9 @@ ONLY = {
     "per_dqn.console": {"rich"},
 }
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
-# `ablate` is a second composition root: it runs Trainers in worker processes, as `cli` runs one;
-# `api` is the Python entry point beside the CLI.
-ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.sweeps.ablate", "per_dqn.api"}
+# A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task,
+# as `cli` runs one; `api` is the Python entry point beside the CLI.
+ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.sweeps.job", "per_dqn.api"}
 
 
 def module_name(path: Path) -> str:
@@ -170,12 +176,12 @@ def test_the_checker_sees_imports():
 def test_the_checker_sees_modules_imported_by_from_import():
     """Guards against a vacuous pass: ``from per_dqn.sweeps import runs`` names the module, not
     just its package (the checker once saw only ``per_dqn.sweeps`` there)."""
-    assert "per_dqn.sweeps.runs" in imports_of(PACKAGE / "sweeps" / "ablate.py")
+    assert "per_dqn.sweeps.runs" in imports_of(PACKAGE / "sweeps" / "plan.py")
     assert "per_dqn.sweeps.runs" in imports_of(PACKAGE / "sweeps" / "report.py")
 
 
-# Run in a fresh interpreter: imports ablate, then plans a sweep and reads a sweep dir back (the
-# run-dir reading a re-run does), and prints which of WATCHED got loaded on the way.
+# Run in a fresh interpreter: imports the modules named, then plans a sweep and reads a sweep dir
+# back (the run-dir reading a re-run does), and prints which of WATCHED got loaded on the way.
 _PROBE = """
 import json, sys
 from pathlib import Path
@@ -183,11 +189,11 @@ for module in sys.argv[2].split(","):
     __import__(module)
 if sys.argv[1] == "plan":
     from per_dqn.fileio import write_json
-    from per_dqn.sweeps import ablate
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
+    from per_dqn.sweeps import plan
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     sweep.out.mkdir()
-    write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
+    write_json(sweep.out / plan.SWEEP_FILE, sweep.record)
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     assert [j.run_dir for j in sweep.pending()] == ["uniform/s0"]
 watched = ["per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.sweeps.markdown",
            "per_dqn.sweeps.figures", "per_dqn.sweeps.stats", "matplotlib"]
@@ -214,7 +220,10 @@ def test_the_sweep_runner_never_loads_the_report_writer_or_matplotlib(tmp_path):
     sweep and reading its dir back (what a re-run does to skip finished runs) load neither
     ``per_dqn.sweeps.report``, its statistics, nor matplotlib. The CLI loads the report writer
     only once a sweep has ended."""
-    assert loaded_by(["per_dqn.sweeps.ablate", "per_dqn.sweeps.runs"], True, tmp_path) == []
+    modules = ["per_dqn.sweeps.plan", "per_dqn.sweeps.job", "per_dqn.sweeps.backends",
+               "per_dqn.sweeps.backends.local", "per_dqn.sweeps.backends.ray",
+               "per_dqn.sweeps.runs"]  # fmt: skip
+    assert loaded_by(modules, True, tmp_path) == []
     assert (tmp_path / "sweep" / "sweep.json").is_file()  # the probe did read a sweep dir
 
 

@@ -1,6 +1,6 @@
 """Ablation reports, rebuilt from the run dirs alone: ``report.md``, ``scores.csv`` and figures.
 
-A sweep dir (see ``per_dqn.sweeps.ablate``) holds one normal run dir per env x arm x seed, each
+A sweep dir (see ``per_dqn.sweeps.plan``) holds one normal run dir per env x arm x seed, each
 with the ``summary.json`` and TensorBoard event file that ``Trainer.run`` writes, and
 ``sweep.json`` naming the runs the sweep planned. Everything here is read back from those files
 (by ``per_dqn.sweeps.runs``), so a report can be rewritten at any time (``per-dqn report DIR``),

@@ -1,6 +1,6 @@
 """Reading run dirs and sweep dirs back: summaries, eval curves, ``sweep.json`` and whole sweeps.
 
-Shared by the sweep runner (``per_dqn.sweeps.ablate``: which runs are finished, what a sweep dir
+Shared by the sweep runner (``per_dqn.sweeps.plan``: which runs are finished, what a sweep dir
 already holds) and the report writer (``per_dqn.sweeps.report``: every finished run's score and
 curve). It reads only what ``Trainer.run`` and ``ablate`` write (``summary.json``, the
 TensorBoard event file, ``sweep.json``) and writes nothing, so a sweep can be read at any time,

@@ -27,7 +27,9 @@ from per_dqn import fileio, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.run import Trainer
-from per_dqn.sweeps import ablate, runs
+from per_dqn.sweeps import plan, runs
+from per_dqn.sweeps.backends import local
+from per_dqn.sweeps.job import job_config
 
 # tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
 TINY = [
@@ -79,7 +81,7 @@ def summary(run_dir: Path) -> dict:
 
 
 def test_parse_arms():
-    assert ablate.parse_arms("uniform, rank") == (ablate.Arm("uniform"), ablate.Arm("rank"))
+    assert plan.parse_arms("uniform, rank") == (plan.Arm("uniform"), plan.Arm("rank"))
     for text, message in (
         ("", "must list at least one"),
         ("uniform,greedy", "unknown arm 'greedy'; choose from uniform, proportional, rank"),
@@ -90,12 +92,12 @@ def test_parse_arms():
         ("rank:run.seed=3", "--replay rank: an arm cannot set run.seed"),
     ):
         with pytest.raises(ValueError, match=message):
-            ablate.parse_arms(text)
+            plan.parse_arms(text)
 
 
 def test_arms_carry_their_own_settings_the_way_the_per_paper_ran_them():
     """A part that is not a kind continues the previous arm's settings; values are YAML-typed."""
-    arms = ablate.parse_arms(
+    arms = plan.parse_arms(
         ["uniform,rank:replay.alpha=0.7,replay.beta0=0.5,agent.learning_rate=6.25e-5",
          "proportional:replay.alpha=0.6"]
     )  # fmt: skip
@@ -104,16 +106,16 @@ def test_arms_carry_their_own_settings_the_way_the_per_paper_ran_them():
         ("rank", [("replay.alpha", 0.7), ("replay.beta0", 0.5), ("agent.learning_rate", 6.25e-5)]),
         ("proportional", [("replay.alpha", 0.6)]),
     ]
-    assert [ablate.arm_label(a) for a in arms] == [
+    assert [plan.arm_label(a) for a in arms] == [
         "uniform", "rank/alpha=0.7,beta0=0.5,lr=6.25e-05", "proportional/alpha=0.6",
     ]  # fmt: skip
     # the same kind twice, with different settings, is two arms
-    two = ablate.parse_arms(["rank:replay.alpha=0.5", "rank:replay.alpha=0.7"])
-    assert [ablate.arm_label(a) for a in two] == ["rank/alpha=0.5", "rank/alpha=0.7"]
+    two = plan.parse_arms(["rank:replay.alpha=0.5", "rank:replay.alpha=0.7"])
+    assert [plan.arm_label(a) for a in two] == ["rank/alpha=0.5", "rank/alpha=0.7"]
 
 
 def test_parse_grid():
-    assert ablate.parse_grid(["replay.alpha=0.4,0.6", "agent.hidden_sizes=[64],[128, 128]"]) == (
+    assert plan.parse_grid(["replay.alpha=0.4,0.6", "agent.hidden_sizes=[64],[128, 128]"]) == (
         ("replay.alpha", (0.4, 0.6)),
         ("agent.hidden_sizes", ([64], [128, 128])),
     )
@@ -127,14 +129,14 @@ def test_parse_grid():
         (["agent.hidden_sizes=[64"], "--grid 'agent.hidden_sizes=\\[64': value is not valid"),
     ):
         with pytest.raises(ValueError, match=message):
-            ablate.parse_grid(texts)
+            plan.parse_grid(texts)
 
 
 def test_plan_pairs_seeds_across_arms(tmp_path):
     """Seed s sets run.seed = s in every arm, and the arms' configs differ only in replay.kind.
     Runs are ordered seed first, so a sweep stopped halfway has every arm at about as many seeds."""
     # Budgets in these planning tests stay above cartpole.yaml's learning_starts (1000).
-    sweep = ablate.plan_sweep(
+    sweep = plan.plan_sweep(
         "cartpole.yaml", ("uniform", "rank"), range(3), 1500, [], tmp_path / "o"
     )
     assert [j.run_dir for j in sweep.jobs] == [
@@ -153,9 +155,9 @@ def test_plan_pairs_seeds_across_arms(tmp_path):
 def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
     """Every arm x grid point x seed is one run whose config holds exactly those values, in a run
     dir that names them all, uncut; the record lists each run's settings and point."""
-    arms = ablate.parse_arms(["uniform", "rank:replay.alpha=0.7,replay.beta0=0.5"])
-    grid = ablate.parse_grid(["agent.n_step=1,3", "agent.learning_rate=1e-4,2.5e-4"])
-    sweep = ablate.plan_sweep("cartpole.yaml", arms, [100], 1500, [], tmp_path / "o", grid)
+    arms = plan.parse_arms(["uniform", "rank:replay.alpha=0.7,replay.beta0=0.5"])
+    grid = plan.parse_grid(["agent.n_step=1,3", "agent.learning_rate=1e-4,2.5e-4"])
+    sweep = plan.plan_sweep("cartpole.yaml", arms, [100], 1500, [], tmp_path / "o", grid)
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/n=1,lr=0.0001/s100", "uniform/n=1,lr=0.00025/s100",
         "uniform/n=3,lr=0.0001/s100", "uniform/n=3,lr=0.00025/s100",
@@ -187,24 +189,24 @@ def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
 
 
 def test_run_dir_names_keep_two_keys_with_one_last_part_apart():
-    assert ablate.settings_label([("replay.alpha", 0.5), ("agent.alpha", 1)]) == (
+    assert plan.settings_label([("replay.alpha", 0.5), ("agent.alpha", 1)]) == (
         "replay.alpha=0.5,agent.alpha=1"
     )
-    assert ablate.settings_label([("env.id", "MinAtar/Breakout-v1"), ("agent.dueling", True)]) == (
+    assert plan.settings_label([("env.id", "MinAtar/Breakout-v1"), ("agent.dueling", True)]) == (
         "id=MinAtar-Breakout-v1,dueling=true"
     )
 
 
 def test_a_key_set_two_ways_is_refused(tmp_path):
-    rank = ablate.parse_arms("rank:replay.alpha=0.7")
-    alpha = ablate.parse_grid(["replay.alpha=0.4,0.6"])
+    rank = plan.parse_arms("rank:replay.alpha=0.7")
+    alpha = plan.parse_grid(["replay.alpha=0.4,0.6"])
     for arms, grid, sets, message in (
         (rank, alpha, [], "--grid replay.alpha is also set by an arm's settings; give it once"),
         (rank, (), ["replay.alpha=0.5"], "--set replay.alpha is also set by an arm's settings"),
         (("rank",), alpha, ["replay.alpha=0.5"], "--set replay.alpha is also set by --grid"),
     ):
         with pytest.raises(ValueError, match=message):
-            ablate.plan_sweep(
+            plan.plan_sweep(
                 "cartpole.yaml", arms, [0], 1500, [parse_override(t) for t in sets], tmp_path, grid
             )
 
@@ -222,7 +224,7 @@ def test_every_grid_value_is_validated_before_anything_starts(workdir):
 
 @pytest.mark.parametrize("value", ["[CartPole-v1, Acrobot-v1]", "CartPole-v1,Acrobot-v1"])
 def test_several_envs_in_one_sweep(tmp_path, value):
-    sweep = ablate.plan_sweep(
+    sweep = plan.plan_sweep(
         "cartpole.yaml", ("uniform",), [0], None, [parse_override(f"env.id={value}")], tmp_path
     )
     assert [(j.env_id, j.run_dir) for j in sweep.jobs] == [
@@ -234,14 +236,14 @@ def test_several_envs_in_one_sweep(tmp_path, value):
 
 def test_default_out_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0])
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0])
     assert sweep.out == Path("runs/ablate__CartPole-v1__cartpole")
 
 
 def test_config_problems_are_reported_once(tmp_path):
     with pytest.raises(ConfigError) as info:
-        ablate.plan_sweep(
-            "cartpole.yaml", ablate.ARMS, range(4), 0, [parse_override("replay.alpha=-1")], tmp_path
+        plan.plan_sweep(
+            "cartpole.yaml", plan.ARMS, range(4), 0, [parse_override("replay.alpha=-1")], tmp_path
         )
     assert info.value.problems == [
         "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --set)",
@@ -284,17 +286,16 @@ def test_refuses_a_dir_that_is_not_a_sweep(workdir):
     (workdir / "mine" / "keep.txt").write_text("precious")
     assert_bad_input(
         runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--out", "mine"]),
-        f"sweep dir mine exists, is not empty and holds no {ablate.SWEEP_FILE}; choose another "
-        "--out",
+        f"sweep dir mine exists, is not empty and holds no {plan.SWEEP_FILE}; choose another --out",
     )
     assert [p.name for p in (workdir / "mine").iterdir()] == ["keep.txt"]
 
 
 def test_refuses_to_mix_sweeps(workdir):
     """A re-run with other parameters against the same dir names what differs and runs nothing."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), range(2), 1600, [], Path("sw"))
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform", "rank"), range(2), 1600, [], Path("sw"))
     sweep.out.mkdir()
-    fileio.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    fileio.write_json(sweep.out / plan.SWEEP_FILE, sweep.record)
     result = runner.invoke(
         app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,rank", "--seeds", "3",
               "--steps", "1700", "--out", "sw", "--set", "replay.alpha=0.5"],
@@ -305,7 +306,7 @@ def test_refuses_to_mix_sweeps(workdir):
         "train.total_env_steps: 1600 -> 1700); repeat its command (adding seeds, arms, envs or "
         "grid values is fine) to resume or grow it, or choose another --out",
     )
-    assert [p.name for p in sweep.out.iterdir()] == [ablate.SWEEP_FILE]
+    assert [p.name for p in sweep.out.iterdir()] == [plan.SWEEP_FILE]
 
 
 def finish(out: Path, run_dir: str) -> None:
@@ -315,14 +316,14 @@ def finish(out: Path, run_dir: str) -> None:
 
 
 def test_a_wider_grid_or_more_seeds_plans_only_what_is_new(workdir):
-    alpha = ablate.parse_grid(["replay.alpha=0.4,0.6"])
-    first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), alpha)
+    alpha = plan.parse_grid(["replay.alpha=0.4,0.6"])
+    first = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), alpha)
     first.out.mkdir()
-    fileio.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    fileio.write_json(first.out / plan.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
-    wider = ablate.parse_grid(["replay.alpha=0.4,0.6,0.8"])
-    grown = ablate.plan_sweep(
+    wider = plan.parse_grid(["replay.alpha=0.4,0.6,0.8"])
+    grown = plan.plan_sweep(
         "cartpole.yaml", ("proportional", "rank"), [0, 1], 1500, [], Path("sw"), wider
     )
     assert [j.run_dir for j in grown.pending()] == [
@@ -336,23 +337,23 @@ def test_a_wider_grid_or_more_seeds_plans_only_what_is_new(workdir):
     assert [r["run_dir"] for r in record["runs"][:2]] == [j.run_dir for j in first.jobs]
     assert len(record["runs"]) == 12
     # a narrower re-run afterwards keeps the union: nothing planned is forgotten
-    narrow = ablate.plan_sweep("cartpole.yaml", ("rank",), [1], 1500, [], Path("sw"), alpha)
-    merged = ablate.merge_records(record, narrow.record)
+    narrow = plan.plan_sweep("cartpole.yaml", ("rank",), [1], 1500, [], Path("sw"), alpha)
+    merged = plan.merge_records(record, narrow.record)
     assert merged["runs"] == record["runs"] and merged["arms"] == record["arms"]
 
 
 def test_a_run_dir_holding_another_configs_run_is_refused(workdir):
     """A run dir whose config.yaml disagrees with the run planned there is never resumed into."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
     sweep.out.mkdir()
-    fileio.write_json(sweep.out / ablate.SWEEP_FILE, sweep.record)
+    fileio.write_json(sweep.out / plan.SWEEP_FILE, sweep.record)
     (sweep.out / "uniform/s0").mkdir(parents=True)
     held = sweep.jobs[0].config_yaml.replace("gamma: 0.99", "gamma: 0.9")
     assert held != sweep.jobs[0].config_yaml
     (sweep.out / "uniform/s0/config.yaml").write_text(held)
     with pytest.raises(ValueError, match="run dir uniform/s0 holds a run of another config "
                                          r"\(agent.gamma: 0.9 -> 0.99\)"):  # fmt: skip
-        ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
+        plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 1500, [], Path("sw"))
 
 
 @pytest.mark.parametrize(
@@ -367,37 +368,37 @@ def test_one_setting_spelled_two_ways_is_refused(workdir, replay, grid):
     """Pins a bug: a grid value given as 1 and 1.0, or an arm's settings in two orders, named two
     run dirs for one config; both were run, and the sensitivity table counted each seed twice."""
     with pytest.raises(ValueError, match=r"would hold the same run \(the same config\)"):
-        ablate.plan_sweep("cartpole.yaml", ablate.parse_arms(replay), [0], 1500, [], Path("sw"),
-                          ablate.parse_grid(grid))  # fmt: skip
+        plan.plan_sweep("cartpole.yaml", plan.parse_arms(replay), [0], 1500, [], Path("sw"),
+                          plan.parse_grid(grid))  # fmt: skip
 
 
 def test_growing_a_sweep_with_a_value_spelled_another_way_is_refused(workdir):
     """Pins a bug: a sweep run with ``alpha=0.5,1`` and grown with ``alpha=0.5,1.0`` planned the
     finished ``alpha=1`` runs again as ``alpha=1.0``."""
-    first = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"),
-                              ablate.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
+    first = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"),
+                              plan.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
     first.out.mkdir()
-    fileio.write_json(first.out / ablate.SWEEP_FILE, first.record)
+    fileio.write_json(first.out / plan.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
         (first.out / job.run_dir / "config.yaml").write_text(job.config_yaml)
-    wider = ablate.parse_grid(["replay.alpha=0.5,1.0,2"])
+    wider = plan.parse_grid(["replay.alpha=0.5,1.0,2"])
     refused = "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same"
     with pytest.raises(ValueError, match=re.escape(refused)):
-        ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), wider)
-    same = ablate.parse_grid(["replay.alpha=0.5,1,2"])
-    grown = ablate.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), same)
+        plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), wider)
+    same = plan.parse_grid(["replay.alpha=0.5,1,2"])
+    grown = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), same)
     assert [j.run_dir for j in grown.pending()] == ["proportional/alpha=2/s0"]
 
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
     """A sweep recorded before a per-dqn upgrade added a (defaulted) config key still resumes."""
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
     record = json.loads(json.dumps(sweep.record))
     del record["resolved_config"]["replay"]["sort_interval"]
     sweep.out.mkdir()
-    fileio.write_json(sweep.out / ablate.SWEEP_FILE, record)
-    again = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
+    fileio.write_json(sweep.out / plan.SWEEP_FILE, record)
+    again = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 1600, [], Path("sw"))
     assert again.pending() == list(again.jobs)
 
 
@@ -599,10 +600,10 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code, sigint
 def test_a_failing_run_is_reported_not_fatal(tmp_path):
     """A run that raises in its worker ends as an error outcome; the sweep returns and the run
     dir is left unfinished, to be redone by the next call."""
-    job = ablate.Job("CartPole-v1", "uniform", 0, "uniform/s0", "train:\n  batch_size: 0\n", "x")
-    sweep = ablate.Sweep(tmp_path / "sweep", {"runs": []}, (job,))
+    job = plan.Job("CartPole-v1", "uniform", 0, "uniform/s0", "train:\n  batch_size: 0\n", "x")
+    sweep = plan.Sweep(tmp_path / "sweep", {"runs": []}, (job,))
     seen = []
-    result = ablate.run_sweep(sweep, workers=2, on_outcome=seen.append)
+    result = local.run_sweep(sweep, workers=2, on_outcome=seen.append)
     assert not result.interrupted and result.skipped == 0
     (failed,) = result.failed
     assert seen == [failed] and failed.job == job
@@ -710,10 +711,10 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
         assert_no_duplicated_steps(run_dir)
 
     # seed 0 never stopped, in this process
-    job = ablate.plan_sweep("cartpole.yaml", ("uniform",), [0], steps,
+    job = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], steps,
                             [parse_override(t) for t in args[args.index("--set") + 1 :: 2]],
                             tmp_path / "ref").jobs[0]  # fmt: skip
-    trainer = Trainer(ablate._job_config(job), job.config_name)
+    trainer = Trainer(job_config(job), job.config_name)
     try:
         trainer.run(tmp_path / "ref" / "run")
     finally:
@@ -749,7 +750,7 @@ def assert_no_duplicated_steps(run_dir: Path) -> None:
      ("0-1, 5", (0, 1, 5)), ("7-7", (7,))],
 )  # fmt: skip
 def test_seeds_as_a_count_a_range_or_a_list(text, seeds):
-    assert ablate.parse_seeds(text) == seeds
+    assert plan.parse_seeds(text) == seeds
 
 
 @pytest.mark.parametrize(
@@ -760,7 +761,7 @@ def test_seeds_as_a_count_a_range_or_a_list(text, seeds):
 )  # fmt: skip
 def test_bad_seeds_are_one_line(text, message):
     with pytest.raises(ValueError, match=message):
-        ablate.parse_seeds(text)
+        plan.parse_seeds(text)
 
 
 def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
@@ -770,7 +771,7 @@ def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 2 and "ends before it starts" in result.output
     assert not (tmp_path / "sw").exists()
-    sweep = ablate.plan_sweep("cartpole.yaml", ("uniform", "rank"), ablate.parse_seeds("100-101"),
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform", "rank"), plan.parse_seeds("100-101"),
                               1500, [], tmp_path / "sw")  # fmt: skip
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/s100", "rank/s100", "uniform/s101", "rank/s101"

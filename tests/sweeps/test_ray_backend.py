@@ -47,7 +47,9 @@ from per_dqn import rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import parse_override
 from per_dqn.run import Trainer
-from per_dqn.sweeps import ablate, ray_backend
+from per_dqn.sweeps import plan
+from per_dqn.sweeps.backends import ray as ray_backend
+from per_dqn.sweeps.job import job_config
 from per_dqn.sweeps.progress import SweepProgress
 
 runner = CliRunner()
@@ -81,7 +83,8 @@ def test_without_the_extra_the_ray_backend_is_one_line(tmp_path, monkeypatch):
 
 def test_the_local_backend_never_imports_ray(tmp_path):
     code = (
-        "import sys; from per_dqn.sweeps import ablate; from per_dqn import cli; "
+        "import sys; from per_dqn.sweeps import plan; from per_dqn.sweeps.backends import local; "
+        "from per_dqn import cli; "
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     found = subprocess.run(
@@ -164,7 +167,7 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     import ray
 
     overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
-    sweep = ablate.plan_sweep(
+    sweep = plan.plan_sweep(
         "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600, overrides, tmp_path / "sweep"
     )
     sweep.out.mkdir()
@@ -459,11 +462,11 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     assert s["provenance"]["ray"]["attempt"] == 1
     assert_no_duplicated_steps(run_dir)
 
-    job = ablate.plan_sweep(
+    job = plan.plan_sweep(
         "cartpole.yaml", ("uniform",), [0], 1200, [parse_override(t) for t in texts],
         tmp_path / "ref",
     ).jobs[0]  # fmt: skip
-    trainer = Trainer(ablate._job_config(job), job.config_name)
+    trainer = Trainer(job_config(job), job.config_name)
     try:
         trainer.run(tmp_path / "ref" / "run")
     finally:

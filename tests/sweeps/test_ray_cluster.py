@@ -29,7 +29,7 @@ import pytest
 from test_ablate import ROOT, sets
 from test_ray_backend import assert_same_runs, ray_args
 
-from per_dqn.sweeps import ray_backend
+from per_dqn.sweeps.backends import ray as ray_backend
 
 # A /30 of the module's own: the veth pair between the two namespaces, and nothing else.
 HEAD_IP, WORKER_IP, PREFIX = "10.231.0.1", "10.231.0.2", 30

@@ -1,7 +1,7 @@
 """Sweeps on a Ray cluster: the runs ``ablate`` plans, each a Ray task holding its resources.
 
-``per-dqn ablate ... --backend ray`` runs the same plan as the local backend (``ablate.plan_sweep``:
-the pairing, the run dirs, the record) through the same ``ablate._run_job`` as a local worker, so
+``per-dqn ablate ... --backend ray`` runs the same plan as the local backend (``plan.plan_sweep``:
+the pairing, the run dirs, the record) through the same ``job.run_job`` as a local worker, so
 skipping finished runs, resuming from checkpoints and ``report`` are one code path, and a run on
 CPU gives the same summary and ``model.pt`` under either backend. Only where a run executes
 changes: a task on any node of the cluster, with ``--cpus-per-run`` CPUs and ``--gpus-per-run``
@@ -22,7 +22,7 @@ starts: the driver writes a marker file into the sweep dir and a task on every a
 back; a node that cannot is one line naming it, and the sweep is refused.
 
 Faults: a task whose worker process dies (SIGKILL, out of memory, a node leaving) is retried by
-Ray up to ``--retries`` times; the retry's ``_run_job`` resumes from the run's newest usable
+Ray up to ``--retries`` times; the retry's ``run_job`` resumes from the run's newest usable
 checkpoint, as a re-run of the sweep would (the dead worker's run dir lock went with it). A run that
 fails on its own terms (a bad config, the loss turning NaN) returns an ``Outcome`` with its error
 instead of raising, so it is never retried, and is reported as on the local backend.
@@ -31,7 +31,13 @@ Ctrl-C or SIGTERM on the driver creates the stop file ``DIR/.ray-stop``; every t
 ``stat`` every half second, as cheap as the local workers' signal flag) and stops its run the way
 Ctrl-C stops ``per-dqn train``: between two env steps, with a checkpoint and an interrupted summary.
 The same command then resumes the sweep. Since the tasks see the sweep dir (the storage check
-proved it), the file reaches every node with no channel of its own.
+proved it), the file reaches every node with no channel of its own. Ctrl-C or SIGTERM while the
+cluster starts or is checked, before any run, shuts down what was started and ends the command
+with one line (``RayBackend.prepare``).
+
+One module though past 500 lines: the driver's side (the cluster's lifecycle, the storage check,
+the stop file, the display's poll) and the tasks' side (``_run_task``, ``_StopFile``, the board)
+are two halves of one protocol, and each half is read against the other.
 """
 
 from __future__ import annotations
@@ -44,17 +50,18 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from per_dqn import provenance
-from per_dqn.sweeps import ablate
-from per_dqn.sweeps.ablate import Job, Outcome, Sweep, SweepResult
+from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
+from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
+from per_dqn.sweeps.job import Outcome, SweepResult, error_line, job_config, preflight, run_job
+from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import RunProgress, SweepProgress
 from per_dqn.tags import PERF_SPS
 
@@ -67,8 +74,6 @@ MISSING_RAY = (
 STOP_FILE = ".ray-stop"
 # How often a task looks for the stop file, in seconds.
 STOP_POLL_SECONDS = 0.5
-# After Ctrl-C, how long the tasks get to checkpoint and write their summaries.
-STOP_GRACE_SECONDS = ablate.STOP_GRACE_SECONDS
 # How long the storage check waits for its tasks (a busy cluster still runs a 0-CPU task soon).
 STORAGE_CHECK_SECONDS = 120.0
 # Set to 0 before Ray is imported, it keeps a single-node cluster on 127.0.0.1 (ray 2.60).
@@ -251,7 +256,7 @@ class Cluster:
             marker.unlink(missing_ok=True)
 
     def preflight(self, sweep: Sweep) -> None:
-        """``ablate.preflight`` as one Ray task holding a run's resources: the envs, the device
+        """``job.preflight`` as one Ray task holding a run's resources: the envs, the device
         and the memory are checked where the runs will be, not on the driver (a CPU-only driver
         may send runs to GPU nodes).
 
@@ -274,10 +279,10 @@ class Cluster:
         progress: SweepProgress | None = None,
     ) -> SweepResult:
         """Writes ``sweep.json`` and runs the unfinished runs as Ray tasks, as
-        ``ablate.run_sweep`` runs them in worker processes.
+        ``local.run_sweep`` runs them in worker processes.
 
         Args:
-            sweep: from ``ablate.plan_sweep``, with the storage checked (``check_storage``).
+            sweep: from ``plan.plan_sweep``, with the storage checked (``check_storage``).
             on_outcome: called in this process as each run ends.
             progress: shown the runs done, running (with each one's steps and SPS, which the
                 tasks report through a Ray actor at every log point) and pending.
@@ -291,7 +296,8 @@ class Cluster:
         stop_file = out / STOP_FILE
         # A stop file left by a driver that was killed would stop every run at once.
         stop_file.unlink(missing_ok=True)
-        result, todo = ablate.start_sweep(sweep)
+        todo = start_sweep(sweep)
+        result = SweepResult(skipped=len(sweep.jobs) - len(todo))
         if not todo:
             return result
         done = len(sweep.jobs) - len(todo)
@@ -346,7 +352,7 @@ class Cluster:
             return Outcome(
                 job,
                 error=f"its Ray task failed after {self.options.retries} retries: "
-                + ablate.error_line(exc).splitlines()[0][:500],
+                + error_line(exc).splitlines()[0][:500],
             )
 
 
@@ -413,29 +419,26 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
         kwargs |= {"num_cpus": cpus, "include_dashboard": True, "dashboard_host": "127.0.0.1"}
     else:
         kwargs["address"] = options.address
-    handler = signal.getsignal(signal.SIGTERM)
     # the processes this one had before Ray's: never Ray's to end (a test's own head node, say)
     others = _descendants({}) if options.address is None else None
-    try:
-        context = ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = options.address or "a local cluster"
-        raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
-    except SystemExit as exc:
-        _shutdown(ray, others)
-        # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15): the
-        # caller's handler gets the signal instead.
-        if exc.code == signal.SIGTERM and callable(handler):
-            handler(signal.SIGTERM, None)
-        raise
-    except BaseException:  # Ctrl-C while it started: nothing of it stays
-        _shutdown(ray, others)
-        raise
-    finally:
-        # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15):
-        # the caller's, which stops the sweep cleanly, stays.
-        if handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, handler)
+    # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15): the
+    # caller's, which stops the sweep cleanly, is put back.
+    with kept_handler(signal.SIGTERM) as handler:
+        try:
+            context = ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = options.address or "a local cluster"
+            raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
+        except SystemExit as exc:
+            _shutdown(ray, others)
+            # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15):
+            # the caller's handler gets the signal instead.
+            if exc.code == signal.SIGTERM and callable(handler):
+                handler(signal.SIGTERM, None)
+            raise
+        except BaseException:  # Ctrl-C while it started: nothing of it stays
+            _shutdown(ray, others)
+            raise
     try:
         if options.address is None:
             # A cluster started for one sweep never listens beyond this machine: checked, since
@@ -458,6 +461,96 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
         )
     finally:
         _shutdown(ray, others)
+
+
+# The ``backends.Options`` fields this backend takes.
+OPTIONS = frozenset({"workers", "address", "cpus_per_run", "gpus_per_run", "retries"})
+
+
+def create(options: Options) -> RayBackend:
+    """The Ray backend from ``ablate``'s options, checked (``check_options``).
+
+    Raises:
+        ValueError: one line naming a bad option and its value, or ``MISSING_RAY``.
+    """
+    return RayBackend(
+        check_options(
+            RayOptions(
+                address=options.address,
+                cpus_per_run=1.0 if options.cpus_per_run is None else options.cpus_per_run,
+                gpus_per_run=0.0 if options.gpus_per_run is None else options.gpus_per_run,
+                retries=DEFAULT_RETRIES if options.retries is None else options.retries,
+                local_cpus=options.workers,
+            )
+        )
+    )
+
+
+class RayBackend:
+    """``backends.Backend`` on a Ray cluster: ``prepare`` connects (or starts a local cluster),
+    checks that the workers see the sweep dir and that a worker can build each env's trainer;
+    ``run`` runs the sweep with a live display of the runs in progress.
+
+    Args:
+        options: from ``check_options``.
+    """
+
+    def __init__(self, options: RayOptions) -> None:
+        self.options = options
+        self.cluster: Cluster | None = None
+        self.todo: Sequence[Job] = ()
+
+    def check(self, sweep: Sweep, todo: Sequence[Job]) -> None:
+        """Nothing to check on the driver: the envs and the device are checked on a worker, where
+        the runs will be (a CPU-only driver may send runs to GPU nodes), in ``prepare``."""
+
+    @contextlib.contextmanager
+    def prepare(self, sweep: Sweep, todo: Sequence[Job]) -> Iterator[list[str]]:
+        """Connects to the cluster (or starts a local one), checks the storage and preflights;
+        disconnects (shutting a local cluster down) on the way out.
+
+        Until it is ready, Ctrl-C or SIGTERM end the command with one line, leaving no cluster it
+        started: they raise ``KeyboardInterrupt`` at once (``connect`` keeps that handler in place
+        of Ray's own, which exits at once, code 15), and everything started is shut down before
+        ``Interrupted`` is raised.
+
+        Yields:
+            The line to print: where the cluster is, its nodes, CPUs and dashboard.
+
+        Raises:
+            ValueError: no cluster, it cannot see the sweep dir, or a run cannot start on it.
+            Interrupted: Ctrl-C or SIGTERM came first.
+        """
+        with contextlib.ExitStack() as connected:
+            stop = StopSignals(raise_first=True)
+            try:
+                with stop:
+                    cluster = connected.enter_context(connect(self.options))
+                    cluster.check_storage(sweep.out)
+                    cluster.preflight(sweep)
+            except KeyboardInterrupt:
+                connected.close()  # the local cluster, if it was started, goes now
+                code = EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED
+                raise Interrupted(
+                    "interrupted while connecting to Ray, before any run started",
+                    code if stop.received else None,  # None: not a signal of ours
+                ) from None
+            self.cluster, self.todo = cluster, todo
+            try:
+                yield [f"ray: {cluster.describe()}"]
+            finally:
+                self.cluster = None
+
+    def describe(self, todo: Sequence[Job]) -> str:
+        return "Ray"
+
+    def run(self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None) -> SweepResult:
+        """Runs the sweep on the prepared cluster, with the runs done, running (steps, SPS) and
+        pending shown on stderr; the live display ends before the caller writes the report."""
+        assert self.cluster is not None, "run() needs prepare()"
+        finished = len(sweep.jobs) - len(self.todo)
+        with SweepProgress(len(sweep.jobs), finished, self.cluster.dashboard_url) as progress:
+            return self.cluster.run_sweep(sweep, on_outcome, progress)
 
 
 def _shutdown(ray: Any, others: dict[int, str] | None) -> None:
@@ -543,11 +636,11 @@ def _preflight(sweep: Sweep) -> str | None:
     import ray
 
     try:
-        ablate.preflight(sweep)
+        preflight(sweep)
     except ValueError as exc:
         return f"on Ray node {ray.util.get_node_ip_address()}: {exc}"
     except Exception as exc:  # what the driver's own preflight would let through, as one line
-        return f"on Ray node {ray.util.get_node_ip_address()}: {ablate.error_line(exc)}"
+        return f"on Ray node {ray.util.get_node_ip_address()}: {error_line(exc)}"
     return None
 
 
@@ -618,7 +711,7 @@ def _where_this_runs() -> dict[str, Any]:
 
 
 def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -> Outcome:
-    """One run in a Ray worker, exactly as a local worker runs it (``ablate._run_job``): resumed
+    """One run in a Ray worker, exactly as a local worker runs it (``job.run_job``): resumed
     from its newest usable checkpoint, stopped by the stop file, reporting its progress to
     ``board`` (a ``_Board`` actor). Its own failure is returned, not raised, so that Ray does not
     retry it.
@@ -632,11 +725,11 @@ def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -
         return Outcome(job, interrupted=True)
     own_argv, sys.argv = sys.argv, list(argv)
     try:
-        total = ablate._job_config(job).train.total_env_steps
+        total = job_config(job).train.total_env_steps
         reporter = _Reporter(board, job.run_dir, total)
         with provenance.recorded(ray=_where_this_runs()):
-            return ablate._run_job(job, Path(out), stop, callbacks=(reporter,))
+            return run_job(job, Path(out), stop, callbacks=(reporter,))
     except Exception as exc:
-        return Outcome(job, error=ablate.error_line(exc))
+        return Outcome(job, error=error_line(exc))
     finally:
         sys.argv = own_argv

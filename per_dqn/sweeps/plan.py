@@ -1,4 +1,4 @@
-"""Paired multi-seed sweeps: every env x arm x grid point x seed, run in worker processes.
+"""Planning a sweep: every env x arm x grid point x seed, its run dirs and its record.
 
 An *arm* is a replay kind, optionally with its own settings, the way the PER paper ran its arms
 (``--replay "rank:replay.alpha=0.7,replay.beta0=0.5"``); a *grid* crosses any config keys with the
@@ -21,38 +21,28 @@ of another config, rather than mixing runs.
 
 Re-running a sweep skips finished runs (a ``summary.json`` with ``interrupted: false``) and
 resumes the others from their newest usable checkpoint, as ``per-dqn train --resume`` would (a run
-with none is cleared and redone from zero), so a sweep survives Ctrl-C, a crash or a reboot.
-
-Each worker is a ``spawn``-ed process that builds a ``Trainer`` and runs it into its run dir
-exactly as ``per-dqn train --quiet --run-dir ...`` would, one run at a time, torch on
-``run.torch_threads`` threads (1 by default), holding the run dir's writer lock
-(``rundir.RunDirLock``) so that no other command writes there meanwhile. Ctrl-C or SIGTERM
-interrupts the runs in progress the way they interrupt ``per-dqn train`` (stop between two env
-steps, checkpoint, summary marked ``interrupted``) and starts no new run.
-
-A sweep dies as a whole: a worker whose parent dies, even by SIGKILL, gets SIGTERM from the kernel
-(``prctl(PR_SET_PDEATHSIG)`` on Linux; elsewhere it notices at its next env step that its parent
-changed) and stops its run the same way, so no orphan keeps writing into a run dir that the next
-``ablate`` resumes.
+with none is cleared and redone from zero; ``per_dqn.sweeps.job``), so a sweep survives Ctrl-C, a
+crash or a reboot. Where the runs execute is a backend's choice (``per_dqn.sweeps.backends``);
+what every backend does first, taking the sweep dir's lock and writing ``sweep.json``
+(``lock_sweep_dir``, ``start_sweep``), is here.
 
 Run dirs and ``sweep.json`` are read through ``per_dqn.sweeps.runs``, never the report writer, so
-that deciding which runs are left to do imports no plotting and no statistics
-(``tests/test_architecture.py`` checks it); the CLI writes the report once the sweep ends.
+that deciding which runs are left to do imports no plotting and no statistics, and planning builds
+no trainer (``tests/test_architecture.py`` checks both); the CLI writes the report once the sweep
+ends.
+
+One module though past 500 lines: parsing the axes, planning the runs, merging the record and
+refusing a sweep dir that holds something else are one set of rules about what a sweep is, and
+change together.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
-import multiprocessing as mp
 import os
-import queue
-import signal
-import time
-import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +55,6 @@ from per_dqn.config import (
     parse_override,
     parse_yaml,
     resolve_config_path,
-    validate_config,
 )
 from per_dqn.fileio import write_json
 from per_dqn.metrics import flatten_config
@@ -75,8 +64,6 @@ from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, settings_label
 
 # The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
 SWEEP_AXES = ("env.id", "replay.kind", "run.seed")
-# After Ctrl-C, how long interrupted runs get to write their summaries before being killed.
-STOP_GRACE_SECONDS = 60.0
 # sweep.json's layout: 2 added arm settings, the grid and per-run points (1 is still read).
 SWEEP_FORMAT = 2
 
@@ -605,243 +592,13 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
         try:
             held = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
         except (OSError, ConfigError):
-            return  # unreadable: _run_job clears an unfinished run dir; a finished one is kept
+            return  # unreadable: run_job clears an unfinished run dir; a finished one is kept
         diffs = _config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
         if diffs:
             raise ValueError(
                 f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "
                 f"({'; '.join(diffs)}); choose another --out"
             )
-
-
-def preflight(sweep: Sweep) -> None:
-    """Builds (and closes) one trainer per env, so that an unusable env or device fails before
-    anything is written, as ``per-dqn train`` does.
-
-    Raises:
-        ValueError: the message starts with the config and the key to blame (an allocation
-            that fails included).
-    """
-    from per_dqn.plan import allocation_failure
-    from per_dqn.run import Trainer
-
-    seen = set()
-    for job in sweep.jobs:
-        if job.env_id in seen:
-            continue
-        seen.add(job.env_id)
-        config = _job_config(job)
-        try:
-            Trainer(config, job.config_name).close()
-        except ValueError as exc:
-            raise ValueError(f"{sweep.record['config']}: {exc}") from None
-        except (MemoryError, RuntimeError) as exc:  # a replay memory or network too large
-            line = allocation_failure(exc, config)
-            if line is None:
-                raise
-            raise ValueError(f"{sweep.record['config']}: {line}") from None
-
-
-def _job_config(job: Job) -> Config:
-    label = f"{job.run_dir}/config.yaml"
-    return validate_config(parse_yaml(job.config_yaml, label), label)
-
-
-# --- running --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one run ended.
-
-    Attributes:
-        job: the run.
-        final_return: its final evaluation's mean return (None unless it finished).
-        wall_seconds: its wall time.
-        interrupted: Ctrl-C stopped it.
-        error: the exception that ended it, if one did.
-    """
-
-    job: Job
-    final_return: float | None = None
-    wall_seconds: float = 0.0
-    interrupted: bool = False
-    error: str | None = None
-
-
-@dataclass
-class SweepResult:
-    """What ``run_sweep`` did.
-
-    Attributes:
-        skipped: runs already finished before this call.
-        outcomes: one per run started, in the order they ended.
-        interrupted: Ctrl-C stopped the sweep.
-    """
-
-    skipped: int = 0
-    outcomes: list[Outcome] = field(default_factory=list)
-    interrupted: bool = False
-
-    @property
-    def failed(self) -> list[Outcome]:
-        """Runs that ended in an error."""
-        return [o for o in self.outcomes if o.error is not None]
-
-
-def _run_job(
-    job: Job,
-    out: Path,
-    should_stop: Callable[[], bool] | None = None,
-    callbacks: Sequence[Any] = (),
-) -> Outcome:
-    """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
-    lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
-    unfinished run dir is cleared and the run starts from zero. ``callbacks`` are the run's
-    (``per_dqn.run.Callback``): the Ray backend's report its progress.
-
-    Raises:
-        RunDirInUse: another process writes the run dir.
-    """
-    from per_dqn import checkpoint as ckpt
-    from per_dqn.run import Trainer
-
-    config = _job_config(job)
-    run_dir = out / job.run_dir
-    with rundir.lock_run_dir(run_dir):
-        summary = runs.read_summary(run_dir)
-        if summary is not None and summary.get("interrupted") is False:
-            # Finished by another command since this sweep was planned.
-            return Outcome(job, summary["final_eval_return_mean"], summary["wall_seconds"])
-        trainer = Trainer(config, job.config_name)
-        try:
-            found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
-            # A final checkpoint without a finished summary (killed between the two writes) is
-            # not continued: that would evaluate a second time and score the run differently
-            # from one never stopped.
-            resumed = found.path is not None and not found.manifest.get("final")
-            if resumed:
-                try:
-                    trainer.load_checkpoint(found.path)
-                except ckpt.CheckpointError:
-                    resumed = False
-                    trainer.close()  # it may hold part of the checkpoint
-                    trainer = Trainer(config, job.config_name)
-            if not resumed:
-                _clear_run_dir(run_dir)
-            summary = trainer.run(run_dir, should_stop=should_stop, callbacks=callbacks)
-        finally:
-            trainer.close()
-    return Outcome(
-        job,
-        final_return=summary["final_eval_return_mean"],
-        wall_seconds=summary["wall_seconds"],
-        interrupted=summary["interrupted"],
-    )
-
-
-def error_line(exc: BaseException) -> str:
-    """An exception as one line, its type included: ``ValueError: train.lr: must be > 0``."""
-    return " ".join("".join(traceback.format_exception_only(exc)).split())
-
-
-def _clear_run_dir(run_dir: Path) -> None:
-    """Deletes what an unfinished run left (its events would mix with the redo), lock aside."""
-    import shutil
-
-    for path in run_dir.iterdir():
-        if path.name == rundir.LOCK_FILE:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
-# Set in a worker by its first SIGINT or SIGTERM during a run; the run polls it between env steps.
-_STOP_REQUESTED = False
-# The sweep's process: a worker whose parent changes has lost it (it was reparented).
-_PARENT_PID: int | None = None
-# linux/prctl.h: deliver a signal to this process when the thread that created it exits.
-_PR_SET_PDEATHSIG = 1
-
-
-def _request_stop(signum: int, frame: Any) -> None:
-    """Asks the run in progress to stop at its next env step; later SIGINTs are ignored (a
-    terminal's Ctrl-C reaches a worker directly and again through the parent).
-
-    Nothing is raised here: an exception thrown from a signal handler lands wherever the main
-    thread happens to be, which can be inside a library holding a lock (TensorBoard's event
-    writer, a queue), and the worker could then hang instead of writing its summary.
-    """
-    global _STOP_REQUESTED
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _STOP_REQUESTED = True
-
-
-def _parent_is_gone() -> bool:
-    return _PARENT_PID is not None and os.getppid() != _PARENT_PID
-
-
-def _stop_requested() -> bool:
-    # The getppid poll is the fallback where PR_SET_PDEATHSIG is missing: ~1 us a call (timeit
-    # on the 2-core dev VM), next to the ~2 ms of a CartPole env step with learning.
-    return _STOP_REQUESTED or _parent_is_gone()
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Has the kernel send this process SIGTERM when its parent dies, however it dies.
-
-    Linux only (``prctl``); elsewhere ``_stop_requested`` polls the parent's pid instead. A parent
-    that died before the call is caught by that poll too.
-    """
-    global _PARENT_PID
-    _PARENT_PID = parent_pid
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | None = None) -> None:
-    """A worker process: runs jobs from ``jobs`` until a ``None``, ``stop`` is set, or the sweep's
-    process (``parent_pid``) is gone.
-
-    SIGINT is ignored between runs (the parent decides when the sweep stops) and, during one,
-    asks ``Trainer.run`` to stop at its next env step, which it ends with a checkpoint and an
-    interrupted summary. SIGTERM (also what the kernel sends when the parent dies) always asks
-    for that stop, and between runs ends the worker.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _request_stop)
-    if parent_pid is not None:
-        _die_with_parent(parent_pid)
-    while True:
-        try:
-            # A timeout, so that a worker left without its parent between runs notices.
-            job = jobs.get(timeout=0.5)
-        except queue.Empty:
-            if _stop_requested():
-                results.cancel_join_thread()  # nobody may be left to read it
-                return
-            continue
-        if job is None or stop.is_set() or _stop_requested():
-            return
-        signal.signal(signal.SIGINT, _request_stop)
-        try:
-            outcome = _run_job(job, out, _stop_requested)
-        except KeyboardInterrupt:
-            outcome = Outcome(job, interrupted=True)
-        except Exception as exc:
-            outcome = Outcome(job, error=error_line(exc))
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if _parent_is_gone():
-            results.cancel_join_thread()
-        results.put(outcome)
-        if outcome.interrupted:
-            return
 
 
 def lock_sweep_dir(sweep: Sweep) -> rundir.RunDirLock:
@@ -856,12 +613,36 @@ def lock_sweep_dir(sweep: Sweep) -> rundir.RunDirLock:
     return lock
 
 
-def start_sweep(sweep: Sweep) -> tuple[SweepResult, list[Job]]:
-    """What every backend does first: writes ``sweep.json`` (the record on disk grown by this
-    plan) and lists the runs left to do; the finished ones count as skipped.
+def first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (None: it exists):
+    what ``lock_sweep_dir`` will create, and ``remove_created`` removes if the sweep is refused."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def remove_created(path: Path, top: Path) -> None:
+    """Removes ``path`` (its lock file aside, it must be empty) and its parents up to ``top``:
+    a sweep refused once its dir was locked leaves no dir behind that it created."""
+    (path / rundir.LOCK_FILE).unlink(missing_ok=True)
+    for directory in (path, *path.parents):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        if directory == top:
+            return
+
+
+def start_sweep(sweep: Sweep) -> list[Job]:
+    """What every backend does first, with the sweep dir locked: writes ``sweep.json`` (the record
+    on disk grown by this plan) and lists the runs left to do.
 
     Returns:
-        A result holding the skipped count, and the unfinished jobs in the plan's order.
+        The unfinished jobs in the plan's order; the others are finished (skipped).
     """
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
@@ -876,108 +657,4 @@ def start_sweep(sweep: Sweep) -> tuple[SweepResult, list[Job]]:
         record["grown"] = [*old.get("grown", []), grown]
     if record != old:
         write_json(out / SWEEP_FILE, record)
-    result = SweepResult()
-    todo = []
-    for job in sweep.jobs:
-        if runs.is_finished(out / job.run_dir):
-            result.skipped += 1
-        else:
-            todo.append(job)
-    return result, todo
-
-
-def run_sweep(
-    sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
-) -> SweepResult:
-    """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
-    run from its newest usable checkpoint when it has one.
-
-    Args:
-        sweep: from ``plan_sweep`` (whose checks this relies on).
-        workers: processes at most (never more than there are runs to do).
-        on_outcome: called in this process as each run ends.
-
-    Returns:
-        What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
-        keep an interrupted summary, and are resumed by the next call).
-    """
-    out = sweep.out
-    result, todo = start_sweep(sweep)
-    if not todo:
-        return result
-
-    ctx = mp.get_context("spawn")
-    jobs, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-    # After Ctrl-C, jobs no worker took stay queued; exiting must not wait to flush them.
-    jobs.cancel_join_thread()
-    count = min(workers, len(todo))
-    for job in todo:
-        jobs.put(job)
-    for _ in range(count):
-        jobs.put(None)
-    procs = [
-        ctx.Process(target=_worker, args=(out, jobs, results, stop, os.getpid()))
-        for _ in range(count)
-    ]
-    ended: set[str] = set()
-
-    def record(outcome: Outcome) -> None:
-        ended.add(outcome.job.run_dir)
-        result.outcomes.append(outcome)
-        if outcome.interrupted:
-            result.interrupted = True
-        if on_outcome is not None:
-            on_outcome(outcome)
-
-    try:
-        for proc in procs:
-            proc.start()
-        while len(ended) < len(todo) and any(p.is_alive() for p in procs):
-            try:
-                record(results.get(timeout=0.5))
-            except queue.Empty:
-                pass
-        # Results put just before a worker exited may still be in the pipe.
-        while len(ended) < len(todo):
-            try:
-                record(results.get(timeout=0.5))
-            except queue.Empty:
-                break
-    except KeyboardInterrupt:
-        result.interrupted = True
-        _stop_workers(procs, stop, results, record)
-    finally:
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        jobs.close()
-        results.close()
-    if not result.interrupted:
-        for job in todo:
-            if job.run_dir not in ended:  # a worker died (killed, out of memory) mid-run
-                record(Outcome(job, error="its worker process died without a result"))
-    return result
-
-
-def _stop_workers(procs: list, stop: Any, results: Any, record: Callable) -> None:
-    """After Ctrl-C: no new runs; runs in progress are interrupted and write their summaries."""
-    stop.set()
-    # A terminal's Ctrl-C already reached the workers (same process group); a SIGINT sent to
-    # this process alone did not, so pass it on. Idle workers ignore it.
-    for proc in procs:
-        if proc.is_alive() and proc.pid is not None:
-            try:
-                os.kill(proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    try:
-        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
-            try:
-                record(results.get(timeout=0.2))
-            except queue.Empty:
-                pass
-    except KeyboardInterrupt:
-        pass  # a second Ctrl-C: stop waiting; the caller kills what is left
+    return [job for job in sweep.jobs if not runs.is_finished(out / job.run_dir)]

@@ -1,0 +1,167 @@
+"""Running one job of a sweep in this process, the same way under every backend.
+
+A job runs exactly as ``per-dqn train --quiet --run-dir ...`` would, holding its run dir's writer
+lock (``rundir.RunDirLock``) so that no other command writes there meanwhile: a run with a usable
+checkpoint is resumed from it (``train --resume``), any other unfinished run dir is cleared and the
+run starts from zero. A local worker process and a Ray task both call ``run_job``, so skipping
+finished runs, resuming and the run dir's contents are one code path, and a run on CPU gives the
+same summary and ``model.pt`` under either backend.
+
+Also here: ``preflight``, the trainer built once per env before a sweep writes anything (it needs
+what a job needs, and is the only other place a sweep builds a ``Trainer``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from per_dqn import rundir
+from per_dqn.config import Config, parse_yaml, validate_config
+from per_dqn.stopping import ShouldStop
+from per_dqn.sweeps import runs
+from per_dqn.sweeps.plan import Job, Sweep
+
+
+def job_config(job: Job) -> Config:
+    """The job's resolved config, validated (its ``config_yaml`` as ``run_dir/config.yaml``)."""
+    label = f"{job.run_dir}/config.yaml"
+    return validate_config(parse_yaml(job.config_yaml, label), label)
+
+
+def preflight(sweep: Sweep) -> None:
+    """Builds (and closes) one trainer per env, so that an unusable env or device fails before
+    anything is written, as ``per-dqn train`` does.
+
+    Raises:
+        ValueError: the message starts with the config and the key to blame (an allocation
+            that fails included).
+    """
+    from per_dqn.plan import allocation_failure
+    from per_dqn.run import Trainer
+
+    seen = set()
+    for job in sweep.jobs:
+        if job.env_id in seen:
+            continue
+        seen.add(job.env_id)
+        config = job_config(job)
+        try:
+            Trainer(config, job.config_name).close()
+        except ValueError as exc:
+            raise ValueError(f"{sweep.record['config']}: {exc}") from None
+        except (MemoryError, RuntimeError) as exc:  # a replay memory or network too large
+            line = allocation_failure(exc, config)
+            if line is None:
+                raise
+            raise ValueError(f"{sweep.record['config']}: {line}") from None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run ended.
+
+    Attributes:
+        job: the run.
+        final_return: its final evaluation's mean return (None unless it finished).
+        wall_seconds: its wall time.
+        interrupted: Ctrl-C stopped it.
+        error: the exception that ended it, if one did.
+    """
+
+    job: Job
+    final_return: float | None = None
+    wall_seconds: float = 0.0
+    interrupted: bool = False
+    error: str | None = None
+
+
+@dataclass
+class SweepResult:
+    """What a backend's ``run`` did.
+
+    Attributes:
+        skipped: runs already finished before this call.
+        outcomes: one per run started, in the order they ended.
+        interrupted: Ctrl-C stopped the sweep.
+    """
+
+    skipped: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[Outcome]:
+        """Runs that ended in an error."""
+        return [o for o in self.outcomes if o.error is not None]
+
+
+def run_job(
+    job: Job,
+    out: Path,
+    should_stop: ShouldStop | None = None,
+    callbacks: Sequence[Any] = (),
+) -> Outcome:
+    """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
+    lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
+    unfinished run dir is cleared and the run starts from zero. ``callbacks`` are the run's
+    (``per_dqn.run.Callback``): the Ray backend's report its progress.
+
+    Raises:
+        RunDirInUse: another process writes the run dir.
+    """
+    from per_dqn import checkpoint as ckpt
+    from per_dqn.run import Trainer
+
+    config = job_config(job)
+    run_dir = out / job.run_dir
+    with rundir.lock_run_dir(run_dir):
+        summary = runs.read_summary(run_dir)
+        if summary is not None and summary.get("interrupted") is False:
+            # Finished by another command since this sweep was planned.
+            return Outcome(job, summary["final_eval_return_mean"], summary["wall_seconds"])
+        trainer = Trainer(config, job.config_name)
+        try:
+            found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+            # A final checkpoint without a finished summary (killed between the two writes) is
+            # not continued: that would evaluate a second time and score the run differently
+            # from one never stopped.
+            resumed = found.path is not None and not found.manifest.get("final")
+            if resumed:
+                try:
+                    trainer.load_checkpoint(found.path)
+                except ckpt.CheckpointError:
+                    resumed = False
+                    trainer.close()  # it may hold part of the checkpoint
+                    trainer = Trainer(config, job.config_name)
+            if not resumed:
+                clear_run_dir(run_dir)
+            summary = trainer.run(run_dir, should_stop=should_stop, callbacks=callbacks)
+        finally:
+            trainer.close()
+    return Outcome(
+        job,
+        final_return=summary["final_eval_return_mean"],
+        wall_seconds=summary["wall_seconds"],
+        interrupted=summary["interrupted"],
+    )
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as one line, its type included: ``ValueError: train.lr: must be > 0``."""
+    return " ".join("".join(traceback.format_exception_only(exc)).split())
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Deletes what an unfinished run left (its events would mix with the redo), lock aside."""
+    for path in run_dir.iterdir():
+        if path.name == rundir.LOCK_FILE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
