@@ -14,7 +14,14 @@
 Every failure a user can cause is raised as a ``ValueError`` whose message is one line naming the
 key, the path or the value (``ConfigError`` for configs, ``RunDirError`` for run dirs,
 ``CheckpointError`` for checkpoints); a run dir another process is writing is refused, and a
-refused call leaves nothing on disk. The command line calls the same code.
+refused call leaves nothing on disk; a run whose loss or weights diverged raises ``DivergedError``
+and a file that cannot be written ``WriteError`` (an ``OSError`` naming the file).
+
+The command line calls the same code, and only through this module: beside ``train`` and
+``resume`` it uses their steps, which a script may use too (``new_run_dir``, ``build_trainer``,
+``lock_run_dir``, ``run_trainer``; ``prepare_resume``; ``list_checkpoints``), ``evaluate_run``
+(``per-dqn eval``) and ``memory_plan`` (``per-dqn plan``). ``Policy``, ``load`` and
+``evaluate_run`` live in ``per_dqn.policy``.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from per_dqn import checkpoint as ckpt
+from per_dqn import rundir
+from per_dqn.checkpoint import CheckpointError
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -36,8 +44,49 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
+from per_dqn.fileio import WriteError
+from per_dqn.policy import Policy, evaluate_run, load
+from per_dqn.rundir import RunDirError, RunDirInUse, lock_run_dir
+from per_dqn.tracking import TrackingError
 
-__all__ = ["Policy", "Resumption", "TrainResult", "load", "prepare_resume", "resume", "train"]
+if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
+    from per_dqn.loop import DivergedError
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DivergedError",
+    "Policy",
+    "Resumption",
+    "RunDirError",
+    "RunDirInUse",
+    "TrackingError",
+    "TrainResult",
+    "WriteError",
+    "build_trainer",
+    "describe_memory_plan",
+    "evaluate_run",
+    "list_checkpoints",
+    "load",
+    "lock_run_dir",
+    "memory_plan",
+    "new_run_dir",
+    "prepare_resume",
+    "resume",
+    "run_trainer",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # `DivergedError` lives with the loop, which imports torch: it is loaded on first use, so that
+    # importing the API (the CLI does, before it has checked its input) stays free of torch.
+    if name == "DivergedError":
+        from per_dqn.loop import DivergedError
+
+        return DivergedError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ConfigLike = str | Path | Mapping[str, Any] | Config
 
@@ -59,6 +108,13 @@ class TrainResult:
     def final_return(self) -> float | None:
         """The final evaluation's mean return (None for a run stopped before it)."""
         return self.summary["final_eval_return_mean"]
+
+    def print_summary(self) -> None:
+        """Prints the end-of-run table ``per-dqn train`` shows: the run dir, replay, seed, steps,
+        wall time and the final evaluation."""
+        from per_dqn import console
+
+        console.print_summary(self.summary)
 
 
 def _overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> list[Override]:
@@ -160,24 +216,61 @@ def train(
         DivergedError: the loss or the weights diverged (the run stops; see ``loop``).
         WriteError: a file could not be written.
     """
-    from per_dqn import rundir
-
     cfg, name = load_any_config(config, overrides, network)
-    if run_dir is None:
-        run_name = rundir.default_run_name(
-            cfg.env.id, name, cfg.replay.kind, cfg.run.seed, datetime.now()
-        )
-        run_dir = rundir.fresh_run_dir(Path(cfg.run.runs_root), run_name)
-    run_dir = Path(run_dir)
-    rundir.check_run_dir(run_dir)
+    run_dir = new_run_dir(cfg, name, run_dir)
     trainer = build_trainer(cfg, name)
     try:
-        lock = rundir.lock_run_dir(run_dir, fresh=True)
+        lock = lock_run_dir(run_dir, fresh=True)
         assert lock is not None
         with lock:
-            return _run(trainer, run_dir, callbacks, progress)
+            return run_trainer(trainer, run_dir, callbacks=callbacks, progress=progress)
     finally:
         trainer.close()
+
+
+def new_run_dir(config: Config, name: str, run_dir: str | Path | None = None) -> Path:
+    """Where a new run of ``config`` writes, checked to be usable (nothing is created).
+
+    Args:
+        config: the run's config.
+        name: the config's name (a file's stem), part of the default run dir's name.
+        run_dir: the dir asked for; default a fresh
+            ``<run.runs_root>/<env>__<name>__<replay>__s<seed>__<time>``.
+
+    Raises:
+        RunDirError: ``run_dir`` is not empty or cannot be created.
+    """
+    if run_dir is None:
+        run_name = rundir.default_run_name(
+            config.env.id, name, config.replay.kind, config.run.seed, datetime.now()
+        )
+        run_dir = rundir.fresh_run_dir(Path(config.run.runs_root), run_name)
+    run_dir = Path(run_dir)
+    rundir.check_run_dir(run_dir)
+    return run_dir
+
+
+def memory_plan(config: Config) -> Any:
+    """The replay memory ``config`` asks for, sized against the available RAM; nothing is
+    allocated (``per-dqn plan``; ``train`` refuses a memory whose plan does not fit).
+
+    Returns:
+        ``plan.MemoryPlan``: ``bytes_per_transition``, ``needed_bytes``, ``fits`` and
+        ``refusal()``, the one line a refused run prints.
+
+    Raises:
+        ValueError: the env cannot be made to learn its observation shape (one line).
+    """
+    from per_dqn import plan
+
+    return plan.memory_plan(config)
+
+
+def describe_memory_plan(memory: Any) -> list[str]:
+    """``memory_plan``'s result as the lines ``per-dqn plan`` prints."""
+    from per_dqn import plan
+
+    return plan.describe_plan(memory)
 
 
 def check_memory_fits(config: Config) -> None:
@@ -186,8 +279,6 @@ def check_memory_fits(config: Config) -> None:
     Raises:
         ValueError: one line naming ``replay.capacity`` and the sizes.
     """
-    from per_dqn.plan import memory_plan
-
     plan = memory_plan(config)
     if not plan.fits:
         raise ValueError(plan.refusal())
@@ -213,12 +304,37 @@ def build_trainer(config: Config, name: str) -> Any:
         raise ValueError(line) from None
 
 
-def _run(trainer: Any, run_dir: Path, callbacks: Sequence[Any], progress: bool) -> TrainResult:
+def run_trainer(
+    trainer: Any,
+    run_dir: Path,
+    *,
+    callbacks: Sequence[Any] = (),
+    progress: bool = False,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """Runs a built ``Trainer`` (from ``build_trainer`` or ``prepare_resume``) into ``run_dir``.
+
+    The caller holds ``run_dir``'s lock (``lock_run_dir``) and closes the trainer afterwards, as
+    ``train`` and ``resume`` do.
+
+    Args:
+        trainer: the run's ``Trainer``.
+        run_dir: from ``new_run_dir``, or the resumed run's dir.
+        callbacks: as ``train``'s.
+        progress: draw the progress display on stderr.
+        should_stop: asked between env steps; True stops the run there, checkpointed and
+            resumable (``per_dqn.stopping.StopSignals`` is one: Ctrl-C or SIGTERM).
+
+    Raises:
+        DivergedError: the loss or the weights diverged (the last checkpoint is left as it was).
+        WriteError: a file could not be written (the checkpoints written before it are intact).
+        TrackingError: the tracker (``run.track``) could not start; nothing was written.
+    """
     from per_dqn import console
 
     total = trainer.config.train.total_env_steps
     with console.ConsoleProgress(total, enabled=progress) as bar:
-        summary = trainer.run(run_dir, bar, callbacks=callbacks)
+        summary = trainer.run(run_dir, bar, should_stop=should_stop, callbacks=callbacks)
     return TrainResult(summary, run_dir)
 
 
@@ -256,8 +372,6 @@ def prepare_resume(
         ValueError (``ConfigError``, ``CheckpointError``): not a run dir, no usable checkpoint,
             a run already complete, or a checkpoint that does not fit; one line.
     """
-    from per_dqn import checkpoint as ckpt
-
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise ValueError(f"{run_dir}: not a run dir (no config.yaml)")
@@ -310,16 +424,14 @@ def resume(
     Raises:
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
-    from per_dqn import rundir
-
     run_dir = Path(run_dir)
-    lock = rundir.lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
+    lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
         resumption = prepare_resume(run_dir, steps)
         try:
             if lock is None:
-                lock = rundir.lock_run_dir(run_dir)
-            return _run(resumption.trainer, run_dir, callbacks, progress)
+                lock = lock_run_dir(run_dir)
+            return run_trainer(resumption.trainer, run_dir, callbacks=callbacks, progress=progress)
         finally:
             resumption.trainer.close()
     finally:
@@ -327,126 +439,7 @@ def resume(
             lock.release()
 
 
-class Policy:
-    """A trained Q-network, greedy or epsilon-greedy, from ``load``.
-
-    Attributes:
-        config: the run's config.
-        env_steps: the env step the weights were saved at (None when unknown).
-        source: the file the weights came from.
-        agent: the ``DQNAgent`` (its ``online`` network holds the weights).
-    """
-
-    def __init__(self, source: Any, agent: Any, seed: int | None) -> None:
-        self.config: Config = source.config
-        self.env_steps: int | None = source.env_steps
-        self.source: Path = source.weights_file
-        self.agent = agent
-        self._rng = np.random.default_rng(seed)
-
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values ``(B, num_actions)`` for a batch of observations ``(B, *obs_shape)``."""
-        return self.agent.q_values(np.asarray(obs))
-
-    def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
-        """Actions for a batch of observations ``(B, *obs_shape)``: greedy, or uniformly random
-        with probability ``epsilon`` (drawn from the policy's own generator, seeded by ``load``).
-
-        Raises:
-            ValueError: observations of another shape than the run's env gives, or ``epsilon``
-                outside [0, 1].
-        """
-        obs = np.asarray(obs)
-        shape = tuple(self.agent.obs_shape)
-        if obs.shape[1:] != shape:
-            raise ValueError(
-                f"obs: expected a batch of shape (B, {', '.join(map(str, shape))}), got {obs.shape}"
-            )
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon: must be in [0, 1], got {epsilon}")
-        actions = self.agent.greedy_actions(obs)
-        if epsilon > 0:
-            explore = self._rng.random(len(obs)) < epsilon
-            actions[explore] = self._rng.integers(self.agent.num_actions, size=int(explore.sum()))
-        return actions
-
-    def evaluate(
-        self,
-        env_id: str | None = None,
-        episodes: int = 10,
-        *,
-        epsilon: float | None = None,
-        seed: int | None = None,
-    ) -> Any:
-        """Plays ``episodes`` episodes on the run's evaluation env (or ``env_id``, made with the
-        run's env settings), as ``per-dqn eval`` does.
-
-        Args:
-            env_id: another env id with the same spaces (default: the run's).
-            episodes: how many.
-            epsilon: default the run's ``train.eval_epsilon``.
-            seed: the run seed whose evaluation episodes are played (default: the run's own,
-                as ``per-dqn eval``).
-
-        Returns:
-            ``evaluate.Episodes``: ``returns`` and ``lengths`` arrays.
-
-        Raises:
-            ValueError: an env that cannot be made or whose spaces differ from the run's.
-        """
-        from per_dqn import evaluate
-        from per_dqn.envs import describe, make_eval_env
-
-        if episodes < 1:
-            raise ValueError(f"episodes: must be >= 1, got {episodes}")
-        env_config = self.config.env
-        if env_id is not None:
-            env_config = env_config.model_copy(update={"id": env_id})
-        env = make_eval_env(env_config)
-        try:
-            spec = describe(env)
-            if spec.obs_shape != tuple(self.agent.obs_shape) or (
-                spec.num_actions != self.agent.num_actions
-            ):
-                raise ValueError(
-                    f"env_id: {env_config.id} has observations {spec.obs_shape} and "
-                    f"{spec.num_actions} actions; this policy takes {tuple(self.agent.obs_shape)} "
-                    f"and {self.agent.num_actions}"
-                )
-            epsilon = self.config.train.eval_epsilon if epsilon is None else epsilon
-            seed = self.config.run.seed if seed is None else seed
-            return evaluate.play(self.agent, env, episodes, epsilon, seed)
-        finally:
-            env.close()
-
-
-def load(target: str | Path, *, device: str = "auto", seed: int | None = None) -> Policy:
-    """The policy in a run dir (its newest usable checkpoint, else its ``model.pt``) or in a
-    checkpoint dir, built exactly as training built it.
-
-    Args:
-        target: a run dir or ``RUN_DIR/checkpoints/step_*``.
-        device: ``auto``, ``cpu`` or ``cuda``.
-        seed: seed of ``act``'s exploration draws.
-
-    Raises:
-        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit.
-    """
-    from per_dqn import evaluate
-    from per_dqn.build import make_agent, resolve_device
-    from per_dqn.envs import describe, make_eval_env
-
-    source = evaluate.resolve_source(Path(target))
-    env = make_eval_env(source.config.env)
-    try:
-        spec = describe(env)
-    finally:
-        env.close()
-    agent = make_agent(source.config, spec, resolve_device(device))
-    try:
-        agent.online.load_state_dict(source.weights)
-    except (RuntimeError, TypeError, AttributeError) as exc:
-        reason = " ".join(str(exc).split())[:300]
-        raise ValueError(f"{source.weights_file}: does not fit the network ({reason})") from None
-    agent.online.eval()
-    return Policy(source, agent, seed)
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """A run dir's checkpoint dirs, oldest (fewest env steps) first; whether each still passes
+    its checks is for ``resume`` and ``load`` to find (they take the newest one that does)."""
+    return ckpt.list_checkpoints(ckpt.checkpoints_dir(Path(run_dir)))

@@ -82,9 +82,14 @@ ONLY = {
     "per_dqn.console": {"rich"},
 }
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
-# A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task,
-# as `cli` runs one; `api` is the Python entry point beside the CLI.
-ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.cli", "per_dqn.sweeps.job", "per_dqn.api"}
+# A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task;
+# `api` is the Python entry point, and the CLI's one way in to training (see CLI_MAY_IMPORT).
+ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.sweeps.job", "per_dqn.api"}
+# The CLI parses, loads, calls and maps errors to exit codes (issue 22): of the package it imports
+# only these, besides its own modules and the root package's `__version__`. Everything else (the
+# Trainer, run dirs, checkpoints, evaluation, the memory plan) it reaches through `api`.
+CLI_MAY_IMPORT = {"per_dqn.api", "per_dqn.config", "per_dqn.sweeps", "per_dqn.stopping",
+                  "per_dqn.cli", "per_dqn.__version__"}  # fmt: skip
 
 
 def module_name(path: Path) -> str:
@@ -119,8 +124,149 @@ def test_import_directions(path):
         if name == prefix or name.startswith(prefix + "."):
             assert not hits(imported, banned - {name}), f"{name} imports {hits(imported, banned)}"
     if name not in ALLOWED_TO_IMPORT_TRAIN:
-        bad = hits(imported, NOBODY_IMPORTS - {name})
+        # A package's own modules import each other (per_dqn.cli.train imports per_dqn.cli.common).
+        banned = {b for b in NOBODY_IMPORTS if not (name == b or name.startswith(b + "."))}
+        bad = hits(imported, banned)
         assert not bad, f"{name} imports {bad}"
+
+
+def per_dqn_outside(imported: set[str], allowed: set[str]) -> set[str]:
+    """The per_dqn modules (and names) in ``imported`` beyond ``allowed`` and their submodules."""
+    return {
+        m
+        for m in imported
+        if m.startswith("per_dqn.") and not any(m == a or m.startswith(a + ".") for a in allowed)
+    }
+
+
+CLI_MODULES = sorted((PACKAGE / "cli").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", CLI_MODULES, ids=lambda p: module_name(p))
+def test_the_cli_reaches_the_package_only_through_api_config_sweeps_and_stopping(path):
+    """Issue 22: every module of ``per_dqn.cli`` imports, of the package, only ``api``,
+    ``config``, ``sweeps``, ``stopping``, its own modules and ``__version__`` (imports inside
+    functions and under ``TYPE_CHECKING`` included)."""
+    bad = per_dqn_outside(imports_of(path), CLI_MAY_IMPORT)
+    assert not bad, f"{module_name(path)} imports {bad}"
+
+
+def test_the_cli_check_sees_what_is_not_allowed(tmp_path):
+    """Negative control for the test above: the CLI is a package of one module per command, and
+    the imports the one-file CLI made before issue 22 (the Trainer, run dirs, checkpoints, the
+    loop's error, the memory's kinds), at the top, in a function or for typing only, are found;
+    the allowed ones are not."""
+    assert {"train", "evaluate", "plan", "config", "ablate", "report"} <= {
+        p.stem for p in CLI_MODULES
+    }
+    module = tmp_path / "old_cli.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from per_dqn import __version__, api\n"
+        "from per_dqn.config import Config\n"
+        "from per_dqn.memory import KINDS\n"
+        "from per_dqn.stopping import StopSignals\n"
+        "from per_dqn.sweeps import plan\n"
+        "from per_dqn.cli.common import fail\n"
+        "if TYPE_CHECKING:\n"
+        "    from per_dqn.run import Trainer\n"
+        "def train():\n"
+        "    from per_dqn import rundir\n"
+        "    import per_dqn.checkpoint\n"
+        "    from per_dqn.loop import DivergedError\n"
+    )
+    found = per_dqn_outside(imports_of(module), CLI_MAY_IMPORT)
+    assert found == {
+        "per_dqn.memory", "per_dqn.memory.KINDS", "per_dqn.run", "per_dqn.run.Trainer",
+        "per_dqn.rundir", "per_dqn.checkpoint", "per_dqn.loop", "per_dqn.loop.DivergedError",
+    }  # fmt: skip
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name; None for anything else (a call, a
+    subscript)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+PACKAGE_MODULES = {module_name(p) for p in MODULES}
+
+
+def private_uses(path: Path) -> list[str]:
+    """Where ``path`` uses another module's private name: ``from per_dqn.x import _name``, a
+    ``_private`` module in an import, or ``module._name`` on a per_dqn module it imported (by
+    ``import per_dqn.x [as y]`` or ``from per_dqn import x [as y]``). A relative import is
+    counted too: the check could not follow it, and the package imports absolutely."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, bound = [], {}  # bound: a local name -> the per_dqn module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found.append(f"{path.name}:{node.lineno} relative import")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "per_dqn":
+            for alias in node.names:
+                parts = [*node.module.split("."), alias.name]
+                found += [f"{path.name}:{node.lineno} {p}" for p in parts if _private(p)]
+                if f"{node.module}.{alias.name}" in PACKAGE_MODULES:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "per_dqn":
+                    found += [
+                        f"{path.name}:{node.lineno} {p}"
+                        for p in alias.name.split(".")
+                        if _private(p)
+                    ]
+                    bound[alias.asname or "per_dqn"] = alias.name if alias.asname else "per_dqn"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = _dotted(node.value)
+            if owner is None or owner.split(".")[0] not in bound:
+                continue
+            head, _, rest = owner.partition(".")
+            module = bound[head] + (f".{rest}" if rest else "")
+            if module in PACKAGE_MODULES:
+                found.append(f"{path.name}:{node.lineno} {module}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_module_uses_another_modules_private_names(path):
+    """Issue 22: a ``_name`` is its module's own; a name another module needs is made public
+    (the benchmarks' own check is in test_benchmarks.py). Attributes of objects (``self._x``,
+    ``memory._storage``) are for code review: only names reached through a module are checked."""
+    assert private_uses(path) == []
+
+
+def test_the_private_name_check_sees_private_uses(tmp_path):
+    """Negative control for the test above: each way of reaching a private name through a per_dqn
+    module is found, once; public names, dunders and private attributes of objects are not."""
+    module = tmp_path / "peeks.py"
+    module.write_text(
+        "import per_dqn.memory.trees\n"
+        "import per_dqn.rundir as rd\n"
+        "from per_dqn import __version__, checkpoint as ckpt\n"
+        "from per_dqn.memory import trees\n"
+        "from per_dqn.memory.trees import _jit, checked_capacity\n"
+        "from per_dqn.cli.main import app, _usage_error\n"
+        "from . import sibling\n"
+        "ckpt._NAME, ckpt.CHECKPOINTS_DIR, rd._in_use, trees._jit, trees.__name__\n"
+        "per_dqn.memory.trees._jit\n"
+        "def f(self, other):\n"
+        "    return self._fd, other._storage, app._private_field\n"
+    )
+    assert sorted(private_uses(module)) == sorted([
+        "peeks.py:5 _jit", "peeks.py:6 _usage_error", "peeks.py:7 relative import",
+        "peeks.py:8 per_dqn.checkpoint._NAME", "peeks.py:8 per_dqn.rundir._in_use",
+        "peeks.py:8 per_dqn.memory.trees._jit", "peeks.py:9 per_dqn.memory.trees._jit",
+    ])  # fmt: skip
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))

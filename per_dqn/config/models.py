@@ -18,6 +18,8 @@ from per_dqn import families
 from per_dqn.config.messages import CrossFieldError, CrossProblem, got
 from per_dqn.memory import KINDS
 
+# The values `replay.kind` takes: the memory's registry, in its order (the CLI's --replay choices).
+REPLAY_KINDS = KINDS
 # The largest value an int key may take: the loop's counters, the memory's indices and the
 # checkpoints hold int64, and a larger number would overflow one of them far from the config.
 INT64_MAX = 2**63 - 1
@@ -198,7 +200,7 @@ class ReplayConfig(_Section):
             ``capacity``.
     """
 
-    kind: Literal[KINDS] = "proportional"  # type: ignore[valid-type]
+    kind: Literal[REPLAY_KINDS] = "proportional"  # type: ignore[valid-type]
     capacity: int = Field(100_000, ge=1)
     alpha: float = Field(0.6, ge=0)
     beta0: float = Field(0.4, ge=0, le=1)

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
-from per_dqn.memory.trees import _jit, checked_capacity, first_out_of_range
+from per_dqn.memory.trees import checked_capacity, first_out_of_range
+
+_jit = numba.njit(cache=True, nogil=True)  # as the trees' and the frames' kernels
 
 # --- rank-based: an array-backed binary max-heap over (|delta|, insertion stamp) ------------------
 #

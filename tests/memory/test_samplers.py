@@ -53,7 +53,7 @@ def assert_same_state(a, b):
 def test_one_list_of_kinds_drives_config_cli_and_factory():
     """Pins the single list: the config's Literal, the CLI's enum, the factory and every
     memory's ``kind`` are ``KINDS``, in its order."""
-    from per_dqn.cli import Replay
+    from per_dqn.cli.common import Replay
     from per_dqn.config import ReplayConfig
 
     assert KINDS == ("uniform", "proportional", "rank")

@@ -1,0 +1,63 @@
+"""What the commands share: the exit codes, the option types two commands take, and turning bad
+input (a config, a ``--set``) into one ``error:`` line per problem and exit 2."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, NoReturn
+
+import typer
+
+from per_dqn.config import (
+    REPLAY_KINDS,
+    Config,
+    ConfigError,
+    Override,
+    load_config,
+    parse_override,
+    resolve_config_path,
+)
+
+EXIT_WRITE_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+
+Replay = StrEnum("Replay", {kind: kind for kind in REPLAY_KINDS})  # replay.kind
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        help="Override one config value (YAML-typed, validated like the file). Repeatable.",
+    ),
+]
+
+
+def fail(problems: list[str]) -> NoReturn:
+    """Prints one ``error:`` line per problem and exits 2."""
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def load_or_fail(name_or_path: str, overrides: list[Override]) -> tuple[Config, str]:
+    """The validated config and its name (file stem); exits 2 on any problem."""
+    try:
+        path = resolve_config_path(name_or_path)
+        return load_config(path, overrides, display_name=name_or_path), path.stem
+    except ConfigError as exc:
+        fail(exc.problems)
+
+
+def parse_sets(sets: list[str] | None) -> list[Override]:
+    """The ``--set`` options as overrides; exits 2 naming every one that does not parse."""
+    problems, overrides = [], []
+    for text in sets or []:
+        try:
+            overrides.append(parse_override(text))
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        fail(problems)
+    return overrides

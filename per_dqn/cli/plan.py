@@ -1,0 +1,43 @@
+"""``per-dqn plan``: the replay memory a config asks for, against the available RAM, before
+anything is allocated."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from per_dqn import api
+from per_dqn.cli.common import Replay, SetOption, fail, load_or_fail, parse_sets
+from per_dqn.config import Override
+
+app = typer.Typer()
+
+
+@app.command()
+def plan(
+    config: Annotated[
+        str,
+        typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
+    ],
+    replay: Annotated[
+        Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
+    ] = None,
+    set_: SetOption = None,
+) -> None:
+    """Print the replay memory's bytes per transition and total against the available RAM.
+
+    Nothing is allocated. Exit 2 if the memory would not fit (`train` refuses the same config).
+    """
+    overrides = parse_sets(set_)
+    if replay is not None:
+        overrides.append(Override("replay.kind", replay.value, "--replay"))
+    cfg, _ = load_or_fail(config, overrides)
+    try:
+        memory = api.memory_plan(cfg)
+    except ValueError as exc:
+        fail([f"{config}: {exc}"])
+    for line in api.describe_memory_plan(memory):
+        typer.echo(line)
+    if not memory.fits:
+        fail([f"{config}: {memory.refusal()}"])

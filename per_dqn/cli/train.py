@@ -1,0 +1,253 @@
+"""``per-dqn train``: a new run, or ``--resume RUN_DIR`` to continue one; the run dir is locked
+while it runs, and Ctrl-C, SIGTERM, a failed write or a diverged loss each end it with its own
+exit code and one line saying what is left and how to resume."""
+
+from __future__ import annotations
+
+import shlex
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from per_dqn import api
+from per_dqn.cli.common import (
+    EXIT_DIVERGED,
+    EXIT_WRITE_FAILED,
+    Replay,
+    SetOption,
+    fail,
+    load_or_fail,
+    parse_sets,
+)
+from per_dqn.config import Config, ConfigError, Override
+from per_dqn.stopping import StopSignals
+
+app = typer.Typer()
+
+
+class Device(StrEnum):
+    """Where the networks run (``run.device``)."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Track(StrEnum):
+    """Where a run's scalars go besides TensorBoard (``run.track``)."""
+
+    none = "none"
+    wandb = "wandb"
+
+
+@app.command()
+def train(
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="A shipped config name (cartpole.yaml) or a path to a YAML file.",
+        ),
+    ] = None,
+    replay: Annotated[
+        Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed; overrides run.seed.")] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="Total env steps; overrides train.total_env_steps.")
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Exact output directory (must be absent or empty). "
+            "Default: <runs_root>/<env>__<config>__<replay>__s<seed>__<time>.",
+        ),
+    ] = None,
+    set_: SetOption = None,
+    device: Annotated[
+        Device | None, typer.Option(help="auto, cpu or cuda; overrides run.device.")
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress display (warnings still print).")
+    ] = False,
+    track: Annotated[
+        Track | None,
+        typer.Option(
+            help="none, or wandb to send the scalars, config and summary to Weights & Biases too "
+            "(the optional wandb extra); overrides run.track."
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="RUN_DIR",
+            help="Continue the run in RUN_DIR from its newest checkpoint that passes its "
+            "checksums, with RUN_DIR/config.yaml; only --steps (to extend the run) may be added.",
+        ),
+    ] = None,
+) -> None:
+    """Train an agent; write config.yaml, TensorBoard events, checkpoints and summary.json to the
+    run dir."""
+    if resume is not None:
+        given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
+                 "--set": set_, "--device": device, "--track": track}  # fmt: skip
+        _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
+        _resume(resume, steps, quiet)
+        return
+    if config is None:
+        fail(["--config is required (or --resume RUN_DIR to continue a run)"])
+    overrides = parse_sets(set_)
+    for path, value, flag in (
+        ("replay.kind", replay.value if replay else None, "--replay"),
+        ("run.seed", seed, "--seed"),
+        ("train.total_env_steps", steps, "--steps"),
+        ("run.device", device.value if device else None, "--device"),
+        ("run.track", track.value if track else None, "--track"),
+    ):
+        if value is not None:
+            overrides.append(Override(path, value, flag))
+    cfg, name = load_or_fail(config, overrides)
+    # The API loads torch, gymnasium and tensorboard (seconds) only once a trainer is built, so
+    # bad input never waits for them.
+    try:
+        run_dir = api.new_run_dir(cfg, name, run_dir)
+    except api.RunDirError as exc:
+        fail([str(exc)])
+    trainer = _build_trainer(cfg, name, config)
+    # Checked again under the lock: another command may have started in run_dir meanwhile.
+    with _lock(run_dir, trainer, fresh=True):
+        _run(trainer, run_dir, quiet)
+
+
+def _build_trainer(cfg: Config, name: str, label: str) -> Any:
+    """The run's Trainer; exits 2 with one line when its env, device, replay memory or networks
+    cannot be had (nothing is on disk yet)."""
+    try:
+        return api.build_trainer(cfg, name)
+    except ValueError as exc:
+        fail([f"{label}: {exc}"])
+
+
+def _fail_if_given(given: dict[str, object], why: str) -> None:
+    """Exits 2 with one line per flag in ``given`` that has a value."""
+    problems = [f"{flag} cannot be used with {why}" for flag, value in given.items() if value]
+    if problems:
+        fail(problems)
+
+
+def _lock(run_dir: Path, trainer: Any, *, fresh: bool) -> Any:
+    """``run_dir``'s writer lock (see ``api.lock_run_dir``); exits 2, closing ``trainer``, when
+    another process holds it or the dir cannot be used."""
+    try:
+        lock = api.lock_run_dir(run_dir, fresh=fresh)
+    except api.RunDirError as exc:
+        trainer.close()
+        fail([str(exc)])
+    assert lock is not None  # created when absent
+    return lock
+
+
+def _resume_command(run_dir: Path) -> str:
+    """The command that continues ``run_dir``, quoted for a shell."""
+    return f"per-dqn train --resume {shlex.quote(str(run_dir))}"
+
+
+def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
+    """How to continue ``run_dir``, for the line printed when a run stops early; names the
+    checkpoint's step when it is not ``env_steps``, where the run stopped."""
+    saved = api.list_checkpoints(run_dir)
+    if not saved:
+        return "it has no checkpoint to resume from"
+    command = f"resume with: {_resume_command(run_dir)}"
+    at = int(saved[-1].name.removeprefix("step_"))
+    return command if at == env_steps else f"{command} (from {saved[-1].name})"
+
+
+def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
+    """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C, 143
+    on SIGTERM, 1 when a file cannot be written and 3 on a non-finite loss."""
+    stop = StopSignals()
+    try:
+        with stop:
+            result = api.run_trainer(trainer, run_dir, progress=not quiet, should_stop=stop)
+    except api.TrackingError as exc:  # raised before the run wrote anything
+        fail([str(exc)])
+    except api.DivergedError as exc:
+        saved = api.list_checkpoints(run_dir)
+        kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"
+        typer.echo(f"error: {exc}; stopped ({kept})", err=True)
+        raise typer.Exit(EXIT_DIVERGED) from None
+    except OSError as exc:
+        saved = api.list_checkpoints(run_dir)
+        then = (
+            f"the last checkpoint, {saved[-1]}, is intact; once it can be written, resume with: "
+            f"{_resume_command(run_dir)}"
+            if saved
+            else "no checkpoint to resume from"
+        )
+        typer.echo(
+            f"error: {exc.filename or run_dir}: {exc.strerror or exc}; stopped ({then})", err=True
+        )
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
+    except KeyboardInterrupt:  # a second signal, during the stop
+        typer.echo(
+            f"error: stopped again before the run was saved; {_resume_hint(run_dir)}", err=True
+        )
+        raise typer.Exit(stop.exit_code) from None
+    finally:
+        trainer.close()
+    result.print_summary()
+    summary = result.summary
+    if summary["interrupted"]:
+        typer.echo(
+            f"stopped at env step {summary['env_steps']:,}; "
+            f"{_resume_hint(run_dir, summary['env_steps'])}",
+            err=True,
+        )
+        raise typer.Exit(stop.exit_code)
+
+
+def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
+    """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
+    checksums (a damaged newer one is named in a warning and skipped)."""
+    lock = None
+    if run_dir.is_dir():
+        try:  # before reading anything: a run still writing here is refused at once
+            lock = api.lock_run_dir(run_dir, create=False)
+        except api.RunDirError as exc:
+            fail([str(exc)])
+    try:
+        _resume_locked(run_dir, steps, quiet, lock)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _resume_locked(run_dir: Path, steps: int | None, quiet: bool, lock: Any) -> None:
+    """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
+
+    def warn(line: str) -> None:
+        typer.echo(f"warning: {line}", err=True)
+
+    try:
+        resumption = api.prepare_resume(run_dir, steps, warn)
+    except ConfigError as exc:
+        fail(exc.problems)
+    except ValueError as exc:  # CheckpointError and FormatError included
+        fail([str(exc)])
+    trainer = resumption.trainer
+    if lock is None:  # a run dir from before per-dqn locked them
+        lock = _lock(run_dir, trainer, fresh=False)
+    total = trainer.config.train.total_env_steps
+    typer.echo(
+        f"resuming {run_dir} from {resumption.checkpoint.name} ({resumption.env_steps:,} of "
+        f"{total:,} env steps)",
+        err=True,
+    )
+    for note in resumption.notes:
+        typer.echo(f"note: {note}", err=True)
+    with lock:
+        _run(trainer, run_dir, quiet)

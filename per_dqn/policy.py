@@ -1,0 +1,197 @@
+"""A trained policy, read back from a run: ``load`` and ``Policy`` (act, evaluate), and
+``evaluate_run``, what ``per-dqn eval`` calls. Part of the Python API; import these from
+``per_dqn`` or ``per_dqn.api``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from per_dqn.config import Config
+from per_dqn.fileio import WriteError
+
+__all__ = ["Policy", "evaluate_run", "load"]
+
+
+class Policy:
+    """A trained Q-network, greedy or epsilon-greedy, from ``load``.
+
+    Attributes:
+        config: the run's config.
+        env_steps: the env step the weights were saved at (None when unknown).
+        source: the file the weights came from.
+        agent: the ``DQNAgent`` (its ``online`` network holds the weights).
+    """
+
+    def __init__(self, source: Any, agent: Any, seed: int | None) -> None:
+        self.config: Config = source.config
+        self.env_steps: int | None = source.env_steps
+        self.source: Path = source.weights_file
+        self.agent = agent
+        self._rng = np.random.default_rng(seed)
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values ``(B, num_actions)`` for a batch of observations ``(B, *obs_shape)``."""
+        return self.agent.q_values(np.asarray(obs))
+
+    def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
+        """Actions for a batch of observations ``(B, *obs_shape)``: greedy, or uniformly random
+        with probability ``epsilon`` (drawn from the policy's own generator, seeded by ``load``).
+
+        Raises:
+            ValueError: observations of another shape than the run's env gives, or ``epsilon``
+                outside [0, 1].
+        """
+        obs = np.asarray(obs)
+        shape = tuple(self.agent.obs_shape)
+        if obs.shape[1:] != shape:
+            raise ValueError(
+                f"obs: expected a batch of shape (B, {', '.join(map(str, shape))}), got {obs.shape}"
+            )
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon: must be in [0, 1], got {epsilon}")
+        actions = self.agent.greedy_actions(obs)
+        if epsilon > 0:
+            explore = self._rng.random(len(obs)) < epsilon
+            actions[explore] = self._rng.integers(self.agent.num_actions, size=int(explore.sum()))
+        return actions
+
+    def evaluate(
+        self,
+        env_id: str | None = None,
+        episodes: int = 10,
+        *,
+        epsilon: float | None = None,
+        seed: int | None = None,
+    ) -> Any:
+        """Plays ``episodes`` episodes on the run's evaluation env (or ``env_id``, made with the
+        run's env settings), as ``per-dqn eval`` does.
+
+        Args:
+            env_id: another env id with the same spaces (default: the run's).
+            episodes: how many.
+            epsilon: default the run's ``train.eval_epsilon``.
+            seed: the run seed whose evaluation episodes are played (default: the run's own,
+                as ``per-dqn eval``).
+
+        Returns:
+            ``evaluate.Episodes``: ``returns`` and ``lengths`` arrays.
+
+        Raises:
+            ValueError: an env that cannot be made or whose spaces differ from the run's.
+        """
+        from per_dqn import evaluate
+        from per_dqn.envs import describe, make_eval_env
+
+        if episodes < 1:
+            raise ValueError(f"episodes: must be >= 1, got {episodes}")
+        env_config = self.config.env
+        if env_id is not None:
+            env_config = env_config.model_copy(update={"id": env_id})
+        env = make_eval_env(env_config)
+        try:
+            spec = describe(env)
+            if spec.obs_shape != tuple(self.agent.obs_shape) or (
+                spec.num_actions != self.agent.num_actions
+            ):
+                raise ValueError(
+                    f"env_id: {env_config.id} has observations {spec.obs_shape} and "
+                    f"{spec.num_actions} actions; this policy takes {tuple(self.agent.obs_shape)} "
+                    f"and {self.agent.num_actions}"
+                )
+            epsilon = self.config.train.eval_epsilon if epsilon is None else epsilon
+            seed = self.config.run.seed if seed is None else seed
+            return evaluate.play(self.agent, env, episodes, epsilon, seed)
+        finally:
+            env.close()
+
+
+def load(target: str | Path, *, device: str = "auto", seed: int | None = None) -> Policy:
+    """The policy in a run dir (its newest usable checkpoint, else its ``model.pt``) or in a
+    checkpoint dir, built exactly as training built it.
+
+    Args:
+        target: a run dir or ``RUN_DIR/checkpoints/step_*``.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        seed: seed of ``act``'s exploration draws.
+
+    Raises:
+        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit.
+    """
+    from per_dqn import evaluate
+    from per_dqn.build import make_agent, resolve_device
+    from per_dqn.envs import describe, make_eval_env
+
+    source = evaluate.resolve_source(Path(target))
+    env = make_eval_env(source.config.env)
+    try:
+        spec = describe(env)
+    finally:
+        env.close()
+    agent = make_agent(source.config, spec, resolve_device(device))
+    try:
+        agent.online.load_state_dict(source.weights)
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise ValueError(f"{source.weights_file}: does not fit the network ({reason})") from None
+    agent.online.eval()
+    return Policy(source, agent, seed)
+
+
+def evaluate_run(
+    target: str | Path,
+    *,
+    episodes: int = 10,
+    epsilon: float | None = None,
+    seed: int | None = None,
+    video: bool = False,
+    video_view: str = "game",
+    warn: Callable[[str], None] | None = None,
+) -> Any:
+    """Plays the weights in a run dir or checkpoint dir on the run's evaluation env, within its
+    evaluation caps, as ``per-dqn eval`` does (``Policy.evaluate`` plays without a report).
+
+    Args:
+        target: a run dir (its newest usable checkpoint, else its ``model.pt``) or
+            ``RUN_DIR/checkpoints/step_*``.
+        episodes: how many.
+        epsilon: default the run's ``train.eval_epsilon``.
+        seed: the run seed whose evaluation episodes are played (default: the run's own, so the
+            episodes are those training evaluated on).
+        video: film the first episode into ``RUN_DIR/videos/eval-step<N>.gif``.
+        video_view: ``game`` films the game's own frames (Atari: the emulator's RGB screen),
+            ``agent`` the agent's 84x84 grayscale view (Atari only).
+        warn: called with each warning (a damaged newer checkpoint skipped) before the episodes
+            are played.
+
+    Returns:
+        ``evaluate.EvalReport``: ``episodes`` (returns, lengths; ``cap_warning()`` names an
+        evaluation cap that was reached) and ``lines()``, the report ``per-dqn eval`` prints.
+
+    Raises:
+        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit, or
+            an env that cannot be made or rendered (one line).
+        WriteError: the video could not be written (names the file).
+    """
+    from per_dqn import evaluate
+    from per_dqn.build import make_agent
+
+    source = evaluate.resolve_source(Path(target))
+    for line in source.warnings if warn is not None else ():
+        warn(line)
+    try:
+        return evaluate.evaluate_source(
+            source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
+            video_view=video_view,
+        )  # fmt: skip
+    except WriteError:
+        raise
+    except OSError as exc:
+        # Every write names its file; one that did not (an encoder's own error) is named by
+        # where the videos go.
+        where = exc.filename or source.run_dir / evaluate.VIDEO_DIR
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(where)) from exc
