@@ -39,6 +39,11 @@ checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is
 Formats: 3 is written. 2 kept the envs' state inside the loop's part; it is read, and the loader
 moves it (``run.upgrade_parts``). 1 kept the loop in a pickle, ``loop.pt``; it is refused, not
 read (``FormatError``), as is any other version, with one line naming it.
+
+One module though past 500 lines: it is the checkpoint's on-disk format, and its writer, its
+verifier and its readers (with their fallback and the retry when a newer checkpoint is rotated away
+mid-read) must agree on every name, size and digest in the manifest; the tree-of-arrays encoding
+is that format's payload. Atomic file writes themselves live in ``fileio``.
 """
 
 from __future__ import annotations

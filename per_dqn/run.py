@@ -5,6 +5,10 @@ summary, around the loop of ``loop.py``.
 ``run`` drives ``Loop.step`` and decides, at each env step, what is logged, evaluated and saved.
 A checkpoint is the tree of the parts' ``state_dict()``s: the agent, the replay memory, the envs
 and the loop's ``LoopState``; ``checkpoint.py`` stores it and knows none of them.
+
+One module though past 500 lines: ``Trainer`` and the ``_Session`` of one ``run`` call are the
+one place that decides, step by step, what a run writes; the logger (``metrics``), the display
+(``console``), the files (``fileio``, ``rundir``) and the checkpoint format live elsewhere.
 """
 
 from __future__ import annotations

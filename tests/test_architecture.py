@@ -80,6 +80,7 @@ ONLY = {
     "per_dqn.fileio": set(),
     "per_dqn.rundir": {"per_dqn.fileio"},
     "per_dqn.console": {"rich"},
+    "per_dqn.video": {"numpy", "PIL", "per_dqn.fileio"},
 }
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
 # A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task;

@@ -26,9 +26,9 @@ from per_dqn.build import make_agent
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs import describe
-from per_dqn.evaluate import write_gif
 from per_dqn.run import Trainer
 from per_dqn.seeding import RunSeeds
+from per_dqn.video import write_gif
 
 SETTINGS = [
     "train.total_env_steps=1000", "train.learning_starts=300", "train.eval_interval=0",

@@ -30,6 +30,9 @@ methods below, so the methods the tests pin are the code training runs. Two kind
   path of a replay memory, whose slots come from its storage and whose errors it has already
   validated. They skip the checks (which would cost a measurable share of a 32-item call) and say
   so in their docstrings; an out-of-range slot there is undefined behaviour, not an error.
+
+One module though past 500 lines: the sum and min trees share their layout and their kernels
+(the fused sample and update walk both trees at once), so they are one data structure.
 """
 
 from __future__ import annotations
