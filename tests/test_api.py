@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import StopAtCheckpoint
 from torch import nn
 
 import per_dqn
@@ -36,15 +37,6 @@ def wrong_width(obs_shape, num_actions):
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "model.pt", weights_only=True)
-
-
-class StopAtCheckpoint:
-    def __init__(self, step: int) -> None:
-        self.step, self.seen = step, []
-
-    def on_checkpoint(self, env_steps, path):
-        self.seen.append((env_steps, path.name))
-        return env_steps >= self.step
 
 
 class Recorder:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from support import TINY, read_scalars, sets, tree
 from typer.testing import CliRunner
 
 from per_dqn import fileio, metrics, tags
@@ -153,15 +153,6 @@ def p_text(x, y) -> str:
     low, high = stats.paired_bootstrap_ci(np.array(x), np.array(y), reps=2000, seed=0)
     p = stats.paired_probability_of_improvement(x, y)
     return f"{p:.2f} [{low:.2f}, {high:.2f}] ({len(x)} pairs)"
-
-
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root``: relative path -> (size, mtime in ns)."""
-    return {
-        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def test_steps_to_threshold_by_hand():
@@ -584,12 +575,6 @@ def test_cli_report(cartpole_sweep, tmp_path):
 
 # --- a real sweep ---------------------------------------------------------------------------------
 
-# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
-TINY = [
-    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
-    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
-]  # fmt: skip
-
 
 def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     """Two real CartPole runs (uniform, proportional; 600 steps): the report's AUC and mean IS
@@ -600,23 +585,18 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     out = tmp_path / "sweep"
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "1",
             "--steps", "600", "--workers", "2", "--out", str(out),
-            *[a for t in TINY for a in ("--set", t)]]  # fmt: skip
+            *sets(*TINY)]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-
-    def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-        events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        events.Reload()
-        return [(e.step, e.value) for e in events.Scalars(tag)]
 
     with (out / "scores.csv").open() as f:
         rows = {r["arm"]: r for r in csv.DictReader(f)}
     for arm in ("uniform", "proportional"):
-        curve = scalars(out / arm / "s0", tags.EVAL_RETURN_MEAN)
+        curve = read_scalars(out / arm / "s0")[tags.EVAL_RETURN_MEAN]
         assert [s for s, _ in curve] == [300, 600]  # eval_interval 300, and the final step
         (_, v0), (_, v1) = curve
         assert float(rows[arm]["auc"]) == pytest.approx((v0 + v1) / 2)
-    weights = [v for _, v in scalars(out / "proportional" / "s0", tags.PER_IS_WEIGHT_MEAN)]
+    weights = [v for _, v in read_scalars(out / "proportional" / "s0")[tags.PER_IS_WEIGHT_MEAN]]
     assert weights and float(rows["proportional"]["is_weight_mean"]) == pytest.approx(
         np.mean(weights)
     )
