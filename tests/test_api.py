@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import StopAtCheckpoint
 from torch import nn
 
 import per_dqn
@@ -53,6 +52,10 @@ class Recorder:
 def test_a_run_stopped_by_a_callback_resumes_to_the_uninterrupted_run(tmp_path):
     """Early stopping keeps a run resumable, exactly: stopped by a callback at its step-500
     checkpoint, then resumed, it ends with the weights of the same run never stopped (CPU)."""
+    # Imported here: a CLI process imports this module as `tests.test_api` (for its network
+    # factories), where `support` is not on the path.
+    from support import StopAtCheckpoint
+
     full = per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "full")
     stopper = StopAtCheckpoint(500)
     stopped = per_dqn.train(
