@@ -49,6 +49,7 @@ class Recorder:
         self.evals.append((env_steps, returns.copy()))
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_a_callback_resumes_to_the_uninterrupted_run(tmp_path):
     """Early stopping keeps a run resumable, exactly: stopped by a callback at its step-500
     checkpoint, then resumed, it ends with the weights of the same run never stopped (CPU)."""
@@ -96,6 +97,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
+@pytest.mark.slow
 def test_custom_network_trains_evaluates_and_loads(tmp_path):
     run = per_dqn.train("cartpole", overrides=SHORT, network=tiny_net, run_dir=tmp_path / "run")
     policy = per_dqn.load(run.run_dir)
@@ -106,6 +108,7 @@ def test_custom_network_trains_evaluates_and_loads(tmp_path):
     np.testing.assert_array_equal(policy.act(obs), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("network", "message"),
     [

@@ -261,6 +261,7 @@ def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_eval_beside_a_run_that_rotates_its_checkpoints(tmp_path):
     """Pins the FileNotFoundError ``eval RUN_DIR`` raised beside a run still training: the
     checkpoint it found could be deleted by the run's keep-last rotation before it was read. A

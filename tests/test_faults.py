@@ -74,6 +74,7 @@ def in_use(run_dir: Path, pid: int, what: str = "run dir") -> str:
 # --- one writer per run dir -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_writers_on_one_run_dir_are_refused(reference, tmp_path):
     """Two ``train`` commands started together on one ``--run-dir``: one runs, the other is
     refused with one line naming the holder; a ``train --resume`` of the run while it is still
@@ -117,6 +118,7 @@ def test_two_writers_on_one_run_dir_are_refused(reference, tmp_path):
     assert_same_run(run_dir, reference)
 
 
+@pytest.mark.kill
 def test_the_lock_dies_with_its_process(tmp_path):
     """A process holding a run dir's lock is killed with SIGKILL (no handler, no cleanup): the lock
     file stays, yet the next command takes the lock at once; no manual cleanup."""
@@ -145,6 +147,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
 # --- SIGTERM and Ctrl-C ---------------------------------------------------------------------------
 
 
+@pytest.mark.kill
 @pytest.mark.parametrize(
     ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "sigint"]
 )
@@ -245,6 +248,7 @@ def fill(path: Path) -> None:
                 assert exc.errno == errno.ENOSPC
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run_stops_with_one_line_and_resumes(reference, small_disk, tmp_path):
     """The disk fills up while a real run writes (a tmpfs filled by another file): one ``error:``
     line naming the path that failed, exit 1, no traceback; every checkpoint written before is

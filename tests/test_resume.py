@@ -249,6 +249,7 @@ def test_an_edited_config_is_followed_with_a_note(interrupted, reference, tmp_pa
     assert curves(run_dir)[tags.TRAIN_LOSS] != curves(reference)[tags.TRAIN_LOSS]
 
 
+@pytest.mark.kill
 def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(reference, tmp_path):
     """A real ``per-dqn train`` process killed with SIGKILL (no handler runs, nothing is flushed
     on the way out) after its first checkpoint, then resumed: the same run as never stopped."""

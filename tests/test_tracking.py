@@ -320,6 +320,7 @@ def settings(overrides: dict) -> list[str]:
     return args
 
 
+@pytest.mark.slow
 def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_its_run(tmp_path):
     """``train --track wandb`` (offline: no network here), then ``train --resume --steps`` on the
     same run dir: both processes write to one wandb run id; the config is config.yaml's; logged
@@ -355,6 +356,7 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     assert set(points) == set(tensorboard)
 
 
+@pytest.mark.slow
 def test_track_wandb_without_the_extra_is_one_line_and_creates_nothing(tmp_path):
     for flag in (["--track", "wandb"], ["--set", "run.track=wandb"]):
         result = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(tmp_path / "run"), "-q",

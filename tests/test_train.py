@@ -266,6 +266,7 @@ def test_update_count_follows_replay_period_and_gradient_steps(tmp_path, gradien
     assert summary["update_steps"] == 76 * gradient_steps
 
 
+@pytest.mark.slow
 def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
     """Pins the periodic evaluation ignoring ``train.eval_epsilon``: with epsilon 1 every
     evaluation action comes from the evaluation's own stream, whatever the network, so two runs

@@ -381,6 +381,7 @@ def tiny_sweep(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
     out = tiny_sweep
     run_dirs = [out / arm / f"s{s}" for arm in ("uniform", "proportional") for s in (0, 1)]
@@ -418,6 +419,7 @@ def test_a_run_dir_four_levels_down_still_names_its_sweep_dir(tmp_path):
         runs.check_not_a_run_dir(run)
 
 
+@pytest.mark.slow
 def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
     """Pins a bug: `per-dqn report RUN_DIR` on one training run's dir (config.yaml,
     summary.json, model.pt) read it as a sweep of one run and wrote report.md, curves.png and
@@ -449,6 +451,7 @@ def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
     assert "Runs used: 1 (no sweep.json)" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     """Finished runs are kept as they are; an interrupted run and one killed before its summary,
     with no checkpoint to continue (only the final one, which would evaluate twice), are cleared
@@ -478,6 +481,7 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     assert "4 runs, 4 finished, 0 to run\n" in again.stdout
 
 
+@pytest.mark.slow
 def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     """More seeds and an arm with its own settings: only those runs run; the finished ones are
     left byte for byte, the record and the report cover the union."""
@@ -507,6 +511,7 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     assert "Runs used: 9 of 9 planned; missing: none." in (out / "report.md").read_text()
 
 
+@pytest.mark.kill
 @pytest.mark.parametrize(
     ("to_group", "signum", "code", "sigint_ignored"),
     [(True, signal.SIGINT, 130, False), (False, signal.SIGINT, 130, False),
@@ -571,6 +576,7 @@ def test_a_failing_run_is_reported_not_fatal(tmp_path):
 # --- a sweep dies as a whole ----------------------------------------------------------------------
 
 
+@pytest.mark.kill
 def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     """SIGKILL to a sweep (no handler of its can run): within 5 s no worker is left, each run in
     progress stopped between two steps with a checkpoint of that step. While it ran, a second

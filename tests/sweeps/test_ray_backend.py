@@ -128,6 +128,7 @@ def ray_env():
         yield
 
 
+@pytest.mark.ray
 def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     ray_env, local_reference, tmp_path
 ):
@@ -221,6 +222,8 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 @pytest.mark.parametrize(
     ("signum", "code", "moment"),
     [(signal.SIGTERM, 143, "gcs"), (signal.SIGINT, 130, "agents")],
@@ -329,6 +332,7 @@ def invoke_until_connected(args: list[str]):
         time.sleep(1)
 
 
+@pytest.mark.ray
 def test_unreachable_storage_is_refused_before_any_run(ray_head):
     """A sweep dir the workers cannot see (on the head, a tmpfs covers it) is refused with one
     line naming the node, exit 2, before any run starts; the dir it created is removed."""
@@ -344,6 +348,7 @@ def test_unreachable_storage_is_refused_before_any_run(ray_head):
     assert list(hidden.iterdir()) == []
 
 
+@pytest.mark.ray
 def test_a_run_that_cannot_start_on_the_workers_is_refused_before_any_run(ray_head, tmp_path):
     """The envs and the device are checked on a Ray worker holding a run's resources, not on the
     driver (a CPU-only driver may send runs to GPU nodes): here the cluster has no GPU, so
@@ -359,6 +364,7 @@ def test_a_run_that_cannot_start_on_the_workers_is_refused_before_any_run(ray_he
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.ray
 def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     ray_head, local_reference, tmp_path
 ):
@@ -405,6 +411,8 @@ def kill_its_worker_at_step_300(args: list[str], run_dir: Path) -> tuple[int, st
     return proc.returncode, stdout, stderr
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_head, tmp_path):
     """SIGKILL to the Ray worker running a run (the process holding its run dir's lock), once it
     has checkpointed: Ray retries the task, which resumes from that checkpoint; the sweep ends
@@ -441,6 +449,8 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     assert (run_dir / "model.pt").read_bytes() == (twin / "model.pt").read_bytes()
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_resumes(
     ray_head, tmp_path, signum, code
@@ -498,6 +508,7 @@ def errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.ray
 def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head, tmp_path):
     """A run whose weights diverge (learning rate 1e30: a real divergence, nothing injected)
     fails in its task at env step 300, and Ray does not retry it although --retries is 3: its
@@ -534,6 +545,8 @@ def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head,
     )
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_head, tmp_path):
     """--retries 0 and one SIGKILL to the worker running seed 0: that run is reported failed
     with one line (its Ray task failed after 0 retries), seed 1 finishes, exit 1; seed 0's run

@@ -30,6 +30,8 @@ from support import CHECKOUT, assert_same_runs, ray_args, sets, stop_group
 
 from per_dqn.sweeps.backends import ray as ray_backend
 
+pytestmark = pytest.mark.ray
+
 # A /30 of the module's own: the veth pair between the two namespaces, and nothing else.
 HEAD_IP, WORKER_IP, PREFIX = "10.231.0.1", "10.231.0.2", 30
 # The head's GCS port; free, since nothing else listens in namespace A.
