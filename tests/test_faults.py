@@ -303,6 +303,7 @@ def test_the_event_writer_thread_failure_surfaces_as_one_error(small_disk, capfd
     assert "Traceback" not in captured.err and "Exception in thread" not in captured.err
 
 
+@pytest.mark.slow
 def test_a_video_on_a_full_disk_gets_one_line(reference, small_disk):
     """``eval --video`` into a run dir whose disk is full: one line naming where the GIF was going
     and why, exit 1, no traceback (Pillow's OSError used to escape)."""

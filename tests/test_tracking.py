@@ -374,6 +374,7 @@ def test_track_cannot_be_given_with_resume(tmp_path):
     assert "--track cannot be used with --resume" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
     """Online without a login (no API key, no network here): one line, exit 2, and the run dir
     holds nothing but its lock file, so the same --run-dir can be used again."""

@@ -559,6 +559,7 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code, sigint
     assert not (out / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_reported_not_fatal(tmp_path):
     """A run that raises in its worker ends as an error outcome; the sweep returns and the run
     dir is left unfinished, to be redone by the next call."""
