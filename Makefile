@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test bench bench-train bench-sb3 bench-minatar bench-ray bench-smoke lint clean mutants
+.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-ray bench-smoke lint clean mutants
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ $(TEST_STAMP): $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
+
+# The inner loop's tier: everything but the tests marked slow (over ~5 s each, the full CartPole
+# result among them), ray (real Ray clusters) and kill (real processes signalled or killed);
+# `make test` still runs them all.
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -m "not slow and not ray and not kill"
 
 # One-line bugs the suite must catch (tests/mutants/mutants.py); a survivor fails the target.
 mutants: $(STAMP)

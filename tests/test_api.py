@@ -38,15 +38,6 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "model.pt", weights_only=True)
 
 
-class StopAtCheckpoint:
-    def __init__(self, step: int) -> None:
-        self.step, self.seen = step, []
-
-    def on_checkpoint(self, env_steps, path):
-        self.seen.append((env_steps, path.name))
-        return env_steps >= self.step
-
-
 class Recorder:
     def __init__(self) -> None:
         self.logs, self.evals = [], []
@@ -58,9 +49,14 @@ class Recorder:
         self.evals.append((env_steps, returns.copy()))
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_a_callback_resumes_to_the_uninterrupted_run(tmp_path):
     """Early stopping keeps a run resumable, exactly: stopped by a callback at its step-500
     checkpoint, then resumed, it ends with the weights of the same run never stopped (CPU)."""
+    # Imported here: a CLI process imports this module as `tests.test_api` (for its network
+    # factories), where `support` is not on the path.
+    from support import StopAtCheckpoint
+
     full = per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "full")
     stopper = StopAtCheckpoint(500)
     stopped = per_dqn.train(
@@ -101,6 +97,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
+@pytest.mark.slow
 def test_custom_network_trains_evaluates_and_loads(tmp_path):
     run = per_dqn.train("cartpole", overrides=SHORT, network=tiny_net, run_dir=tmp_path / "run")
     policy = per_dqn.load(run.run_dir)
@@ -111,6 +108,7 @@ def test_custom_network_trains_evaluates_and_loads(tmp_path):
     np.testing.assert_array_equal(policy.act(obs), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("network", "message"),
     [

@@ -141,6 +141,7 @@ SMOKE = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_real_atari_training_writes_the_tags_and_learns_from_clipped_life_loss_transitions(
     tmp_path,
 ):
@@ -161,6 +162,7 @@ def test_real_atari_training_writes_the_tags_and_learns_from_clipped_life_loss_t
     assert summary["env_steps"] == 300 and summary["env_id"] == "ALE/Breakout-v5"
 
 
+@pytest.mark.slow
 def test_learner_sees_clipped_rewards_while_returns_stay_raw(tmp_path):
     """Pins removing reward clipping from the Atari path (random Breakout never scores above 1,
     so a Breakout check of it could not fail). Space Invaders scores 5 to 30 an alien: two runs
@@ -196,6 +198,7 @@ def test_learner_sees_clipped_rewards_while_returns_stay_raw(tmp_path):
     assert raw_returns == clipped_returns and max(raw_returns) > 1
 
 
+@pytest.mark.slow
 def test_loop_clips_rewards_and_ends_transitions_on_life_loss(tmp_path):
     """Breakout's bricks score 1, 4 or 7: clipped, they are at most 1; each lost life (5 per game
     of random play) is one terminal transition, with 1-step returns."""

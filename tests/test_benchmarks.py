@@ -73,6 +73,7 @@ def assert_numbers(cells: list[str]) -> None:
     assert cells and all(NUMBER.fullmatch(cell) for cell in cells), cells
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_replay_benchmark_smoke_prints_a_table():
     proc = run("replay.py", "--smoke")
@@ -96,6 +97,7 @@ def test_replay_benchmark_smoke_prints_a_table():
         assert all(re.fullmatch(r"[\d,]+(\.\d+)?", c) for c in numbers), (name, cells)
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_train_loop_smoke_prints_each_kinds_sps():
     out = run_script("train_loop.py", "--smoke")
@@ -109,6 +111,7 @@ def test_train_loop_smoke_prints_each_kinds_sps():
     assert "PER overhead (uniform SPS / PER SPS, worst kind)" in out
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_train_loop_against_an_old_layout_checkout_times_each_checkouts_code(tmp_path):
     """``--against PATH`` times PATH's code, also when PATH has the old layout.
@@ -139,6 +142,7 @@ def test_train_loop_against_an_old_layout_checkout_times_each_checkouts_code(tmp
     assert "Resolved configs identical." in out
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_cartpole_vs_sb3_smoke_times_both_processes():
     out = run_script("cartpole_vs_sb3.py", "--smoke")
@@ -156,6 +160,7 @@ def test_cartpole_vs_sb3_smoke_times_both_processes():
     assert rows == {}
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_bit_storage_smoke_measures_both_layouts_on_a_real_stream():
     out = run_script("bit_storage.py", "--smoke")
@@ -170,6 +175,7 @@ def test_bit_storage_smoke_measures_both_layouts_on_a_real_stream():
     assert "checked" in out
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     out = run_script("minatar_vs_sb3.py", "--smoke")
@@ -206,6 +212,7 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
     assert rows == {}
 
 
+@pytest.mark.ray
 @pytest.mark.bench_smoke
 @pytest.mark.skipif(not HAVE["ray"], reason="needs the ray extra")
 def test_ray_overhead_smoke_times_both_backends_and_checks_their_runs_agree():
@@ -266,6 +273,7 @@ def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 @pytest.mark.atari
 def test_checkpoint_smoke_writes_and_loads_both_cases():
@@ -279,6 +287,7 @@ def test_checkpoint_smoke_writes_and_loads_both_cases():
     assert len(re.findall(r"write [\d.]+ s, verify \+ load [\d.]+ s", out)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_learner_smoke_times_every_row_and_checks_its_numerics():
     out = run_script("learner.py", "--smoke")
@@ -303,6 +312,7 @@ def test_atari_env_smoke_times_ale_vector_envs():
         assert_numbers(cells)
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 @pytest.mark.atari
 def test_atari_smoke_runs_every_section_with_the_installed_peers():
@@ -337,6 +347,7 @@ def test_atari_smoke_runs_every_section_with_the_installed_peers():
         assert_numbers([cells[0], *cells[2:]])
 
 
+@pytest.mark.slow
 @pytest.mark.bench_smoke
 def test_precision_curves_smoke_reads_an_fp32_and_a_bf16_run():
     out = run_script("precision_curves.py", "--smoke")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from support import assert_bad_input, tree
 from typer.testing import CliRunner
 
 from per_dqn import __version__
@@ -21,21 +22,8 @@ from per_dqn.config import load_config
 runner = CliRunner()
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch) -> Path:
-    """An empty working directory; runs would land in its runs/."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def invoke(*args: str):
     return runner.invoke(app, list(args))
-
-
-def assert_bad_input(result, *lines: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stderr.splitlines() == [f"error: {line}" for line in lines]
-    assert result.stdout == ""
 
 
 def write(path: Path, text: str) -> str:
@@ -220,15 +208,6 @@ REPO = Path(__file__).resolve().parents[1]
 # A Q-network 10**12 units wide: 16 TB of weights, which torch fails to allocate at once on any
 # machine (the C library refuses it) without touching a page of RAM.
 HUGE_WIDTH = "agent.hidden_sizes=[1000000000000]"
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes]]:
-    """Every file under ``root`` with its modification time and bytes: "nothing changed"."""
-    return {
-        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes())
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.mark.parametrize(

@@ -46,15 +46,13 @@ def test_every_shipped_config_checkpoints_several_times(name):
     assert periodic + 1 >= 3, (name, interval, budget)
 
 
-def test_bare_name_resolves_to_the_shipped_config_from_anywhere(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_bare_name_resolves_to_the_shipped_config_from_anywhere(workdir):
     for name in ("cartpole.yaml", "cartpole"):
         path = resolve_config_path(name)
         assert path.name == "cartpole.yaml" and path.is_file()
 
 
-def test_an_existing_path_wins_over_a_shipped_name(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_an_existing_path_wins_over_a_shipped_name(workdir):
     Path("cartpole.yaml").write_text("train:\n  batch_size: 32\n  learning_starts: 32\n")
     assert resolve_config_path("cartpole.yaml") == Path("cartpole.yaml")
     assert load_config("cartpole.yaml").train.batch_size == 32

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 API_DOC = ROOT / "docs" / "api.md"
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -26,6 +28,7 @@ def test_the_doc_has_its_examples():
     assert any(_FILE.match(block) for block in found)
 
 
+@pytest.mark.slow
 def test_api_doc_examples_run(tmp_path):
     script = []
     for block in blocks(API_DOC.read_text()):

@@ -5,11 +5,8 @@ one-line errors for a truncated, corrupt or planted ``model.pt``."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageSequence
+from support import Plant, start_cli
 from typer.testing import CliRunner
 
-import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn.build import make_agent
 from per_dqn.cli import app
@@ -244,16 +241,6 @@ def test_a_truncated_or_corrupt_model_pt_is_one_line_naming_it(
     assert result.stdout == ""
 
 
-class Plant:
-    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
-
-
 def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):
     """``eval`` keeps ``weights_only=True``: a model.pt whose pickle would create a marker (shown
     live with a plain ``torch.load`` first) is refused with one line, and no marker appears."""
@@ -274,9 +261,7 @@ def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):
     assert not marker.exists()
 
 
-CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
-
-
+@pytest.mark.slow
 def test_eval_beside_a_run_that_rotates_its_checkpoints(tmp_path):
     """Pins the FileNotFoundError ``eval RUN_DIR`` raised beside a run still training: the
     checkpoint it found could be deleted by the run's keep-last rotation before it was read. A
@@ -291,13 +276,7 @@ def test_eval_beside_a_run_that_rotates_its_checkpoints(tmp_path):
         "checkpoint.interval_steps=20", "checkpoint.keep_last=1", "run.device=cpu",
     ]:  # fmt: skip
         args += ["--set", text]
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from per_dqn.cli import app; app()", *args],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = start_cli(args, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir)):
@@ -316,7 +295,7 @@ def test_eval_beside_a_run_that_rotates_its_checkpoints(tmp_path):
         if process.poll() is None:
             process.kill()
         _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr.decode()
+    assert process.returncode == 0, stderr
     assert played == sorted(played) and len(set(played)) >= 5, played
 
 

@@ -7,8 +7,6 @@ dirs that cannot be used (a file in the way is in test_cli.py; a read-only mount
 from __future__ import annotations
 
 import errno
-import itertools
-import json
 import os
 import re
 import shutil
@@ -19,47 +17,28 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from support import (
+    CHECKOUT,
+    RESUMABLE,
+    assert_same_run,
+    cartpole_config,
+    resume,
+    run_trainer,
+    start_cli,
+    summary_of,
+    train_args,
+)
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
 from per_dqn import fileio, metrics, rundir, tags
 from per_dqn.cli import app
-from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.run import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
-# Checkpoints at 300, 600, ..., 1500 (the last one final); a 2,000-transition memory keeps each
-# one small enough for a tmpfs of a few MB.
-SETTINGS = [
-    "train.total_env_steps=1500", "train.learning_starts=300", "train.log_interval=100",
-    "train.eval_interval=500", "train.eval_episodes=2", "train.final_eval_episodes=3",
-    "train.epsilon_decay_steps=600", "checkpoint.interval_steps=300", "checkpoint.keep_last=3",
-    "run.device=cpu", "replay.capacity=2000",
-]  # fmt: skip
+# A 2,000-transition memory keeps each checkpoint small enough for a tmpfs of a few MB.
+SETTINGS = [*RESUMABLE, "replay.capacity=2000"]
 FIRST_CHECKPOINT = ckpt.checkpoint_name(300)
 
 runner = CliRunner()
-
-
-def train_args(run_dir: Path) -> list[str]:
-    args = ["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q"]
-    for text in SETTINGS:
-        args += ["--set", text]
-    return args
-
-
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    """``per-dqn ARGS`` in a real process, running this checkout's package."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "per_dqn.cli", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 180) -> None:
@@ -73,46 +52,6 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 180) -> Non
         time.sleep(0.01)
 
 
-def resume(run_dir: Path):
-    return runner.invoke(app, ["train", "--resume", str(run_dir), "-q"])
-
-
-def summary_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of every event file in ``run_dir``, merged as TensorBoard merges them (in name
-    order, a later file's ``purge_step`` dropping the earlier points at or after it)."""
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
-    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
-
-
-def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    scalars = read_scalars(run_dir)
-    scalars.pop(tags.PERF_SPS)  # wall clock
-    return scalars
-
-
-def assert_same_run(run_dir: Path, reference: Path) -> None:
-    """Same curves with no step twice, same final weights, Adam state and memory, same score."""
-    got = curves(run_dir)
-    assert got == curves(reference)
-    for tag, points in got.items():
-        assert all(a < b for a, b in itertools.pairwise(s for s, _ in points)), tag
-    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (run_dir, reference))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    finals = [ckpt.list_checkpoints(ckpt.checkpoints_dir(d))[-1] for d in (run_dir, reference)]
-    assert finals[0].name == finals[1].name == ckpt.checkpoint_name(1500)
-    for name in (ckpt.AGENT_FILE, ckpt.MEMORY_ARRAYS_FILE):
-        assert ckpt.sha256_file(finals[0] / name) == ckpt.sha256_file(finals[1] / name), name
-    mine, theirs = summary_of(run_dir), summary_of(reference)
-    assert not mine["interrupted"]
-    assert mine["final_eval_return_mean"] == theirs["final_eval_return_mean"]
-    assert mine["update_steps"] == theirs["update_steps"]
-
-
 def event_files(run_dir: Path) -> list[Path]:
     return sorted(run_dir.glob("events.out.tfevents.*"))
 
@@ -121,12 +60,7 @@ def event_files(run_dir: Path) -> list[Path]:
 def reference(tmp_path_factory) -> Path:
     """The run never stopped."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    config = load_config(resolve_config_path("cartpole.yaml"), map(parse_override, SETTINGS))
-    trainer = Trainer(config, "cartpole")
-    try:
-        trainer.run(run_dir)
-    finally:
-        trainer.close()
+    run_trainer(cartpole_config(*SETTINGS), run_dir)
     return run_dir
 
 
@@ -140,6 +74,7 @@ def in_use(run_dir: Path, pid: int, what: str = "run dir") -> str:
 # --- one writer per run dir -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_writers_on_one_run_dir_are_refused(reference, tmp_path):
     """Two ``train`` commands started together on one ``--run-dir``: one runs, the other is
     refused with one line naming the holder; a ``train --resume`` of the run while it is still
@@ -150,7 +85,10 @@ def test_two_writers_on_one_run_dir_are_refused(reference, tmp_path):
     event streams, checkpoints overwriting each other), and a resume of a running run started a
     second writer beside it."""
     run_dir = tmp_path / "run"
-    first, second = start(train_args(run_dir), tmp_path), start(train_args(run_dir), tmp_path)
+    first, second = (
+        start_cli(train_args(run_dir, *SETTINGS), tmp_path),
+        start_cli(train_args(run_dir, *SETTINGS), tmp_path),
+    )
     try:
         path, deadline = ckpt.checkpoints_dir(run_dir) / FIRST_CHECKPOINT, time.monotonic() + 180
         while not path.exists() and time.monotonic() < deadline:
@@ -180,6 +118,7 @@ def test_two_writers_on_one_run_dir_are_refused(reference, tmp_path):
     assert_same_run(run_dir, reference)
 
 
+@pytest.mark.kill
 def test_the_lock_dies_with_its_process(tmp_path):
     """A process holding a run dir's lock is killed with SIGKILL (no handler, no cleanup): the lock
     file stays, yet the next command takes the lock at once; no manual cleanup."""
@@ -188,7 +127,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
          "from per_dqn.rundir import lock_run_dir; lock = lock_run_dir(Path(sys.argv[1])); "
          "print('locked', flush=True); time.sleep(120)", str(run_dir)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -208,6 +147,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
 # --- SIGTERM and Ctrl-C ---------------------------------------------------------------------------
 
 
+@pytest.mark.kill
 @pytest.mark.parametrize(
     ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "sigint"]
 )
@@ -221,7 +161,7 @@ def test_a_signal_stops_between_steps_with_a_checkpoint(reference, tmp_path, sig
     KeyboardInterrupt mid-step and wrote none, so a resume lost every step since the last
     periodic checkpoint."""
     run_dir = tmp_path / "run"
-    process = start(train_args(run_dir), tmp_path)
+    process = start_cli(train_args(run_dir, *SETTINGS), tmp_path)
     try:
         wait_for(ckpt.checkpoints_dir(run_dir) / FIRST_CHECKPOINT, process)
         process.send_signal(signum)
@@ -308,6 +248,7 @@ def fill(path: Path) -> None:
                 assert exc.errno == errno.ENOSPC
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run_stops_with_one_line_and_resumes(reference, small_disk, tmp_path):
     """The disk fills up while a real run writes (a tmpfs filled by another file): one ``error:``
     line naming the path that failed, exit 1, no traceback; every checkpoint written before is
@@ -316,7 +257,7 @@ def test_disk_full_mid_run_stops_with_one_line_and_resumes(reference, small_disk
     Bug pinned: the write failed with a traceback (torch's "unexpected pos" RuntimeError, or an
     OSError from TensorBoard's writer thread printed twice)."""
     run_dir = small_disk / "run"
-    process = start(train_args(run_dir), tmp_path)
+    process = start_cli(train_args(run_dir, *SETTINGS), tmp_path)
     try:
         wait_for(ckpt.checkpoints_dir(run_dir) / FIRST_CHECKPOINT, process)
         fill(small_disk / "filler")
@@ -362,6 +303,7 @@ def test_the_event_writer_thread_failure_surfaces_as_one_error(small_disk, capfd
     assert "Traceback" not in captured.err and "Exception in thread" not in captured.err
 
 
+@pytest.mark.slow
 def test_a_video_on_a_full_disk_gets_one_line(reference, small_disk):
     """``eval --video`` into a run dir whose disk is full: one line naming where the GIF was going
     and why, exit 1, no traceback (Pillow's OSError used to escape)."""
@@ -390,7 +332,7 @@ def test_disk_full_by_fault_injection(reference, tmp_path, mount_refused, monkey
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
         patch.setattr(ckpt, "save_run_checkpoint", save_until_full)
-        result = runner.invoke(app, train_args(run_dir))
+        result = runner.invoke(app, train_args(run_dir, *SETTINGS))
     assert result.exit_code == 1, result.output
     first = ckpt.checkpoints_dir(run_dir) / FIRST_CHECKPOINT
     assert result.stderr == (
@@ -442,7 +384,7 @@ def test_a_read_only_run_dir_gets_one_line(read_only, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     checks = [
-        (train_args(ro / "new"), f"run dir {ro / 'new'}: {ro} {why}"),
+        (train_args(ro / "new", *SETTINGS), f"run dir {ro / 'new'}: {ro} {why}"),
         (["ablate", "-c", "cartpole.yaml", "--out", str(ro / "sweep")],
          f"sweep dir {ro / 'sweep'}: {ro} {why}"),
         (["train", "--resume", str(ro / "run"), "--steps", "1800"],

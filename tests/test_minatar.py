@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import StopAtCheckpoint, assert_same_weights
 from typer.testing import CliRunner
 
 from per_dqn.agent.networks import MinAtarCNN
@@ -118,6 +119,7 @@ def _train(tmp_path: Path, name: str, *sets: str):
     return run_dir
 
 
+@pytest.mark.slow
 def test_a_short_real_run_is_reproducible(tmp_path):
     """The same config and seed give the same weights, on Seaquest (10 layers) with rank PER."""
     sets = ("env.id=MinAtar/Seaquest-v1", "replay.kind=rank")
@@ -130,14 +132,7 @@ def test_a_short_real_run_is_reproducible(tmp_path):
     assert "conv.weight" in wa and wa["conv.weight"].shape == (16, 10, 3, 3)
 
 
-class _StopAt:
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_checkpoint(self, env_steps, path):
-        return env_steps >= self.step
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["MinAtar/Seaquest-v1", "MinAtar/Asterix-v1"])
 def test_resume_is_exact(tmp_path, env_id):
     """MinAtar's game state (positions, timers, entity lists, the shared RandomState, the sticky
@@ -148,7 +143,10 @@ def test_resume_is_exact(tmp_path, env_id):
     overrides = [*SHORT, f"env.id={env_id}", "checkpoint.interval_steps=1000"]
     full = per_dqn.train("minatar.yaml", overrides=overrides, run_dir=tmp_path / "full")
     stopped = per_dqn.train(
-        "minatar.yaml", overrides=overrides, run_dir=tmp_path / "stopped", callbacks=[_StopAt(1000)]
+        "minatar.yaml",
+        overrides=overrides,
+        run_dir=tmp_path / "stopped",
+        callbacks=[StopAtCheckpoint(1000)],
     )
     assert stopped.summary["interrupted"] and stopped.summary["env_steps"] == 1000
     resumption = per_dqn.api.prepare_resume(tmp_path / "stopped")
@@ -158,9 +156,7 @@ def test_resume_is_exact(tmp_path, env_id):
         resumption.trainer.close()
     resumed = per_dqn.resume(tmp_path / "stopped")
     assert resumed.final_return == full.final_return
-    a = torch.load(tmp_path / "full" / "model.pt", weights_only=True)
-    b = torch.load(tmp_path / "stopped" / "model.pt", weights_only=True)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(tmp_path / "full" / "model.pt", tmp_path / "stopped" / "model.pt")
 
 
 def test_plan_reports_a_seaquest_transition_in_under_500_bytes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from per_dqn.build import make_agent, make_memory
@@ -53,6 +54,7 @@ def first_replay_delays(kind: str, env_steps: int = 5000, seed: int = 0) -> np.n
     return first_replay[late] - stored_at[late]
 
 
+@pytest.mark.slow
 def test_rank_based_new_transitions_are_replayed_sooner_than_uniform():
     """Pins the bug where rank-based PER inserted new transitions among clipped ties.
 

@@ -7,111 +7,47 @@ run and leave the last good checkpoint; a checkpoint whose files would run code 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import pickle
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support import (
+    RESUMABLE,
+    Plant,
+    assert_no_duplicated_steps,
+    assert_same_run,
+    cartpole_config,
+    curves,
+    read_scalars,
+    resume,
+    run_trainer,
+    start_cli,
+    summary_of,
+    train_args,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
-from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.run import Trainer
+from per_dqn.config import load_config
 
-# Checkpoints at 300, 600, ..., 1500 (the last one the final one), evaluations at 500 and 1000.
-SETTINGS = [
-    "train.total_env_steps=1500", "train.learning_starts=300", "train.log_interval=100",
-    "train.eval_interval=500", "train.eval_episodes=2", "train.final_eval_episodes=3",
-    "train.epsilon_decay_steps=600", "checkpoint.interval_steps=300", "checkpoint.keep_last=3",
-    "run.device=cpu",
-]  # fmt: skip
+SETTINGS = RESUMABLE
 # A Ctrl-C on this gradient step lands at env step ~1100: after the checkpoint at 900, with
 # points logged past it that a resume must not duplicate.
 INTERRUPT_AT_LEARN_CALL = 200
 
 runner = CliRunner()
-# The checkout under test, for CLI processes started from another cwd (the venv's `per-dqn`
-# script would import whichever checkout is installed).
-CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
-
-
-def cli_process(args: list[str], cwd: Path) -> subprocess.Popen:
-    """The real ``per-dqn`` command in its own process, running this checkout's package."""
-    return subprocess.Popen(
-        [sys.executable, "-c", "from per_dqn.cli import app; app()", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
-def train_args(run_dir: Path, *extra: str) -> list[str]:
-    args = ["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q"]
-    for text in [*SETTINGS, *extra]:
-        args += ["--set", text]
-    return args
-
-
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
-    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
-
-
-def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar but the wall-clock one."""
-    scalars = read_scalars(run_dir)
-    scalars.pop(tags.PERF_SPS)
-    return scalars
-
-
-def assert_no_duplicated_steps(run_dir: Path) -> None:
-    for tag, points in read_scalars(run_dir).items():
-        steps = [step for step, _ in points]
-        assert all(a < b for a, b in itertools.pairwise(steps)), tag
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    first, second = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
-    assert first.keys() == second.keys()
-    for key in first:
-        assert torch.equal(first[key], second[key]), key
-
-
-def final_manifest(run_dir: Path) -> dict:
-    newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
-    return ckpt.verify_checkpoint(newest)
-
-
-def assert_same_run(resumed: Path, reference: Path) -> None:
-    """Same curves, same final weights, and a final checkpoint whose agent (online, target, Adam)
-    and replay memory (contents, priorities, RNG) are byte for byte the reference's."""
-    assert curves(resumed) == curves(reference)
-    assert_no_duplicated_steps(resumed)
-    assert_same_weights(resumed / "model.pt", reference / "model.pt")
-    got, want = final_manifest(resumed), final_manifest(reference)
-    assert got["env_steps"] == want["env_steps"] == 1500 and got["final"]
-    for name in (ckpt.AGENT_FILE, ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE):
-        assert got["files"][name] == want["files"][name], name
-    summary, expected = (json.loads((d / "summary.json").read_text()) for d in (resumed, reference))
-    assert summary["final_eval_return_mean"] == expected["final_eval_return_mean"]
-    assert summary["update_steps"] == expected["update_steps"]
 
 
 def resume_past_the_damaged(run_dir: Path, newest: Path, problem: str) -> None:
@@ -129,12 +65,7 @@ def resume_past_the_damaged(run_dir: Path, newest: Path, problem: str) -> None:
 def reference(tmp_path_factory) -> Path:
     """The run never stopped."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    config = load_config(resolve_config_path("cartpole.yaml"), map(parse_override, SETTINGS))
-    trainer = Trainer(config, "cartpole")
-    try:
-        trainer.run(run_dir)
-    finally:
-        trainer.close()
+    run_trainer(cartpole_config(*SETTINGS), run_dir)
     return run_dir
 
 
@@ -153,19 +84,15 @@ def interrupted(tmp_path_factory) -> Path:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DQNAgent, "learn", learn_then_interrupt)
-        result = runner.invoke(app, train_args(run_dir))
+        result = runner.invoke(app, train_args(run_dir, *SETTINGS))
     assert result.exit_code == 130, result.output
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["interrupted"] and 900 < summary["env_steps"] < 1200
     return run_dir
 
 
 def copy_of(run_dir: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(run_dir, tmp_path / "run"))
-
-
-def resume(run_dir: Path, *extra: str):
-    return runner.invoke(app, ["train", "--resume", str(run_dir), "-q", *extra])
 
 
 def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tmp_path):
@@ -180,7 +107,7 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
                                           "(900 of 1,500 env steps)"]  # fmt: skip
     assert "final eval return" in result.stdout
     assert_same_run(run_dir, reference)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["resumed_from_env_steps"] == 900 and not summary["interrupted"]
     events = EventAccumulator(str(run_dir))
     events.Reload()
@@ -322,18 +249,19 @@ def test_an_edited_config_is_followed_with_a_note(interrupted, reference, tmp_pa
     assert curves(run_dir)[tags.TRAIN_LOSS] != curves(reference)[tags.TRAIN_LOSS]
 
 
+@pytest.mark.kill
 def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(reference, tmp_path):
     """A real ``per-dqn train`` process killed with SIGKILL (no handler runs, nothing is flushed
     on the way out) after its first checkpoint, then resumed: the same run as never stopped."""
     run_dir = tmp_path / "run"
-    process = cli_process(train_args(run_dir), tmp_path)
+    process = start_cli(train_args(run_dir, *SETTINGS), tmp_path)
     first = ckpt.checkpoints_dir(run_dir) / "step_000000300"
     deadline = time.monotonic() + 120
     while not first.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(process.pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=30)
-    assert process.returncode == -signal.SIGKILL, stderr.decode()
+    assert process.returncode == -signal.SIGKILL, stderr
     assert not (run_dir / "summary.json").exists()  # it really died mid-run
     assert ckpt.find_latest(ckpt.checkpoints_dir(run_dir)).path is not None
 
@@ -349,7 +277,7 @@ def test_resume_can_extend_the_budget(reference, tmp_path):
     result = resume(run_dir, "--steps", "1800")
     assert result.exit_code == 0, result.output
     assert load_config(run_dir / "config.yaml").train.total_env_steps == 1800
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["env_steps"] == 1800 and summary["resumed_from_env_steps"] == 1500
     assert_no_duplicated_steps(run_dir)
     eval_steps = [s for s, _ in read_scalars(run_dir)[tags.EVAL_RETURN_MEAN]]
@@ -368,7 +296,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     # No log point, evaluation or checkpoint between the first update (300) and the NaN: the
     # loss check is what stops it (the weights check is the next test's).
     args = ["agent.learning_rate=1e30", "checkpoint.interval_steps=250", "train.log_interval=1000"]
-    result = runner.invoke(app, train_args(run_dir, *args))
+    result = runner.invoke(app, train_args(run_dir, *SETTINGS, *args))
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: train/loss is ")
@@ -400,7 +328,7 @@ def test_diverged_weights_never_reach_a_checkpoint(tmp_path):
         "agent.learning_rate=1e30", "agent.loss=mse", "agent.grad_clip_norm=null",
         "checkpoint.interval_steps=150", "train.log_interval=1000",
     ]  # fmt: skip
-    result = runner.invoke(app, train_args(run_dir, *args))
+    result = runner.invoke(app, train_args(run_dir, *SETTINGS, *args))
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.splitlines()
     checkpoints = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
@@ -417,16 +345,6 @@ def test_diverged_weights_never_reach_a_checkpoint(tmp_path):
     good = largest_weight(checkpoints[0])
     assert np.isfinite(good) and good <= 0.5 < float(found.group(1)) / 1000
     assert not (run_dir / "model.pt").exists() and not (run_dir / "summary.json").exists()
-
-
-class Plant:
-    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 def test_planted_checkpoint_files_are_refused_without_running_code(reference, tmp_path):
@@ -563,6 +481,6 @@ def test_a_format_2_checkpoint_from_before_the_redesign_resumes_exactly(tmp_path
     assert newest["format"] == ckpt.FORMAT_VERSION == 3
     # Its evaluations and IS weights before step 300 are unknown: the summary says so (null)
     # rather than report the resumed part as the run's.
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["auc"] is None and summary["is_weight_mean"] is None
     assert summary["final_eval_return_mean"] is not None

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support import CHECKOUT, StopAtCheckpoint, read_scalars, summary_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -29,7 +30,6 @@ from per_dqn.cli import app
 from per_dqn.config import load_config
 from per_dqn.summary import normalized_auc
 
-CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
 SHORT = {
     "train.total_env_steps": 1_500, "train.learning_starts": 200, "train.eval_interval": 500,
     "train.eval_episodes": 2, "train.final_eval_episodes": 2, "train.log_interval": 250,
@@ -42,23 +42,6 @@ def events(run_dir: Path) -> EventAccumulator:
     accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     accumulator.Reload()
     return accumulator
-
-
-def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    acc = events(run_dir)
-    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
-
-
-def summary_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-class StopAtCheckpoint:
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_checkpoint(self, env_steps, path):
-        return env_steps >= self.step
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +114,7 @@ def test_auc_and_is_weight_mean_are_those_of_the_logged_curves(full):
     """auc is normalized_auc over eval/return_mean (periodic evaluations and the final one) and
     is_weight_mean the mean of the logged per/is_weight_mean points, both read back from the
     event file (float32 there, hence the tolerance)."""
-    summary, curves = summary_of(full), scalars(full)
+    summary, curves = summary_of(full), read_scalars(full)
     evals = curves[tags.EVAL_RETURN_MEAN]
     assert [step for step, _ in evals] == [500, 1000, 1500]
     assert summary["auc"] == pytest.approx(normalized_auc(evals), rel=1e-6)
@@ -158,7 +141,7 @@ def test_auc_and_is_weight_mean_survive_a_resume(full, tmp_path):
     assert resumed.summary["is_weight_mean"] == expected["is_weight_mean"]
     assert resumed.summary["final_eval_return_mean"] == expected["final_eval_return_mean"]
     # The finished run's HParams metrics are written once, at its end: the curves match too.
-    ours, theirs = scalars(tmp_path / "run"), scalars(full)
+    ours, theirs = read_scalars(tmp_path / "run"), read_scalars(full)
     for tag in (tags.SUMMARY_AUC, tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_IS_WEIGHT_MEAN):
         assert ours[tag] == theirs[tag] and len(ours[tag]) == 1
 
@@ -170,7 +153,7 @@ def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
         "cartpole", overrides={**SHORT, "replay.kind": "uniform"}, run_dir=tmp_path / "run"
     )
     assert run.summary["is_weight_mean"] is None and run.summary["auc"] is not None
-    curves = scalars(tmp_path / "run")
+    curves = read_scalars(tmp_path / "run")
     assert tags.PER_PRIORITY_RATIO not in curves and tags.SUMMARY_IS_WEIGHT_MEAN not in curves
     assert len(curves[tags.TRAIN_LOSS]) == 6
     assert curves[tags.TRAIN_LOSS] == curves[tags.TRAIN_LOSS_UNWEIGHTED]
@@ -180,7 +163,7 @@ def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
 
 
 def test_priority_ratio_is_sampled_over_mean_priority_at_every_log_point(full):
-    curves = scalars(full)
+    curves = read_scalars(full)
     ratio = dict(curves[tags.PER_PRIORITY_RATIO])
     sampled, stored = dict(curves[tags.PER_SAMPLED_PRIORITY]), dict(curves[tags.PER_MEAN_PRIORITY])
     assert sorted(ratio) == sorted(sampled) == [250, 500, 750, 1000, 1250, 1500]
@@ -191,7 +174,7 @@ def test_priority_ratio_is_sampled_over_mean_priority_at_every_log_point(full):
 
 def test_weighted_and_unweighted_losses_differ_under_proportional(full):
     """The negative control of the uniform test: IS weights below 1 make the losses differ."""
-    curves = scalars(full)
+    curves = read_scalars(full)
     weighted, plain = dict(curves[tags.TRAIN_LOSS]), dict(curves[tags.TRAIN_LOSS_UNWEIGHTED])
     assert weighted.keys() == plain.keys()
     assert all(weighted[step] < plain[step] for step in weighted)
@@ -229,7 +212,7 @@ def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
     )
     logged = [info.name.tag for info in experiment.metric_infos]
     assert logged == [tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_AUC, tags.SUMMARY_IS_WEIGHT_MEAN]
-    summary, curves = summary_of(full), scalars(full)
+    summary, curves = summary_of(full), read_scalars(full)
     for tag, key in ((tags.SUMMARY_FINAL_RETURN, "final_eval_return_mean"),
                      (tags.SUMMARY_AUC, "auc"),
                      (tags.SUMMARY_IS_WEIGHT_MEAN, "is_weight_mean")):  # fmt: skip
@@ -255,7 +238,7 @@ def test_custom_scalars_layout_puts_sampled_and_mean_priority_on_one_chart(full)
     assert charts["loss: IS-weighted vs unweighted"] == ["^train/loss$", "^train/loss_unweighted$"]
     # The regexes match the tags the run logs.
     assert {tags.PER_SAMPLED_PRIORITY, tags.PER_MEAN_PRIORITY, tags.TRAIN_LOSS_UNWEIGHTED} <= set(
-        scalars(full)
+        read_scalars(full)
     )
 
 
@@ -337,6 +320,7 @@ def settings(overrides: dict) -> list[str]:
     return args
 
 
+@pytest.mark.slow
 def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_its_run(tmp_path):
     """``train --track wandb`` (offline: no network here), then ``train --resume --steps`` on the
     same run dir: both processes write to one wandb run id; the config is config.yaml's; logged
@@ -361,7 +345,7 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     assert ids == [run_id, run_id]
     assert config == yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["run"]["track"] == "wandb" and config["train"]["total_env_steps"] == 1500
-    tensorboard = scalars(run_dir)
+    tensorboard = read_scalars(run_dir)
     for tag in (tags.TRAIN_LOSS, tags.EVAL_RETURN_MEAN, tags.PER_PRIORITY_RATIO,
                 tags.EPISODE_RETURN, tags.SUMMARY_AUC):  # fmt: skip
         expected = tensorboard[tag]
@@ -372,6 +356,7 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     assert set(points) == set(tensorboard)
 
 
+@pytest.mark.slow
 def test_track_wandb_without_the_extra_is_one_line_and_creates_nothing(tmp_path):
     for flag in (["--track", "wandb"], ["--set", "run.track=wandb"]):
         result = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(tmp_path / "run"), "-q",
@@ -389,6 +374,7 @@ def test_track_cannot_be_given_with_resume(tmp_path):
     assert "--track cannot be used with --resume" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
     """Online without a login (no API key, no network here): one line, exit 2, and the run dir
     holds nothing but its lock file, so the same --run-dir can be used again."""

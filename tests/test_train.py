@@ -3,19 +3,17 @@ files, reproducibility, Ctrl-C, and what the loop stores, checked on a counting 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
+from support import cartpole_config, read_scalars, run_trainer, sets, summary_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
 from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
-from per_dqn.config import Config, load_config, parse_override, resolve_config_path
+from per_dqn.config import Config, load_config
 from per_dqn.run import Trainer
 
 # A run short enough for a test that still learns, logs, evaluates and checks the tree.
@@ -34,34 +32,14 @@ REQUIRED_TAGS = {
 
 
 def short_config(*extra: str) -> Config:
-    overrides = [parse_override(text) for text in [*SHORT, *extra]]
-    return load_config(resolve_config_path("cartpole.yaml"), overrides)
+    return cartpole_config(*SHORT, *extra)
 
 
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
-    }
-
-
-def run(config: Config, run_dir: Path) -> dict:
-    trainer = Trainer(config, "cartpole")
-    try:
-        return trainer.run(run_dir)
-    finally:
-        trainer.close()
-
-
-def test_cli_run_writes_events_config_and_summary(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    args = ["train", "-c", "cartpole.yaml", "--seed", "3", "-q"]
-    for text in SHORT:
-        args += ["--set", text]
+def test_cli_run_writes_events_config_and_summary(workdir):
+    args = ["train", "-c", "cartpole.yaml", "--seed", "3", "-q", *sets(*SHORT)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = (workdir / "runs").iterdir()
     assert run_dir.name.startswith("CartPole-v1__cartpole__proportional__s3__")
     assert "final eval return" in result.stdout  # the end-of-run summary
 
@@ -80,7 +58,7 @@ def test_cli_run_writes_events_config_and_summary(tmp_path, monkeypatch):
     assert all(0 <= v < 1e-9 for _, v in scalars[tags.PER_TREE_DRIFT])
     assert scalars[tags.EVAL_RETURN_MEAN][-1][0] == 1200  # the final evaluation, at the last step
 
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = summary_of(run_dir)
     assert summary["env_steps"] == 1200
     assert summary["replay"] == "proportional" and summary["seed"] == 3
     assert summary["interrupted"] is False
@@ -93,7 +71,7 @@ def test_cli_run_writes_events_config_and_summary(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["uniform", "rank"])
 def test_other_memories_log_what_they_have(tmp_path, kind):
-    summary = run(short_config(f"replay.kind={kind}"), tmp_path)
+    summary = run_trainer(short_config(f"replay.kind={kind}"), tmp_path)
     assert summary["replay"] == kind
     scalars = read_scalars(tmp_path)
     assert tags.PER_TREE_DRIFT not in scalars  # only the sum tree has a drift to check
@@ -107,14 +85,14 @@ def test_other_memories_log_what_they_have(tmp_path, kind):
 def test_same_seed_same_curves(tmp_path):
     """Two CPU runs with the same seed and config log identical scalars (wall-clock aside)."""
     config = short_config("train.total_env_steps=800", "train.eval_interval=400")
-    run(config, tmp_path / "a")
-    run(config, tmp_path / "b")
+    run_trainer(config, tmp_path / "a")
+    run_trainer(config, tmp_path / "b")
     first, second = read_scalars(tmp_path / "a"), read_scalars(tmp_path / "b")
     first.pop(tags.PERF_SPS)
     second.pop(tags.PERF_SPS)
     assert first == second
     assert len(first[tags.TRAIN_LOSS]) >= 4
-    run(short_config("train.total_env_steps=800", "run.seed=1"), tmp_path / "c")
+    run_trainer(short_config("train.total_env_steps=800", "run.seed=1"), tmp_path / "c")
     other = read_scalars(tmp_path / "c")
     assert other[tags.EPISODE_RETURN] != first[tags.EPISODE_RETURN]
 
@@ -136,7 +114,7 @@ def test_ctrl_c_keeps_what_was_written(tmp_path, monkeypatch):
         args += ["--set", text]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130, result.output
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = summary_of(tmp_path / "run")
     assert summary["interrupted"] is True
     assert summary["final_eval_return_mean"] is None
     assert 300 < summary["env_steps"] < 1200
@@ -284,10 +262,11 @@ def test_update_count_follows_replay_period_and_gradient_steps(tmp_path, gradien
         "train.batch_size=32", f"train.gradient_steps={gradient_steps}", "train.eval_interval=0",
         "train.final_eval_episodes=1",
     )  # fmt: skip
-    summary = run(config, tmp_path)
+    summary = run_trainer(config, tmp_path)
     assert summary["update_steps"] == 76 * gradient_steps
 
 
+@pytest.mark.slow
 def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
     """Pins the periodic evaluation ignoring ``train.eval_epsilon``: with epsilon 1 every
     evaluation action comes from the evaluation's own stream, whatever the network, so two runs
@@ -296,7 +275,7 @@ def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
 
     def periodic_evals(name: str, *extra: str) -> list[tuple[int, float]]:
         config = short_config("train.eval_interval=300", "train.eval_episodes=3", *extra)
-        run(config, tmp_path / name)
+        run_trainer(config, tmp_path / name)
         points = read_scalars(tmp_path / name)[tags.EVAL_RETURN_MEAN]
         return [p for p in points if p[0] < config.train.total_env_steps]
 
@@ -313,7 +292,7 @@ def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
     """Pins dropping the priority-age (staleness) update: a sampled transition's priority is
     reset from its TD error, so per/priority_age_steps falls below per/sample_age_steps (they are
     equal only if no priority was ever refreshed, as under that bug)."""
-    summary = run(short_config(), tmp_path)
+    summary = run_trainer(short_config(), tmp_path)
     assert summary["update_steps"] > 100
     scalars = read_scalars(tmp_path)
     sample_age = dict(scalars[tags.PER_SAMPLE_AGE])

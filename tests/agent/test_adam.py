@@ -44,6 +44,7 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert torch.equal(x, y), name
 
 
+@pytest.mark.slow
 def test_bit_identical_to_torch_fused_adam_step_by_step():
     ours_model, ref_model = network(), network()
     ours = FusedAdam(ours_model.parameters(), lr=2e-3, eps=1e-6)

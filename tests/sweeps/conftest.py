@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_ablate import runner, sets, tiny_args
+from support import runner, sets, tiny_args
 
 from per_dqn.cli import app
 

@@ -5,13 +5,11 @@ all three report files, resume of an interrupted sweep, a real Ctrl-C, a real SI
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -19,11 +17,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from support import (
+    TINY,
+    assert_bad_input,
+    assert_no_duplicated_steps,
+    curves,
+    descendants,
+    running,
+    sets,
+    start_cli,
+    summary_of,
+    tiny_args,
+    tree,
+)
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import fileio, rundir, tags
+from per_dqn import fileio, rundir
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.run import Trainer
@@ -31,50 +41,7 @@ from per_dqn.sweeps import plan, runs
 from per_dqn.sweeps.backends import local
 from per_dqn.sweeps.job import job_config
 
-# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
-TINY = [
-    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
-    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
-]  # fmt: skip
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_per_dqn(args: list[str], sigint_ignored: bool = False) -> subprocess.Popen:
-    """``per-dqn ARGS`` in a real process running this checkout's package, in its own process
-    group (as a shell gives a foreground job); with ``sigint_ignored``, started with SIGINT
-    ignored, as a non-interactive shell starts a background job."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "per_dqn.cli", *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-        if sigint_ignored
-        else None,
-    )
-
-
-def sets(*texts: str) -> list[str]:
-    return [arg for text in texts for arg in ("--set", text)]
-
-
-def tiny_args(out: Path, workers: int = 2) -> list[str]:
-    return ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds",
-            "2", "--steps", "600", "--workers", str(workers), "--out", str(out),
-            *sets(*TINY)]  # fmt: skip
-
-
-def assert_bad_input(result, line: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stderr == f"error: {line}\n"
-    assert result.stdout == ""
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -200,14 +167,20 @@ def test_run_dir_names_keep_two_keys_with_one_last_part_apart():
 def test_a_key_set_two_ways_is_refused(tmp_path):
     rank = plan.parse_arms("rank:replay.alpha=0.7")
     alpha = plan.parse_grid(["replay.alpha=0.4,0.6"])
-    for arms, grid, sets, message in (
+    for arms, grid, texts, message in (
         (rank, alpha, [], "--grid replay.alpha is also set by an arm's settings; give it once"),
         (rank, (), ["replay.alpha=0.5"], "--set replay.alpha is also set by an arm's settings"),
         (("rank",), alpha, ["replay.alpha=0.5"], "--set replay.alpha is also set by --grid"),
     ):
         with pytest.raises(ValueError, match=message):
             plan.plan_sweep(
-                "cartpole.yaml", arms, [0], 1500, [parse_override(t) for t in sets], tmp_path, grid
+                "cartpole.yaml",
+                arms,
+                [0],
+                1500,
+                [parse_override(t) for t in texts],
+                tmp_path,
+                grid,
             )
 
 
@@ -234,8 +207,7 @@ def test_several_envs_in_one_sweep(tmp_path, value):
     assert sweep.record["envs"] == ["CartPole-v1", "Acrobot-v1"]
 
 
-def test_default_out_dir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_default_out_dir(workdir):
     sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0])
     assert sweep.out == Path("runs/ablate__CartPole-v1__cartpole")
 
@@ -252,12 +224,6 @@ def test_config_problems_are_reported_once(tmp_path):
 
 
 # --- the command line: bad arguments --------------------------------------------------------------
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 @pytest.mark.parametrize(
@@ -415,21 +381,22 @@ def tiny_sweep(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
     out = tiny_sweep
     run_dirs = [out / arm / f"s{s}" for arm in ("uniform", "proportional") for s in (0, 1)]
     for run_dir in run_dirs:
         assert any(p.name.startswith("events.out.tfevents") for p in run_dir.iterdir())
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert s["interrupted"] is False and s["env_steps"] == 600
-    assert [(summary(d)["replay"], summary(d)["seed"]) for d in run_dirs] == [
+    assert [(summary_of(d)["replay"], summary_of(d)["seed"]) for d in run_dirs] == [
         ("uniform", 0), ("uniform", 1), ("proportional", 0), ("proportional", 1),
     ]  # fmt: skip
     # scores.csv holds exactly the summaries' final scores
     with (out / "scores.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["run_dir"], float(r["final_return"])) for r in rows] == [
-        (d.relative_to(out).as_posix(), summary(d)["final_eval_return_mean"]) for d in run_dirs
+        (d.relative_to(out).as_posix(), summary_of(d)["final_eval_return_mean"]) for d in run_dirs
     ]
     text = (out / "report.md").read_text()
     assert "Runs used: 4 of 4 planned; missing: none." in text
@@ -437,15 +404,6 @@ def test_tiny_sweep_writes_run_dirs_and_the_report(tiny_sweep):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     record = json.loads((out / "sweep.json").read_text())
     assert record["arms"] == ["uniform", "proportional"] and record["seeds"] == [0, 1]
-
-
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root``: relative path -> (size, mtime in ns)."""
-    return {
-        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def test_a_run_dir_four_levels_down_still_names_its_sweep_dir(tmp_path):
@@ -461,6 +419,7 @@ def test_a_run_dir_four_levels_down_still_names_its_sweep_dir(tmp_path):
         runs.check_not_a_run_dir(run)
 
 
+@pytest.mark.slow
 def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
     """Pins a bug: `per-dqn report RUN_DIR` on one training run's dir (config.yaml,
     summary.json, model.pt) read it as a sweep of one run and wrote report.md, curves.png and
@@ -492,6 +451,7 @@ def test_report_refuses_a_single_run_dir(tiny_sweep, tmp_path):
     assert "Runs used: 1 (no sweep.json)" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     """Finished runs are kept as they are; an interrupted run and one killed before its summary,
     with no checkpoint to continue (only the final one, which would evaluate twice), are cleared
@@ -503,7 +463,7 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     killed, interrupted = out / "uniform/s0", out / "proportional/s1"
     (killed / "summary.json").unlink()
     (killed / "partial.txt").write_text("")
-    data = summary(interrupted) | {"interrupted": True, "final_eval_return_mean": None}
+    data = summary_of(interrupted) | {"interrupted": True, "final_eval_return_mean": None}
     fileio.write_json(interrupted / "summary.json", data)
     (out / "report.md").unlink()
 
@@ -512,8 +472,8 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     assert "4 runs, 2 finished, 2 to run on 1 worker\n" in result.stdout
     assert (out / "uniform/s1/kept.txt").exists() and (out / "proportional/s0/kept.txt").exists()
     assert not (killed / "partial.txt").exists()
-    assert summary(killed)["interrupted"] is False
-    assert summary(interrupted)["interrupted"] is False
+    assert summary_of(killed)["interrupted"] is False
+    assert summary_of(interrupted)["interrupted"] is False
     assert "Runs used: 4 of 4 planned; missing: none." in (out / "report.md").read_text()
 
     again = runner.invoke(app, tiny_args(out))  # nothing left to do
@@ -521,6 +481,7 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
     assert "4 runs, 4 finished, 0 to run\n" in again.stdout
 
 
+@pytest.mark.slow
 def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     """More seeds and an arm with its own settings: only those runs run; the finished ones are
     left byte for byte, the record and the report cover the union."""
@@ -537,7 +498,7 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     assert {p: p.read_bytes() for p in before} == before
     new = ["rank/alpha=0.5/s0", "rank/alpha=0.5/s1", "uniform/s2", "proportional/s2",
            "rank/alpha=0.5/s2"]  # fmt: skip
-    assert all(summary(out / d)["interrupted"] is False for d in new)
+    assert all(summary_of(out / d)["interrupted"] is False for d in new)
     assert yaml.safe_load((out / new[0] / "config.yaml").read_text())["replay"]["alpha"] == 0.5
     record = json.loads((out / "sweep.json").read_text())
     assert record["arms"] == ["uniform", "proportional", "rank/alpha=0.5"]
@@ -550,6 +511,7 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     assert "Runs used: 9 of 9 planned; missing: none." in (out / "report.md").read_text()
 
 
+@pytest.mark.kill
 @pytest.mark.parametrize(
     ("to_group", "signum", "code", "sigint_ignored"),
     [(True, signal.SIGINT, 130, False), (False, signal.SIGINT, 130, False),
@@ -567,7 +529,7 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code, sigint
     out = tmp_path / "sweep"
     args = tiny_args(out, workers=1)
     args[args.index("--steps") + 1] = "200000"
-    proc = start_per_dqn(args, sigint_ignored)
+    proc = start_cli(args, new_session=True, sigint_ignored=sigint_ignored)
     try:
         deadline = time.monotonic() + 60
         started = []
@@ -590,13 +552,14 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path, to_group, signum, code, sigint
     begun = sorted(p.relative_to(out).as_posix() for p in out.glob("*/s*"))
     assert begun == sorted(p.relative_to(out).as_posix() for p in started)  # nothing new
     for run_dir in started:
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert s["interrupted"] is True and 0 < s["env_steps"] < 200_000
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
         assert newest.name == ckpt.checkpoint_name(s["env_steps"])
     assert not (out / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_reported_not_fatal(tmp_path):
     """A run that raises in its worker ends as an error outcome; the sweep returns and the run
     dir is left unfinished, to be redone by the next call."""
@@ -614,30 +577,7 @@ def test_a_failing_run_is_reported_not_fatal(tmp_path):
 # --- a sweep dies as a whole ----------------------------------------------------------------------
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid``, from /proc (Linux)."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found |= frontier
-    return found
-
-
-def running(pid: int) -> bool:
-    """True unless ``pid`` is gone or a zombie (dead, waiting to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
+@pytest.mark.kill
 def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     """SIGKILL to a sweep (no handler of its can run): within 5 s no worker is left, each run in
     progress stopped between two steps with a checkpoint of that step. While it ran, a second
@@ -656,7 +596,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
             *sets(*TINY, "checkpoint.interval_steps=300", "checkpoint.keep_last=10",
                   "run.device=cpu")]  # fmt: skip
     run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
-    proc = start_per_dqn(args)
+    proc = start_cli(args, new_session=True)
     try:
         deadline = time.monotonic() + 180
 
@@ -695,7 +635,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
             proc.communicate()
     stopped = {}
     for run_dir in run_dirs:
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert s["interrupted"] and 300 <= s["env_steps"] < steps
         stopped[run_dir] = s["env_steps"]
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
@@ -705,7 +645,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     assert result.exit_code == 0, result.output
     assert "2 runs, 0 finished, 2 to run on 2 workers" in result.stdout
     for run_dir in run_dirs:
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert not s["interrupted"] and s["env_steps"] == steps
         assert s["resumed_from_env_steps"] == stopped[run_dir]
         assert_no_duplicated_steps(run_dir)
@@ -719,29 +659,11 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
         trainer.run(tmp_path / "ref" / "run")
     finally:
         trainer.close()
-    assert scalars(run_dirs[0]) == scalars(tmp_path / "ref" / "run")
+    assert curves(run_dirs[0]) == curves(tmp_path / "ref" / "run")
     assert (
-        summary(run_dirs[0])["final_eval_return_mean"]
-        == summary(tmp_path / "ref" / "run")["final_eval_return_mean"]
+        summary_of(run_dirs[0])["final_eval_return_mean"]
+        == summary_of(tmp_path / "ref" / "run")["final_eval_return_mean"]
     )
-
-
-def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar but the wall-clock one, merged over the run dir's event files as TensorBoard
-    merges them."""
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)]
-        for tag in events.Tags()["scalars"]
-        if tag != tags.PERF_SPS
-    }
-
-
-def assert_no_duplicated_steps(run_dir: Path) -> None:
-    for tag, points in scalars(run_dir).items():
-        steps = [step for step, _ in points]
-        assert all(a < b for a, b in itertools.pairwise(steps)), tag
 
 
 @pytest.mark.parametrize(

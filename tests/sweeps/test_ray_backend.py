@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import re
 import shutil
@@ -27,18 +26,21 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_ablate import (
-    ROOT,
+from support import (
+    CHECKOUT,
     TINY,
+    TINY_RUN_DIRS,
     assert_bad_input,
     assert_no_duplicated_steps,
+    assert_same_runs,
+    curves,
     descendants,
+    ray_args,
     running,
-    scalars,
     sets,
-    start_per_dqn,
-    summary,
-    tiny_args,
+    start_cli,
+    stop_group,
+    summary_of,
 )
 from typer.testing import CliRunner
 
@@ -53,31 +55,20 @@ from per_dqn.sweeps.job import job_config
 from per_dqn.sweeps.progress import SweepProgress
 
 runner = CliRunner()
-# Run-specific fields of a summary: everything else must match between the backends.
-VARYING = {"wall_seconds", "sps", "run_dir", "provenance"}
-RUN_DIRS = [f"{arm}/s{seed}" for arm in ("uniform", "proportional") for seed in (0, 1)]
-
-
-def ray_args(out: Path, *extra: str) -> list[str]:
-    args = tiny_args(out)
-    i = args.index("--workers")
-    del args[i : i + 2]  # the local cluster's size; refused with --address
-    return [*args, "--backend", "ray", *extra]
 
 
 # --- without a cluster ----------------------------------------------------------------------------
 
 
-def test_without_the_extra_the_ray_backend_is_one_line(tmp_path, monkeypatch):
+def test_without_the_extra_the_ray_backend_is_one_line(workdir, monkeypatch):
     """`import ray` failing (the extra not installed) is one line naming the extra, exit 2,
     nothing created; the local backend does not import Ray at all."""
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the extra
     assert_bad_input(
         runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--backend", "ray", "--out", "o"]),
         ray_backend.MISSING_RAY,
     )
-    assert list(tmp_path.iterdir()) == []
+    assert list(workdir.iterdir()) == []
     assert "per-dqn[ray]" in ray_backend.MISSING_RAY
 
 
@@ -88,7 +79,7 @@ def test_the_local_backend_never_imports_ray(tmp_path):
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     found = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=CHECKOUT
     )
     assert found.stdout.strip() == "[]"
 
@@ -116,12 +107,11 @@ def test_the_local_backend_never_imports_ray(tmp_path):
          "--retries cannot be used with --backend local (they are --backend ray's)"),
     ],
 )  # fmt: skip
-def test_bad_ray_options_get_one_line_and_exit_2(tmp_path, monkeypatch, args, line):
+def test_bad_ray_options_get_one_line_and_exit_2(workdir, args, line):
     if importlib.util.find_spec("ray") is None:  # not importorskip: Ray is imported by the CLI,
         pytest.skip("needs the ray extra")  # after it has set the loopback switch
-    monkeypatch.chdir(tmp_path)
     assert_bad_input(runner.invoke(app, ["ablate", "-c", "cartpole.yaml", *args]), line)
-    assert list(tmp_path.iterdir()) == []
+    assert list(workdir.iterdir()) == []
 
 
 # --- a real Ray -----------------------------------------------------------------------------------
@@ -138,23 +128,7 @@ def ray_env():
         yield
 
 
-def assert_same_runs(out: Path, ref: Path) -> dict[str, dict]:
-    """Every run's summary (run-specific fields aside) and model.pt, byte for byte; the local
-    backend's provenance (``ref``'s) says nothing of Ray. Returns ``out``'s summaries by run dir.
-    """
-    found = {}
-    for rel in RUN_DIRS:
-        ours, theirs = (json.loads((d / rel / "summary.json").read_text()) for d in (out, ref))
-        assert {k: v for k, v in ours.items() if k not in VARYING} == {
-            k: v for k, v in theirs.items() if k not in VARYING
-        }, rel
-        assert not ours["interrupted"] and ours["env_steps"] == 600
-        assert (out / rel / "model.pt").read_bytes() == (ref / rel / "model.pt").read_bytes()
-        assert "ray" not in theirs["provenance"]
-        found[rel] = ours
-    return found
-
-
+@pytest.mark.ray
 def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     ray_env, local_reference, tmp_path
 ):
@@ -196,7 +170,7 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     assert not any(" 3 running" in head or " 4 running" in head for head in heads)
     reported = [line.split() for line in lines if line.startswith("  ")]
     assert len({words[0] for words in reported}) >= 2
-    assert {words[0] for words in reported} <= set(RUN_DIRS)
+    assert {words[0] for words in reported} <= set(TINY_RUN_DIRS)
     # A run shown between two log points: steps of the 100-step log interval, and a speed. None
     # may be shown at all: a 600-step run can start and end between two of the driver's 1 s
     # polls (CI's faster CPU did so for all four), so board_lines pins that path without polls.
@@ -248,6 +222,8 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 @pytest.mark.parametrize(
     ("signum", "code", "moment"),
     [(signal.SIGTERM, 143, "gcs"), (signal.SIGINT, 130, "agents")],
@@ -265,7 +241,7 @@ def test_a_stop_while_ray_starts_leaves_no_dir_and_no_cluster(
     and runtime-env agents, or the dashboard's multiprocessing forkserver and resource tracker
     (a clean-clone CI run saw two of them alive 10 s after the command had exited)."""
     out = tmp_path / "new" / "sweep"
-    proc = start_per_dqn([*ray_args(out, "--workers", "1"), *sets("run.device=cpu")])
+    proc = start_cli([*ray_args(out, "--workers", "1"), *sets("run.device=cpu")], new_session=True)
     try:
         deadline = time.monotonic() + 60
         while not (
@@ -327,7 +303,7 @@ def ray_head(ray_env):
          str(ray_cli), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
          "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
          "--temp-dir", str(base / "ray")],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -341,16 +317,7 @@ def ray_head(ray_env):
                 time.sleep(0.2)
         yield f"127.0.0.1:{port}", hidden
     finally:
-        head.send_signal(signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(head.pid, signal.SIGKILL)  # anything of the head's left in its group
-        except ProcessLookupError:
-            pass
-        head.wait()
+        stop_group(head, timeout=60)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -365,6 +332,7 @@ def invoke_until_connected(args: list[str]):
         time.sleep(1)
 
 
+@pytest.mark.ray
 def test_unreachable_storage_is_refused_before_any_run(ray_head):
     """A sweep dir the workers cannot see (on the head, a tmpfs covers it) is refused with one
     line naming the node, exit 2, before any run starts; the dir it created is removed."""
@@ -380,6 +348,7 @@ def test_unreachable_storage_is_refused_before_any_run(ray_head):
     assert list(hidden.iterdir()) == []
 
 
+@pytest.mark.ray
 def test_a_run_that_cannot_start_on_the_workers_is_refused_before_any_run(ray_head, tmp_path):
     """The envs and the device are checked on a Ray worker holding a run's resources, not on the
     driver (a CPU-only driver may send runs to GPU nodes): here the cluster has no GPU, so
@@ -395,6 +364,7 @@ def test_a_run_that_cannot_start_on_the_workers_is_refused_before_any_run(ray_he
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.ray
 def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     ray_head, local_reference, tmp_path
 ):
@@ -411,8 +381,8 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     assert "Runs used: 4 of 4 planned; missing: none." in (out / "report.md").read_text()
     assert not (out / ray_backend.STOP_FILE).exists()
     # the driver's command, not the Ray worker's own
-    assert summary(out / "uniform/s0")["provenance"]["command"] == sys.argv
-    assert summary(out / "uniform/s0")["provenance"]["ray"]["node_ip"] == "127.0.0.1"
+    assert summary_of(out / "uniform/s0")["provenance"]["command"] == sys.argv
+    assert summary_of(out / "uniform/s0")["provenance"]["ray"]["node_ip"] == "127.0.0.1"
 
     again = runner.invoke(app, ray_args(out, "--address", "127.0.0.1:1", *sets("run.device=cpu")))
     assert again.exit_code == 0, again.output
@@ -423,7 +393,7 @@ def kill_its_worker_at_step_300(args: list[str], run_dir: Path) -> tuple[int, st
     """Runs ``per-dqn ARGS`` and SIGKILLs the Ray worker running ``run_dir`` (the process holding
     its lock) once the run has checkpointed at step 300; the command's exit code, stdout and
     stderr."""
-    proc = start_per_dqn(args)
+    proc = start_cli(args, new_session=True)
     try:
         deadline = time.monotonic() + 180
         while not (run_dir / "checkpoints" / ckpt.checkpoint_name(300)).exists():
@@ -441,6 +411,8 @@ def kill_its_worker_at_step_300(args: list[str], run_dir: Path) -> tuple[int, st
     return proc.returncode, stdout, stderr
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_head, tmp_path):
     """SIGKILL to the Ray worker running a run (the process holding its run dir's lock), once it
     has checkpointed: Ray retries the task, which resumes from that checkpoint; the sweep ends
@@ -456,7 +428,7 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     run_dir = out / "uniform" / "s0"
     code, stdout, stderr = kill_its_worker_at_step_300(args, run_dir)
     assert code == 0, stdout + stderr
-    s = summary(run_dir)
+    s = summary_of(run_dir)
     assert not s["interrupted"] and s["env_steps"] == 1200
     assert s["resumed_from_env_steps"] is not None and 300 <= s["resumed_from_env_steps"] < 1200
     assert s["provenance"]["ray"]["attempt"] == 1
@@ -472,11 +444,13 @@ def test_a_killed_worker_is_retried_and_its_run_equals_an_uninterrupted_one(ray_
     finally:
         trainer.close()
     twin = tmp_path / "ref" / "run"
-    assert scalars(run_dir) == scalars(twin)
-    assert s["final_eval_return_mean"] == summary(twin)["final_eval_return_mean"]
+    assert curves(run_dir) == curves(twin)
+    assert s["final_eval_return_mean"] == summary_of(twin)["final_eval_return_mean"]
     assert (run_dir / "model.pt").read_bytes() == (twin / "model.pt").read_bytes()
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_resumes(
     ray_head, tmp_path, signum, code
@@ -493,7 +467,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
             "10000", "--out", str(out), "--backend", "ray", "--address", address,
             *sets(*TINY, "checkpoint.interval_steps=300", "run.device=cpu")]  # fmt: skip
     run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
-    proc = start_per_dqn(args)
+    proc = start_cli(args, new_session=True)
     try:
         deadline = time.monotonic() + 180
         # any checkpoint: the runs need not start together (one task may get a warm worker)
@@ -512,7 +486,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     assert not (out / ray_backend.STOP_FILE).exists()
     stopped = {}
     for run_dir in run_dirs:
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert s["interrupted"] and 300 <= s["env_steps"] < 10000, s
         stopped[run_dir] = s["env_steps"]
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
@@ -524,7 +498,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     assert result.exit_code == 0, result.output
     assert "2 runs, 0 finished, 2 to run on Ray\n" in result.stdout
     for run_dir in run_dirs:
-        s = summary(run_dir)
+        s = summary_of(run_dir)
         assert not s["interrupted"] and s["env_steps"] == 10000
         assert s["resumed_from_env_steps"] == stopped[run_dir]
         assert_no_duplicated_steps(run_dir)
@@ -534,6 +508,7 @@ def errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.ray
 def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head, tmp_path):
     """A run whose weights diverge (learning rate 1e30: a real divergence, nothing injected)
     fails in its task at env step 300, and Ray does not retry it although --retries is 3: its
@@ -562,7 +537,7 @@ def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head,
     assert re.fullmatch(r"\[[01]/2\] uniform/lr=1e\+30/s0: error: " + re.escape(error), line)
     # stderr's other lines, if any: the progress display's, every 30 s off a terminal
     assert errors(result.stderr) == [f"error: run uniform/lr=1e+30/s0 failed: {error}"]
-    s = summary(good)
+    s = summary_of(good)
     assert not s["interrupted"] and s["env_steps"] == 600 and s["provenance"]["ray"]["attempt"] == 0
     assert (
         "Runs used: 1 of 2 planned; missing: uniform/lr=1e+30/s0 (no summary: running or cut "
@@ -570,6 +545,8 @@ def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head,
     )
 
 
+@pytest.mark.kill
+@pytest.mark.ray
 def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_head, tmp_path):
     """--retries 0 and one SIGKILL to the worker running seed 0: that run is reported failed
     with one line (its Ray task failed after 0 retries), seed 1 finishes, exit 1; seed 0's run
@@ -590,7 +567,7 @@ def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_h
     assert re.match(r"\[[01]/2\] uniform/s0: error: its Ray task failed after 0 retries: ", line)
     (err,) = errors(stderr)
     assert err.startswith("error: run uniform/s0 failed: its Ray task failed after 0 retries: ")
-    assert not summary(other)["interrupted"] and summary(other)["env_steps"] == 1200
+    assert not summary_of(other)["interrupted"] and summary_of(other)["env_steps"] == 1200
     assert not (killed / "summary.json").exists()
     checkpoints = ckpt.list_checkpoints(ckpt.checkpoints_dir(killed))
     kept = [int(c.name.removeprefix("step_")) for c in checkpoints]
@@ -599,7 +576,7 @@ def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_h
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "2 runs, 1 finished, 1 to run on Ray\n" in result.stdout
-    s = summary(killed)
+    s = summary_of(killed)
     assert not s["interrupted"] and s["env_steps"] == 1200
     assert s["resumed_from_env_steps"] == kept[-1]
     assert_no_duplicated_steps(killed)

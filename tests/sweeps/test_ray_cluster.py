@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_ablate import ROOT, sets
-from test_ray_backend import assert_same_runs, ray_args
+from support import CHECKOUT, assert_same_runs, ray_args, sets, stop_group
 
 from per_dqn.sweeps.backends import ray as ray_backend
+
+pytestmark = pytest.mark.ray
 
 # A /30 of the module's own: the veth pair between the two namespaces, and nothing else.
 HEAD_IP, WORKER_IP, PREFIX = "10.231.0.1", "10.231.0.2", 30
@@ -97,22 +98,6 @@ def in_namespace(ns: str, args: list[str], env: dict[str, str], **kwargs) -> sub
     )
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to a `ray start --block` (it stops its node's processes), then SIGKILL to
-    whatever is left in its process group."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 @pytest.fixture(scope="module")
 def two_nodes(request):
     """A Ray head (1 CPU) in namespace A on ``HEAD_IP`` and a worker node (1 CPU) in namespace B
@@ -124,7 +109,7 @@ def two_nodes(request):
     head_ns, worker_ns = f"pdq-a-{os.getpid()}", f"pdq-b-{os.getpid()}"
     # Short: Ray's unix sockets live under the temp dir, and a socket path has ~107 characters.
     base = Path(tempfile.mkdtemp(prefix="pdn", dir="/tmp"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT), "RAY_AUTH_MODE": "disabled"}
     env.pop(ray_backend.LOOPBACK_SWITCH, None)  # it would refuse the second node
     ray_cli = str(Path(sys.executable).with_name("ray"))
     procs: list[subprocess.Popen] = []
@@ -179,7 +164,7 @@ def two_nodes(request):
         yield TwoNodes(head_ns, f"{HEAD_IP}:{PORT}", env, {a: i for a, i, _ in nodes})
     finally:
         for proc in reversed(procs):  # the worker node before the head
-            stop(proc)
+            stop_group(proc, timeout=30)
         for ns in made:
             # Anything of the nodes' left in the namespace (all started by this fixture).
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from support import TINY, read_scalars, sets, tree
 from typer.testing import CliRunner
 
 from per_dqn import fileio, metrics, tags
@@ -155,15 +155,6 @@ def p_text(x, y) -> str:
     return f"{p:.2f} [{low:.2f}, {high:.2f}] ({len(x)} pairs)"
 
 
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root``: relative path -> (size, mtime in ns)."""
-    return {
-        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
 def test_steps_to_threshold_by_hand():
     curve = [(1000, 100.0), (2000, 475.0), (3000, 200.0), (4000, 500.0)]
     assert measure.steps_to_threshold(curve, 475) == 2000  # reaching counts, not staying
@@ -214,6 +205,7 @@ def test_report_table_by_hand(cartpole_sweep):
     assert "(gymnasium's reward threshold for CartPole-v1)" in text
 
 
+@pytest.mark.slow
 def test_fewer_than_five_runs_is_warned_plainly(cartpole_sweep, tmp_path):
     """Issue 14: with 2 seeds the "95% CI" is just [min, max]; report.md says so for every cell
     of fewer than 5 runs, and not once there are 5 (the negative control)."""
@@ -339,6 +331,7 @@ def test_each_arm_is_compared_with_uniform_at_its_grid_point():
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_grid_sweep_reports_each_arm_against_uniform_at_its_point(tmp_path):
     """proportional beats uniform at alpha 0.4 on every seed (20 > 10: P = 1) and loses at 0.6
     (5 < 30: P = 0); against the wrong uniform both would flip."""
@@ -388,6 +381,7 @@ def make_minatar_sweep(out: Path, games: dict[str, dict[str, list[float]]]) -> P
     return out
 
 
+@pytest.mark.slow
 def test_threshold_for_an_env_without_one(tmp_path):
     """MinAtar's games have no reward_threshold: no steps column until --threshold gives one.
     Breakout at 10: uniform's curves (3, 8) -> (3, 12) reach it at 2000 on seed 1 only."""
@@ -418,6 +412,7 @@ def test_threshold_for_an_env_without_one(tmp_path):
         ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_threshold_overrides_gymnasiums(cartpole_sweep):
     """At 50 every seed of both arms is there at the first evaluation (values 100 or 480)."""
     result = runner.invoke(app, ["report", str(cartpole_sweep), "--threshold", "CartPole-v1=50"])
@@ -472,6 +467,7 @@ def test_bad_thresholds_are_one_line_and_change_nothing(reported_sweep, args, li
 # --- across games ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_minatar_games_are_min_max_normalised_by_hand(tmp_path):
     """Breakout spans 0..10 over all runs, Freeway 20..60; Seaquest is 0 on every run and is left
     out (no range). Normalised, uniform is Breakout (0, .2, .4, .6, .8) and Freeway (0, .25, .5,
@@ -566,6 +562,7 @@ def test_errors(tmp_path):
     assert [p.name for p in cut.iterdir()] == ["config.yaml"]
 
 
+@pytest.mark.slow
 def test_cli_report(cartpole_sweep, tmp_path):
     result = runner.invoke(app, ["report", str(cartpole_sweep)])
     assert result.exit_code == 0, result.output
@@ -584,13 +581,8 @@ def test_cli_report(cartpole_sweep, tmp_path):
 
 # --- a real sweep ---------------------------------------------------------------------------------
 
-# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
-TINY = [
-    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
-    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
-]  # fmt: skip
 
-
+@pytest.mark.slow
 def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     """Two real CartPole runs (uniform, proportional; 600 steps): the report's AUC and mean IS
     weight are recomputed here from the event files (read with TensorBoard's own reader): the
@@ -600,23 +592,18 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     out = tmp_path / "sweep"
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "1",
             "--steps", "600", "--workers", "2", "--out", str(out),
-            *[a for t in TINY for a in ("--set", t)]]  # fmt: skip
+            *sets(*TINY)]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-
-    def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-        events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        events.Reload()
-        return [(e.step, e.value) for e in events.Scalars(tag)]
 
     with (out / "scores.csv").open() as f:
         rows = {r["arm"]: r for r in csv.DictReader(f)}
     for arm in ("uniform", "proportional"):
-        curve = scalars(out / arm / "s0", tags.EVAL_RETURN_MEAN)
+        curve = read_scalars(out / arm / "s0")[tags.EVAL_RETURN_MEAN]
         assert [s for s, _ in curve] == [300, 600]  # eval_interval 300, and the final step
         (_, v0), (_, v1) = curve
         assert float(rows[arm]["auc"]) == pytest.approx((v0 + v1) / 2)
-    weights = [v for _, v in scalars(out / "proportional" / "s0", tags.PER_IS_WEIGHT_MEAN)]
+    weights = [v for _, v in read_scalars(out / "proportional" / "s0")[tags.PER_IS_WEIGHT_MEAN]]
     assert weights and float(rows["proportional"]["is_weight_mean"]) == pytest.approx(
         np.mean(weights)
     )
@@ -646,6 +633,7 @@ def make_grid_sweep(out: Path, scores: dict[tuple[str, float, int], list[float]]
     return out
 
 
+@pytest.mark.slow
 def test_sensitivity_to_a_numeric_grid_key_by_hand(tmp_path):
     """Per series (everything but the key fixed), the IQM over seeds at each value: 4 seeds cut
     one from each end, so the IQM of (1, 2, 3, 10) is 2.5."""
@@ -690,6 +678,7 @@ def fake_normalization_sweep(out: Path, scores: dict[str, list[float]]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
     """A grid of strings (weight_normalization) is compared by the table, not plotted against."""
     out = tmp_path / "strings"
@@ -699,6 +688,7 @@ def test_no_sensitivity_section_without_a_numeric_grid_key(tmp_path):
     assert files.sensitivity is None and not (out / figures.SENSITIVITY_FILE).exists()
 
 
+@pytest.mark.slow
 def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):
     """``--baseline ARM``: P(>) against that arm, paired by seed, e.g. batch against global IS
     normalisation (no uniform arm at all); an arm the sweep lacks is one error line, exit 2."""
@@ -719,6 +709,7 @@ def test_baseline_pairs_every_arm_against_the_arm_named(tmp_path):
     assert result.stderr.startswith("error: --baseline: 'uniform' is not an arm of ")
 
 
+@pytest.mark.slow
 def test_report_states_each_arms_settings_and_the_grid(tmp_path):
     scores = {("proportional", 0.4, 1): [1.0, 2.0], ("proportional", 0.8, 1): [3.0, 4.0]}
     out = make_grid_sweep(tmp_path / "grid", scores)
@@ -743,6 +734,7 @@ class _InterruptAfter:
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_reading_a_resumed_run_drops_its_purged_points_without_a_warning(tmp_path, caplog):
     """A run interrupted at step 750 and resumed from its step-500 checkpoint: its first event
     file holds points past 500 that the resume's ``purge_step`` drops. ``read_curves`` merges the

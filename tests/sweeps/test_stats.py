@@ -209,6 +209,7 @@ SCALES = np.array([1.0, 10.0, 100.0])
 OURS_REPS, THEIR_REPS = 20_000, 10_000
 
 
+@pytest.mark.slow
 def test_stratified_bootstrap_ci_matches_rliables(global_numpy_seed):
     """rliable's 95% percentile interval of the IQM (its ``StratifiedBootstrap``, numpy's global
     RNG) against ours (a seeded Generator): the RNGs differ, so the endpoints agree only up to

@@ -1,0 +1,288 @@
+"""Helpers shared by test files: reading what a run wrote, comparing two runs, starting the CLI.
+
+Fixtures live in conftest.py; this module holds the plain functions and classes several files
+call. pytest's default ("prepend") import mode puts tests/ on ``sys.path`` for the top-level
+conftest.py, so ``from support import ...`` works from every folder under tests/.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typer.testing import CliRunner
+
+import per_dqn
+from per_dqn import checkpoint as ckpt
+from per_dqn import tags
+from per_dqn.cli import app
+from per_dqn.config import Config, load_config, parse_override, resolve_config_path
+from per_dqn.run import Trainer
+
+# The checkout under test, for CLI processes started from another cwd (the venv's `per-dqn`
+# script would import whichever checkout is installed).
+CHECKOUT = Path(per_dqn.__file__).resolve().parents[1]
+
+runner = CliRunner()
+
+# --- what a run wrote -----------------------------------------------------------------------------
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of every event file in ``run_dir``, merged as TensorBoard merges them (in name
+    order, a later file's ``purge_step`` dropping the earlier points at or after it)."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+
+
+def curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar but the wall-clock one (``perf/sps``): what two equal runs share exactly."""
+    return {tag: points for tag, points in read_scalars(run_dir).items() if tag != tags.PERF_SPS}
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under ``root`` with its modification time and bytes: "nothing changed"."""
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def assert_no_duplicated_steps(run_dir: Path) -> None:
+    """Each tag's steps strictly increase: a resume purged what the stopped run logged past its
+    last checkpoint instead of logging it twice."""
+    for tag, points in read_scalars(run_dir).items():
+        steps = [step for step, _ in points]
+        assert all(a < b for a, b in itertools.pairwise(steps)), tag
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Two ``model.pt`` files hold the same tensors, bit for bit."""
+    first, second = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+def final_manifest(run_dir: Path) -> dict:
+    """The newest checkpoint's manifest, its checksums verified."""
+    newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
+    return ckpt.verify_checkpoint(newest)
+
+
+def assert_same_run(run_dir: Path, reference: Path) -> None:
+    """``run_dir`` (stopped and resumed) is the run never stopped: same curves with no step twice,
+    same final weights, a final checkpoint whose agent (online, target, Adam) and replay memory
+    (contents, priorities, RNG) are byte for byte the reference's, and the same finished summary.
+    """
+    assert curves(run_dir) == curves(reference)
+    assert_no_duplicated_steps(run_dir)
+    assert_same_weights(run_dir / "model.pt", reference / "model.pt")
+    got, want = final_manifest(run_dir), final_manifest(reference)
+    assert got["env_steps"] == want["env_steps"] and got["final"] and want["final"]
+    for name in (ckpt.AGENT_FILE, ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE):
+        assert got["files"][name] == want["files"][name], name
+    mine, theirs = summary_of(run_dir), summary_of(reference)
+    assert not mine["interrupted"]
+    assert mine["final_eval_return_mean"] == theirs["final_eval_return_mean"]
+    assert mine["update_steps"] == theirs["update_steps"]
+
+
+# --- running ----------------------------------------------------------------------------------
+
+# The run test_resume.py and test_faults.py stop and resume: checkpoints at 300, 600, ..., 1500
+# (the last one the final one), evaluations at 500 and 1000.
+RESUMABLE = [
+    "train.total_env_steps=1500", "train.learning_starts=300", "train.log_interval=100",
+    "train.eval_interval=500", "train.eval_episodes=2", "train.final_eval_episodes=3",
+    "train.epsilon_decay_steps=600", "checkpoint.interval_steps=300", "checkpoint.keep_last=3",
+    "run.device=cpu",
+]  # fmt: skip
+
+
+def cartpole_config(*settings: str) -> Config:
+    """The shipped cartpole.yaml with ``--set``-style ``settings`` applied."""
+    return load_config(resolve_config_path("cartpole.yaml"), map(parse_override, settings))
+
+
+def run_trainer(config: Config, run_dir: Path) -> dict:
+    """One whole run in this process; returns its summary."""
+    trainer = Trainer(config, "cartpole")
+    try:
+        return trainer.run(run_dir)
+    finally:
+        trainer.close()
+
+
+def sets(*texts: str) -> list[str]:
+    """``--set TEXT`` for each text."""
+    return [arg for text in texts for arg in ("--set", text)]
+
+
+def train_args(run_dir: Path, *settings: str) -> list[str]:
+    """``per-dqn train`` on cartpole.yaml into ``run_dir``, quiet, with ``settings``."""
+    return ["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", *sets(*settings)]
+
+
+def resume(run_dir: Path, *extra: str):
+    """``per-dqn train --resume RUN_DIR -q EXTRA``, in this process."""
+    return runner.invoke(app, ["train", "--resume", str(run_dir), "-q", *extra])
+
+
+def assert_bad_input(result, *lines: str) -> None:
+    """Exit 2, ``error: LINE`` on stderr for each line and nothing else, nothing on stdout."""
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "".join(f"error: {line}\n" for line in lines)
+    assert result.stdout == ""
+
+
+def start_cli(
+    args: list[str],
+    cwd: Path | None = None,
+    *,
+    new_session: bool = False,
+    sigint_ignored: bool = False,
+) -> subprocess.Popen:
+    """``per-dqn ARGS`` in a real process running this checkout's package, stdout and stderr
+    piped as text.
+
+    Args:
+        args: the command line after ``per-dqn``.
+        cwd: its working directory (this one when None).
+        new_session: in its own process group, as a shell starts a foreground job (so that
+            ``os.killpg`` reaches it and its workers, and nothing else).
+        sigint_ignored: started with SIGINT ignored, as a non-interactive shell starts a
+            background job.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-m", "per_dqn.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        if sigint_ignored
+        else None,
+    )
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to ``proc`` (a `ray start --block` stops its node's processes on it), up to
+    ``timeout`` seconds to end, then SIGKILL to whatever is left in its process group; reaped."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, from /proc (Linux)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def running(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie (dead, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class StopAtCheckpoint:
+    """A callback that stops the run at its first checkpoint at or past ``step``, recording every
+    checkpoint it saw as ``(env_steps, dir name)``."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.seen = step, []
+
+    def on_checkpoint(self, env_steps, path):
+        self.seen.append((env_steps, path.name))
+        return env_steps >= self.step
+
+
+class Plant:
+    """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+# --- the tiny sweep (tests/sweeps) ----------------------------------------------------------------
+
+# tests/test_train.py's SHORT, at 600 steps with one periodic evaluation.
+TINY = [
+    "train.learning_starts=300", "train.log_interval=100", "train.eval_interval=300",
+    "train.eval_episodes=2", "train.final_eval_episodes=3", "train.epsilon_decay_steps=600",
+]  # fmt: skip
+# The tiny sweep's run dirs.
+TINY_RUN_DIRS = [f"{arm}/s{seed}" for arm in ("uniform", "proportional") for seed in (0, 1)]
+# Run-specific fields of a summary: everything else must match between the backends.
+VARYING = {"wall_seconds", "sps", "run_dir", "provenance"}
+
+
+def tiny_args(out: Path, workers: int = 2) -> list[str]:
+    """``ablate``: uniform against proportional, 2 seeds, 600 steps, into ``out``."""
+    return ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds",
+            "2", "--steps", "600", "--workers", str(workers), "--out", str(out),
+            *sets(*TINY)]  # fmt: skip
+
+
+def ray_args(out: Path, *extra: str) -> list[str]:
+    """The tiny sweep on ``--backend ray``, without ``--workers``."""
+    args = tiny_args(out)
+    i = args.index("--workers")
+    del args[i : i + 2]  # the local cluster's size; refused with --address
+    return [*args, "--backend", "ray", *extra]
+
+
+def assert_same_runs(out: Path, ref: Path) -> dict[str, dict]:
+    """Every run's summary (run-specific fields aside) and model.pt, byte for byte; the local
+    backend's provenance (``ref``'s) says nothing of Ray. Returns ``out``'s summaries by run dir.
+    """
+    found = {}
+    for rel in TINY_RUN_DIRS:
+        ours, theirs = summary_of(out / rel), summary_of(ref / rel)
+        assert {k: v for k, v in ours.items() if k not in VARYING} == {
+            k: v for k, v in theirs.items() if k not in VARYING
+        }, rel
+        assert not ours["interrupted"] and ours["env_steps"] == 600
+        assert (out / rel / "model.pt").read_bytes() == (ref / rel / "model.pt").read_bytes()
+        assert "ray" not in theirs["provenance"]
+        found[rel] = ours
+    return found
