@@ -428,3 +428,38 @@ def test_only_allocation_failures_become_an_allocation_line():
         "agent.hidden_sizes: cannot allocate the Q-networks for [128, 128] (CUDA out of memory. "
         "Tried to allocate 2.00 GiB); lower agent.hidden_sizes"
     )
+
+
+def test_a_resumed_run_s_config_the_reader_cannot_hold_is_one_line(finished_run, tmp_path):
+    """Issue 23 item 6 under ``train --resume`` and ``eval``: a run dir's config.yaml nested
+    20,000 deep, or holding an integer of over 4,300 digits, was a traceback and exit 1."""
+    for name, text, why in [
+        ("deep", f"env:\n  id: {'[' * 20_000}{']' * 20_000}\n",
+         "line 2, column 71: invalid YAML: nested deeper than 64 levels"),
+        ("long", f"train:\n  batch_size: {'9' * 5_000}\n",
+         "line 2, column 15: invalid YAML: an integer of more than 4300 digits"),
+    ]:  # fmt: skip
+        run_dir = tmp_path / name
+        shutil.copytree(finished_run, run_dir)
+        config = run_dir / "config.yaml"
+        config.write_text(text)
+        before = tree(run_dir)
+        assert_bad_input(invoke("train", "--resume", str(run_dir), "-q"), f"{config}: {why}")
+        shutil.rmtree(run_dir / "checkpoints")  # eval reads the run dir's config.yaml
+        assert_bad_input(invoke("eval", str(run_dir)), f"{config}: {why}")
+        assert tree(run_dir) == {k: v for k, v in before.items() if "checkpoints" not in k}
+
+
+def test_a_config_file_or_set_the_reader_cannot_hold_is_one_line(workdir):
+    """Issue 23 item 6 from the command line: a file and a ``--set``."""
+    name = write(workdir / "deep.yaml", "train:\n  batch_size: " + "[" * 20_000 + "]" * 20_000)
+    for command in ("train", "plan", "ablate"):
+        assert_bad_input(
+            invoke(command, "-c", name),
+            "deep.yaml: line 2, column 79: invalid YAML: nested deeper than 64 levels",
+        )
+    result = invoke("plan", "-c", "cartpole.yaml", "--set", "train.batch_size=" + "9" * 5_000)
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "value is not valid YAML (an integer of more than 4300 digits" in line
+    assert sorted(p.name for p in workdir.iterdir()) == ["deep.yaml"]
