@@ -430,6 +430,32 @@ def test_only_allocation_failures_become_an_allocation_line():
     )
 
 
+ENV_IMPORT_FAILS = [
+    ("nosuchmod:CartPole-v1", "cannot import module 'nosuchmod' named by 'nosuchmod:CartPole-v1' "
+                              "(ModuleNotFoundError: No module named 'nosuchmod')"),
+    ("failing_env_module:CartPole-v1", "cannot import module 'failing_env_module' named by "
+                                       "'failing_env_module:CartPole-v1' (RuntimeError: broken "
+                                       "on import)"),
+    ("a:b:CartPole-v1", "'a:b:CartPole-v1' has more than one ':' (expected module:EnvName)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "ablate"])
+@pytest.mark.parametrize(("env_id", "why"), ENV_IMPORT_FAILS, ids=["missing", "raises", "colons"])
+def test_an_env_module_that_does_not_import_is_one_line(workdir, monkeypatch, command, env_id, why):
+    """Issue 23 item 5: ``--set env.id=nosuchmod:CartPole-v1`` was a traceback and exit 1 in
+    ``train``, ``plan`` and ``ablate``: only gymnasium's own error type was caught, and a
+    module's import lets out its own (whatever its type)."""
+    modules = workdir / "modules"
+    modules.mkdir()
+    (modules / "failing_env_module.py").write_text("raise RuntimeError('broken on import')\n")
+    monkeypatch.syspath_prepend(str(modules))
+    extra = ["--seeds", "1", "--replay", "uniform"] if command == "ablate" else []
+    result = invoke(command, "-c", "cartpole.yaml", "--set", f"env.id={env_id}", *extra)
+    assert_bad_input(result, f"cartpole.yaml: env.id: {why}")
+    assert list(workdir.iterdir()) == [modules]
+
+
 def test_a_resumed_run_s_config_the_reader_cannot_hold_is_one_line(finished_run, tmp_path):
     """Issue 23 item 6 under ``train --resume`` and ``eval``: a run dir's config.yaml nested
     20,000 deep, or holding an integer of over 4,300 digits, was a traceback and exit 1."""
