@@ -13,7 +13,9 @@
 
 Every failure a user can cause is raised as a ``ValueError`` whose message is one line naming the
 key, the path or the value (``ConfigError`` for configs, ``RunDirError`` for run dirs,
-``CheckpointError`` for checkpoints); a run dir another process is writing is refused, and a
+``CheckpointError`` for checkpoints, ``UntrustedCodeError`` for a run dir's config that names
+code to import, which ``load`` and ``resume`` refuse unless allowed: ``trust_code=True``, or
+``network=`` the factory it names); a run dir another process is writing is refused, and a
 refused call leaves nothing on disk; a run whose loss or weights diverged raises ``DivergedError``
 and a file that cannot be written ``WriteError`` (an ``OSError`` naming the file).
 
@@ -39,13 +41,14 @@ from per_dqn.config import (
     Config,
     ConfigError,
     Override,
+    UntrustedCodeError,
     config_from_data,
     load_config,
     parse_override,
     resolve_config_path,
 )
 from per_dqn.fileio import WriteError
-from per_dqn.policy import Policy, evaluate_run, load
+from per_dqn.policy import Policy, check_run_code, evaluate_run, load
 from per_dqn.rundir import RunDirError, RunDirInUse, lock_run_dir
 from per_dqn.tracking import TrackingError
 
@@ -62,8 +65,10 @@ __all__ = [
     "RunDirInUse",
     "TrackingError",
     "TrainResult",
+    "UntrustedCodeError",
     "WriteError",
     "build_trainer",
+    "check_run_code",
     "describe_memory_plan",
     "evaluate_run",
     "list_checkpoints",
@@ -358,7 +363,12 @@ class Resumption:
 
 
 def prepare_resume(
-    run_dir: Path, steps: int | None = None, warn: Callable[[str], None] | None = None
+    run_dir: Path,
+    steps: int | None = None,
+    warn: Callable[[str], None] | None = None,
+    *,
+    network: str | Callable[..., Any] | None = None,
+    trust_code: bool = False,
 ) -> Resumption:
     """Loads ``run_dir``'s newest checkpoint that passes its checks into a new ``Trainer``.
 
@@ -367,8 +377,11 @@ def prepare_resume(
         steps: a new ``train.total_env_steps`` (to extend a finished run).
         warn: called with each warning as it is found (damaged newer checkpoints skipped), so
             that they are shown even when the call then fails.
+        network: as ``resume``'s.
+        trust_code: as ``resume``'s (``per-dqn train --resume RUN_DIR --trust-code``).
 
     Raises:
+        UntrustedCodeError: ``RUN_DIR/config.yaml`` names code that was not allowed.
         ValueError (``ConfigError``, ``CheckpointError``): not a run dir, no usable checkpoint,
             a run already complete, or a checkpoint that does not fit; one line.
     """
@@ -388,6 +401,8 @@ def prepare_resume(
     at = found.manifest["env_steps"]
     overrides = [] if steps is None else [Override("train.total_env_steps", steps, "--steps")]
     cfg = load_config(config_path, overrides, display_name=str(config_path))
+    # A run dir is data: nothing it names is imported unless the user allows it.
+    check_run_code(cfg, str(config_path), trust_code=trust_code, network=network)
     total = cfg.train.total_env_steps
     if total <= at:
         if steps is None:
@@ -417,17 +432,30 @@ def resume(
     steps: int | None = None,
     callbacks: Sequence[Any] = (),
     progress: bool = False,
+    network: str | Callable[..., Any] | None = None,
+    trust_code: bool = False,
 ) -> TrainResult:
     """Continues a stopped (or, with ``steps``, a finished) run from its newest usable
     checkpoint, exactly where it stopped; see ``train`` for the rest.
 
+    A run dir is data: a ``config.yaml`` that names code (a network factory, a
+    ``module:EnvName`` env id) is refused before anything is imported, unless allowed.
+
+    Args:
+        network: the Q-network factory the run was trained with (the callable or its
+            ``"package.module:factory"`` name), when its config names one: passing it allows
+            that import.
+        trust_code: allow every import the run's config names; only for a run dir whose origin
+            you trust. Never stored.
+
     Raises:
+        UntrustedCodeError: the config names code that was not allowed (one line per key).
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
     run_dir = Path(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
-        resumption = prepare_resume(run_dir, steps)
+        resumption = prepare_resume(run_dir, steps, network=network, trust_code=trust_code)
         try:
             if lock is None:
                 lock = lock_run_dir(run_dir)

@@ -23,6 +23,7 @@ are learning choices the training loop makes (``info["lives"]`` says when a life
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -110,12 +111,36 @@ def _make_gym(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
+    _import_env_module(config.id)
     try:
         # The passive checker costs a few microseconds per step and only re-checks what
         # `describe` verifies once.
         return gym.make(config.id, disable_env_checker=True, **kwargs)
     except gym.error.Error as exc:
         raise ValueError(f"env.id: cannot make {config.id!r}: {exc}") from None
+
+
+def _import_env_module(env_id: str) -> None:
+    """Imports the module a ``module:EnvName`` id names, as ``gym.make`` would, so that a module
+    that is missing or fails on import is one line naming ``env.id`` (issue 23 item 5): gymnasium
+    lets out the import's own exception, whatever its type.
+
+    Raises:
+        ValueError: more than one colon, or the module's import failed.
+    """
+    module, colon, rest = env_id.partition(":")
+    if not colon:
+        return
+    if ":" in rest:
+        raise ValueError(f"env.id: {env_id!r} has more than one ':' (expected module:EnvName)")
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise ValueError(
+            f"env.id: cannot import module {module!r} named by {env_id!r} "
+            f"({type(exc).__name__}: {reason})"
+        ) from None
 
 
 def _make_minatar(config: EnvConfig, render_mode: str | None = None) -> gym.Env:

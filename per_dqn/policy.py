@@ -11,10 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.config import Config
+from per_dqn.config import Config, refuse_untrusted_code
 from per_dqn.fileio import WriteError
 
-__all__ = ["Policy", "evaluate_run", "load"]
+__all__ = ["Policy", "check_run_code", "evaluate_run", "load"]
+
+# A Q-network factory, or its "package.module:factory" name.
+NetworkLike = str | Callable[..., Any]
 
 
 class Policy:
@@ -110,16 +113,65 @@ class Policy:
             env.close()
 
 
-def load(target: str | Path, *, device: str = "auto", seed: int | None = None) -> Policy:
+def check_run_code(
+    config: Config, label: str, *, trust_code: bool = False, network: NetworkLike | None = None
+) -> None:
+    """Refuses a config read back from a run dir or checkpoint (``label``, its file) that names
+    code (``per_dqn.config.code_keys``: a network factory, a ``module:EnvName`` id), unless the
+    user allows it for this call: ``trust_code`` allows every key; ``network``, the factory the
+    config names (the callable or its name), allows ``agent.network``, since passing it is the
+    user's own say-so.
+
+    Raises:
+        UntrustedCodeError: one line per refused key (a ``ConfigError``, a ``ValueError``).
+        ValueError: ``network`` is not the network the config names, or cannot be found by name.
+    """
+    allowed: tuple[str, ...] = ()
+    if network is not None:
+        from per_dqn.api import network_name
+
+        name = network_name(network)
+        if name != config.agent.network:
+            raise ValueError(
+                f"network: {name!r} is not the network {label} names "
+                f"(agent.network: {config.agent.network!r})"
+            )
+        allowed = ("agent.network",)
+    refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed)
+
+
+def _config_file(source: Any) -> Path:
+    """The ``config.yaml`` a ``Source``'s config was read from: beside its weights (a
+    checkpoint's ``agent.pt``, a run dir's ``model.pt``)."""
+    return source.weights_file.parent / "config.yaml"
+
+
+def load(
+    target: str | Path,
+    *,
+    device: str = "auto",
+    seed: int | None = None,
+    network: NetworkLike | None = None,
+    trust_code: bool = False,
+) -> Policy:
     """The policy in a run dir (its newest usable checkpoint, else its ``model.pt``) or in a
     checkpoint dir, built exactly as training built it.
+
+    A run dir is data: a config that names code (a network factory, a ``module:EnvName`` env
+    id) is refused before anything is imported, unless allowed (``check_run_code``).
 
     Args:
         target: a run dir or ``RUN_DIR/checkpoints/step_*``.
         device: ``auto``, ``cpu`` or ``cuda``.
         seed: seed of ``act``'s exploration draws.
+        network: the Q-network factory the run was trained with (the callable or its
+            ``"package.module:factory"`` name), when its config names one: passing it allows
+            that import.
+        trust_code: allow every import the run's config names (``per-dqn eval --trust-code``);
+            only for a run dir whose origin you trust.
 
     Raises:
+        UntrustedCodeError: the config names code that was not allowed (one line per key).
         ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit.
     """
     from per_dqn import evaluate
@@ -127,6 +179,7 @@ def load(target: str | Path, *, device: str = "auto", seed: int | None = None) -
     from per_dqn.envs import describe, make_eval_env
 
     source = evaluate.resolve_source(Path(target))
+    check_run_code(source.config, str(_config_file(source)), trust_code=trust_code, network=network)
     env = make_eval_env(source.config.env)
     try:
         spec = describe(env)
@@ -151,6 +204,8 @@ def evaluate_run(
     video: bool = False,
     video_view: str = "game",
     warn: Callable[[str], None] | None = None,
+    network: NetworkLike | None = None,
+    trust_code: bool = False,
 ) -> Any:
     """Plays the weights in a run dir or checkpoint dir on the run's evaluation env, within its
     evaluation caps, as ``per-dqn eval`` does (``Policy.evaluate`` plays without a report).
@@ -167,12 +222,15 @@ def evaluate_run(
             ``agent`` the agent's 84x84 grayscale view (Atari only).
         warn: called with each warning (a damaged newer checkpoint skipped) before the episodes
             are played.
+        network: as ``load``'s.
+        trust_code: as ``load``'s (``per-dqn eval --trust-code``).
 
     Returns:
         ``evaluate.EvalReport``: ``episodes`` (returns, lengths; ``cap_warning()`` names an
         evaluation cap that was reached) and ``lines()``, the report ``per-dqn eval`` prints.
 
     Raises:
+        UntrustedCodeError: the config names code that was not allowed (one line per key).
         ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit, or
             an env that cannot be made or rendered (one line).
         WriteError: the video could not be written (names the file).
@@ -183,6 +241,7 @@ def evaluate_run(
     source = evaluate.resolve_source(Path(target))
     for line in source.warnings if warn is not None else ():
         warn(line)
+    check_run_code(source.config, str(_config_file(source)), trust_code=trust_code, network=network)
     try:
         return evaluate.evaluate_source(
             source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video,

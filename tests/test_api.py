@@ -100,7 +100,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 @pytest.mark.slow
 def test_custom_network_trains_evaluates_and_loads(tmp_path):
     run = per_dqn.train("cartpole", overrides=SHORT, network=tiny_net, run_dir=tmp_path / "run")
-    policy = per_dqn.load(run.run_dir)
+    # Passing the factory again is the user's consent to the import the run's config names.
+    policy = per_dqn.load(run.run_dir, network=tiny_net)
     assert policy.config.agent.network == f"{tiny_net.__module__}:tiny_net"
     assert isinstance(policy.agent.online.module, nn.Sequential)
     obs = np.zeros((3, 4), dtype=np.float32)

@@ -407,3 +407,64 @@ def test_only_allocation_failures_become_an_allocation_line():
         "agent.hidden_sizes: cannot allocate the Q-networks for [128, 128] (CUDA out of memory. "
         "Tried to allocate 2.00 GiB); lower agent.hidden_sizes"
     )
+
+
+ENV_IMPORT_FAILS = [
+    ("nosuchmod:CartPole-v1", "cannot import module 'nosuchmod' named by 'nosuchmod:CartPole-v1' "
+                              "(ModuleNotFoundError: No module named 'nosuchmod')"),
+    ("failing_env_module:CartPole-v1", "cannot import module 'failing_env_module' named by "
+                                       "'failing_env_module:CartPole-v1' (RuntimeError: broken "
+                                       "on import)"),
+    ("a:b:CartPole-v1", "'a:b:CartPole-v1' has more than one ':' (expected module:EnvName)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["train", "plan", "ablate"])
+@pytest.mark.parametrize(("env_id", "why"), ENV_IMPORT_FAILS, ids=["missing", "raises", "colons"])
+def test_an_env_module_that_does_not_import_is_one_line(workdir, monkeypatch, command, env_id, why):
+    """Issue 23 item 5: ``--set env.id=nosuchmod:CartPole-v1`` was a traceback and exit 1 in
+    ``train``, ``plan`` and ``ablate``: only gymnasium's own error type was caught, and a
+    module's import lets out its own (whatever its type)."""
+    modules = workdir / "modules"
+    modules.mkdir()
+    (modules / "failing_env_module.py").write_text("raise RuntimeError('broken on import')\n")
+    monkeypatch.syspath_prepend(str(modules))
+    extra = ["--seeds", "1", "--replay", "uniform"] if command == "ablate" else []
+    result = invoke(command, "-c", "cartpole.yaml", "--set", f"env.id={env_id}", *extra)
+    assert_bad_input(result, f"cartpole.yaml: env.id: {why}")
+    assert list(workdir.iterdir()) == [modules]
+
+
+def test_a_resumed_run_s_config_the_reader_cannot_hold_is_one_line(finished_run, tmp_path):
+    """Issue 23 item 6 under ``train --resume`` and ``eval``: a run dir's config.yaml nested
+    20,000 deep, or holding an integer of over 4,300 digits, was a traceback and exit 1."""
+    for name, text, why in [
+        ("deep", f"env:\n  id: {'[' * 20_000}{']' * 20_000}\n",
+         "line 2, column 71: invalid YAML: nested deeper than 64 levels"),
+        ("long", f"train:\n  batch_size: {'9' * 5_000}\n",
+         "line 2, column 15: invalid YAML: an integer of more than 4300 digits"),
+    ]:  # fmt: skip
+        run_dir = tmp_path / name
+        shutil.copytree(finished_run, run_dir)
+        config = run_dir / "config.yaml"
+        config.write_text(text)
+        before = tree(run_dir)
+        assert_bad_input(invoke("train", "--resume", str(run_dir), "-q"), f"{config}: {why}")
+        shutil.rmtree(run_dir / "checkpoints")  # eval reads the run dir's config.yaml
+        assert_bad_input(invoke("eval", str(run_dir)), f"{config}: {why}")
+        assert tree(run_dir) == {k: v for k, v in before.items() if "checkpoints" not in k}
+
+
+def test_a_config_file_or_set_the_reader_cannot_hold_is_one_line(workdir):
+    """Issue 23 item 6 from the command line: a file and a ``--set``."""
+    name = write(workdir / "deep.yaml", "train:\n  batch_size: " + "[" * 20_000 + "]" * 20_000)
+    for command in ("train", "plan", "ablate"):
+        assert_bad_input(
+            invoke(command, "-c", name),
+            "deep.yaml: line 2, column 79: invalid YAML: nested deeper than 64 levels",
+        )
+    result = invoke("plan", "-c", "cartpole.yaml", "--set", "train.batch_size=" + "9" * 5_000)
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "value is not valid YAML (an integer of more than 4300 digits" in line
+    assert sorted(p.name for p in workdir.iterdir()) == ["deep.yaml"]

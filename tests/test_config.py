@@ -318,3 +318,75 @@ def test_learning_starts_at_or_beyond_the_budget_is_refused(tmp_path, total, sta
     text = f"train:\n  total_env_steps: {total}\n  learning_starts: {total - 1}\n"
     cfg = load_config(write(tmp_path, text))
     assert cfg.train.learning_starts == total - 1
+
+
+DEEP = 20_000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"env:\n  id: {'[' * DEEP}{']' * DEEP}\n",
+         "exp.yaml: line 2, column 71: invalid YAML: nested deeper than 64 levels"),
+        ("".join(f"{'  ' * i}k{i}:\n" for i in range(3_000)),
+         "exp.yaml: line 64, column 127: invalid YAML: nested deeper than 64 levels"),
+        (f"train:\n  batch_size: {'9' * 5_000}\n",
+         "exp.yaml: line 2, column 15: invalid YAML: an integer of more than 4300 digits"),
+        # Python converts a hex number of any length; the key's own check names it.
+        (f"train:\n  batch_size: 0x{'f' * 5_000}\n",
+         "exp.yaml: train.batch_size: must be <= 9223372036854775807 (a 64-bit integer), got an "
+         "integer of more than 4300 digits"),
+        ("run:\n  seed: 2001-13-45\n", "exp.yaml: invalid YAML: month must be in 1..12"),
+    ],
+    ids=["deep-flow", "deep-block", "int-4300-digits", "hex-int", "bad-date"],
+)  # fmt: skip
+def test_what_the_yaml_reader_cannot_hold_is_one_line(tmp_path, text, expected):
+    """Issue 23 item 6: YAML nested 20,000 deep (a RecursionError in the parser, after seconds
+    of scanning) and an integer of over 4,300 digits (a ValueError from Python's int conversion)
+    were tracebacks; so was a date the timestamp resolver refuses. Each is now one line naming
+    the file (and where, when the reader knows)."""
+    assert problems(tmp_path, text) == [expected]
+
+
+def test_nesting_is_refused_past_64_levels_not_before():
+    """The depth counts every node from the document down: ``a: [[1]]`` is four deep (the
+    document's mapping, the list, the inner list, the ``1``)."""
+    from per_dqn.config import parse_yaml
+
+    value = parse_yaml("a: " + "[" * 62 + "1" + "]" * 62, "x")["a"]  # 64 deep
+    for _ in range(61):
+        (value,) = value
+    assert value == [1]
+    with pytest.raises(ConfigError, match=r"^x: line 1, column 67: .* deeper than 64 levels$"):
+        parse_yaml("a: " + "[" * 63 + "1" + "]" * 63, "x")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("9" * 5_000, "an integer of more than 4300 digits in"),
+        ("[" * DEEP + "]" * DEEP, "nested deeper than 64 levels in"),
+    ],
+    ids=["int-4300-digits", "deep"],
+)
+def test_what_a_set_cannot_hold_is_one_short_line(value, reason):
+    """Issue 23 item 6 for ``--set``: one line, which cuts the echoed text short."""
+    with pytest.raises(ConfigError) as caught:
+        parse_override(f"train.batch_size={value}")
+    (line,) = caught.value.problems
+    assert line.startswith("--set 'train.batch_size=" + value[:83] + "'... (")
+    assert f"characters): value is not valid YAML ({reason}" in line
+    assert len(line) < 400
+
+
+def test_an_api_override_too_long_to_print_is_one_line():
+    """An int past Python's int-to-str limit, from a dict of overrides, used to fail inside the
+    message that echoes it."""
+    from per_dqn.config import config_from_data
+
+    with pytest.raises(ConfigError) as caught:
+        config_from_data({}, "config", [Override("train.batch_size", 2**20_000, "overrides")])
+    assert caught.value.problems == [
+        "config: train.batch_size: must be <= 9223372036854775807 (a 64-bit integer), got an "
+        "integer of more than 4300 digits (set by overrides)"
+    ]

@@ -47,5 +47,6 @@ def test_api_doc_examples_run(tmp_path):
     out = done.stdout
     assert "cartpole: replay.alpha: must be >= 0, got -1 (set by overrides)" in out
     assert "my_networks:small_mlp" in out
+    assert "agent.network: 'my_networks:small_mlp' names code to import" in out
     assert "agent.network: cannot import 'my_networks:no_such_factory'" in out
     assert not (tmp_path / "runs" / "never-made").exists()

@@ -33,6 +33,17 @@ SetOption = Annotated[
     ),
 ]
 
+TrustCodeOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-code",
+        help="Allow what the run dir's config.yaml names as code (a network factory "
+        "package.module:factory, an env id module:Env-v1) to be imported and run; refused "
+        "without it, as a run dir is data. Only for a run dir whose origin you trust; never "
+        "stored.",
+    ),
+]
+
 
 def fail(problems: list[str]) -> NoReturn:
     """Prints one ``error:`` line per problem and exits 2."""

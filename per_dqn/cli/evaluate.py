@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from per_dqn import api
-from per_dqn.cli.common import EXIT_WRITE_FAILED, fail
+from per_dqn.cli.common import EXIT_WRITE_FAILED, TrustCodeOption, fail
+from per_dqn.config import ConfigError
 
 app = typer.Typer()
 
@@ -56,6 +57,7 @@ def eval_(
             "screen; the default), `agent` the agent's 84x84 grayscale view (Atari only)."
         ),
     ] = None,
+    trust_code: TrustCodeOption = False,
 ) -> None:
     """Play a trained agent: print the mean, std, min and max return over the episodes.
 
@@ -79,8 +81,10 @@ def eval_(
     try:
         result = api.evaluate_run(
             target, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
-            video_view=(video_view or VideoView.game).value, warn=warn,
+            video_view=(video_view or VideoView.game).value, warn=warn, trust_code=trust_code,
         )  # fmt: skip
+    except ConfigError as exc:  # a config that names code included: one line per key
+        fail(exc.problems)
     except ValueError as exc:
         fail([str(exc)])
     except OSError as exc:  # the video could not be written: disk full, read-only...

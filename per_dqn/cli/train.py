@@ -17,6 +17,7 @@ from per_dqn.cli.common import (
     EXIT_WRITE_FAILED,
     Replay,
     SetOption,
+    TrustCodeOption,
     fail,
     load_or_fail,
     parse_sets,
@@ -88,6 +89,7 @@ def train(
             "checksums, with RUN_DIR/config.yaml; only --steps (to extend the run) may be added.",
         ),
     ] = None,
+    trust_code: TrustCodeOption = False,
 ) -> None:
     """Train an agent; write config.yaml, TensorBoard events, checkpoints and summary.json to the
     run dir."""
@@ -95,10 +97,12 @@ def train(
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
                  "--set": set_, "--device": device, "--track": track}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
-        _resume(resume, steps, quiet)
+        _resume(resume, steps, quiet, trust_code)
         return
     if config is None:
         fail(["--config is required (or --resume RUN_DIR to continue a run)"])
+    if trust_code:
+        fail(["--trust-code needs --resume (a --config file is your own and always trusted)"])
     overrides = parse_sets(set_)
     for path, value, flag in (
         ("replay.kind", replay.value if replay else None, "--replay"),
@@ -210,7 +214,7 @@ def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
         raise typer.Exit(stop.exit_code)
 
 
-def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
+def _resume(run_dir: Path, steps: int | None, quiet: bool, trust_code: bool) -> None:
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
     lock = None
@@ -220,20 +224,22 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool) -> None:
         except api.RunDirError as exc:
             fail([str(exc)])
     try:
-        _resume_locked(run_dir, steps, quiet, lock)
+        _resume_locked(run_dir, steps, quiet, lock, trust_code)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _resume_locked(run_dir: Path, steps: int | None, quiet: bool, lock: Any) -> None:
+def _resume_locked(
+    run_dir: Path, steps: int | None, quiet: bool, lock: Any, trust_code: bool
+) -> None:
     """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
 
     def warn(line: str) -> None:
         typer.echo(f"warning: {line}", err=True)
 
     try:
-        resumption = api.prepare_resume(run_dir, steps, warn)
+        resumption = api.prepare_resume(run_dir, steps, warn, trust_code=trust_code)
     except ConfigError as exc:
         fail(exc.problems)
     except ValueError as exc:  # CheckpointError and FormatError included

@@ -15,7 +15,8 @@ of the offending key, ready for the CLI to print.
 
 This package's public surface is what it exports here; import from ``per_dqn.config``. Inside:
 ``models`` (the sections and ``Config``), ``loading`` (files, overrides, validation; the only
-YAML reader) and ``messages`` (``ConfigError`` and the one-line wording of every problem).
+YAML reader), ``messages`` (``ConfigError`` and the one-line wording of every problem) and
+``trust`` (the keys that name code, refused in a config read back from a run dir unless allowed).
 """
 
 from per_dqn.config.loading import (
@@ -44,8 +45,15 @@ from per_dqn.config.models import (
     RunConfig,
     TrainConfig,
 )
+from per_dqn.config.trust import (
+    CODE_KEYS,
+    UntrustedCodeError,
+    code_keys,
+    refuse_untrusted_code,
+)
 
 __all__ = [
+    "CODE_KEYS",
     "INT64_MAX",
     "MAX_EVAL_EPISODES",
     "MAX_THREADS",
@@ -61,10 +69,13 @@ __all__ = [
     "ReplayConfig",
     "RunConfig",
     "TrainConfig",
+    "UntrustedCodeError",
+    "code_keys",
     "config_from_data",
     "load_config",
     "parse_override",
     "parse_yaml",
+    "refuse_untrusted_code",
     "resolve_config_path",
     "shipped_config_names",
     "validate_config",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -49,11 +50,13 @@ def parse_override(text: str) -> Override:
     path, sep, raw = text.partition("=")
     path = path.strip()
     if not sep or not path or any(not part for part in path.split(".")):
-        raise ConfigError([f"--set {text!r}: expected section.key=value"])
+        raise ConfigError([f"--set {_shown(text)}: expected section.key=value"])
     try:
-        value = yaml.load(raw, Loader=_StrictLoader)
+        value = _read_yaml(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"--set {text!r}: value is not valid YAML ({one_line(exc)})"]) from None
+        raise ConfigError(
+            [f"--set {_shown(text)}: value is not valid YAML ({one_line(exc)})"]
+        ) from None
     return Override(path, value)
 
 
@@ -134,10 +137,11 @@ def parse_yaml(text: str, label: str) -> dict[str, Any]:
     """Parses config YAML into a dict (an empty file is an empty dict).
 
     Raises:
-        ConfigError: a syntax error, a duplicate key, or a top level that is not a mapping.
+        ConfigError: a syntax error, a duplicate key, nesting too deep to read, an integer too
+            long to convert, or a top level that is not a mapping.
     """
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = _read_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"{label}: {_yaml_error_line(exc)}"]) from None
     if data is None:
@@ -180,12 +184,41 @@ def _override_source(path: str, overrides: Sequence[Override]) -> str | None:
 # --- YAML details ---------------------------------------------------------------------------------
 
 
+# Nodes deeper than this are refused: a config is four deep (the document, a section, a key's
+# list, its items). PyYAML composes recursively and its scanner slows with every open bracket,
+# so a document nested 20,000 deep took seconds to end in a RecursionError (issue 23 item 6).
+MAX_YAML_DEPTH = 64
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads ``1e-3`` as a float.
+    """SafeLoader that rejects duplicate keys and nesting past ``MAX_YAML_DEPTH``, and reads
+    ``1e-3`` as a float.
 
     PyYAML follows YAML 1.1, where a float needs a dot, so ``learning_rate: 1e-3`` would arrive as
     the string "1e-3" and fail the strict float check; YAML 1.2 (and every user) reads a float.
     """
+
+    _depth = 0
+
+    def _too_deep(self, mark: yaml.Mark) -> yaml.MarkedYAMLError:
+        return yaml.composer.ComposerError(
+            None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark
+        )
+
+    def fetch_flow_collection_start(self, token_class: type) -> None:
+        # The scanner's count of open brackets, refused before it looks ahead past every one.
+        if self.flow_level >= MAX_YAML_DEPTH:
+            raise self._too_deep(self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise self._too_deep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _StrictLoader.yaml_implicit_resolvers = {
@@ -231,6 +264,51 @@ def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNo
 _StrictLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
 )
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError:
+        # Python refuses to convert a decimal string of more digits than this (CVE-2020-10735);
+        # no config key has a use for such a number (issue 23 item 6).
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"an integer of more than {sys.get_int_max_str_digits()} digits",
+            node.start_mark,
+        ) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+def _read_yaml(text: str) -> Any:
+    """``text`` read by the strict loader.
+
+    Raises:
+        yaml.YAMLError: YAML syntax, a duplicate key, nesting past ``MAX_YAML_DEPTH``, and also
+            (issue 23 item 6) what PyYAML lets out as ``RecursionError`` or ``ValueError``: a
+            value its constructor refuses (a timestamp like ``2001-13-45``).
+    """
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except RecursionError:
+        problem = "nested too deeply to read (a config is a few levels deep)"
+    except ValueError as exc:
+        problem = one_line(exc)
+    raise yaml.error.MarkedYAMLError(problem=problem)
+
+
+# Longer ``--set`` texts are cut in error lines: the value may be a whole nested document.
+_MAX_SHOWN_SET = 100
+
+
+def _shown(text: str) -> str:
+    """A ``--set`` text as its error line shows it: quoted, cut past ``_MAX_SHOWN_SET``."""
+    if len(text) <= _MAX_SHOWN_SET:
+        return repr(text)
+    return f"{text[:_MAX_SHOWN_SET]!r}... ({len(text):,} characters)"
 
 
 def _yaml_error_line(exc: yaml.YAMLError) -> str:

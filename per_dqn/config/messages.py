@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,8 +95,13 @@ def got(value: Any) -> str:
         return value.text
     if isinstance(value, float) and not math.isfinite(value):
         return {math.inf: ".inf", -math.inf: "-.inf"}.get(value, ".nan")
-    if _is_int(value) and len(str(value)) > _MAX_SHOWN_DIGITS:
-        return f"an integer of {len(str(abs(value)))} digits"
+    if _is_int(value):
+        try:
+            text = str(value)
+        except ValueError:  # past Python's int-to-str limit (a YAML hex number gets there)
+            return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+        if len(text) > _MAX_SHOWN_DIGITS:
+            return f"an integer of {len(text.lstrip('-'))} digits"
     if isinstance(value, str | int | float):
         return repr(value)
     return f"a {type(value).__name__}"
