@@ -19,9 +19,9 @@ and a file that cannot be written ``WriteError`` (an ``OSError`` naming the file
 
 The command line calls the same code, and only through this module: beside ``train`` and
 ``resume`` it uses their steps, which a script may use too (``new_run_dir``, ``build_trainer``,
-``lock_run_dir``, ``run_trainer``; ``prepare_resume``; ``list_checkpoints``), ``evaluate_run``
-(``per-dqn eval``) and ``memory_plan`` (``per-dqn plan``). ``Policy``, ``load`` and
-``evaluate_run`` live in ``per_dqn.policy``.
+``lock_run_dir``, ``run_trainer``; ``check_name_lengths``, ``prepare_resume``;
+``list_checkpoints``), ``evaluate_run`` (``per-dqn eval``) and ``memory_plan`` (``per-dqn plan``).
+``Policy``, ``load`` and ``evaluate_run`` live in ``per_dqn.policy``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from per_dqn.config import (
 )
 from per_dqn.fileio import WriteError
 from per_dqn.policy import Policy, evaluate_run, load
-from per_dqn.rundir import RunDirError, RunDirInUse, lock_run_dir
+from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
 from per_dqn.tracking import TrackingError
 
 if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
@@ -64,6 +64,7 @@ __all__ = [
     "TrainResult",
     "WriteError",
     "build_trainer",
+    "check_name_lengths",
     "describe_memory_plan",
     "evaluate_run",
     "list_checkpoints",
@@ -425,6 +426,7 @@ def resume(
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
     run_dir = Path(run_dir)
+    check_name_lengths(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
         resumption = prepare_resume(run_dir, steps)
