@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import rundir
+from per_dqn import provenance, rundir
 from per_dqn.checkpoint import CheckpointError
 from per_dqn.config import (
     Config,
@@ -217,13 +217,18 @@ def train(
         DivergedError: the loss or the weights diverged (the run stops; see ``loop``).
         WriteError: a file could not be written.
     """
+    if overrides is not None and not isinstance(overrides, Mapping | str):
+        overrides = list(overrides)  # read twice: for the config and for the record
     cfg, name = load_any_config(config, overrides, network)
     run_dir = new_run_dir(cfg, name, run_dir)
     trainer = build_trainer(cfg, name)
+    # summary.json records this call, never the calling script's command line (issue 23).
+    named = None if network is None else network_name(network)
+    call = provenance.called("per_dqn.train", config=config, overrides=overrides, network=named)
     try:
         lock = lock_run_dir(run_dir, fresh=True)
         assert lock is not None
-        with lock:
+        with lock, call:
             return run_trainer(trainer, run_dir, callbacks=callbacks, progress=progress)
     finally:
         trainer.close()
@@ -433,7 +438,10 @@ def resume(
         try:
             if lock is None:
                 lock = lock_run_dir(run_dir)
-            return run_trainer(resumption.trainer, run_dir, callbacks=callbacks, progress=progress)
+            with provenance.called("per_dqn.resume", run_dir=run_dir, steps=steps):
+                return run_trainer(
+                    resumption.trainer, run_dir, callbacks=callbacks, progress=progress
+                )
         finally:
             resumption.trainer.close()
     finally:
