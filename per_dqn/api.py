@@ -21,9 +21,9 @@ and a file that cannot be written ``WriteError`` (an ``OSError`` naming the file
 
 The command line calls the same code, and only through this module: beside ``train`` and
 ``resume`` it uses their steps, which a script may use too (``new_run_dir``, ``build_trainer``,
-``lock_run_dir``, ``run_trainer``; ``prepare_resume``; ``list_checkpoints``), ``evaluate_run``
-(``per-dqn eval``) and ``memory_plan`` (``per-dqn plan``). ``Policy``, ``load`` and
-``evaluate_run`` live in ``per_dqn.policy``.
+``lock_run_dir``, ``run_trainer``; ``check_name_lengths``, ``prepare_resume``;
+``list_checkpoints``), ``evaluate_run`` (``per-dqn eval``) and ``memory_plan`` (``per-dqn plan``).
+``Policy``, ``load`` and ``evaluate_run`` live in ``per_dqn.policy``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import rundir
+from per_dqn import provenance, rundir
 from per_dqn.checkpoint import CheckpointError
 from per_dqn.config import (
     Config,
@@ -49,7 +49,7 @@ from per_dqn.config import (
 )
 from per_dqn.fileio import WriteError
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
-from per_dqn.rundir import RunDirError, RunDirInUse, lock_run_dir
+from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
 from per_dqn.tracking import TrackingError
 
 if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
@@ -68,6 +68,7 @@ __all__ = [
     "UntrustedCodeError",
     "WriteError",
     "build_trainer",
+    "check_name_lengths",
     "check_run_code",
     "describe_memory_plan",
     "evaluate_run",
@@ -221,13 +222,18 @@ def train(
         DivergedError: the loss or the weights diverged (the run stops; see ``loop``).
         WriteError: a file could not be written.
     """
+    if overrides is not None and not isinstance(overrides, Mapping | str):
+        overrides = list(overrides)  # read twice: for the config and for the record
     cfg, name = load_any_config(config, overrides, network)
     run_dir = new_run_dir(cfg, name, run_dir)
     trainer = build_trainer(cfg, name)
+    # summary.json records this call, never the calling script's command line (issue 23).
+    named = None if network is None else network_name(network)
+    call = provenance.called("per_dqn.train", config=config, overrides=overrides, network=named)
     try:
         lock = lock_run_dir(run_dir, fresh=True)
         assert lock is not None
-        with lock:
+        with lock, call:
             return run_trainer(trainer, run_dir, callbacks=callbacks, progress=progress)
     finally:
         trainer.close()
@@ -453,13 +459,17 @@ def resume(
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
     run_dir = Path(run_dir)
+    check_name_lengths(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
         resumption = prepare_resume(run_dir, steps, network=network, trust_code=trust_code)
         try:
             if lock is None:
                 lock = lock_run_dir(run_dir)
-            return run_trainer(resumption.trainer, run_dir, callbacks=callbacks, progress=progress)
+            with provenance.called("per_dqn.resume", run_dir=run_dir, steps=steps):
+                return run_trainer(
+                    resumption.trainer, run_dir, callbacks=callbacks, progress=progress
+                )
         finally:
             resumption.trainer.close()
     finally:

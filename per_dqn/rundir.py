@@ -39,6 +39,40 @@ class RunDirInUse(RunDirError):
     """Another live process holds the dir's lock."""
 
 
+# The longest file name most filesystems take (ext4, xfs, btrfs, tmpfs: NAME_MAX), for where the
+# filesystem does not say.
+NAME_MAX = 255
+
+
+def check_name_lengths(path: Path, what: str = "run dir") -> None:
+    """Refuses a path with a component longer than its filesystem takes, before anything is
+    created: ``mkdir -p`` would make the parents before failing on it, and a ``stat`` of it fails
+    with a bare ``OSError``.
+
+    The limit is ``os.pathconf``'s ``PC_NAME_MAX`` for the nearest existing ancestor
+    (``NAME_MAX``, 255 bytes, where it cannot be read); names count in bytes, as the filesystem
+    counts them (``os.fsencode``).
+
+    Raises:
+        RunDirError: naming the component (shortened) and its length in bytes.
+    """
+    limit = NAME_MAX
+    with contextlib.suppress(OSError, ValueError):
+        limit = os.pathconf(nearest_existing(path), "PC_NAME_MAX")
+
+    def short(part: str) -> str:  # the line stays readable: a long name shown by its ends
+        return part if len(part) <= 40 else f"{part[:24]}...{part[-12:]}"
+
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > limit:
+            shown = Path(*(short(p) for p in path.parts))
+            raise RunDirError(
+                f"{what} {shown}: the name {short(part)!r} is {size} bytes long, more than the "
+                f"filesystem's limit of {limit}; choose a shorter one"
+            )
+
+
 def is_nonempty_dir(path: Path) -> bool:
     """True if ``path`` is a directory with at least one entry besides its lock file."""
     return path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir())
@@ -55,6 +89,7 @@ def check_run_dir(path: Path) -> None:
             is not empty, or cannot be created (a file where a parent folder should be, a
             read-only filesystem).
     """
+    check_name_lengths(path)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"run dir {path} exists and is not a directory")
     if path.is_dir():
@@ -82,11 +117,17 @@ def check_writable(path: Path, what: str) -> None:
 
 
 def fresh_run_dir(root: Path, name: str) -> Path:
-    """``root/name``, or ``root/name-2``, ``-3``... if a run of that name already wrote there."""
+    """``root/name``, or ``root/name-2``, ``-3``... if a run of that name already wrote there.
+
+    Raises:
+        RunDirError: a component of the path is too long (``check_name_lengths``).
+    """
     path, k = root / name, 1
+    check_name_lengths(path)
     while path.exists() and (not path.is_dir() or is_nonempty_dir(path)):
         k += 1
         path = root / f"{name}-{k}"
+        check_name_lengths(path)
     return path
 
 
@@ -182,6 +223,7 @@ def lock_run_dir(
     lock_path = path / LOCK_FILE
     made = []
     if create:
+        check_name_lengths(path, what)
         check_writable(path, what)
         missing = [p for p in (path, *path.parents) if not p.exists()]
     try:

@@ -7,6 +7,11 @@ data dirs it would otherwise put in the home directory (their ``WANDB_*_DIR`` va
 there while the run starts, unless the user set them). The wandb run's id is kept in
 ``RUN_DIR/wandb/per-dqn-run-id``, so ``train --resume`` continues the same wandb run.
 
+wandb stores the process's command line (``sys.argv``) with the run; it is shown only
+``provenance.shareable_argv()`` (secrets redacted; the program name alone for an API call), so a
+script's ``--hf-token=...`` reaches neither ``RUN_DIR/wandb/`` nor wandb's servers (issue 23). No
+environment variable is passed to wandb: it reads its own ``WANDB_*`` settings.
+
 Points are logged with ``env_steps`` as their step metric rather than as wandb's own ``step``:
 wandb drops a point whose step is below one it has seen, and a run resumed from a checkpoint
 older than where it stopped logs those steps again (TensorBoard purges the old ones; wandb keeps
@@ -21,10 +26,12 @@ import os
 import secrets
 import shutil
 import string
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from per_dqn import provenance
 from per_dqn.fileio import write_text_atomic, writing
 
 # How to get the extra, for the one-line refusal.
@@ -82,6 +89,17 @@ def _home_dirs_in(root: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
+@contextlib.contextmanager
+def _argv_as(argv: list[str]) -> Iterator[None]:
+    """``sys.argv`` is ``argv`` while wandb starts (it reads the command line then)."""
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 class WandbTracker:
     """One per-dqn run as one wandb run (offline too: ``WANDB_MODE=offline``).
 
@@ -110,7 +128,7 @@ class WandbTracker:
                 run_id = _new_run_id()
                 write_text_atomic(id_path, run_id + "\n")
         try:
-            with _home_dirs_in(root):
+            with _home_dirs_in(root), _argv_as(provenance.shareable_argv()):
                 self._run = wandb.init(
                     project=os.environ.get("WANDB_PROJECT", "per-dqn"),
                     dir=str(run_dir),

@@ -177,6 +177,45 @@ def test_a_file_where_a_run_dir_should_be(workdir):
     assert (workdir / "afile").read_text() == "precious"
 
 
+def test_a_name_too_long_for_the_filesystem_is_one_line_and_creates_nothing(workdir):
+    """Issue 23 item 4: a run-dir or sweep-dir component over the filesystem's 255 bytes, given
+    (``--run-dir``, ``ablate --out``, ``train --resume``) or built (the default run name from a
+    long config name), is one line naming the component (shortened) and its length, exit 2,
+    before anything is created. Bugs pinned: a traceback and exit 1 where a parent existed, and
+    a refused ``--run-dir x/<300 chars>/y`` that left an empty ``x/`` behind."""
+    long = "a" * 300
+    shown = f"'{'a' * 24}...{'a' * 12}'"
+    too_long = f"the name {shown} is 300 bytes long, more than the filesystem's limit of 255"
+    (workdir / "there").mkdir()
+    cases = [
+        (["train", "-c", "cartpole.yaml", "--run-dir", f"x/{long}/y"], "run dir"),
+        (["train", "-c", "cartpole.yaml", "--run-dir", f"there/{long}"], "run dir"),
+        (["train", "--resume", f"there/{long}"], "run dir"),
+        (["ablate", "-c", "cartpole.yaml", "--out", f"x/{long}/y"], "sweep dir"),
+        (["ablate", "-c", "cartpole.yaml", "--out", f"there/{long}"], "sweep dir"),
+    ]
+    for args, what in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {what} ")
+        assert line.endswith(f"{too_long}; choose a shorter one")
+        assert long not in line  # the line stays readable
+    # 2 bytes a character: 150 of them are 300 bytes
+    result = invoke("train", "-c", "cartpole.yaml", "--run-dir", "é" * 150)
+    assert result.exit_code == 2 and "is 300 bytes long" in result.stderr
+    # The default name: <env>__<config>__<replay>__s<seed>__<time> from a 230-character config
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "cartpole.yaml"
+    config = write(workdir / f"{'c' * 230}.yaml", shipped.read_text())
+    result = invoke("train", "-c", config, "--set", "run.runs_root=runs")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: run dir runs/CartPole-v1__cccccccccc")
+    assert "bytes long, more than the filesystem's limit of 255" in line
+    assert sorted(p.name for p in workdir.iterdir()) == [config, "there"]
+    assert list((workdir / "there").iterdir()) == []
+
+
 def test_config_show_prints_the_resolved_config(workdir):
     result = invoke("config", "show", "cartpole", "--set", "replay.kind=rank")
     assert result.exit_code == 0, result.output

@@ -60,6 +60,7 @@ def test_provenance_names_the_command_versions_commit_host_and_device():
     record = prov.provenance("cpu", argv)
     assert record["command"] == argv
     assert shlex.split(record["command_line"]) == argv  # quoted for a shell, round trip
+    assert record["call"] is None  # a command line, not an API call
     assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
     for name in ("torch", "gymnasium", "ale-py", "numpy", "minatar"):
         assert record["versions"][name] == metadata.version(name)
@@ -101,10 +102,108 @@ def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path)
 
 
 def test_summary_records_provenance(full):
+    """A run of ``per_dqn.train`` records that call (its config and overrides as given), not the
+    process's command line (here pytest's)."""
     record = summary_of(full)["provenance"]
-    assert record["command"] == sys.argv
+    assert record["call"] == {"function": "per_dqn.train", "config": "cartpole", "overrides": SHORT}
+    assert record["command"] is None and record["command_line"] is None
     assert record["device"] == "cpu"
     assert record["versions"]["torch"] == metadata.version("torch")
+
+
+R = prov.REDACTED
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["s.py", "--hf-token=abc", "--db-password", "pw", "--steps", "5"],
+         ["s.py", f"--hf-token={R}", "--db-password", R, "--steps", "5"]),
+        # every secret word, any case; a flag followed by an option takes nothing from it
+        (["s", "--API-KEY", "k", "--Secret=s", "--aws-credentials", "c", "--auth", "--quiet",
+          "--user-pwd=p", "--passwd", "p"],
+         ["s", "--API-KEY", R, f"--Secret={R}", "--aws-credentials", R, "--auth", "--quiet",
+          f"--user-pwd={R}", "--passwd", R]),
+        # NAME=VALUE with a secret NAME: --set's keys, Hydra's, an env-style HF_TOKEN=...
+        (["s", "--set", "run.api_key=k", "--set=db.password=p", "HF_TOKEN=t", "--", "a.token=t"],
+         ["s", "--set", f"run.api_key={R}", f"--set=db.password={R}", f"HF_TOKEN={R}", "--",
+          f"a.token={R}"]),
+        # a URL's password, under any option
+        (["s", "--db-url", "postgres://me:hunter2@db/x", "--mirror=https://u:p@h/"],
+         ["s", "--db-url", f"postgres://me:{R}@db/x", f"--mirror=https://u:{R}@h/"]),
+        # nothing secret: left as it is (the program name never changes)
+        (["per-dqn", "train", "-c", "cartpole", "--set", "env.id=it's here", "--run-dir", "a=b"],
+         ["per-dqn", "train", "-c", "cartpole", "--set", "env.id=it's here", "--run-dir", "a=b"]),
+        (["--token-dir/prog", "x"], ["--token-dir/prog", "x"]),
+    ],
+)  # fmt: skip
+def test_redact_argv(argv, expected):
+    """Issue 23 item 3: where a command line is recorded, the values of options whose names look
+    secret are taken out, in both the ``--x-token=VALUE`` and the ``--x-token VALUE`` forms."""
+    before = list(argv)
+    assert prov.redact_argv(argv) == expected
+    assert argv == before  # a new list
+    assert prov.redact_argv(expected) == expected  # redacting twice changes nothing more
+    assert prov.provenance(None, argv)["command"] == expected
+
+
+SECRETS = ("hf-secret-1111", "db-secret-2222", "key-secret-3333", "env-secret-4444")
+
+
+def test_an_api_call_records_the_call_not_the_scripts_secrets(tmp_path):
+    """Issue 23 item 3: ``python myscript.py --hf-token=... --db-password ...``, where the script
+    calls ``per_dqn.train``, left both secrets in summary.json. Now summary.json records the call
+    (function, config, overrides), no file of the run dir holds a secret, even with wandb tracking
+    (offline; wandb stores ``sys.argv``), and a secret in an environment variable lands nowhere."""
+    home, run_dir = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "WANDB_MODE": "offline", "PYTHONPATH": str(CHECKOUT),
+           "HF_TOKEN": SECRETS[3], "MY_PASSWORD": SECRETS[3]}  # fmt: skip
+    for key in WANDB_DIR_VARIABLES:
+        env.pop(key, None)
+    overrides = {**SHORT, "train.total_env_steps": 600, "run.track": "wandb"}
+    script = tmp_path / "myscript.py"
+    script.write_text(
+        "import per_dqn\n"
+        f"per_dqn.train('cartpole', overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
+    )
+    argv = [f"--hf-token={SECRETS[0]}", "--db-password", SECRETS[1], "--set",
+            f"x.api_key={SECRETS[2]}"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(script), *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = summary_of(run_dir)["provenance"]
+    assert record["call"] == {"function": "per_dqn.train", "config": "cartpole",
+                              "overrides": overrides}  # fmt: skip
+    assert record["command"] is None and record["command_line"] is None
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.suffix == ".wandb" for p in files)  # wandb's own record of the run is there
+    for path in files:
+        data = path.read_bytes()
+        for secret in SECRETS:
+            assert secret.encode() not in data, (path, secret)
+
+
+def test_a_cli_run_records_its_command_line_with_secrets_redacted(tmp_path, monkeypatch):
+    """Issue 23 item 3, the command line's side: ``per-dqn train`` records its argument list,
+    secrets redacted. The CLI takes no secret option today, so the command line a run records
+    (``sys.argv``) is given one as a wrapper script would leave it, ``--api-token`` included."""
+    run_dir = tmp_path / "run"
+    argv = ["per-dqn", "train", "-c", "cartpole", "--run-dir", str(run_dir), "--api-token",
+            SECRETS[0], f"--db-password={SECRETS[1]}", "--set",
+            f"x.secret={SECRETS[2]}"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    short = settings({**SHORT, "train.total_env_steps": 600})
+    args = ["train", "-c", "cartpole", "--run-dir", str(run_dir), "-q", *short]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = summary_of(run_dir)["provenance"]
+    R = prov.REDACTED
+    assert record["command"] == [*argv[:7], R, f"--db-password={R}", "--set", f"x.secret={R}"]
+    assert shlex.split(record["command_line"]) == record["command"]
+    assert record["call"] is None
+    for path in (p for p in run_dir.rglob("*") if p.is_file()):
+        assert not any(secret.encode() in path.read_bytes() for secret in SECRETS), path
 
 
 # --- AUC and mean IS weight -----------------------------------------------------------------------

@@ -197,7 +197,9 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
         raise typer.Exit(EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED)
     try:
-        files = reports.write_report(sweep.out)
+        files = reports.write_report(
+            sweep.out, warn=lambda line: typer.echo(f"warning: {line}", err=True)
+        )
         typer.echo(f"report: {files}")
     except ValueError as exc:  # every run failed: nothing to report
         typer.echo(f"error: {exc}", err=True)

@@ -35,11 +35,20 @@ def report(
     ] = None,
 ) -> None:
     """Write report.md, scores.csv and the figures (curves, performance profiles; PNG and SVG)
-    into a sweep dir, from its run dirs alone."""
+    into a sweep dir, from its run dirs alone.
+
+    A run with a damaged file is skipped with a warning naming the file, and listed in
+    report.md; exit 0 if any run was reported, 2 if none could be."""
     from per_dqn.sweeps import report as reports
 
     try:
-        files = reports.write_report(sweep_dir, reports.parse_thresholds(threshold or []), baseline)
+        thresholds = reports.parse_thresholds(threshold or [])
+        files = reports.write_report(sweep_dir, thresholds, baseline, warn=warning)
     except ValueError as exc:
         fail([str(exc)])
     typer.echo(f"report: {files}")
+
+
+def warning(line: str) -> None:
+    """Prints ``warning: <line>`` on stderr."""
+    typer.echo(f"warning: {line}", err=True)

@@ -218,6 +218,10 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool, trust_code: bool) -> 
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
     lock = None
+    try:  # a name too long to exist fails every stat with a bare OSError
+        api.check_name_lengths(run_dir)
+    except api.RunDirError as exc:
+        fail([str(exc)])
     if run_dir.is_dir():
         try:  # before reading anything: a run still writing here is refused at once
             lock = api.lock_run_dir(run_dir, create=False)

@@ -158,6 +158,8 @@ def render_markdown(
         f"- Runs used: {len(sweep.runs)}"
         + (f" of {sweep.expected} planned" if sweep.expected is not None else " (no sweep.json)")
         + "; missing: " + (", ".join(sweep.missing) if sweep.missing else "none") + ".",
+        *([f"- Runs skipped, their files damaged: {'; '.join(map(str, sweep.skipped))}."]
+          if sweep.skipped else []),
         "",
         "Final score of a run: the mean return of its final greedy evaluation, at the last env "
         f"step. AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "

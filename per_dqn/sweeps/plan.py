@@ -503,6 +503,9 @@ def check_out_dir(sweep: Sweep) -> Sweep:
             run planned there, or a dir that cannot be created or written.
     """
     out = sweep.out
+    rundir.check_name_lengths(out, "sweep dir")
+    for job in sweep.jobs:  # its runs' dirs too: a grid's settings make long names
+        rundir.check_name_lengths(out / job.run_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"sweep dir {out} exists and is not a directory")
     rundir.check_writable(out, "sweep dir")

@@ -9,6 +9,10 @@ which are missing. A single run's dir is refused: a report compares arms over se
 run dirs give the same files, byte for byte: the bootstrap is seeded and the figures carry no
 date.
 
+A damaged sweep is reported as far as it can be: a run whose files cannot be read as they should
+(see ``per_dqn.sweeps.runs``), or whose evaluation curve cannot be measured, is skipped, named
+in a warning and listed in ``report.md``; only a sweep of which no run can be reported is refused.
+
 This module is the composition (``write_report``: read, measure, render, draw, write) and the
 parsing of its ``--threshold`` options; each step has its own home:
 
@@ -23,7 +27,7 @@ parsing of its ``--threshold`` options; each step has its own home:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,7 +40,7 @@ from per_dqn.sweeps.measure import (
     resolve_thresholds,
     sensitivity_keys,
 )
-from per_dqn.sweeps.runs import collect
+from per_dqn.sweeps.runs import Skipped, collect
 
 REPORT_FILE = "report.md"
 SCORES_FILE = "scores.csv"
@@ -91,7 +95,10 @@ class ReportFiles:
 
 
 def write_report(
-    out: Path, thresholds: dict[str, float] | None = None, baseline: str | None = None
+    out: Path,
+    thresholds: dict[str, float] | None = None,
+    baseline: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> ReportFiles:
     """Reads the sweep dir ``out`` and writes the report's files into it.
 
@@ -104,19 +111,45 @@ def write_report(
             (``parse_thresholds``).
         baseline: the arm every other arm's P(>) is paired against, on the same env (None:
             uniform at the same grid point, ``measure.baseline_arms``).
+        warn: called with ``<file>: <what is wrong>; run skipped`` for each run left out.
 
     Raises:
-        ValueError: see ``runs.collect``; a threshold for an env the sweep does not have; a
-            baseline that is not one of the sweep's arms.
+        ValueError: see ``runs.collect`` (no run could be reported included); a threshold for an
+            env the sweep does not have; a baseline that is not one of the sweep's arms.
     """
-    sweep = collect(out)
+
+    def skipped(entry: Skipped) -> None:
+        if warn is not None:
+            warn(entry.line(out))
+
+    sweep = collect(out, skipped)
     if baseline is not None and baseline not in sweep.arms:
         raise ValueError(
             f"--baseline: {baseline!r} is not an arm of {out}; its arms are "
             + ", ".join(sweep.arms)
         )
     env_thresholds = resolve_thresholds(sweep, thresholds or {})
-    cells = group_cells(sweep, [measure(r, env_thresholds[r.env_id]) for r in sweep.runs])
+    measured_runs, unmeasured = [], []
+    for run in sweep.runs:
+        try:
+            measured_runs.append(measure(run, env_thresholds[run.env_id]))
+        except ValueError as exc:  # a curve with no area: named by its run dir's event files
+            entry = Skipped(run.path, str(exc).removeprefix(f"run {run.path}: "))
+            unmeasured.append(entry)
+            skipped(entry)
+    if unmeasured:
+        if not measured_runs:
+            raise ValueError(
+                f"sweep dir {out}: no run could be reported "
+                f"({len(sweep.skipped) + len(unmeasured)} skipped, {len(sweep.missing)} not "
+                "finished)"
+            )
+        sweep = replace(
+            sweep,
+            runs=tuple(m.run for m in measured_runs),
+            skipped=(*sweep.skipped, *unmeasured),
+        )
+    cells = group_cells(sweep, measured_runs)
     measured = [r for runs in cells.values() for r in runs]  # by env, arm and seed
     norm = normalization(sweep, cells)
     files = ReportFiles(

@@ -5,15 +5,23 @@ already holds) and the report writer (``per_dqn.sweeps.report``: every finished 
 curve). It reads only what ``Trainer.run`` and ``ablate`` write (``summary.json``, the
 TensorBoard event file, ``sweep.json``) and writes nothing, so a sweep can be read at any time,
 also while it runs. No plotting and no statistics here: the runner must not pay for them.
+
+A sweep dir may come from elsewhere (a shared disk, an archive) and be damaged: ``collect`` reads
+it as far as it can. A run whose path leaves the sweep dir (``../``, an absolute path, a symlink
+out), whose ``summary.json`` is not a regular file, not JSON or lacks a field the report needs,
+or that does not match its ``sweep.json`` entry, is skipped and named (``Skipped``); the others
+are reported.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import math
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from per_dqn.memory import KINDS
@@ -32,6 +40,8 @@ ARMS = KINDS  # the replay kinds, in report order (per_dqn.memory.KINDS: the one
 # appears as its last part (``replay.alpha`` -> ``alpha``), or whole if two keys of one run share
 # that last part.
 SHORT_KEYS = {"agent.n_step": "n", "agent.learning_rate": "lr"}
+# A summary is a few KiB; a bigger "summary.json" is not one, and is not read into memory.
+MAX_SUMMARY_BYTES = 1 << 20
 
 
 def format_value(value: Any) -> str:
@@ -164,6 +174,35 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """A run the report leaves out, and why.
+
+    Attributes:
+        path: the file to blame, relative to the sweep dir (``sweep.json``,
+            ``uniform/s1/summary.json``; a run dir for what its event files hold).
+        problem: what is wrong with it, one line.
+    """
+
+    path: str
+    problem: str
+
+    def line(self, out: Path) -> str:
+        """``<out/path>: <problem>; run skipped``, the warning the CLI prints."""
+        return f"{out / self.path}: {self.problem}; run skipped"
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.problem})"
+
+
+class _Damaged(ValueError):
+    """A file of one run that cannot be read as it should be; the run is skipped."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(problem)
+        self.skipped = Skipped(path, problem)
+
+
+@dataclass(frozen=True)
 class SweepRuns:
     """What a sweep dir holds: its finished runs and the planned runs it lacks.
 
@@ -176,6 +215,7 @@ class SweepRuns:
         runs: the finished runs.
         expected: how many runs the sweep planned (None without a record).
         missing: ``"<run dir> (<why>)"`` for each planned run that is not finished.
+        skipped: the runs left out because a file of theirs is damaged (``Skipped``).
     """
 
     out: Path
@@ -185,25 +225,113 @@ class SweepRuns:
     runs: tuple[Run, ...]
     expected: int | None
     missing: tuple[str, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+
+def _inside(out: Path, path: Path) -> bool:
+    """True if ``path``, its symlinks followed, is ``out`` or below it."""
+    try:
+        Path(os.path.realpath(path)).relative_to(os.path.realpath(out))
+    except ValueError:
+        return False
+    return True
+
+
+def _rel(out: Path, path: Path) -> str:
+    return path.relative_to(out).as_posix()
+
+
+def _load_summary(out: Path, run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``summary.json``; None if it is absent (a run not started or cut short).
+
+    Raises:
+        _Damaged: it leaves the sweep dir, is not a regular file, is too big, or is not a JSON
+            object (summaries are written whole, atomically: a broken one was damaged).
+    """
+    path = run_dir / SUMMARY_FILE
+    name = _rel(out, path)
+    if not path.is_symlink() and not path.exists():
+        return None
+    if not _inside(out, path):
+        raise _Damaged(name, "a symlink out of the sweep dir")
+    if not path.is_file():  # a FIFO would block the read, a device would not end
+        raise _Damaged(name, "not a regular file")
+    if path.stat().st_size > MAX_SUMMARY_BYTES:
+        raise _Damaged(name, f"{path.stat().st_size:,} bytes, too big for a summary")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _Damaged(name, f"cannot be read as JSON ({' '.join(str(exc).split())})") from None
+    if not isinstance(summary, dict):
+        raise _Damaged(name, f"not a JSON object, got a {type(summary).__name__}")
+    return summary
+
+
+def _field(summary: dict[str, Any], key: str, kind: str, where: str) -> Any:
+    """``summary[key]`` checked to be ``kind`` (``"str"``, ``"int"``, ``"number"``: finite).
+
+    Raises:
+        _Damaged: naming ``where`` (the summary's path), the key and the value.
+    """
+    if key not in summary:
+        raise _Damaged(where, f"no {key!r}")
+    value = summary[key]
+    ok = (
+        isinstance(value, str)
+        if kind == "str"
+        else isinstance(value, int) and not isinstance(value, bool)
+        if kind == "int"
+        else isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    )
+    if not ok:
+        expected = {"str": "a string", "int": "an integer", "number": "a finite number"}[kind]
+        raise _Damaged(where, f"{key}: expected {expected}, got {value!r}")
+    return value
 
 
 def _read_run(
     out: Path, run_dir: Path, summary: dict[str, Any], planned: dict[str, Any] | None = None
 ) -> Run:
+    """One finished run from its summary and event files.
+
+    Raises:
+        _Damaged: a field missing or of the wrong type, a summary that contradicts its
+            ``sweep.json`` entry, or an event file that leaves the sweep dir or is not a regular
+            file.
+    """
     planned = planned or {}
-    kind = str(summary["replay"])
+    where = _rel(out, run_dir / SUMMARY_FILE)
+    kind = _field(summary, "replay", "str", where)
+    env_id = _field(summary, "env_id", "str", where)
+    seed = _field(summary, "seed", "int", where)
+    for key, value in (("env_id", env_id), ("seed", seed), ("kind", kind)):
+        if key in planned and planned[key] != value:
+            got = summary["replay" if key == "kind" else key]
+            raise _Damaged(where, f"{key} {got!r}, but sweep.json plans {planned[key]!r} here")
+    for path in run_dir.glob("events.out.tfevents.*"):
+        if not _inside(out, path):
+            raise _Damaged(_rel(out, path), "a symlink out of the sweep dir")
+        if not path.is_file():
+            raise _Damaged(_rel(out, path), "not a regular file")
+    values = {
+        "score": _field(summary, "final_eval_return_mean", "number", where),
+        "score_std": _field(summary, "final_eval_return_std", "number", where),
+        "eval_episodes": _field(summary, "final_eval_episodes", "int", where),
+        "env_steps": _field(summary, "env_steps", "int", where),
+        "wall_seconds": _field(summary, "wall_seconds", "number", where),
+    }
     curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN))
     weights = [value for _, value in curves[PER_IS_WEIGHT_MEAN]]
     return Run(
-        env_id=str(summary["env_id"]),
+        env_id=env_id,
         arm=str(planned.get("arm", kind)),
-        seed=int(summary["seed"]),
-        path=run_dir.relative_to(out).as_posix(),
-        score=float(summary["final_eval_return_mean"]),
-        score_std=float(summary["final_eval_return_std"]),
-        eval_episodes=int(summary["final_eval_episodes"]),
-        env_steps=int(summary["env_steps"]),
-        wall_seconds=float(summary["wall_seconds"]),
+        seed=seed,
+        path=_rel(out, run_dir),
+        score=float(values["score"]),
+        score_std=float(values["score_std"]),
+        eval_episodes=values["eval_episodes"],
+        env_steps=values["env_steps"],
+        wall_seconds=float(values["wall_seconds"]),
         curve=tuple(curves[EVAL_RETURN_MEAN]),
         kind=kind,
         settings=tuple(planned.get("settings", {}).items()),
@@ -212,10 +340,36 @@ def _read_run(
     )
 
 
-def _why_missing(run_dir: Path) -> str:
+def _planned_entry(out: Path, i: int, planned: Any, seen: set[str]) -> Path:
+    """The run dir of ``sweep.json``'s ``runs[i]``, checked to lie inside ``out``.
+
+    Raises:
+        _Damaged: naming ``sweep.json``: an entry that is not an object, lacks a ``run_dir`` or
+            ``arm``, has ``settings``/``point`` that are not objects, repeats a run dir, or has a
+            run dir that leaves the sweep dir (``..``, an absolute path, a symlink out).
+    """
+    if not isinstance(planned, dict):
+        raise _Damaged(SWEEP_FILE, f"runs[{i}]: not an object, got {planned!r}")
+    run_dir = planned.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir.strip():
+        raise _Damaged(SWEEP_FILE, f"runs[{i}].run_dir: expected a path, got {run_dir!r}")
+    if not isinstance(planned.get("arm"), str):
+        raise _Damaged(SWEEP_FILE, f"runs[{i}].arm: expected a string, got {planned.get('arm')!r}")
+    for key in ("settings", "point"):
+        if not isinstance(planned.get(key, {}), dict):
+            raise _Damaged(SWEEP_FILE, f"runs[{i}].{key}: expected an object")
+    rel = PurePosixPath(run_dir)
+    if rel.is_absolute() or ".." in rel.parts or not _inside(out, out / rel):
+        raise _Damaged(SWEEP_FILE, f"runs[{i}].run_dir {run_dir!r} leaves the sweep dir")
+    if rel.as_posix() in seen:
+        raise _Damaged(SWEEP_FILE, f"runs[{i}].run_dir {run_dir!r} is listed twice")
+    seen.add(rel.as_posix())
+    return out / rel
+
+
+def _why_missing(run_dir: Path, summary: dict[str, Any] | None) -> str:
     if not run_dir.exists():
         return "not run"
-    summary = read_summary(run_dir)
     if summary is None:
         return "no summary: running or cut short"
     return "interrupted"
@@ -248,15 +402,17 @@ def check_not_a_run_dir(out: Path) -> None:
     )
 
 
-def collect(out: Path) -> SweepRuns:
-    """Reads every run of the sweep dir ``out``.
+def collect(out: Path, warn: Callable[[Skipped], None] | None = None) -> SweepRuns:
+    """Reads every run of the sweep dir ``out``, as far as its files can be read.
 
     With a ``sweep.json`` the planned runs are read and the unfinished ones listed as missing;
-    without one, every run dir below ``out`` that holds a ``summary.json`` is read.
+    without one, every run dir below ``out`` that holds a ``summary.json`` is read. A run with a
+    damaged file (see the module's docstring) is skipped: listed in ``SweepRuns.skipped`` and
+    passed to ``warn`` as it is found.
 
     Raises:
         ValueError: ``out`` is not a directory, is one training run's dir (see
-            ``check_not_a_run_dir``), or holds no finished run.
+            ``check_not_a_run_dir``), or holds no finished run that could be read.
     """
     if not out.is_dir():
         raise ValueError(f"sweep dir {out} does not exist or is not a directory")
@@ -265,39 +421,70 @@ def collect(out: Path) -> SweepRuns:
         check_not_a_run_dir(out)
     runs: list[Run] = []
     missing: list[str] = []
-    if record is not None:
-        for planned in record["runs"]:
-            run_dir = out / planned["run_dir"]
-            summary = read_summary(run_dir)
+    skipped: list[Skipped] = []
+
+    def skip(damaged: _Damaged) -> None:
+        skipped.append(damaged.skipped)
+        if warn is not None:
+            warn(damaged.skipped)
+
+    def read(run_dir: Path, name: str, planned: dict[str, Any] | None = None) -> None:
+        try:
+            summary = _load_summary(out, run_dir)
             if summary is not None and summary.get("interrupted") is False:
                 runs.append(_read_run(out, run_dir, summary, planned))
             else:
-                missing.append(f"{planned['run_dir']} ({_why_missing(run_dir)})")
-        envs = tuple(record["envs"])
+                missing.append(f"{name} ({_why_missing(run_dir, summary)})")
+        except _Damaged as damaged:
+            skip(damaged)
+
+    if record is not None:
+        seen: set[str] = set()
+        arms_planned: list[str] = []
+        for i, planned in enumerate(record["runs"]):
+            try:
+                run_dir = _planned_entry(out, i, planned, seen)
+            except _Damaged as damaged:
+                skip(damaged)
+                continue
+            arms_planned.append(planned["arm"])
+            read(run_dir, planned["run_dir"], planned)
+        given = record.get("envs")
+        envs = (
+            tuple(given)
+            if isinstance(given, list) and all(isinstance(e, str) for e in given)
+            else ()
+        )
+        # A run of an env the record does not list (a damaged list) still gets its table.
+        envs += tuple(e for e in dict.fromkeys(r.env_id for r in runs) if e not in envs)
         # The cells in the order the sweep planned them (seed first: seed 0's runs list them all).
-        arms = tuple(dict.fromkeys(str(planned["arm"]) for planned in record["runs"]))
+        arms = tuple(dict.fromkeys(arms_planned))
         expected: int | None = len(record["runs"])
     else:
         for path in sorted(out.rglob(SUMMARY_FILE)):
             run_dir = path.parent
-            summary = read_summary(run_dir)
-            if summary is not None and summary.get("interrupted") is False:
-                runs.append(_read_run(out, run_dir, summary))
-            else:
-                missing.append(f"{run_dir.relative_to(out).as_posix()} ({_why_missing(run_dir)})")
+            if not _inside(out, run_dir):  # through a symlinked dir
+                skip(_Damaged(_rel(out, run_dir), "a symlink out of the sweep dir"))
+                continue
+            read(run_dir, _rel(out, run_dir))
         envs = tuple(dict.fromkeys(r.env_id for r in runs))
         found = {r.arm for r in runs}
         arms = tuple(a for a in ARMS if a in found) + tuple(sorted(found - set(ARMS)))
         expected = None
     if not runs:
+        if skipped:
+            raise ValueError(
+                f"sweep dir {out}: no run could be reported ({len(skipped)} skipped, "
+                f"{len(missing)} not finished)"
+            )
         raise ValueError(f"sweep dir {out} holds no finished run (a run dir with {SUMMARY_FILE})")
-    seen: dict[tuple[str, str, int], str] = {}
+    seen_runs: dict[tuple[str, str, int], str] = {}
     for r in runs:
         key = (r.env_id, r.arm, r.seed)
-        if key in seen:
+        if key in seen_runs:
             raise ValueError(
-                f"sweep dir {out}: runs {seen[key]} and {r.path} are both {r.env_id} {r.arm} "
-                f"seed {r.seed}; a report needs one run per env, arm and seed"
+                f"sweep dir {out}: runs {seen_runs[key]} and {r.path} are both {r.env_id} "
+                f"{r.arm} seed {r.seed}; a report needs one run per env, arm and seed"
             )
-        seen[key] = r.path
-    return SweepRuns(out, record, envs, arms, tuple(runs), expected, tuple(missing))
+        seen_runs[key] = r.path
+    return SweepRuns(out, record, envs, arms, tuple(runs), expected, tuple(missing), tuple(skipped))

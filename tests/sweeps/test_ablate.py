@@ -36,6 +36,7 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import fileio, rundir
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
+from per_dqn.provenance import redact_argv
 from per_dqn.run import Trainer
 from per_dqn.sweeps import plan, runs
 from per_dqn.sweeps.backends import local
@@ -504,7 +505,8 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     assert record["arms"] == ["uniform", "proportional", "rank/alpha=0.5"]
     assert record["seeds"] == [0, 1, 2] and len(record["runs"]) == 9
     # who made the sweep, and who grew it by how many runs
-    assert record["provenance"]["command"] == sys.argv  # in-process: pytest's own command line
+    # in-process: pytest's own command line, secrets (none here) redacted
+    assert record["provenance"]["command"] == redact_argv(sys.argv)
     assert record["provenance"]["versions"]["torch"] == metadata.version("torch")
     assert [g["runs_added"] for g in record["grown"]] == [5]
     assert "rank/alpha=0.5" in (out / "report.md").read_text()

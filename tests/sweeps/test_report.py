@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -547,11 +548,15 @@ def test_errors(tmp_path):
     fake_run(out, "y/s0", "CartPole-v1", "uniform", 0, 2.0, [(1, 2.0)])
     with pytest.raises(ValueError, match="are both CartPole-v1 uniform seed 0"):
         R.write_report(out)
-    # An evaluation curve with two points at one step has no area: the error names the run.
+    # An evaluation curve with two points at one step has no area: the run is skipped, named;
+    # with no other run, there is nothing to report.
     twice = tmp_path / "twice"
     fake_run(twice, "a/s0", "CartPole-v1", "uniform", 0, 1.0, [(100, 1.0), (100, 2.0)])
-    with pytest.raises(ValueError, match=r"^run a/s0: eval/return_mean: normalized_auc: two "):
-        R.write_report(twice)
+    warned = []
+    with pytest.raises(ValueError, match=r": no run could be reported \(1 skipped, 0 not fin"):
+        R.write_report(twice, warn=warned.append)
+    assert warned == [f"{twice / 'a/s0'}: eval/return_mean: normalized_auc: two points at one "
+                      "env step in [100.0, 100.0]; run skipped"]  # fmt: skip
     assert [p.name for p in twice.iterdir()] == ["a"]  # nothing written
     # A run cut short before its summary is still one run's dir, not a sweep.
     cut = tmp_path / "cut"
@@ -577,6 +582,136 @@ def test_cli_report(cartpole_sweep, tmp_path):
         f"error: sweep dir {tmp_path / 'nowhere'} does not exist or is not a directory\n"
     )
     assert result.stdout == ""
+
+
+# --- a damaged sweep ------------------------------------------------------------------------------
+
+
+def edit_summary(run_dir: Path, **changes) -> None:
+    """Sets (or, with None, deletes) keys of a run's summary.json."""
+    path = run_dir / "summary.json"
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+
+
+def test_a_damaged_sweep_is_reported_as_far_as_it_can_be(cartpole_sweep, tmp_path):
+    """Issue 23 item 10: ``report`` trusted its inputs. A ``sweep.json`` run path of ``../``, an
+    absolute one, or a symlink out pulled an outside run into scores.csv; a summary.json missing
+    a key was a ``KeyError`` traceback; one bad run stopped the whole report, its error line
+    naming no file. Now each bad file is one warning line naming it, its run is skipped and listed
+    in report.md, the other runs are reported, exit 0; a summary that is a FIFO is refused unread
+    (reading it would block)."""
+    out = cartpole_sweep
+    elsewhere = tmp_path / "elsewhere"
+    for rel, seed in (("run", 0), ("run2", 1), ("run3", 2)):  # would score 999
+        fake_run(elsewhere, rel, "CartPole-v1", "rank", seed, 999.0, [(1000, 999.0)])
+    (out / "inlink").symlink_to(elsewhere / "run3")
+    record = json.loads((out / "sweep.json").read_text())
+    record["runs"][8]["run_dir"] = "../elsewhere/run"
+    record["runs"].append({**record["runs"][8], "seed": 1, "run_dir": str(elsewhere / "run2")})
+    record["runs"].append({**record["runs"][8], "seed": 2, "run_dir": "inlink"})
+    fileio.write_json(out / "sweep.json", record)
+    edit_summary(out / "uniform/s1", seed=None)
+    edit_summary(out / "uniform/s3", final_eval_return_mean="abc")
+    (out / "proportional/s2/summary.json").write_text("not json{")
+    (out / "uniform/s2/summary.json").unlink()
+    os.mkfifo(out / "uniform/s2/summary.json")
+
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("report: ")
+    assert sorted(result.stderr.splitlines()) == sorted(
+        f"warning: {out}/{line}; run skipped"
+        for line in [
+            "uniform/s1/summary.json: no 'seed'",
+            "uniform/s2/summary.json: not a regular file",
+            "uniform/s3/summary.json: final_eval_return_mean: expected a finite number, got 'abc'",
+            "proportional/s2/summary.json: cannot be read as JSON (Expecting value: line 1 "
+            "column 1 (char 0))",
+            "sweep.json: runs[8].run_dir '../elsewhere/run' leaves the sweep dir",
+            f"sweep.json: runs[9].run_dir '{elsewhere / 'run2'}' leaves the sweep dir",
+            "sweep.json: runs[10].run_dir 'inlink' leaves the sweep dir",
+        ]
+    )
+    with (out / "scores.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["arm"], int(r["seed"])) for r in rows) == [
+        ("proportional", 0), ("proportional", 1), ("proportional", 3), ("uniform", 0)
+    ]  # fmt: skip
+    assert all(float(r["final_return"]) != 999.0 and "elsewhere" not in r["run_dir"] for r in rows)
+    text = (out / "report.md").read_text()
+    assert "- Runs used: 4 of 11 planned; missing: none.\n" in text
+    assert "- Runs skipped, their files damaged: uniform/s1/summary.json (no 'seed'); " in text
+    assert "sweep.json (runs[8].run_dir '../elsewhere/run' leaves the sweep dir)" in text
+
+
+def test_a_sweep_with_no_run_that_can_be_reported_is_one_error_and_writes_nothing(tmp_path):
+    """Issue 23 item 10: when no run can be reported, each bad file is still named, then one
+    ``error:`` line, exit 2, and no report file is written."""
+    out = tmp_path / "sweep"
+    fake_run(out, "uniform/s0", "CartPole-v1", "uniform", 0, 1.0, [(1, 1.0)])
+    fake_run(out, "uniform/s1", "CartPole-v1", "uniform", 1, 1.0, [(1, 1.0)])
+    edit_summary(out / "uniform/s0", env_id=None)
+    edit_summary(out / "uniform/s1", seed="one")
+    before = tree(out)
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"warning: {out}/uniform/s0/summary.json: no 'env_id'; run skipped",
+        f"warning: {out}/uniform/s1/summary.json: seed: expected an integer, got 'one'; run "
+        "skipped",
+        f"error: sweep dir {out}: no run could be reported (2 skipped, 0 not finished)",
+    ]
+    assert result.stdout == "" and tree(out) == before
+
+
+def final_returns(out: Path) -> list[float]:
+    with (out / "scores.csv").open() as f:
+        return [float(row["final_return"]) for row in csv.DictReader(f)]
+
+
+def test_a_run_outside_or_not_the_one_planned_is_skipped(tmp_path):
+    """Issue 23 item 10: a ``sweep.json`` run path of ``../elsewhere`` (alone: the rest whole)
+    pulled an outside run into scores.csv; a run dir whose summary is not the run sweep.json
+    plans there (another seed: a run copied in) was reported under the planned name; in a
+    folder of run dirs without sweep.json, a summary.json symlinked to a file outside was read.
+    Each is now skipped, named in one warning line."""
+    out = make_cartpole_sweep(tmp_path / "sweep")
+    fake_run(tmp_path, "elsewhere", "CartPole-v1", "rank", 0, 999.0, [(1000, 999.0)])
+    record = json.loads((out / "sweep.json").read_text())
+    record["runs"][8]["run_dir"] = "../elsewhere"  # rank s0: planned, never run
+    fileio.write_json(out / "sweep.json", record)
+    edit_summary(out / "uniform/s1", seed=7)
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert 999.0 not in final_returns(out) and len(final_returns(out)) == 7
+    assert result.stderr.splitlines() == [
+        f"warning: {out}/uniform/s1/summary.json: seed 7, but sweep.json plans 1 here; run skipped",
+        f"warning: {out}/sweep.json: runs[8].run_dir '../elsewhere' leaves the sweep dir; run "
+        "skipped",
+    ]
+
+    loose = tmp_path / "loose"
+    for rel, seed in (("uniform/s0", 0), ("proportional/s0", 0), ("proportional/s1", 1)):
+        fake_run(loose, rel, "CartPole-v1", rel.split("/")[0], seed, 1.0, [(1, 1.0), (2, 2.0)])
+    fake_run(tmp_path, "outside", "CartPole-v1", "uniform", 1, 999.0, [(1, 9.0), (2, 9.0)])
+    (loose / "uniform/s1").mkdir(parents=True)
+    (loose / "uniform/s1/summary.json").symlink_to(tmp_path / "outside/summary.json")
+    result = runner.invoke(app, ["report", str(loose)])
+    assert result.exit_code == 0, result.output
+    assert final_returns(loose) == [1.0, 1.0, 1.0]
+    assert result.stderr.splitlines() == [
+        f"warning: {loose}/uniform/s1/summary.json: a symlink out of the sweep dir; run skipped"
+    ]
+    sweep = runs.collect(loose)
+    assert [str(s) for s in sweep.skipped] == [
+        "uniform/s1/summary.json (a symlink out of the sweep dir)"
+    ]
 
 
 # --- a real sweep ---------------------------------------------------------------------------------

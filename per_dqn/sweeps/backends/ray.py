@@ -310,7 +310,8 @@ class Cluster:
             # A run's own failure comes back as an Outcome, never as an exception: not retried.
             retry_exceptions=False,
         )
-        pending = {task.remote(job, str(out), str(stop_file), sys.argv, board): job for job in todo}
+        argv = provenance.redact_argv(sys.argv)  # a secret never travels to the cluster
+        pending = {task.remote(job, str(out), str(stop_file), argv, board): job for job in todo}
         shown = Shown(board, progress, done)
 
         def collect(timeout: float) -> None:
