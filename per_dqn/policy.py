@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,19 +115,25 @@ def load(target: str | Path, *, device: str = "auto", seed: int | None = None) -
     """The policy in a run dir (its newest usable checkpoint, else its ``model.pt``) or in a
     checkpoint dir, built exactly as training built it.
 
+    A damaged newer checkpoint passed over for an older one (or for ``model.pt``) is named in a
+    ``RuntimeWarning``, the line ``per-dqn eval`` prints after ``warning:``.
+
     Args:
         target: a run dir or ``RUN_DIR/checkpoints/step_*``.
         device: ``auto``, ``cpu`` or ``cuda``.
         seed: seed of ``act``'s exploration draws.
 
     Raises:
-        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit.
+        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit,
+            a checkpoint of another run than its run dir's, or a path that leaves the run dir.
     """
     from per_dqn import evaluate
     from per_dqn.build import make_agent, resolve_device
     from per_dqn.envs import describe, make_eval_env
 
     source = evaluate.resolve_source(Path(target))
+    for line in source.warnings:
+        warnings.warn(line, RuntimeWarning, stacklevel=2)
     env = make_eval_env(source.config.env)
     try:
         spec = describe(env)
@@ -166,7 +173,7 @@ def evaluate_run(
         video_view: ``game`` films the game's own frames (Atari: the emulator's RGB screen),
             ``agent`` the agent's 84x84 grayscale view (Atari only).
         warn: called with each warning (a damaged newer checkpoint skipped) before the episodes
-            are played.
+            are played; default a ``RuntimeWarning`` each.
 
     Returns:
         ``evaluate.EvalReport``: ``episodes`` (returns, lengths; ``cap_warning()`` names an
@@ -181,8 +188,11 @@ def evaluate_run(
     from per_dqn.build import make_agent
 
     source = evaluate.resolve_source(Path(target))
-    for line in source.warnings if warn is not None else ():
-        warn(line)
+    for line in source.warnings:
+        if warn is None:
+            warnings.warn(line, RuntimeWarning, stacklevel=2)
+        else:
+            warn(line)
     try:
         return evaluate.evaluate_source(
             source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
