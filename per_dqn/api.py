@@ -28,6 +28,7 @@ The command line calls the same code, and only through this module: beside ``tra
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,7 +48,7 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
-from per_dqn.fileio import WriteError
+from per_dqn.fileio import WriteError, inside
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
 from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
 from per_dqn.tracking import TrackingError
@@ -391,7 +392,7 @@ def prepare_resume(
         ValueError (``ConfigError``, ``CheckpointError``): not a run dir, no usable checkpoint,
             a run already complete, or a checkpoint that does not fit; one line.
     """
-    config_path = run_dir / "config.yaml"
+    config_path = inside(run_dir, "config.yaml")
     if not config_path.is_file():
         raise ValueError(f"{run_dir}: not a run dir (no config.yaml)")
     found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
@@ -442,7 +443,8 @@ def resume(
     trust_code: bool = False,
 ) -> TrainResult:
     """Continues a stopped (or, with ``steps``, a finished) run from its newest usable
-    checkpoint, exactly where it stopped; see ``train`` for the rest.
+    checkpoint, exactly where it stopped; see ``train`` for the rest. A damaged newer checkpoint
+    passed over is named in a ``RuntimeWarning`` (the line ``train --resume`` prints).
 
     A run dir is data: a ``config.yaml`` that names code (a network factory, a
     ``module:EnvName`` env id) is refused before anything is imported, unless allowed.
@@ -462,7 +464,13 @@ def resume(
     check_name_lengths(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
-        resumption = prepare_resume(run_dir, steps, network=network, trust_code=trust_code)
+        resumption = prepare_resume(
+            run_dir,
+            steps,
+            lambda line: warnings.warn(line, RuntimeWarning, stacklevel=4),
+            network=network,
+            trust_code=trust_code,
+        )
         try:
             if lock is None:
                 lock = lock_run_dir(run_dir)

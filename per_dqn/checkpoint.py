@@ -36,6 +36,18 @@ damage and edits, not against someone who rewrites the checksums too; what keeps
 checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is read with
 ``torch.load(weights_only=True)``, everything else is JSON, YAML and npz without pickle.
 
+Paths stay inside: a run's ``checkpoints/`` and each checkpoint dir in it must resolve inside the
+run dir (``fileio.inside``; a link to another run's is refused, and the rotation deletes a link,
+never what it points to); a manifest may list plain file names only (no ``/``, no ``..``), and a
+training checkpoint only its known parts' files; each file is opened without following a link
+and checked to be a regular file of the listed size before a byte of it is hashed, so a FIFO or a
+device cannot block a read.
+
+A checkpoint knows its run: the manifest of one written since run ids carries the run's id
+(``run_id``, from the run dir's ``run.json``, see ``rundir``), and ``check_owner`` refuses one
+whose id is not its run dir's: a step dir copied in from another run. A checkpoint without one
+(formats 2 and 3 written before run ids) is legacy and unchecked.
+
 Formats: 3 is written. 2 kept the envs' state inside the loop's part; it is read, and the loader
 moves it (``run.upgrade_parts``). 1 kept the loop in a pickle, ``loop.pt``; it is refused, not
 read (``FormatError``), as is any other version, with one line naming it.
@@ -63,7 +75,8 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.fileio import TMP_PREFIX, fsync_path
+from per_dqn import rundir
+from per_dqn.fileio import TMP_PREFIX, fsync_path, inside, open_regular
 
 FORMAT_VERSION = 3
 # Formats this per-dqn reads: 2 differs only in where the envs' state sits (inside the loop's part),
@@ -82,6 +95,17 @@ ENVS_META_FILE = "envs.json"
 MEMORY_ARRAYS_FILE = "memory.npz"
 MEMORY_META_FILE = "memory.json"
 CONFIG_FILE = "config.yaml"
+# The files a training checkpoint may hold (``load_run_checkpoint`` refuses any other name).
+TRAINING_FILES = frozenset(
+    {AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, ENVS_ARRAYS_FILE, ENVS_META_FILE,
+     MEMORY_ARRAYS_FILE, MEMORY_META_FILE, CONFIG_FILE}
+)  # fmt: skip
+# The manifest key that names the run a checkpoint belongs to (its run dir's ``run.json``).
+RUN_ID_KEY = rundir.RUN_ID_KEY
+# What a manifest may call a file: a plain name in the checkpoint dir, never a path.
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
+# A manifest is a few hundred bytes; anything much larger is not one (and is not read whole).
+MANIFEST_MAX_BYTES = 1 << 20
 
 _NAME = re.compile(r"step_(\d+)")
 # Marks where an array sat in a JSON tree whose arrays went to the npz.
@@ -98,8 +122,13 @@ class FormatError(CheckpointError):
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
-    """Where a run's checkpoints live."""
-    return Path(run_dir) / CHECKPOINTS_DIR
+    """Where a run's checkpoints live.
+
+    Raises:
+        CheckpointError: ``checkpoints`` is a link that leaves the run dir (another run's:
+            resuming would write and rotate that run's checkpoints).
+    """
+    return inside(Path(run_dir), CHECKPOINTS_DIR, CheckpointError)
 
 
 def checkpoint_name(env_steps: int) -> str:
@@ -204,7 +233,7 @@ def write_checkpoint(
             stale = root / f"{TMP_PREFIX}replaced-{name}-{os.getpid()}"
             os.rename(final, stale)
             os.rename(tmp, final)
-            shutil.rmtree(stale)
+            _delete(stale)
         else:
             os.rename(tmp, final)
         fsync_path(root)
@@ -215,8 +244,17 @@ def write_checkpoint(
     kept = [path for path in existing if _step(path) <= env_steps][-keep_last:]
     for path in existing:
         if path not in kept:
-            shutil.rmtree(path)
+            _delete(path)
     return final
+
+
+def _delete(path: Path) -> None:
+    """Deletes a checkpoint dir; a link in its place is removed itself, never followed (it may
+    lead to another run's checkpoint)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
 
 
 def _step(path: Path) -> int:
@@ -229,7 +267,7 @@ def _remove_temp_dirs(root: Path) -> None:
     """Deletes what killed writers left behind (a run dir has one writer at a time)."""
     for path in root.iterdir():
         if path.name.startswith(TMP_PREFIX):
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
@@ -248,12 +286,26 @@ def read_manifest(path: Path) -> dict[str, Any]:
             names another env step than the dir's name.
     """
     try:
-        data = (path / MANIFEST_FILE).read_bytes()
+        fd = open_regular(path / MANIFEST_FILE, follow=False)
     except FileNotFoundError:
         raise _Missing(f"{path}: no {MANIFEST_FILE}") from None
     except OSError as exc:
-        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_one_line(exc)})") from None
-    return _parse_manifest(path, data)
+        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_reason(exc)})") from None
+    return _parse_manifest(path, _read_manifest_fd(path, fd))
+
+
+def _read_manifest_fd(path: Path, fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MANIFEST_MAX_BYTES + 1)
+    if len(data) > MANIFEST_MAX_BYTES:
+        raise CheckpointError(
+            f"{path}: {MANIFEST_FILE} is larger than {MANIFEST_MAX_BYTES:,} bytes: not a manifest"
+        )
+    return data
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or _one_line(exc)
 
 
 def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
@@ -285,6 +337,16 @@ def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: {MANIFEST_FILE} is not a format-{version} checkpoint manifest"
         )
+    for name in manifest["files"]:
+        if not _FILE_NAME.fullmatch(name) or name == MANIFEST_FILE:
+            # A path ("../x", "/dev/zero") would read, and load, a file outside the checkpoint.
+            raise CheckpointError(
+                f"{path}: its {MANIFEST_FILE} lists {name!r}, not a plain file name of the "
+                "checkpoint dir; refused"
+            )
+    run_id = manifest.get(RUN_ID_KEY)
+    if run_id is not None and not isinstance(run_id, str):
+        raise CheckpointError(f"{path}: its {MANIFEST_FILE} has a {RUN_ID_KEY} of {run_id!r}")
     # A manifest copied into another checkpoint's dir passes its own digest: the name tells.
     match = _NAME.fullmatch(path.name)
     if match is not None and int(match.group(1)) != steps:
@@ -319,13 +381,37 @@ def _entry(path: Path, manifest: Mapping[str, Any], name: str) -> Mapping[str, A
     return entry
 
 
-def _check_file(path: Path, name: str, entry: Mapping[str, Any], size: int, digest: str) -> None:
-    if size != entry.get("bytes"):
-        raise CheckpointError(
-            f"{path}: {name} has {size:,} bytes, its manifest says {entry.get('bytes'):,}"
-        )
+def _check_size(path: Path, name: str, entry: Mapping[str, Any], size: int) -> None:
+    listed = entry.get("bytes")
+    if size != listed:
+        said = f"{listed:,}" if isinstance(listed, int) else repr(listed)
+        raise CheckpointError(f"{path}: {name} has {size:,} bytes, its manifest says {said}")
+
+
+def _check_digest(path: Path, name: str, entry: Mapping[str, Any], digest: str) -> None:
     if digest != entry.get("sha256"):
         raise CheckpointError(f"{path}: {name} fails its SHA-256 check")
+
+
+def _open_file(
+    path: Path, name: str, entry: Mapping[str, Any], dir_fd: int | None = None,
+    inode: int | None = None,
+) -> int:  # fmt: skip
+    """An fd on the checkpoint's file ``name``, once it is known to be a regular file (not a
+    link, a FIFO or a device) of the size its manifest lists: checked before any byte is read."""
+    try:
+        fd = open_regular(name if dir_fd is not None else path / name, dir_fd=dir_fd,
+                          follow=False)  # fmt: skip
+    except FileNotFoundError:
+        raise _Missing(f"{path}: {name} is missing", inode) from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: unreadable {name} ({_reason(exc)})") from None
+    try:
+        _check_size(path, name, entry, os.fstat(fd).st_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[str, Any]:
@@ -344,11 +430,9 @@ def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[st
     manifest = read_manifest(path)
     for name in manifest["files"] if files is None else files:
         entry = _entry(path, manifest, name)
-        try:
-            size = (path / name).stat().st_size
-        except FileNotFoundError:
-            raise _Missing(f"{path}: {name} is missing") from None
-        _check_file(path, name, entry, size, sha256_file(path / name))
+        with os.fdopen(_open_file(path, name, entry), "rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        _check_digest(path, name, entry, digest)
     return manifest
 
 
@@ -374,26 +458,27 @@ def read_verified(path: Path, files: Iterable[str]) -> tuple[dict[str, Any], dic
         raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
     inode = os.fstat(dir_fd).st_ino
 
-    def read(name: str) -> bytes:
-        def opener(file: str, flags: int) -> int:
-            return os.open(file, flags, dir_fd=dir_fd)
-
+    def read(fd: int, name: str) -> bytes:
         try:
-            with open(name, "rb", opener=opener) as file:
+            with os.fdopen(fd, "rb") as file:
                 return file.read()
-        except FileNotFoundError:
-            what = f"no {name}" if name == MANIFEST_FILE else f"{name} is missing"
-            raise _Missing(f"{path}: {what}", inode) from None
         except OSError as exc:
-            raise CheckpointError(f"{path}: unreadable {name} ({_one_line(exc)})") from None
+            raise CheckpointError(f"{path}: unreadable {name} ({_reason(exc)})") from None
 
     try:
-        manifest = _parse_manifest(path, read(MANIFEST_FILE))
+        try:
+            fd = open_regular(MANIFEST_FILE, dir_fd=dir_fd, follow=False)
+        except FileNotFoundError:
+            raise _Missing(f"{path}: no {MANIFEST_FILE}", inode) from None
+        except OSError as exc:
+            raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_reason(exc)})") from None
+        manifest = _parse_manifest(path, _read_manifest_fd(path, fd))
         data = {}
         for name in files:
             entry = _entry(path, manifest, name)
-            blob = read(name)
-            _check_file(path, name, entry, len(blob), hashlib.sha256(blob).hexdigest())
+            blob = read(_open_file(path, name, entry, dir_fd, inode), name)
+            _check_size(path, name, entry, len(blob))  # it changed since it was opened
+            _check_digest(path, name, entry, hashlib.sha256(blob).hexdigest())
             data[name] = blob
     finally:
         os.close(dir_fd)
@@ -438,7 +523,7 @@ def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
     candidates = list_checkpoints(root)
     for path in reversed(candidates):
         try:
-            manifest = verify_checkpoint(path, files)
+            manifest = verify_checkpoint(inside(root, path.name, CheckpointError), files)
         except FormatError:
             raise
         except CheckpointError as exc:
@@ -497,7 +582,7 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
             if path in rejected:
                 continue
             try:
-                manifest, data = read_verified(path, files)
+                manifest, data = read_verified(inside(root, path.name, CheckpointError), files)
             except FormatError:
                 raise
             except _Missing as exc:
@@ -640,8 +725,7 @@ def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\.\s|\n|$)", str(exc))
-        reason = _one_line(found.group(1) if found else exc)[:200]
+        reason = unpickling_reason(str(exc))
         raise CheckpointError(
             f"{label}: refused: it holds more than tensors ({reason}), and loading it could run "
             "code"
@@ -649,6 +733,31 @@ def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
     except Exception as exc:  # torch's reader raises RuntimeError, KeyError, ... by damage
         reason = _one_line(exc)[:200]
         raise CheckpointError(f"{label}: cannot load ({type(exc).__name__}: {reason})") from None
+
+
+# What torch's weights-only refusal says around its reason: advice on `weights_only`, not why.
+_TORCH_ADVICE = ("weights only load failed", "in pytorch", "re-running", "(1)", "(2)", "check the "
+                 "documentation", "alternatively")  # fmt: skip
+
+
+def unpickling_reason(message: str) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, from its message: the sentence that
+    names what the pickle asked for ("Trying to load unsupported GLOBAL posix.system whose module
+    posix is blocked", "Unsupported global: GLOBAL io.open was not an allowed global by
+    default"), not torch's advice around it, whose wording changes between releases.
+
+    The reason is looked for, in order, after ``WeightsUnpickler error:``, in a line naming a
+    ``GLOBAL``, then in the first line that is not advice; the first sentence of it is kept.
+    """
+    lines = [" ".join(line.split()) for line in message.splitlines()]
+    lines = [line for line in lines if line]
+    picks = [line.split("WeightsUnpickler error:", 1)[1] for line in lines
+             if "WeightsUnpickler error:" in line]  # fmt: skip
+    picks += [line for line in lines if "GLOBAL" in line]
+    picks += [line for line in lines if not line.lower().startswith(_TORCH_ADVICE)]
+    text = (picks or lines or [message])[0].strip()
+    sentence = re.split(r"(?<=[^.\s])\.(?:\s|$)", text, maxsplit=1)[0]
+    return _one_line(sentence)[:200]
 
 
 # --- a training run's checkpoint ------------------------------------------------------------------
@@ -732,6 +841,9 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
     """
     manifest = verify_checkpoint(path)
     files = set(manifest["files"])
+    for name in sorted(files - TRAINING_FILES):
+        raise CheckpointError(f"{path}: its {MANIFEST_FILE} lists {name}, not a training "
+                              "checkpoint's file; refused")  # fmt: skip
     for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
         if name not in files:
             raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
@@ -751,3 +863,36 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
         reason = _one_line(exc)[:300]
         raise CheckpointError(f"{path}: cannot load ({type(exc).__name__}: {reason})") from None
     return RunCheckpoint(path, manifest, parts, config_yaml)
+
+
+def run_dir_of(path: Path) -> Path | None:
+    """The run dir a checkpoint dir sits in (``RUN_DIR/checkpoints/step_*``), or None for one
+    that sits elsewhere."""
+    path = Path(path)
+    return path.parent.parent if path.parent.name == CHECKPOINTS_DIR else None
+
+
+def check_owner(path: Path, manifest: Mapping[str, Any], run_dir: Path | None) -> None:
+    """Refuses a checkpoint of another run than ``run_dir``'s (a step dir copied in from run B
+    into run A): its manifest's run id must be the one ``run_dir``'s ``run.json`` holds.
+
+    A checkpoint without a run id (written before run ids) is legacy and is not checked, nor is
+    one outside any run dir (``run_dir`` None: a checkpoint dir evaluated on its own).
+
+    Raises:
+        CheckpointError: the ids differ, the checkpoint has one and ``run_dir`` none, or
+            ``run_dir``'s ``run.json`` cannot be read; one line naming both.
+    """
+    if run_dir is None:
+        return
+    try:
+        ours = rundir.read_run_id(run_dir)
+    except rundir.RunDirError as exc:
+        raise CheckpointError(str(exc)) from None
+    theirs = manifest.get(RUN_ID_KEY)
+    if theirs is not None and theirs != ours:
+        mine = f"is run {ours}" if ours is not None else f"records none (no {rundir.RUN_FILE})"
+        raise CheckpointError(
+            f"{path}: a checkpoint of run {theirs}, but its run dir {run_dir} {mine}; refused: "
+            "a checkpoint copied from another run is not this run's"
+        )

@@ -3,7 +3,8 @@
 Which weights are played:
 
 * a checkpoint dir (``RUN_DIR/checkpoints/step_*``): that checkpoint, with the config saved in it;
-  a damaged one is an error, not a fallback, since it was asked for by name;
+  a damaged one is an error, not a fallback, since it was asked for by name, and so is one of
+  another run than its run dir's (``checkpoint.check_owner``);
 * a run dir: its newest checkpoint whose manifest, ``agent.pt`` and ``config.yaml`` pass their
   checks (a damaged newer one is named in a warning), else its final ``model.pt``.
 
@@ -37,12 +38,16 @@ import numpy as np
 
 from per_dqn import checkpoint as ckpt
 from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
+from per_dqn.fileio import inside, read_regular
 from per_dqn.seeding import RunSeeds
 from per_dqn.video import write_gif
 
 MODEL_FILE = "model.pt"
 RUN_CONFIG_FILE = "config.yaml"
 VIDEO_DIR = "videos"
+SUMMARY_FILE = "summary.json"
+# summary.json is a few kilobytes; a larger one is not read for the step it names.
+SUMMARY_MAX_BYTES = 1 << 24
 # A film stops here: 5 minutes at Atari's 15 agent steps per second; frames are held in memory.
 VIDEO_MAX_FRAMES = 4_500
 # Frames per second when the env does not say (60 Hz Atari at the usual frame skip of 4).
@@ -92,7 +97,9 @@ def _config_from(data: bytes, path: Path) -> Config:
 def _checkpoint_source(
     path: Path, manifest: dict[str, Any], files: dict[str, bytes], warnings: list[str]
 ) -> Source:
-    run_dir = path.parent.parent if path.parent.name == ckpt.CHECKPOINTS_DIR else path
+    owner = ckpt.run_dir_of(path)
+    ckpt.check_owner(path, manifest, owner)
+    run_dir = path if owner is None else owner
     steps = int(manifest["env_steps"])
     agent = ckpt.load_weights(files[ckpt.AGENT_FILE], str(path / ckpt.AGENT_FILE))
     if not isinstance(agent, dict) or not isinstance(agent.get("online"), dict):
@@ -118,10 +125,10 @@ def resolve_source(target: Path) -> Source:
     """
     target = Path(target)
     wanted = (ckpt.AGENT_FILE, ckpt.CONFIG_FILE)
-    if (target / ckpt.MANIFEST_FILE).is_file():
+    if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
         manifest, files = ckpt.read_verified(target, wanted)
         return _checkpoint_source(target, manifest, files, [])
-    if not (target / RUN_CONFIG_FILE).is_file():
+    if not inside(target, RUN_CONFIG_FILE).is_file():
         raise ValueError(
             f"{target}: neither a run dir (no {RUN_CONFIG_FILE}) nor a checkpoint dir "
             f"(no {ckpt.MANIFEST_FILE})"
@@ -129,9 +136,9 @@ def resolve_source(target: Path) -> Source:
     found = ckpt.read_latest(ckpt.checkpoints_dir(target), wanted)
     if found.path is not None:
         return _checkpoint_source(found.path, found.manifest, found.files, found.warnings)
-    model = target / MODEL_FILE
+    model = inside(target, MODEL_FILE)
     try:
-        data = model.read_bytes()
+        data = read_regular(model)
     except FileNotFoundError:
         raise ValueError(
             f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate"
@@ -144,8 +151,10 @@ def resolve_source(target: Path) -> Source:
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
     ]
     steps = None
+    summary_path = inside(target, SUMMARY_FILE)
     try:
-        steps = int(json.loads((target / "summary.json").read_text(encoding="utf-8"))["env_steps"])
+        summary = read_regular(summary_path, SUMMARY_MAX_BYTES)
+        steps = int(json.loads(summary.decode("utf-8"))["env_steps"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # a run killed before its summary: the step is unknown, the weights are still fine
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
@@ -416,6 +425,8 @@ def evaluate_source(
         # Classic-control renderers call pygame.init(), whose display driver prints an SDL
         # "error:" line on a headless machine; offscreen rgb_array frames need no display.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    # Before a minute of playing: the film must not leave the run dir through a link.
+    videos = inside(source.run_dir, VIDEO_DIR) if video else None
     env = make_eval_env(config.env, render=video, view=video_view)
     try:
         agent = make_agent(config, describe(env), device)
@@ -441,6 +452,7 @@ def evaluate_source(
     if video:
         name = "eval-final" if source.env_steps is None else f"eval-step{source.env_steps}"
         name += "" if video_view == "game" else f"-{video_view}"
-        path = source.run_dir / VIDEO_DIR / f"{name}.gif"
+        assert videos is not None
+        path = videos / f"{name}.gif"
         frame_ms = write_gif(played.frames, path, fps)
     return EvalReport(source, played, epsilon, seed, path, frame_ms)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import numpy as np
 
 from per_dqn.config import Config, refuse_untrusted_code
 from per_dqn.fileio import WriteError
+from per_dqn.rundir import check_name_lengths
 
 __all__ = ["Policy", "check_run_code", "evaluate_run", "load"]
 
@@ -160,6 +162,9 @@ def load(
     A run dir is data: a config that names code (a network factory, a ``module:EnvName`` env
     id) is refused before anything is imported, unless allowed (``check_run_code``).
 
+    A damaged newer checkpoint passed over for an older one (or for ``model.pt``) is named in a
+    ``RuntimeWarning``, the line ``per-dqn eval`` prints after ``warning:``.
+
     Args:
         target: a run dir or ``RUN_DIR/checkpoints/step_*``.
         device: ``auto``, ``cpu`` or ``cuda``.
@@ -172,13 +177,17 @@ def load(
 
     Raises:
         UntrustedCodeError: the config names code that was not allowed (one line per key).
-        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit.
+        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit,
+            a checkpoint of another run than its run dir's, or a path that leaves the run dir.
     """
     from per_dqn import evaluate
     from per_dqn.build import make_agent, resolve_device
     from per_dqn.envs import describe, make_eval_env
 
+    check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))
+    for line in source.warnings:
+        warnings.warn(line, RuntimeWarning, stacklevel=2)
     check_run_code(source.config, str(_config_file(source)), trust_code=trust_code, network=network)
     env = make_eval_env(source.config.env)
     try:
@@ -221,7 +230,7 @@ def evaluate_run(
         video_view: ``game`` films the game's own frames (Atari: the emulator's RGB screen),
             ``agent`` the agent's 84x84 grayscale view (Atari only).
         warn: called with each warning (a damaged newer checkpoint skipped) before the episodes
-            are played.
+            are played; default a ``RuntimeWarning`` each.
         network: as ``load``'s.
         trust_code: as ``load``'s (``per-dqn eval --trust-code``).
 
@@ -238,9 +247,13 @@ def evaluate_run(
     from per_dqn import evaluate
     from per_dqn.build import make_agent
 
+    check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))
-    for line in source.warnings if warn is not None else ():
-        warn(line)
+    for line in source.warnings:
+        if warn is None:
+            warnings.warn(line, RuntimeWarning, stacklevel=2)
+        else:
+            warn(line)
     check_run_code(source.config, str(_config_file(source)), trust_code=trust_code, network=network)
     try:
         return evaluate.evaluate_source(

@@ -36,7 +36,7 @@ from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, wr
 from per_dqn.loop import DivergedError, Loop, upgrade_format_2
 from per_dqn.metrics import TensorBoardLogger, config_as_markdown, flatten_config
 from per_dqn.provenance import provenance
-from per_dqn.rundir import display_name
+from per_dqn.rundir import display_name, ensure_run_id
 from per_dqn.seeding import RunSeeds
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
@@ -119,6 +119,8 @@ class Trainer:
         self.agent = make_agent(config, self.spec, self.device)
         self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)
         self._resumed_from: int | None = None
+        # The run dir's id (``rundir.ensure_run_id``), set by ``run``: every checkpoint carries it.
+        self.run_id: str | None = None
 
     @property
     def envs(self) -> Any:
@@ -139,9 +141,12 @@ class Trainer:
         one-line notes for the user on what is not exact.
 
         Raises:
-            CheckpointError: the checkpoint fails its checksums, cannot be read, or does not fit
-                this config. Its parts are all checked before the loop's state changes.
+            CheckpointError: the checkpoint fails its checksums, cannot be read, belongs to
+                another run than the run dir it sits in (``checkpoint.check_owner``), or does
+                not fit this config. Its parts are all checked before the loop's state changes.
         """
+        # Whose it is, before seconds of loading: a step dir copied in from another run is refused.
+        ckpt.check_owner(path, ckpt.read_manifest(path), ckpt.run_dir_of(path))
         checkpoint = ckpt.load_run_checkpoint(path, self.device)
         parts = upgrade_parts(checkpoint)
         env_steps = checkpoint.env_steps
@@ -228,6 +233,7 @@ class Trainer:
                     "update_steps": self.agent.update_steps,
                     "final": final,
                     "config_name": self.config_name,
+                    ckpt.RUN_ID_KEY: self.run_id,
                 },
             )
 
@@ -303,6 +309,8 @@ class Trainer:
         with writing(run_dir / "config.yaml"):
             run_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(run_dir / "config.yaml", config_yaml)
+        # A new run's id, or the resumed run dir's (one from before run ids gets one now).
+        self.run_id = ensure_run_id(run_dir)
         start_steps = self._resumed_from or 0
         # The checkpoint was written after every point of its step was logged.
         logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)

@@ -5,17 +5,26 @@ A fresh run gets ``<env>__<config>__<replay>__s<seed>__<time>`` under ``run.runs
 (``default_run_name``, ``fresh_run_dir``); ``check_run_dir`` refuses a dir it must not or cannot
 write before anything is built, and ``lock_run_dir`` takes the dir's ``flock`` before anything is
 written. ``display_name`` is what trackers call a run (its path within a sweep, for a sweep's run).
+
+A run's identity is its run id, written once into ``run.json`` when the run starts
+(``ensure_run_id``) and into every checkpoint's manifest, so a checkpoint copied in from another
+run is told apart (``checkpoint.check_owner``). It has a file of its own: ``config.yaml`` is the
+experiment (compared on resume, copied by hand as a template, strict about its keys), and
+``summary.json`` is written only when a run ends, so a run killed before it would have no id.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import re
+import uuid
 from datetime import datetime
 from pathlib import Path
 
-from per_dqn.fileio import nearest_existing
+from per_dqn.fileio import inside, nearest_existing, read_regular, write_json
 
 
 def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now: datetime) -> str:
@@ -29,6 +38,12 @@ LOCK_FILE = ".per-dqn.lock"
 # What `per-dqn ablate` writes into a sweep dir (per_dqn.sweeps.runs reads it): a run dir below
 # one is a run of that sweep.
 SWEEP_FILE = "sweep.json"
+# A run's identity (see the module docstring): ``{"run_id": "<32 hex digits>"}``.
+RUN_FILE = "run.json"
+RUN_ID_KEY = "run_id"
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+# run.json is a few dozen bytes; anything much larger is not one.
+_RUN_FILE_MAX_BYTES = 4096
 
 
 class RunDirError(ValueError):
@@ -187,17 +202,29 @@ def _in_use(path: Path, what: str = "run dir") -> RunDirInUse:
 
 
 def _refuse_if_locked(path: Path, what: str = "run dir") -> None:
-    """Raises ``RunDirInUse`` if a live process holds ``path``'s lock; creates, changes nothing."""
+    """Raises ``RunDirInUse`` if a live process holds ``path``'s lock; creates, changes nothing.
+
+    Raises:
+        RunDirError: the lock file is a link that leaves ``path``, or cannot be opened.
+    """
     try:
-        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+        fd = os.open(_lock_file(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return
+    except OSError as exc:
+        raise RunDirError(f"{what} {path}: cannot use its {LOCK_FILE}: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         raise _in_use(path, what) from None
     finally:
         os.close(fd)  # also drops the shared lock just taken
+
+
+def _lock_file(path: Path) -> Path:
+    """``path``'s lock file, refused if it is a link that leaves ``path`` (a dangling one would
+    otherwise create its target)."""
+    return inside(path, LOCK_FILE, RunDirError)
 
 
 def lock_run_dir(
@@ -218,9 +245,10 @@ def lock_run_dir(
         RunDirInUse: another live process holds the lock (the message names its pid).
         RunDirError: ``path`` cannot be created or its lock file cannot be opened (the message
             names the path and the reason: a file in the way, a read-only filesystem, a full
-            disk), or, with ``fresh``, ``path`` holds another run.
+            disk, a link: the lock is never followed out of ``path``), or, with ``fresh``,
+            ``path`` holds another run.
     """
-    lock_path = path / LOCK_FILE
+    lock_path = _lock_file(path)
     made = []
     if create:
         check_name_lengths(path, what)
@@ -229,13 +257,13 @@ def lock_run_dir(
     try:
         if not create:
             try:
-                fd = os.open(lock_path, os.O_RDWR)
+                fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW)
             except FileNotFoundError:
                 return None
         else:
             path.mkdir(parents=True, exist_ok=True)
             made = missing
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         for p in made:  # a refused command leaves nothing behind
             with contextlib.suppress(OSError):
@@ -262,3 +290,42 @@ def display_name(run_dir: Path) -> str:
         if (parent / SWEEP_FILE).is_file():
             return run_dir.relative_to(parent.parent).as_posix()
     return run_dir.name
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    """The run's id from its ``run.json``; None for a run dir written before run ids.
+
+    Raises:
+        RunDirError: ``run.json`` leads outside the run dir, is not a regular file, or holds no
+            run id (one line naming it).
+    """
+    path = inside(run_dir, RUN_FILE, RunDirError)
+    try:
+        data = read_regular(path, _RUN_FILE_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        run_id = json.loads(data.decode("utf-8")).get(RUN_ID_KEY)
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        run_id = None
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise RunDirError(f"{path}: holds no run id ({RUN_ID_KEY!r}: 32 hex digits)")
+    return run_id
+
+
+def ensure_run_id(run_dir: Path) -> str:
+    """The run's id: the one its ``run.json`` holds, else a new one (``uuid4``), written there
+    first. A run dir from before run ids gets one on its first write after this change; its old
+    checkpoints, which carry none, stay readable and unchecked.
+
+    Raises:
+        RunDirError: as ``read_run_id``.
+        WriteError: ``run.json`` could not be written.
+    """
+    run_id = read_run_id(run_dir)
+    if run_id is None:
+        run_id = uuid.uuid4().hex
+        write_json(inside(run_dir, RUN_FILE, RunDirError), {RUN_ID_KEY: run_id})
+    return run_id

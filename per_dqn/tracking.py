@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from per_dqn import provenance
-from per_dqn.fileio import write_text_atomic, writing
+from per_dqn.fileio import inside, write_text_atomic, writing
 
 # How to get the extra, for the one-line refusal.
 INSTALL_HINT = (
@@ -111,14 +111,15 @@ class WandbTracker:
 
     Raises:
         ValueError: wandb is not installed.
-        TrackingError: wandb could not start the run (no login, say); one line.
+        TrackingError: wandb could not start the run (no login, say), or ``run_dir/wandb`` is a
+            link that leaves the run dir; one line.
     """
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any], name: str, resume: bool) -> None:
         check_available("wandb")
         import wandb
 
-        root = run_dir / "wandb"
+        root = inside(run_dir, "wandb", TrackingError)  # a link out of the run dir is refused
         made = not root.exists()
         id_path = root / RUN_ID_FILE
         run_id = id_path.read_text().strip() if resume and id_path.is_file() else None

@@ -99,11 +99,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_name_too_long_for_the_filesystem_is_a_run_dir_error(tmp_path):
     """Issue 23 item 4: a run-dir component over 255 bytes is a ``RunDirError`` naming its
-    length, before anything is created (not an ``OSError``, and no parent left behind)."""
+    length, before anything is created (not an ``OSError``, and no parent left behind); reading
+    one back (``load``) is the same line, not a bare ``OSError``."""
     long = "a" * 300
     for call in (
         lambda: per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "x" / long / "y"),
         lambda: per_dqn.resume(tmp_path / long),
+        lambda: per_dqn.load(tmp_path / long),
     ):
         with pytest.raises(RunDirError, match=r"is 300 bytes long, more than the filesystem's"):
             call()
