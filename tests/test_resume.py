@@ -166,6 +166,7 @@ def reseal(path: Path) -> None:
         ("resealed", "its manifest.json says env step 400, its name step 900"),
     ],
 )
+@pytest.mark.slow
 def test_an_edited_manifest_is_skipped_and_the_merged_curves_keep_every_eval_point(
     interrupted, reference, tmp_path, edit, problem
 ):

@@ -226,6 +226,7 @@ def test_auc_and_is_weight_mean_are_those_of_the_logged_curves(full):
     assert 0 < summary["is_weight_mean"] < 1  # proportional: weights below 1
 
 
+@pytest.mark.slow
 def test_auc_and_is_weight_mean_survive_a_resume(full, tmp_path):
     """A run stopped by a callback at its step-500 checkpoint and resumed reports the auc and
     is_weight_mean of the run never stopped (they would otherwise cover the resumed part only)."""

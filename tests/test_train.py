@@ -82,6 +82,7 @@ def test_other_memories_log_what_they_have(tmp_path, kind):
         assert set(tags.PRIORITY_TAGS) <= set(scalars)
 
 
+@pytest.mark.slow
 def test_same_seed_same_curves(tmp_path):
     """Two CPU runs with the same seed and config log identical scalars (wall-clock aside)."""
     config = short_config("train.total_env_steps=800", "train.eval_interval=400")
@@ -288,6 +289,7 @@ def test_periodic_evaluation_follows_eval_epsilon(tmp_path):
     assert greedy_a != greedy_b
 
 
+@pytest.mark.slow
 def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
     """Pins dropping the priority-age (staleness) update: a sampled transition's priority is
     reset from its TD error, so per/priority_age_steps falls below per/sample_age_steps (they are
@@ -303,6 +305,7 @@ def test_priority_age_restarts_when_a_priority_is_refreshed(tmp_path):
     assert all(priority_age[s] < 0.8 * sample_age[s] for s in late)
 
 
+@pytest.mark.slow
 def test_learning_rate_anneals_linearly_from_learning_starts(tmp_path):
     """``agent.learning_rate_end``: Adam's step size is ``learning_rate`` until learning starts,
     then falls linearly to ``learning_rate_end`` at the last env step (hand-computed values)."""

@@ -126,6 +126,7 @@ def test_set_leaves_rebuilds_both_trees():
 dyadic = st.integers(min_value=0, max_value=8 * 1000).map(lambda k: k / 8)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), capacity=st.integers(min_value=1, max_value=70))
 def test_sum_tree_matches_reference(data, capacity):

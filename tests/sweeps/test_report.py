@@ -242,6 +242,7 @@ def test_scores_csv_matches_the_summaries(cartpole_sweep):
     )
 
 
+@pytest.mark.slow
 def test_report_is_reproducible_from_the_run_dirs(cartpole_sweep):
     """Every file, figures included, is the same bytes when rebuilt from the same run dirs."""
     R.write_report(cartpole_sweep)
