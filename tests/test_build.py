@@ -26,13 +26,17 @@ VECTOR = EnvSpec(obs_shape=(4,), obs_dtype=np.dtype(np.float32), num_actions=2)
 
 
 def test_the_non_default_values_differ_from_every_default():
-    """Guards against a vacuous pass: no value below is what a kind would get anyway."""
+    """Guards against a vacuous pass: no value below is what a kind would get anyway.
+
+    Pins a bug of this test itself: it looked the value up by the sampler's keyword instead of
+    the config field, so a kind whose field and keyword differ (``uniform2_bias`` -> ``bias``)
+    failed with a bare KeyError."""
     for key, value in NON_DEFAULT.items():
         assert ReplayConfig.model_fields[key].default != value, key
     for entry in REPLAY_KINDS.values():
         params = inspect.signature(entry.sampler).parameters
-        for keyword in entry.config_keys.values():
-            assert params[keyword].default != NON_DEFAULT[keyword], (entry.name, keyword)
+        for key, keyword in entry.config_keys.items():
+            assert params[keyword].default != NON_DEFAULT[key], (entry.name, key, keyword)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -90,7 +90,17 @@ def test_families_are_told_apart_by_name_and_namespace():
 
 
 def test_every_family_has_a_shipped_config():
-    assert set(SHIPPED.values()) == {f.name for f in families.FAMILIES}
+    """A family is added with a shipped config of its own (and its entry in ``SHIPPED`` here)."""
+    without = {f.name for f in families.FAMILIES} - set(SHIPPED.values())
+    assert not without, f"families {sorted(without)}: ship a config and add it to SHIPPED"
+    assert set(SHIPPED.values()) <= {f.name for f in families.FAMILIES}
+
+
+def test_every_construction_belongs_to_a_family():
+    """An ``envs.ENV_MAKERS`` entry whose key names no family is never used: a family renamed in
+    ``families.py`` but not in ``envs.py``, or a construction added without its family."""
+    names = {f.name for f in families.FAMILIES}
+    assert set(envs.ENV_MAKERS) <= names, sorted(set(envs.ENV_MAKERS) - names)
 
 
 @FAMILIES
