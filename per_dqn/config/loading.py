@@ -270,6 +270,10 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    if not isinstance(node, yaml.MappingNode):  # `!!map [1]`: a TypeError traceback otherwise
+        raise yaml.constructor.ConstructorError(
+            None, None, f"expected a mapping, found a {node.id}", node.start_mark
+        )
     seen: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -314,8 +318,9 @@ def _read_yaml(text: str) -> Any:
 
     Raises:
         yaml.YAMLError: YAML syntax, a duplicate key, nesting past ``MAX_YAML_DEPTH``, and also
-            (issue 23 item 6) what PyYAML lets out as ``RecursionError`` or ``ValueError``: a
-            value its constructor refuses (a timestamp like ``2001-13-45``).
+            (issue 23 item 6) what PyYAML lets out as ``RecursionError``, ``ValueError`` or
+            another error: a value its constructor refuses (a timestamp like ``2001-13-45``, a
+            ``!!bool x``).
     """
     try:
         return yaml.load(text, Loader=_StrictLoader)
@@ -323,6 +328,10 @@ def _read_yaml(text: str) -> Any:
         problem = "nested too deeply to read (a config is a few levels deep)"
     except ValueError as exc:
         problem = one_line(exc)
+    except (LookupError, TypeError, AttributeError) as exc:
+        # A tagged value its constructor cannot convert: `!!bool x` (a KeyError), `!!timestamp
+        # x` (an AttributeError), `!!int ''` (an IndexError); found by tests/test_fuzz.py.
+        problem = f"a value its tag cannot hold ({type(exc).__name__}: {one_line(exc)})"
     raise yaml.error.MarkedYAMLError(problem=problem)
 
 
