@@ -250,8 +250,9 @@ def write_checkpoint(
 
 def _delete(path: Path) -> None:
     """Deletes a checkpoint dir; a link in its place is removed itself, never followed (it may
-    lead to another run's checkpoint)."""
-    if path.is_symlink():
+    lead to another run's checkpoint), and so is a FIFO or other file (``rmtree`` opens its path
+    before it checks for a directory: a FIFO held the resume writing over it forever)."""
+    if path.is_symlink() or not path.is_dir():
         path.unlink()
     else:
         shutil.rmtree(path)

@@ -117,7 +117,10 @@ def _make_gym(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
         # `describe` verifies once.
         return gym.make(config.id, disable_env_checker=True, **kwargs)
     except gym.error.Error as exc:
-        raise ValueError(f"env.id: cannot make {config.id!r}: {exc}") from None
+        # One line: gymnasium's message repeats the id as given, line breaks included.
+        raise ValueError(
+            f"env.id: cannot make {config.id!r}: {' '.join(str(exc).split())}"
+        ) from None
 
 
 def _import_env_module(env_id: str) -> None:

@@ -79,7 +79,13 @@ def check_name_lengths(path: Path, what: str = "run dir") -> None:
         return part if len(part) <= 40 else f"{part[:24]}...{part[-12:]}"
 
     for part in path.parts:
-        size = len(os.fsencode(part))
+        try:
+            size = len(os.fsencode(part))
+        except UnicodeEncodeError as exc:  # a lone surrogate (YAML's "\ud800"): no file's name
+            raise RunDirError(
+                f"{what} {str(path)!a}: the name {short(part)!r} cannot be a file name "
+                f"({exc.reason}); choose another"
+            ) from None
         if size > limit:
             shown = Path(*(short(p) for p in path.parts))
             raise RunDirError(

@@ -48,8 +48,17 @@ TrustCodeOption = Annotated[
 def fail(problems: list[str]) -> NoReturn:
     """Prints one ``error:`` line per problem and exits 2."""
     for problem in problems:
-        typer.echo(f"error: {problem}", err=True)
+        typer.echo(f"error: {printable(problem)}", err=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def printable(line: str) -> str:
+    """``line`` with each character a terminal would act on (a line break, an escape sequence,
+    a lone surrogate) written as its Python escape: a problem that echoes a value as the user
+    gave it (an env id, a key, a path) stays one line, and cannot move the cursor or recolour."""
+    if line.isprintable():
+        return line
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
 
 def load_or_fail(name_or_path: str, overrides: list[Override]) -> tuple[Config, str]:

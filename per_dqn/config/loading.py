@@ -109,7 +109,11 @@ def load_config(
     path = Path(path)
     label = display_name or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:  # never read whole: a run dir's config.yaml is data
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError([f"{label}: {_TOO_LARGE}"])
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{label}: no such config file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -138,8 +142,10 @@ def parse_yaml(text: str, label: str) -> dict[str, Any]:
 
     Raises:
         ConfigError: a syntax error, a duplicate key, nesting too deep to read, an integer too
-            long to convert, or a top level that is not a mapping.
+            long to convert, a document too large, or a top level that is not a mapping.
     """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{label}: {_TOO_LARGE}"])  # characters: at least as many bytes
     try:
         data = _read_yaml(text)
     except yaml.YAMLError as exc:
@@ -188,17 +194,26 @@ def _override_source(path: str, overrides: Sequence[Override]) -> str | None:
 # list, its items). PyYAML composes recursively and its scanner slows with every open bracket,
 # so a document nested 20,000 deep took seconds to end in a RecursionError (issue 23 item 6).
 MAX_YAML_DEPTH = 64
+# A config is a few kilobytes of about a hundred nodes; PyYAML reads about a megabyte of
+# comments or 20,000 list items a second, so a run dir's config.yaml of a few megabytes (a
+# damaged or planted one) held `eval`, `load` and `--resume` for minutes (issue 23's fuzz
+# harness). Larger documents, or more nodes, are refused before they are read whole. An alias
+# is no new node: a "billion laughs" document stays as small as its text once read.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_YAML_NODES = 10_000
+_TOO_LARGE = f"larger than the {MAX_CONFIG_BYTES:,} bytes a config may have"
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and nesting past ``MAX_YAML_DEPTH``, and reads
-    ``1e-3`` as a float.
+    """SafeLoader that rejects duplicate keys, unhashable keys, nesting past ``MAX_YAML_DEPTH``
+    and more than ``MAX_YAML_NODES`` nodes, and reads ``1e-3`` as a float.
 
     PyYAML follows YAML 1.1, where a float needs a dot, so ``learning_rate: 1e-3`` would arrive as
     the string "1e-3" and fail the strict float check; YAML 1.2 (and every user) reads a float.
     """
 
     _depth = 0
+    _nodes = 0
 
     def _too_deep(self, mark: yaml.Mark) -> yaml.MarkedYAMLError:
         return yaml.composer.ComposerError(
@@ -216,6 +231,11 @@ class _StrictLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_YAML_DEPTH:
                 raise self._too_deep(self.peek_event().start_mark)
+            self._nodes += 1
+            if self._nodes > MAX_YAML_NODES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_YAML_NODES:,} values", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -250,9 +270,19 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    if not isinstance(node, yaml.MappingNode):  # `!!map [1]`: a TypeError traceback otherwise
+        raise yaml.constructor.ConstructorError(
+            None, None, f"expected a mapping, found a {node.id}", node.start_mark
+        )
     seen: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:  # `? [1, 2]` or `{[1]: 2}`: a TypeError traceback otherwise
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} as a key", key_node.start_mark
+            ) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -288,8 +318,9 @@ def _read_yaml(text: str) -> Any:
 
     Raises:
         yaml.YAMLError: YAML syntax, a duplicate key, nesting past ``MAX_YAML_DEPTH``, and also
-            (issue 23 item 6) what PyYAML lets out as ``RecursionError`` or ``ValueError``: a
-            value its constructor refuses (a timestamp like ``2001-13-45``).
+            (issue 23 item 6) what PyYAML lets out as ``RecursionError``, ``ValueError`` or
+            another error: a value its constructor refuses (a timestamp like ``2001-13-45``, a
+            ``!!bool x``).
     """
     try:
         return yaml.load(text, Loader=_StrictLoader)
@@ -297,6 +328,10 @@ def _read_yaml(text: str) -> Any:
         problem = "nested too deeply to read (a config is a few levels deep)"
     except ValueError as exc:
         problem = one_line(exc)
+    except (LookupError, TypeError, AttributeError) as exc:
+        # A tagged value its constructor cannot convert: `!!bool x` (a KeyError), `!!timestamp
+        # x` (an AttributeError), `!!int ''` (an IndexError); found by tests/test_fuzz.py.
+        problem = f"a value its tag cannot hold ({type(exc).__name__}: {one_line(exc)})"
     raise yaml.error.MarkedYAMLError(problem=problem)
 
 

@@ -70,7 +70,13 @@ def _dotted(loc: tuple) -> str:
     ``agent.hidden_sizes[0]``."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        # A key with a line break, an escape sequence or a lone surrogate is shown quoted and
+        # escaped: the problem stays one printable line.
+        part = str(part) if str(part).isprintable() else repr(part)
+        out += f".{part}" if out else part
     return out
 
 
