@@ -7,12 +7,15 @@ conftest.py, so ``from support import ...`` works from every folder under tests/
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -286,3 +289,44 @@ def assert_same_runs(out: Path, ref: Path) -> dict[str, dict]:
         assert "ray" not in theirs["provenance"]
         found[rel] = ours
     return found
+
+
+class Hung(Exception):
+    """A call still running after its time limit (the code under test blocked)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raises ``Hung`` in this (the main) thread once ``seconds`` have passed, so that a
+    regression fails instead of hanging the suite: SIGALRM interrupts a blocking ``open`` of a
+    FIFO and a read loop over ``/dev/zero`` alike (the handler raises, so neither is restarted)."""
+
+    def alarm(signum, frame):
+        raise Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def reseal(path: Path, files: dict[str, dict] | None = None) -> None:
+    """Rewrites a checkpoint's manifest to match its files as they now are (or to list ``files``),
+    digest included: what someone who edits a checkpoint on purpose can do. Sizes, SHA-256s and
+    the digest (SHA-256 of the manifest's JSON with sorted keys and no spaces, its own key left
+    out) are computed by hashlib here, not by the code under test."""
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if files is None:
+        files = {}
+        for name in manifest["files"]:
+            data = (path / name).read_bytes()
+            files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["files"] = files
+    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    manifest["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest, indent=2))

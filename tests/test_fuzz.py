@@ -26,11 +26,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import traceback
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -38,7 +36,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
-from support import runner
+from support import Hung, runner, time_limit
 
 import per_dqn
 from per_dqn import api
@@ -66,27 +64,6 @@ def fuzz(examples: int) -> settings:
 
 
 # --- running a command, bounded -------------------------------------------------------------------
-
-
-class Hung(Exception):
-    """A call still running after its time limit."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Raises ``Hung`` in this (the main) thread once ``seconds`` have passed: a blocking
-    ``open`` of a FIFO is interrupted too (the handler raises, so it is not restarted)."""
-
-    def alarm(signum, frame):
-        raise Hung(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def invoke(args: list[str], cwd: Path, seconds: int = 60):

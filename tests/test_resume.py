@@ -27,6 +27,7 @@ from support import (
     cartpole_config,
     curves,
     read_scalars,
+    reseal,
     resume,
     run_trainer,
     start_cli,
@@ -142,21 +143,6 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(
     resume_past_the_damaged(run_dir, newest, problem)
     assert_same_run(run_dir, reference)
     assert ckpt.verify_checkpoint(newest)["env_steps"] == 900  # rewritten whole by the resume
-
-
-def reseal(path: Path) -> None:
-    """Rewrites a checkpoint's manifest to match its files as they now are, digest included: what
-    someone who edits a checkpoint on purpose can do. Sizes, SHA-256s and the digest (SHA-256 of
-    the manifest's JSON with sorted keys and no spaces, its own key left out) by hashlib here."""
-    manifest_path = path / ckpt.MANIFEST_FILE
-    manifest = json.loads(manifest_path.read_text())
-    for name in manifest["files"]:
-        data = (path / name).read_bytes()
-        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    manifest["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
-    manifest_path.write_text(json.dumps(manifest, indent=2))
 
 
 @pytest.mark.parametrize(

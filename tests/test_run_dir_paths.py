@@ -8,17 +8,16 @@ test instead of hanging the suite.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from support import reseal, time_limit
 from typer.testing import CliRunner
 
 import per_dqn
@@ -38,27 +37,6 @@ SHORT = {
 NEWEST = "step_000000600"
 OLDER = "step_000000300"
 FORMAT_2_RUN = Path(__file__).parent / "data" / "format2-cartpole"
-
-
-class Hang(Exception):
-    """The code under test blocked (the bug these tests pin)."""
-
-
-@contextlib.contextmanager
-def deadline(seconds: int):
-    """Fails with ``Hang`` after ``seconds`` instead of blocking forever: SIGALRM interrupts a
-    blocking ``open`` of a FIFO and a read loop over ``/dev/zero`` alike."""
-
-    def hang(signum, frame):
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 class StopAt:
@@ -113,21 +91,6 @@ def one_error(result) -> str:
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: "), line
     return line.removeprefix("error: ")
-
-
-def reseal(path: Path, files: dict[str, dict] | None = None) -> None:
-    """Rewrites a checkpoint's manifest to match its files as they now are (or to list
-    ``files``), digest included: what someone who edits a checkpoint on purpose can do."""
-    manifest_path = path / ckpt.MANIFEST_FILE
-    manifest = json.loads(manifest_path.read_text())
-    if files is None:
-        files = {}
-        for name in manifest["files"]:
-            data = (path / name).read_bytes()
-            files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    manifest["files"] = files
-    manifest[ckpt.MANIFEST_DIGEST_KEY] = ckpt.manifest_digest(manifest)
-    manifest_path.write_text(json.dumps(manifest, indent=2))
 
 
 # --- the one confinement check -------------------------------------------------------------------
@@ -253,7 +216,7 @@ def test_a_manifest_lists_plain_file_names_only(two, name):
         f"{newest}: its manifest.json lists {name!r}, not a plain file name of the checkpoint "
         "dir; refused"
     )
-    with deadline(60):
+    with time_limit(60):
         with pytest.raises(ckpt.CheckpointError) as info:
             ckpt.verify_checkpoint(newest)
         assert str(info.value) == problem
@@ -304,7 +267,7 @@ def test_a_fifo_or_link_in_place_of_a_file_is_refused_without_blocking(two, tmp_
         agent.symlink_to(outside)
         what = "a symbolic link, not a regular file"
     problem = f"{newest}: unreadable agent.pt ({what})"
-    with deadline(60):
+    with time_limit(60):
         with pytest.raises(ckpt.CheckpointError) as info:
             ckpt.verify_checkpoint(newest)
         assert str(info.value) == problem
@@ -329,7 +292,7 @@ def test_a_fifo_manifest_or_model_is_refused_without_blocking(two):
     newest = run_a / ckpt.CHECKPOINTS_DIR / NEWEST
     (newest / ckpt.MANIFEST_FILE).unlink()
     os.mkfifo(newest / ckpt.MANIFEST_FILE)
-    with deadline(60):
+    with time_limit(60):
         assert one_error(evaluate(str(newest))) == (
             f"{newest}: unreadable manifest.json (a FIFO, not a regular file)"
         )

@@ -13,9 +13,7 @@ of its own, so that an import by an earlier test cannot hide one by a later test
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import os
 import re
 import shutil
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import reseal
 from typer.testing import CliRunner
 
 import per_dqn
@@ -117,20 +116,6 @@ def edit_configs(run_dir: Path, section: str, key: str, value: str) -> None:
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     for step in steps:
         reseal(step)
-
-
-def reseal(path: Path) -> None:
-    """Rewrites a checkpoint's manifest to match its files (sizes, SHA-256s, and the digest of
-    its canonical JSON without its own key), as tests/test_resume.py's ``reseal`` does."""
-    manifest_path = path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    for name in manifest["files"]:
-        data = (path / name).read_bytes()
-        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    manifest["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
-    manifest_path.write_text(json.dumps(manifest, indent=2))
 
 
 def refusal(config_file: Path, key: str, value: str) -> str:
