@@ -183,8 +183,9 @@ def test_first_missing_is_the_outermost_dir_a_lock_would_create(tmp_path):
 
 
 def test_remove_created_removes_the_lock_and_empty_dirs_up_to_top_only(tmp_path):
-    """Pins ``remove_created``: the lock file and the empty dirs from ``path`` up to ``top`` go,
-    ``top``'s parent stays; a dir that holds something else stops the removal there."""
+    """Pins ``remove_created``: the lock file (if there is one) and the empty dirs from ``path``
+    up to ``top`` go, ``top``'s parent stays; a dir that holds something else stops the removal
+    there."""
     top = tmp_path / "a"
     path = top / "b" / "sweep"
     path.mkdir(parents=True)
@@ -195,3 +196,6 @@ def test_remove_created_removes_the_lock_and_empty_dirs_up_to_top_only(tmp_path)
     (top / "b" / "other").write_text("kept")
     plan.remove_created(path, top)
     assert not path.exists() and (top / "b" / "other").exists()
+    path.mkdir()  # no lock file: a sweep refused before its lock was taken
+    plan.remove_created(path, top)
+    assert not path.exists()
