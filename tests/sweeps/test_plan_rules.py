@@ -56,15 +56,22 @@ def test_one_seed_past_the_limit_is_refused(text, line):
     assert str(caught.value) == line
 
 
-def test_a_repeated_seed_is_named_in_a_short_list_and_not_searched_for_in_a_long_one():
-    """Pins the repeated-seed line: up to 9,999 seeds it names the repeated ones (sorted, at most
-    five); from 10,000 on it says "several", so a long list is not searched quadratically."""
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("7,3,3,7,1", "[3, 7]"),
+        ("1,1,2,2,3,3,4,4,5,5,6,6", "[1, 2, 3, 4, 5]"),
+        ("0-9998,5", "several"),
+        ("0-99990,5", "several"),
+    ],
+)  # fmt: skip
+def test_a_repeated_seed_is_named_in_a_short_list_and_not_searched_for_in_a_long_one(text, shown):
+    """Pins the repeated-seed line: below 10,000 seeds it names the repeated ones (sorted, at
+    most five); from 10,000 seeds on it says "several", so a long list is not searched
+    quadratically (100,000 seeds would take minutes)."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_seeds("7,3,3,7,1")
-    assert str(caught.value) == "--seeds lists a seed twice ([3, 7]), got '7,3,3,7,1'"
-    with pytest.raises(ValueError) as caught:
-        plan.parse_seeds("0-9999,5")
-    assert str(caught.value) == "--seeds lists a seed twice (several), got '0-9999,5'"
+        plan.parse_seeds(text)
+    assert str(caught.value) == f"--seeds lists a seed twice ({shown}), got {text!r}"
 
 
 def test_the_worker_count_is_one_per_core_by_default_and_at_least_one(monkeypatch):
@@ -78,6 +85,37 @@ def test_the_worker_count_is_one_per_core_by_default_and_at_least_one(monkeypatc
     with pytest.raises(ValueError) as caught:
         plan.check_workers(0)
     assert str(caught.value) == "--workers must be >= 1, got 0"
+
+
+# --- --replay ------------------------------------------------------------------------------------
+
+
+def test_an_empty_replay_list_names_the_arms():
+    with pytest.raises(ValueError) as caught:
+        plan.parse_arms(" ")
+    assert str(caught.value) == (
+        "--replay must list at least one of uniform, proportional, rank, got ' '"
+    )
+
+
+def test_a_bad_arm_setting_is_named_as_the_arm_s_and_only_its_own_flag_is_renamed():
+    """Pins the arm-setting lines: a setting that is not KEY=VALUE is named as ``--replay
+    <kind>:``, and text of the user's own that reads ``--set`` is echoed as typed."""
+    with pytest.raises(ValueError) as caught:
+        plan.parse_arms("rank:a--set")
+    assert str(caught.value) == "--replay rank: 'a--set': expected section.key=value"
+
+
+def test_an_arm_setting_the_config_refuses_is_blamed_on_the_arm(tmp_path):
+    """Pins the source an arm's settings carry into the config's checks: a bad value is reported
+    as set by ``--replay <kind>:``, not by ``--set``."""
+    from per_dqn.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        a_plan(tmp_path / "sw", arms=plan.parse_arms("rank:replay.alpha=-1"))
+    assert caught.value.problems == [
+        "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --replay rank:)"
+    ]
 
 
 # --- several envs ---------------------------------------------------------------------------------
