@@ -460,3 +460,19 @@ def test_eval_replays_the_final_evaluation_of_a_run_seed(tmp_path):
     other = CliRunner().invoke(app, ["eval", str(run_dir), "--episodes", "5", "--seed", "7"])
     other_mean = float(re.search(r"return: mean (\S+)", other.stdout).group(1))
     assert other_mean != pytest.approx(summary["final_eval_return_mean"], abs=0.005)
+
+
+def test_a_run_dir_s_config_with_two_problems_is_one_line_naming_both(tmp_path):
+    """Pins the line for a run dir whose ``config.yaml`` (read for its ``model.pt``) fails two
+    checks: both problems, each naming the file, joined by "; "."""
+    from per_dqn.evaluate import resolve_source
+
+    torch.save({"w": torch.zeros(1)}, tmp_path / "model.pt")
+    (tmp_path / "config.yaml").write_text("agent:\n  gamma: 2\ntrain:\n  batch_size: 0\n")
+    with pytest.raises(ValueError) as caught:
+        resolve_source(tmp_path)
+    config = tmp_path / "config.yaml"
+    assert str(caught.value) == (
+        f"{config}: agent.gamma: must be <= 1, got 2; {config}: train.batch_size: must be >= 1, "
+        "got 0"
+    )

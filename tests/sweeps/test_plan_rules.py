@@ -264,3 +264,162 @@ def test_preflight_builds_one_trainer_per_env_and_names_the_config_of_a_bad_one(
     with pytest.raises(ValueError) as caught:
         job.preflight(sweep)
     assert str(caught.value) == "cartpole.yaml: env.id: cannot make 'Acrobot-v1'"
+
+
+# --- --grid ---------------------------------------------------------------------------------------
+
+
+def test_grid_values_split_only_at_top_level_commas():
+    """Pins ``parse_grid``'s splitting: commas inside brackets and braces (nested too) belong to
+    one value; other characters, an ``X`` included, are plain text."""
+    assert plan.parse_grid(["agent={hidden_sizes: [64, 64], n_step: 3},{hidden_sizes: [32]}"]) == (
+        ("agent", ({"hidden_sizes": [64, 64], "n_step": 3}, {"hidden_sizes": [32]})),
+    )
+    assert plan.parse_grid(["env.id=CartPole-v1,mymod:XEnv-v0"]) == (
+        ("env.id", ("CartPole-v1", "mymod:XEnv-v0")),
+    )
+
+
+def test_a_grid_value_may_hold_an_equals_sign():
+    """Pins the split at the first ``=``: the key is before it, the values after it."""
+    assert plan.parse_grid(["env.id=CartPole-v1,mymod:Env=2"]) == (
+        ("env.id", ("CartPole-v1", "mymod:Env=2")),
+    )
+
+
+@pytest.mark.parametrize("text", ["agent..gamma=1", ".gamma=1", "agent.=1", "=1", "agent.gamma"])
+def test_a_grid_key_with_an_empty_part_or_no_value_is_refused(text):
+    """Pins the KEY=VALUES shape: no ``=``, an empty key or an empty dotted part is one line."""
+    with pytest.raises(ValueError) as caught:
+        plan.parse_grid([text])
+    assert str(caught.value) == f"--grid {text!r}: expected KEY=VALUE1,VALUE2,..."
+
+
+def test_a_grid_value_that_is_not_yaml_is_named_as_the_grid_s():
+    """Pins the YAML error line: the flag is renamed ``--grid`` once, text of the user's own that
+    reads ``--set`` is echoed as typed."""
+    with pytest.raises(ValueError) as caught:
+        plan.parse_grid(["agent.gamma=[--set"])
+    assert str(caught.value).startswith("--grid 'agent.gamma=[--set': value is not valid YAML")
+
+
+def test_a_grid_mapping_given_twice_in_another_key_order_is_refused():
+    with pytest.raises(ValueError) as caught:
+        plan.parse_grid(["agent={n_step: 3, gamma: 0.9},{gamma: 0.9, n_step: 3}"])
+    assert str(caught.value) == (
+        "--grid agent lists a value twice, got '{n_step: 3, gamma: 0.9},{gamma: 0.9, n_step: 3}'"
+    )
+
+
+def test_an_env_id_grid_is_the_sweep_s_envs(tmp_path):
+    """Pins ``--grid env.id=...`` as the sweep's env list (an env level in the run dirs, no grid
+    key), like ``--set env.id=[...]``, and the two together refused."""
+    grid = plan.parse_grid(["env.id=CartPole-v1,Acrobot-v1"])
+    sweep = a_plan(tmp_path / "sw", grid=grid)
+    assert [j.run_dir for j in sweep.jobs] == ["CartPole-v1/uniform/s0", "Acrobot-v1/uniform/s0"]
+    assert sweep.record["envs"] == ["CartPole-v1", "Acrobot-v1"] and sweep.record["grid"] == {}
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw", grid=grid, sets=["env.id=[CartPole-v1, Acrobot-v1]"])
+    assert str(caught.value) == "--grid env.id and --set env.id both list envs; give one"
+
+
+def test_set_overrides_after_an_env_list_still_apply(tmp_path):
+    """Pins ``_split_envs``: taking the env list out of the ``--set`` overrides keeps every other
+    one, before and after it."""
+    sweep = a_plan(tmp_path / "sw", sets=["env.id=[CartPole-v1, Acrobot-v1]", "agent.gamma=0.9"])
+    assert [j.env_id for j in sweep.jobs] == ["CartPole-v1", "Acrobot-v1"]
+    assert all("gamma: 0.9\n" in j.config_yaml for j in sweep.jobs)
+    assert all("learning_starts: 100\n" in j.config_yaml for j in sweep.jobs)
+
+
+def test_empty_seeds_or_arms_are_refused_by_the_api(tmp_path):
+    """Pins ``plan_sweep``'s own checks, for callers of the Python API (the CLI's parsers never
+    give an empty list)."""
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw", seeds=())
+    assert str(caught.value) == "--seeds must name at least one seed"
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw", arms=())
+    assert str(caught.value) == "arms must not be empty"
+
+
+# --- the sweep dir and its record ---------------------------------------------------------------
+
+
+def test_a_sweep_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "sw").write_text("a file")
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw")
+    assert str(caught.value) == f"sweep dir {tmp_path / 'sw'} exists and is not a directory"
+
+
+def test_a_sweep_of_another_config_name_is_refused_even_with_the_same_settings(tmp_path):
+    """Pins the config-name check: a sweep dir planned from ``mine.yaml`` (a copy of
+    cartpole.yaml, so every setting is the same) is not grown from ``cartpole.yaml``; the line
+    names the old and new names."""
+    import shutil
+
+    from per_dqn.config import resolve_config_path
+
+    mine = tmp_path / "mine.yaml"
+    shutil.copy(resolve_config_path("cartpole.yaml"), mine)
+    out = tmp_path / "sw"
+    overrides = [parse_override("train.learning_starts=100")]
+    plan.start_sweep(plan.plan_sweep(str(mine), ["uniform"], [0], 300, overrides, out))
+    with pytest.raises(ValueError) as caught:
+        a_plan(out)
+    assert str(caught.value).startswith(
+        f"sweep dir {out} holds a sweep with other settings (config_name: mine -> cartpole); "
+    )
+
+
+def test_a_format_1_record_is_grown_and_a_narrower_rerun_keeps_the_old_grid_axis(tmp_path):
+    """Pins the reading of old records: a record without ``axes``, ``grid``, ``arm_settings`` or
+    ``resolved_config`` (format 1) is grown by a plan of the same settings; and a sweep with a
+    grid over ``agent.gamma``, re-run without the grid, is accepted (gamma is one of the old
+    record's axes, so it is not a difference)."""
+    out = tmp_path / "sw"
+    plan.start_sweep(a_plan(out))
+    record = record_of(out)
+    for key in ("axes", "grid", "arm_settings", "resolved_config"):
+        del record[key]
+    record["format"] = 1
+    fileio.write_json(out / SWEEP_FILE, record)
+    grown = a_plan(out, seeds=(0, 1))
+    assert [r["run_dir"] for r in grown.record["runs"]] == ["uniform/s0", "uniform/s1"]
+    other = tmp_path / "sw2"
+    plan.start_sweep(a_plan(other, grid=plan.parse_grid(["agent.gamma=0.9,0.95"])))
+    narrower = a_plan(other)
+    assert [j.run_dir for j in narrower.jobs] == ["uniform/s0"]
+    assert narrower.record["grid"] == {"agent.gamma": [0.9, 0.95]}
+
+
+def test_the_recorded_config_blanks_the_sweep_s_axes_with_null(tmp_path):
+    """Pins the record's ``resolved_config``: the keys the sweep sets per run (env, kind, seed,
+    arm settings, grid keys) are null there, the others hold the config's values."""
+    sweep = a_plan(tmp_path / "sw", arms=plan.parse_arms("rank:replay.alpha=0.7"),
+                   grid=plan.parse_grid(["agent.gamma=0.9,0.95"]))  # fmt: skip
+    config = sweep.record["resolved_config"]
+    assert config["env"]["id"] is None and config["replay"]["kind"] is None
+    assert config["run"]["seed"] is None and config["replay"]["alpha"] is None
+    assert config["agent"]["gamma"] is None and config["train"]["learning_starts"] == 100
+
+
+def test_a_run_spelled_two_ways_is_found_past_an_unreadable_run_dir(tmp_path):
+    """Pins the same-config check against the run dirs a sweep holds: one whose config.yaml
+    cannot be read is skipped, and the ones after it are still compared, so ``alpha=1.0`` is
+    refused beside a held ``alpha=1`` run; the line names both run dirs."""
+    out = tmp_path / "sw"
+    first = a_plan(out, arms=("uniform", "proportional"), grid=plan.parse_grid(["replay.alpha=1"]))
+    plan.start_sweep(first)
+    for one in first.jobs:
+        (out / one.run_dir).mkdir(parents=True)
+        (out / one.run_dir / "config.yaml").write_text(one.config_yaml)
+    (out / first.jobs[0].run_dir / "config.yaml").write_text("[not: a mapping")
+    with pytest.raises(ValueError) as caught:
+        a_plan(out, arms=("proportional",), grid=plan.parse_grid(["replay.alpha=1.0"]))
+    assert str(caught.value) == (
+        "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same run "
+        "(the same config): an arm or grid value is given twice, spelled two ways; give it once, "
+        "spelled as before"
+    )
