@@ -313,7 +313,8 @@ def test_a_grid_mapping_given_twice_in_another_key_order_is_refused():
 
 def test_an_env_id_grid_is_the_sweep_s_envs(tmp_path):
     """Pins ``--grid env.id=...`` as the sweep's env list (an env level in the run dirs, no grid
-    key), like ``--set env.id=[...]``, and the two together refused."""
+    key), like ``--set env.id=[...]``, checked as one (a line naming ``--grid``), and the two
+    together refused."""
     grid = plan.parse_grid(["env.id=CartPole-v1,Acrobot-v1"])
     sweep = a_plan(tmp_path / "sw", grid=grid)
     assert [j.run_dir for j in sweep.jobs] == ["CartPole-v1/uniform/s0", "Acrobot-v1/uniform/s0"]
@@ -321,6 +322,11 @@ def test_an_env_id_grid_is_the_sweep_s_envs(tmp_path):
     with pytest.raises(ValueError) as caught:
         a_plan(tmp_path / "sw", grid=grid, sets=["env.id=[CartPole-v1, Acrobot-v1]"])
     assert str(caught.value) == "--grid env.id and --set env.id both list envs; give one"
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw", grid=plan.parse_grid(["env.id=CartPole-v1,3"]))
+    assert str(caught.value) == (
+        "--grid env.id: every env id must be a non-empty string, got ['CartPole-v1', 3]"
+    )
 
 
 def test_set_overrides_after_an_env_list_still_apply(tmp_path):
