@@ -51,7 +51,8 @@ class StopAfter:
 
 def test_a_new_job_runs_from_zero_and_its_outcome_is_its_summary(tmp_path):
     """Pins the outcome's fields to the summary the run wrote (final return, wall time, not
-    interrupted), the run dir at ``<out>/<run_dir>``, and a run from step 0."""
+    interrupted), the run dir at ``<out>/<run_dir>``, a run from step 0, and the config's name
+    in the summary (as ``per-dqn train`` records it)."""
     one = one_job(tmp_path)
     outcome = job.run_job(one, tmp_path)
     run_dir = tmp_path / "uniform" / "s0"
@@ -60,7 +61,7 @@ def test_a_new_job_runs_from_zero_and_its_outcome_is_its_summary(tmp_path):
         one, written["final_eval_return_mean"], written["wall_seconds"], False, None
     )
     assert written["env_steps"] == 300 and written["resumed_from_env_steps"] is None
-    assert written["interrupted"] is False
+    assert written["interrupted"] is False and written["config"] == "cartpole"
 
 
 def test_a_finished_run_is_skipped_and_nothing_in_it_changes(tmp_path):
@@ -125,15 +126,18 @@ def test_an_unfinished_run_without_a_checkpoint_is_cleared_and_redone(tmp_path):
 def test_a_checkpoint_refused_on_load_is_not_resumed_but_redone(tmp_path):
     """Pins the fallback when the newest checkpoint passes its checksums but ``load_checkpoint``
     refuses it (here: its run id is not the run dir's, as for a step dir copied from another
-    run): the run is cleared and redone from zero, not left failed."""
+    run): the run dir is cleared and the run redone from zero by a new trainer, not left
+    failed."""
     one = one_job(tmp_path)
     job.run_job(one, tmp_path, should_stop=StopAfter(150))
     run_dir = tmp_path / one.run_dir
     (run_dir / rundir.RUN_FILE).write_text(json.dumps({rundir.RUN_ID_KEY: "0" * 32}))
+    (run_dir / "stray.txt").write_text("cleared")
     outcome = job.run_job(one, tmp_path)
     written = summary(run_dir)
     assert written["resumed_from_env_steps"] is None and written["env_steps"] == 300
-    assert not outcome.interrupted
+    assert not outcome.interrupted and written["config"] == "cartpole"
+    assert not (run_dir / "stray.txt").exists()
 
 
 def test_a_run_dir_another_process_writes_is_refused(tmp_path):
@@ -185,3 +189,30 @@ def test_error_line_is_the_exception_type_and_message_on_one_line():
         "ValueError: train.lr: must be > 0"
     )
     assert job.error_line(KeyError("x")) == "KeyError: 'x'"
+
+
+class Seen:
+    """A run callback that records the checkpoints it is shown."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_checkpoint(self, env_steps, path) -> bool:
+        self.steps.append(env_steps)
+        return False
+
+
+def test_a_job_s_callbacks_see_its_run(tmp_path):
+    """Pins the callbacks a backend gives ``run_job`` (the Ray backend reports progress through
+    them): the run calls them, here at its periodic checkpoints (100 and 200)."""
+    seen = Seen()
+    job.run_job(one_job(tmp_path), tmp_path, callbacks=[seen])
+    assert seen.steps == [100, 200]
+
+
+def test_error_line_keeps_an_exception_s_notes_on_its_line():
+    """Pins the joining of a multi-line exception (Python 3.11 notes): its lines become one,
+    separated by single spaces."""
+    exc = ValueError("env.id: cannot make 'X'")
+    exc.add_note("is the extra installed?")
+    assert job.error_line(exc) == "ValueError: env.id: cannot make 'X' is the extra installed?"

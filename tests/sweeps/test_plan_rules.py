@@ -8,12 +8,13 @@ boundaries and messages it leaves open, each checked against the value or line w
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from per_dqn import fileio
+from per_dqn import fileio, rundir
 from per_dqn.config import parse_override
 from per_dqn.sweeps import job, plan
 from per_dqn.sweeps.runs import SWEEP_FILE
@@ -429,3 +430,111 @@ def test_a_run_spelled_two_ways_is_found_past_an_unreadable_run_dir(tmp_path):
         "(the same config): an arm or grid value is given twice, spelled two ways; give it once, "
         "spelled as before"
     )
+
+
+# --- what the plan sets per run, and its record -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arms", "seeds", "problem"),
+    [
+        (("nosuch",), (0,), "replay.kind: must be one of 'uniform', 'proportional' or 'rank', "
+                            "got 'nosuch' (set by --replay)"),
+        (("uniform",), (-1,), "run.seed: must be >= 0, got -1 (set by --seeds)"),
+    ],
+)  # fmt: skip
+def test_a_value_the_sweep_sets_per_run_is_blamed_on_its_option(tmp_path, arms, seeds, problem):
+    """Pins the sources of the per-run overrides: a bad kind is ``--replay``'s, a bad seed
+    ``--seeds``' (API callers can pass what the CLI's parsers would refuse)."""
+    from per_dqn.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        a_plan(tmp_path / "sw", arms=arms, seeds=seeds)
+    assert caught.value.problems == [f"cartpole.yaml: {problem}"]
+
+
+def test_a_one_env_list_has_no_env_level_and_a_default_out_names_every_env(workdir):
+    """Pins the env level of run dirs: only a sweep of several envs has one (a list of one env is
+    that env's sweep); the default sweep dir joins the envs' slugs with ``+``."""
+    one = a_plan(None, sets=["env.id=[Acrobot-v1]"])
+    assert [j.run_dir for j in one.jobs] == ["uniform/s0"]
+    assert one.out == Path("runs/ablate__Acrobot-v1__cartpole")
+    two = a_plan(None, sets=["env.id=[CartPole-v1, Acrobot-v1]"])
+    assert two.out == Path("runs/ablate__CartPole-v1+Acrobot-v1__cartpole")
+
+
+def test_the_planned_record_by_hand(tmp_path):
+    """Pins ``sweep.json``'s fields for one plan (the resolved config aside: its own test)."""
+    sweep = a_plan(tmp_path / "sw", seeds=(3,), sets=["agent.gamma=0.9"])
+    record = {k: v for k, v in sweep.record.items() if k != "resolved_config"}
+    assert record == {
+        "format": 2, "config": "cartpole.yaml", "config_name": "cartpole", "arms": ["uniform"],
+        "arm_settings": {}, "grid": {}, "seeds": [3], "envs": ["CartPole-v1"], "steps": 300,
+        "overrides": ["train.learning_starts=100", "agent.gamma=0.9"],
+        "axes": ["env.id", "replay.kind", "run.seed"],
+        "runs": [{"env_id": "CartPole-v1", "arm": "uniform", "kind": "uniform", "settings": {},
+                  "point": {}, "seed": 3, "run_dir": "uniform/s3"}],
+    }  # fmt: skip
+    assert sweep.jobs[0].config_name == "cartpole"
+
+
+def test_two_runs_whose_names_read_alike_are_refused(tmp_path):
+    """Pins the shared-run-dir check: grid values that differ but name the same run dir (``/``
+    becomes ``-`` in a name) are refused, naming the dir."""
+    with pytest.raises(ValueError) as caught:
+        a_plan(tmp_path / "sw", grid=plan.parse_grid(["run.runs_root=x/y,x-y"]))
+    assert (
+        str(caught.value)
+        == "two runs of this sweep would share the run dir uniform/runs_root=x-y/s0"
+    )
+
+
+def test_a_locked_sweep_dir_is_refused_with_the_line_that_names_it(tmp_path):
+    """Pins the lock's line for a sweep dir (held here by another process)."""
+    out = tmp_path / "sw"
+    sweep = a_plan(out)
+    taken_r, taken_w = os.pipe()
+    release_r, release_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        with plan.lock_sweep_dir(sweep):
+            os.write(taken_w, b"1")
+            os.read(release_r, 1)
+        os._exit(0)
+    try:
+        assert os.read(taken_r, 1) == b"1"
+        with pytest.raises(rundir.RunDirInUse) as caught:
+            plan.lock_sweep_dir(sweep)
+        assert str(caught.value) == (
+            f"sweep dir {out} is in use by another per-dqn process (pid {pid}); wait for it to "
+            "end or stop it"
+        )
+    finally:
+        os.write(release_w, b"1")
+        os.waitpid(pid, 0)
+        for fd in (taken_r, taken_w, release_r, release_w):
+            os.close(fd)
+
+
+def test_start_sweep_grows_the_record_on_disk_not_the_one_planned(tmp_path):
+    """Pins the re-read under the lock: a sweep planned before another command grew the same
+    sweep dir keeps that command's runs when it starts (its plan's merge is stale by then)."""
+    out = tmp_path / "sw"
+    plan.start_sweep(a_plan(out, seeds=(0,)))
+    mine = a_plan(out, seeds=(0, 1))
+    plan.start_sweep(a_plan(out, seeds=(0, 2)))  # another ablate, between plan and start
+    plan.start_sweep(mine)
+    assert [r["run_dir"] for r in record_of(out)["runs"]] == [
+        "uniform/s0",
+        "uniform/s2",
+        "uniform/s1",
+    ]
+
+
+def test_every_growth_of_a_sweep_is_logged(tmp_path):
+    """Pins the growth log across two growths: one entry each, in order, with its run count."""
+    out = tmp_path / "sw"
+    plan.start_sweep(a_plan(out, seeds=(0,)))
+    plan.start_sweep(a_plan(out, seeds=(0, 1)))
+    plan.start_sweep(a_plan(out, seeds=(0, 1, 2, 3)))
+    assert [g["runs_added"] for g in record_of(out)["grown"]] == [1, 2]
