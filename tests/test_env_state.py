@@ -261,3 +261,18 @@ def test_a_run_s_envs_state_that_does_not_fit_is_refused_naming_the_env():
         envs.close()
         three.close()
         acrobot.close()
+
+
+def test_a_minatar_game_attribute_that_cannot_be_saved_is_named_by_its_type():
+    """Pins the refusal to save what the tree cannot hold: a MinAtar game attribute of a type
+    other than arrays, numbers, strings, None and lists of them (a newer MinAtar could add one)
+    is a ``TypeError`` naming the type, not a checkpoint that silently lacks it."""
+    env = minatar("MinAtar/Breakout-v1")
+    try:
+        env.reset(seed=0)
+        env.unwrapped.game.env.helper = object()
+        with pytest.raises(TypeError) as caught:
+            env_state(env)
+        assert str(caught.value) == "a MinAtar game attribute of type object cannot be saved"
+    finally:
+        env.close()
