@@ -562,3 +562,85 @@ def test_a_videos_link_out_of_the_run_dir_stops_only_a_filmed_evaluation(run_dir
     with pytest.raises(ValueError, match=r"videos: leads outside .*refused"):
         evaluate_source(source, make_agent, episodes=1, video=True)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_eval_command_warns_when_its_step_budget_cut_it(run_dir, tmp_path):
+    """Pins ``train.eval_max_total_steps`` in ``per-dqn eval`` (not only in training's
+    evaluations): 2 episodes asked, a budget of 5 agent steps, one episode played and cut."""
+    copy = tmp_path / "capped"
+    shutil.copytree(run_dir, copy)
+    config = (copy / "config.yaml").read_text()
+    (copy / "config.yaml").write_text(
+        config.replace("eval_max_total_steps: null", "eval_max_total_steps: 5")
+    )
+    for checkpoint in (copy / "checkpoints").iterdir():
+        shutil.rmtree(checkpoint)  # plays model.pt with the edited config
+    result = evaluate(str(copy), "--episodes", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "warning: the evaluation reached train.eval_max_total_steps (5 agent steps) after 1 of 2 "
+        "episodes (an episode it cut counts as truncated)"
+    )
+    assert "length: mean 5.0  min 5  max 5" in result.stdout
+
+
+def test_weights_that_do_not_fit_the_network_are_one_line_with_torch_s_reason(model_only, tmp_path):
+    """Pins the line for weights of another network (a run dir whose config.yaml was edited to
+    other layer sizes): the file, "does not fit the network", and torch's reason on one line,
+    its whitespace folded, cut at 300 characters."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    config = (run_dir / "config.yaml").read_text()
+    (run_dir / "config.yaml").write_text(config.replace("- 256\n  - 256\n", "- 32\n"))
+    source = resolve_source(run_dir)
+    network = make_agent(source.config, describe(gym.make("CartPole-v1")), torch.device("cpu"))
+    with pytest.raises(RuntimeError) as torch_says:
+        network.online.load_state_dict(source.weights)
+    reason = " ".join(str(torch_says.value).split())
+    assert len(reason) > 300
+    with pytest.raises(ValueError) as caught:
+        evaluate_source(source, make_agent, episodes=1)
+    assert str(caught.value) == (
+        f"{run_dir / 'model.pt'}: does not fit the network ({reason[:300]})"
+    )
+
+
+def test_an_env_that_cannot_render_is_one_line_naming_it(run_dir, tmp_path, monkeypatch):
+    """Pins the line for a film whose renderer fails (here gymnasium's error for a missing
+    dependency, raised by the env's ``render``): the env id and the renderer's message."""
+    import per_dqn.envs
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    make = per_dqn.envs.make_eval_env
+
+    def unrenderable(config, render=False, view="game"):
+        env = make(config, render=render, view=view)
+
+        def render():
+            raise gym.error.DependencyNotInstalled("pygame is not installed")
+
+        env.render = render
+        return env
+
+    monkeypatch.setattr(per_dqn.envs, "make_eval_env", unrenderable)
+    source = resolve_source(Path(shutil.copytree(run_dir, tmp_path / "run")))
+    with pytest.raises(ValueError) as caught:
+        evaluate_source(source, make_agent, episodes=1, video=True)
+    assert str(caught.value) == "CartPole-v1: cannot render (pygame is not installed)"
+
+
+def test_a_film_of_weights_of_unknown_step_is_eval_final(model_only, tmp_path):
+    """Pins the film's name: ``eval-step<N>.gif`` for weights of a known env step (model.pt
+    with its summary), ``eval-final.gif`` when the step is unknown (no summary.json); no film,
+    no frame time."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    report = evaluate_source(resolve_source(run_dir), make_agent, episodes=1, video=True)
+    assert report.video == run_dir / "videos" / "eval-step400.gif" and report.video.exists()
+    (run_dir / "summary.json").unlink()
+    report = evaluate_source(resolve_source(run_dir), make_agent, episodes=1, video=True)
+    assert report.video == run_dir / "videos" / "eval-final.gif" and report.video.exists()
+    report = evaluate_source(resolve_source(run_dir), make_agent, episodes=1)
+    assert (report.video, report.frame_ms) == (None, 0)
