@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageSequence
-from support import Plant, start_cli
+from support import Plant, reseal, start_cli
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
@@ -644,3 +644,84 @@ def test_a_film_of_weights_of_unknown_step_is_eval_final(model_only, tmp_path):
     assert report.video == run_dir / "videos" / "eval-final.gif" and report.video.exists()
     report = evaluate_source(resolve_source(run_dir), make_agent, episodes=1)
     assert (report.video, report.frame_ms) == (None, 0)
+
+
+# --- a checkpoint dir's own files, edited and resealed --------------------------------------------
+
+
+def edited_checkpoint(run_dir: Path, tmp_path: Path, name: str, data: bytes) -> Path:
+    """A copy of ``run_dir``'s step-500 checkpoint with ``name`` replaced by ``data`` and its
+    manifest resealed (what someone who edits a checkpoint on purpose can do), on its own."""
+    step = Path(shutil.copytree(ckpt.checkpoints_dir(run_dir) / "step_000000500", tmp_path / "c"))
+    (step / name).write_bytes(data)
+    reseal(step)
+    return step
+
+
+def test_a_checkpoint_s_config_is_named_in_its_problems(run_dir, tmp_path):
+    """Pins the lines for a checkpoint whose own config.yaml is bad: each problem names that
+    file, several are joined by "; ", and bytes that are not UTF-8 are "cannot read"."""
+    from per_dqn.evaluate import resolve_source
+
+    text = (ckpt.checkpoints_dir(run_dir) / "step_000000500" / "config.yaml").read_text()
+    bad = text.replace("batch_size: 64", "batch_size: 0").replace("gamma: 0.99", "gamma: 2")
+    step = edited_checkpoint(run_dir, tmp_path, "config.yaml", bad.encode())
+    config = step / "config.yaml"
+    with pytest.raises(ValueError) as caught:
+        resolve_source(step)
+    assert str(caught.value) == (
+        f"{config}: agent.gamma: must be <= 1, got 2; {config}: train.batch_size: must be >= 1, "
+        "got 0"
+    )
+    step = edited_checkpoint(run_dir, tmp_path / "b", "config.yaml", b"env: {id: \xff}\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(step / 'config.yaml'))}: cannot "
+                       r"read \('utf-8' codec can't decode byte 0xff"):  # fmt: skip
+        resolve_source(step)
+
+
+@pytest.mark.parametrize(
+    "payload", [{"target": {}}, [1, 2], {"online": [1]}], ids=["no-online", "a-list", "not-a-dict"]
+)
+def test_a_checkpoint_whose_agent_holds_no_online_network_is_one_line(run_dir, tmp_path, payload):
+    """Pins the check of a checkpoint's ``agent.pt``: weights that are not a mapping with an
+    ``online`` mapping (an edited file that passes its checksums) are one line naming the file,
+    not an AttributeError or KeyError."""
+    import io
+
+    from per_dqn.evaluate import resolve_source
+
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    step = edited_checkpoint(run_dir, tmp_path, ckpt.AGENT_FILE, buffer.getvalue())
+    with pytest.raises(ValueError) as caught:
+        resolve_source(step)
+    assert str(caught.value) == (
+        f"{step / ckpt.AGENT_FILE}: holds no online network (key 'online')"
+    )
+
+
+def test_a_planted_agent_pt_in_a_checkpoint_is_named(run_dir, tmp_path):
+    """Pins the name in the refusal of a checkpoint's ``agent.pt`` that would run code: the
+    checkpoint's file, not some other path."""
+    import io
+
+    from per_dqn.evaluate import resolve_source
+
+    buffer = io.BytesIO()
+    torch.save({"online": Plant(tmp_path / "ran")}, buffer)
+    step = edited_checkpoint(run_dir, tmp_path, ckpt.AGENT_FILE, buffer.getvalue())
+    with pytest.raises(ValueError) as caught:
+        resolve_source(step)
+    assert str(caught.value).startswith(f"{step / ckpt.AGENT_FILE}: refused: it holds more than")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_checkpoint_dir_on_its_own_films_into_itself(run_dir, tmp_path):
+    """Pins where a checkpoint outside any run dir keeps its film: in its own ``videos/``."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    step = Path(shutil.copytree(ckpt.checkpoints_dir(run_dir) / "step_000000500", tmp_path / "c"))
+    source = resolve_source(step)
+    assert source.run_dir == step
+    report = evaluate_source(source, make_agent, episodes=1, video=True)
+    assert report.video == step / "videos" / "eval-step500.gif" and report.video.exists()
