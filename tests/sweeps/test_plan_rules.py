@@ -276,8 +276,8 @@ def test_grid_values_split_only_at_top_level_commas():
     assert plan.parse_grid(["agent={hidden_sizes: [64, 64], n_step: 3},{hidden_sizes: [32]}"]) == (
         ("agent", ({"hidden_sizes": [64, 64], "n_step": 3}, {"hidden_sizes": [32]})),
     )
-    assert plan.parse_grid(["env.id=CartPole-v1,mymod:XEnv-v0"]) == (
-        ("env.id", ("CartPole-v1", "mymod:XEnv-v0")),
+    assert plan.parse_grid(["env.id=mymod:XEnv-v0,CartPole-v1"]) == (
+        ("env.id", ("mymod:XEnv-v0", "CartPole-v1")),
     )
 
 
