@@ -144,11 +144,15 @@ class LoopState:
         for key in ("rng", "eval_rng"):
             try:
                 np.random.Generator(np.random.PCG64()).bit_generator.state = state[key]
-            except (TypeError, ValueError, KeyError) as exc:
+            except (TypeError, ValueError, KeyError, OverflowError) as exc:
                 raise ValueError(f"its loop state's {key}: {exc}") from None
         torch_rng = state["torch_rng"]
         if not isinstance(torch_rng, np.ndarray) or torch_rng.dtype != np.uint8:
             raise ValueError("its loop state's torch_rng is not a uint8 array")
+        try:  # on a generator of its own: torch checks the size and the MT19937 state
+            torch.Generator().set_state(torch.from_numpy(np.ascontiguousarray(torch_rng)))
+        except RuntimeError as exc:
+            raise ValueError(f"its loop state's torch_rng: {exc}") from None
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict()`` output (torch's RNG states included).

@@ -276,3 +276,31 @@ def test_a_minatar_game_attribute_that_cannot_be_saved_is_named_by_its_type():
         assert str(caught.value) == "a MinAtar game attribute of type object cannot be saved"
     finally:
         env.close()
+
+
+def test_an_env_state_number_numpy_cannot_take_is_one_line_not_a_traceback():
+    """Pins the check of numbers past what numpy's generators take, in a resealed, edited
+    ``envs.json`` (found while checking mutants of these checks: an OverflowError escaped
+    ``check_env_state``, and ``train --resume`` ended in a traceback and exit 1): an env RNG
+    state word past 64 bits and a MinAtar RandomState position past a C long are each
+    ``malformed env state``."""
+    envs = cartpole_envs(1)
+    breakout = minatar("MinAtar/Breakout-v1")
+    try:
+        envs.train.reset(seed=1)
+        state = envs.state_dict()
+        state["train"]["envs"][0]["rng"]["state"]["state"] = 10**50
+        with pytest.raises(ValueError) as caught:
+            envs.check_state_dict(state)
+        assert str(caught.value) == (
+            "train env: malformed env state (OverflowError: Python int too large to convert to C "
+            "long)"
+        )
+        breakout.reset(seed=1)
+        game = env_state(breakout)
+        game["physics"]["minatar"]["random"]["pos"] = 10**20
+        with pytest.raises(ValueError, match=r"^malformed env state \(OverflowError: "):
+            load_env_state(breakout, game)
+    finally:
+        envs.close()
+        breakout.close()

@@ -319,3 +319,28 @@ def test_a_loop_state_with_a_bad_generator_or_torch_state_is_refused():
         loop.state.load_state_dict(bad)
     assert str(caught.value) == "its loop state's torch_rng is not a uint8 array"
     assert loop.state.env_steps == env_steps
+
+
+def test_a_loop_state_numpy_or_torch_cannot_take_is_one_line_not_a_traceback():
+    """Pins the checks a resealed, edited ``loop.json`` / ``loop.npz`` met with a traceback and
+    exit 1 on ``train --resume`` (found while checking mutants of these checks): a generator
+    state with an integer past 64 bits (numpy raised OverflowError), a torch RNG state of the
+    wrong size or that is no MT19937 state (torch raised RuntimeError, after part of the state
+    was loaded). Each is now the ``ValueError`` a resume reports in one line, raised before
+    anything changes."""
+    loop = make_loop([])
+    state = loop.state.state_dict()
+    torch_before = torch.get_rng_state()
+    rng = copy.deepcopy(state["rng"])
+    rng["state"]["state"] = 10**50
+    with pytest.raises(ValueError) as caught:
+        loop.state.load_state_dict({**state, "rng": rng})
+    assert str(caught.value) == "its loop state's rng: Python int too large to convert to C long"
+    for torch_rng, reason in [
+        (np.zeros(5, dtype=np.uint8), "Expected a CPUGeneratorImplState of size"),
+        (np.zeros(state["torch_rng"].size, dtype=np.uint8), "Invalid mt19937 state"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^its loop state's torch_rng: {reason}"):
+            loop.state.load_state_dict({**state, "torch_rng": torch_rng, "env_steps": 99})
+        assert loop.state.env_steps == 0
+    assert torch.equal(torch.get_rng_state(), torch_before)
