@@ -725,3 +725,29 @@ def test_a_checkpoint_dir_on_its_own_films_into_itself(run_dir, tmp_path):
     assert source.run_dir == step
     report = evaluate_source(source, make_agent, episodes=1, video=True)
     assert report.video == step / "videos" / "eval-step500.gif" and report.video.exists()
+
+
+def test_a_run_dir_with_nothing_to_play_is_one_line(tmp_path):
+    """Pins the line for a run dir (it has its config.yaml) with neither a usable checkpoint nor
+    a model.pt."""
+    from per_dqn.evaluate import resolve_source
+
+    (tmp_path / "config.yaml").write_text("env:\n  id: CartPole-v1\n")
+    with pytest.raises(ValueError) as caught:
+        resolve_source(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: no usable checkpoint and no model.pt to evaluate"
+
+
+def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_path):
+    """Pins ``SUMMARY_MAX_BYTES`` (16 MiB): a summary.json larger than that is not read (a run
+    dir from elsewhere could hold anything there), so model.pt's env step is unknown; one of 16
+    MiB exactly is read."""
+    from per_dqn.evaluate import SUMMARY_MAX_BYTES, resolve_source
+
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    text = '{"env_steps": 400}'
+    (run_dir / "summary.json").write_text(text + " " * (SUMMARY_MAX_BYTES - len(text)))
+    assert resolve_source(run_dir).env_steps == 400
+    (run_dir / "summary.json").write_text(text + " " * (SUMMARY_MAX_BYTES + 1 - len(text)))
+    source = resolve_source(run_dir)
+    assert source.env_steps is None and source.label == str(run_dir / "model.pt")
