@@ -66,3 +66,50 @@ def test_the_readme_mutant_count_is_the_mutant_list_s():
     assert applied and caught, "the README's `make mutants` paragraph changed shape"
     count = len(load_mutants().MUTANTS)
     assert int(applied.group(1)) == int(caught.group(1)) == count
+
+
+def load_mutation_table():
+    """tests/mutants/mutation_table.py (`make mutation`'s table) as a module."""
+    path = ROOT / "tests/mutants/mutation_table.py"
+    spec = importlib.util.spec_from_file_location("mutation_table", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mutation_table"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_mutation_table_has_the_run_s_modules_and_the_documented_equivalents():
+    """Pins drift between the README's `make mutation` table, the modules ``[tool.mutmut]``
+    mutates and the equivalent mutants docs/mutation.md explains: a module run without a row (or
+    a row for one no longer run), or an equivalent added to or dropped from the doc without the
+    table's count following."""
+    table = load_mutation_table()
+    lines = section(README.read_text(), "### Mutation testing").splitlines()
+    header = next(line for line in lines if line.startswith("| module |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    rows = {}
+    for line in lines:
+        if line.startswith("| per_dqn."):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            rows[cells[0]] = dict(zip(columns, cells, strict=True))
+    assert list(rows) == [table.module_name(path) for path in table.mutated_paths()]
+    documented = {module: 0 for module in rows}
+    for key, row in table.equivalents().items():
+        module = key.rpartition(".x")[0]
+        assert row.split("|")[1].strip() == module, f"docs/mutation.md: {key} under another module"
+        documented[module] += 1
+    assert {module: int(row["equivalent"]) for module, row in rows.items()} == documented
+
+
+def test_the_mutation_run_counts_only_envs_state_functions():
+    """Pins what `make mutation` runs: every module whole but envs.py, whose state capture and
+    restore functions alone are given to mutmut and counted."""
+    table = load_mutation_table()
+    patterns = table.run_patterns(table.mutated_paths())
+    assert "per_dqn.loop.*" in patterns and "per_dqn.envs.*" not in patterns
+    assert "per_dqn.envs.x_env_state__mutmut_*" in patterns
+    assert table.in_scope("per_dqn/envs.py", "per_dqn.envs.x__check__mutmut_3")
+    assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x__check_minatarX__mutmut_3")
+    assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x_atari_game__mutmut_1")
+    assert table.in_scope("per_dqn/loop.py", "per_dqn.loop.xǁLoopǁstep__mutmut_1")
