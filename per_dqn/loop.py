@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
+from per_dqn.agent.dqn import LearnResult
 from per_dqn.config import Config
 from per_dqn.envs import Envs
 from per_dqn.health import MeanAccumulator, ReplayHealth
-from per_dqn.memory import ReplayMemory
+from per_dqn.memory import Batch, ReplayMemory
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.schedules import LinearSchedule
 from per_dqn.seeding import RunSeeds, restart_seed
@@ -44,6 +46,31 @@ from per_dqn.summary import RunRecord
 DIVERGED_WEIGHT_GROWTH = 1_000.0
 # Episode returns the "recent return" of the progress display averages.
 RECENT_EPISODES = 20
+
+T = TypeVar("T")
+
+
+# What ``Loop.steps`` asks of the agent: greedy actions for observations, or a gradient step.
+ACT = "act"
+LEARN = "learn"
+Request = tuple[str, Any]
+
+
+def serve(steps: Generator[Request, Any, T], agent: DQNAgent) -> T:
+    """Runs a generator of ``Loop.steps``' kind to its end, answering each request with
+    ``agent`` alone; returns what the generator returns. What the agent raises (a
+    ``KeyboardInterrupt`` included) is raised in the generator, at the request."""
+    try:
+        kind, payload = next(steps)
+        while True:
+            try:
+                answer = agent.greedy_actions(payload) if kind == ACT else agent.learn(payload)
+            except BaseException as exc:
+                kind, payload = steps.throw(exc)
+                continue
+            kind, payload = steps.send(answer)
+    except StopIteration as end:
+        return end.value
 
 
 class DivergedError(RuntimeError):
@@ -302,19 +329,9 @@ class Loop:
 
     # --- the step ------------------------------------------------------------------------------
 
-    def _actions(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        """Epsilon-greedy actions for every sub-env; the network runs only if one is greedy."""
-        rng, n = self.state.rng, obs.shape[0]
-        explore = rng.random(n) < epsilon
-        if explore.all():
-            return rng.integers(self.agent.num_actions, size=n)
-        actions = self.agent.greedy_actions(obs)
-        if explore.any():
-            actions[explore] = rng.integers(self.agent.num_actions, size=int(explore.sum()))
-        return actions
-
     def step(self) -> list[tuple[float, int]]:
-        """One vector-env step, the transitions it completes, and the learning then due.
+        """One vector-env step, the transitions it completes, and the learning then due, with
+        this loop's own agent: ``steps`` served at once (``serve``).
 
         Returns:
             ``(return, length)`` of each episode that ended on this step.
@@ -322,13 +339,30 @@ class Loop:
         Raises:
             DivergedError: a non-finite loss.
         """
+        return serve(self.steps(), self.agent)
+
+    def steps(self) -> Generator[Request, Any, list[tuple[float, int]]]:
+        """``step`` as a generator that asks for the agent's work instead of calling it, so
+        that a pack (``per_dqn.packs``) can serve several runs' requests in one batch: it
+        yields ``(ACT, obs)`` for the greedy actions of ``obs`` (answer: the actions) and
+        ``(LEARN, batch)`` for a gradient step on ``batch`` (answer: its ``LearnResult``), and
+        returns what ``step`` returns. The random draws, the env step and the memory's updates
+        happen in the same order either way."""
         state, memory, train = self.state, self.memory, self.config.train
         num_envs = self.config.env.num_envs
         autoreset, obs = state.autoreset, state.obs
         if autoreset.all():
             actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
         else:
-            actions = self._actions(obs, self.epsilon(state.env_steps))
+            # Epsilon-greedy for every sub-env; the network runs only if one is greedy.
+            rng, num_actions = state.rng, self.agent.num_actions
+            explore = rng.random(num_envs) < self.epsilon(state.env_steps)
+            if explore.all():
+                actions = rng.integers(num_actions, size=num_envs)
+            else:
+                actions = yield ACT, obs
+                if explore.any():
+                    actions[explore] = rng.integers(num_actions, size=int(explore.sum()))
         next_obs, rewards, terminated, truncated, info = self.envs.train.step(actions)
         active = ~autoreset
         stepped = int(active.sum())
@@ -370,17 +404,31 @@ class Loop:
             state.next_update += train.replay_period
             if len(memory) >= train.batch_size:
                 for _ in range(train.gradient_steps):
-                    self.learn()
+                    batch = self._sample()
+                    self._learned(batch, (yield LEARN, batch))
         return finished
 
     def learn(self) -> None:
-        """One gradient step and its priority update."""
-        state, memory = self.state, self.memory
-        step = state.env_steps
-        batch = memory.sample(self.config.train.batch_size, self.beta(step))
+        """One gradient step and its priority update, with this loop's own agent."""
+        batch = self._sample()
+        self._learned(batch, self.agent.learn(batch))
+
+    def _sample(self) -> Batch:
+        """The next batch; the learning rate set for the step that learns from it."""
+        step = self.state.env_steps
         if self.learning_rate is not None:
             self.agent.set_learning_rate(self.learning_rate(step))
-        result = self.agent.learn(batch)
+        return self.memory.sample(self.config.train.batch_size, self.beta(step))
+
+    def _learned(self, batch: Batch, result: LearnResult) -> None:
+        """What follows a gradient step on ``batch``: the divergence check, the priority update,
+        the health panel's and the means' feeds.
+
+        Raises:
+            DivergedError: a non-finite loss.
+        """
+        state, memory = self.state, self.memory
+        step = state.env_steps
         loss = result.metrics["loss"]
         if not math.isfinite(loss):
             raise DivergedError(
