@@ -165,9 +165,20 @@ def _strays(root: Path, newer_than: Path | None) -> list[str]:
     for path in root.iterdir():
         match = _NAME.fullmatch(path.name)
         if match and int(match.group(1)) > least and not path.is_dir():
-            what = "a dangling symlink" if path.is_symlink() and not path.exists() else "a file"
+            what = _entry_kind(path)
             found.append((int(match.group(1)), f"{path}: not a directory but {what}"))
     return [line for _, line in sorted(found, reverse=True)]
+
+
+def _entry_kind(path: Path) -> str:
+    """What a directory entry that is not a directory is, in words."""
+    if path.is_symlink() and not path.exists():
+        return "a dangling symlink"
+    if path.is_fifo():
+        return "a FIFO"
+    if path.is_file():
+        return "a file"
+    return "a special file"
 
 
 def sha256_file(path: Path) -> str:

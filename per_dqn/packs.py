@@ -20,11 +20,13 @@ go on, in a pack rebuilt without it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from per_dqn import provenance
 from per_dqn.agent.pack import Pack
 from per_dqn.loop import ACT
 
@@ -77,11 +79,13 @@ def run_pack(
     pack = Pack([t.agent for t in trainers]) if len(trainers) > 1 else trainers[0].agent.pack
     results = [MemberResult(run_dir) for run_dir in run_dirs]
     members: list[_Member] = []
+    named = _pack_record(run_dirs)
     try:
         for trainer, run_dir, own, result in zip(trainers, run_dirs, hooks, results, strict=True):
             opened = trainer.session(run_dir, None, should_stop, own)
             try:
-                session = opened.__enter__()
+                with provenance.recorded(**named):  # read when the session opens
+                    session = opened.__enter__()
             except Exception as exc:  # a tracker that cannot start, a write error: this run only
                 result.error = exc
                 continue
@@ -94,6 +98,18 @@ def run_pack(
             if member.request is not None:
                 _interrupt(member)
     return results
+
+
+def _pack_record(run_dirs: Sequence[Path]) -> dict[str, Any]:
+    """The provenance a packed run records: ``pack``, its size and its members' run dirs
+    (relative to their common parent); nothing for a run alone."""
+    if len(run_dirs) < 2:
+        return {}
+    paths = [Path(os.path.abspath(d)) for d in run_dirs]
+    root = Path(os.path.commonpath(paths))
+    return {
+        "pack": {"size": len(paths), "members": [p.relative_to(root).as_posix() for p in paths]}
+    }
 
 
 def _drive(live: list[_Member], pack: Pack) -> None:

@@ -156,6 +156,23 @@ class Pack:
         for k, agent in enumerate(agents):
             agent._join(self, k)
         self._stack_moments(moments)
+        # Per member, fixed from here on: its parameters in order (online, target, the convs it
+        # keeps), and where each online parameter's gradient lies: a (layer, first row, rows)
+        # of the stacked layers, or None for a conv parameter (its own .grad).
+        self._params = [list(a.online.parameters()) for a in agents]
+        self._target_params = [list(a.target.parameters()) for a in agents]
+        self._convs = [a._conv_params() for a in agents]
+        self._grad_at: list[list[tuple[int, str, int, int] | None]] = []
+        for agent, params in zip(agents, self._params, strict=True):
+            where: dict[int, tuple[int, str, int, int]] = {}
+            for index, (_, layers) in enumerate(_linears(agent.online)):
+                row = 0
+                for layer in layers:
+                    rows = layer.out_features
+                    where[id(layer.weight)] = (index, "weight", row, row + rows)
+                    where[id(layer.bias)] = (index, "bias", row, row + rows)
+                    row += rows
+            self._grad_at.append([where.get(id(p)) for p in params])
 
     def _stack_moments(self, moments: list[list[tuple[torch.Tensor, torch.Tensor, float]]]) -> None:
         """Gives each member an Adam whose moments of stacked layers are views into stacked
@@ -208,14 +225,14 @@ class Pack:
         stacked; an MLP's prepared inputs stacked as they are."""
         if not self.cnn:
             return torch.stack(x)
-        outs = []
-        for slot, xk in zip(slots, x, strict=True):
-            net = getattr(self.agents[slot], which)
-            if isinstance(net, NatureCNN):
-                outs.append(net.convs(xk).flatten(1))
-            else:
-                outs.append(torch.relu(net.conv(xk)).flatten(1))
-        return torch.stack(outs)
+        return torch.stack([self._conv_torso(which, k, xk) for k, xk in zip(slots, x, strict=True)])
+
+    def _conv_torso(self, which: str, slot: int, x: torch.Tensor) -> torch.Tensor:
+        """A member's conv torso on its prepared input, flattened ``(B, F)``."""
+        net = getattr(self.agents[slot], which)
+        if isinstance(net, NatureCNN):
+            return net.convs(x).flatten(1)
+        return torch.relu(net.conv(x)).flatten(1)
 
     def _q(self, layers: list[_Stack], h: torch.Tensor) -> torch.Tensor:
         """Q-values ``(K', B, A)`` from stacked features ``(K', B, F)``."""
@@ -241,27 +258,44 @@ class Pack:
         obs = obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
         return torch.as_tensor(obs, device=self.device)
 
+    def _span(self, stacks: list[_Stack], lo: int, hi: int) -> list[_Stack]:
+        """Views of slots ``lo`` to ``hi - 1`` of the stacked layers (no copy)."""
+        if lo == 0 and hi == self.size:
+            return stacks
+        return [_Stack(s.weight[lo:hi], s.bias[lo:hi]) for s in stacks]
+
+    def _inference(self, obs: Mapping[int, np.ndarray], advantage_only: bool) -> dict:
+        """The head's outputs for each member's observations: the pack's layers over the span
+        of slots that asked, as views, with zeros in for a slot in between that did not (its
+        rows are computed and dropped: cheaper than copying the askers' slices out)."""
+        slots = sorted(obs)
+        lo, hi = slots[0], slots[-1] + 1
+        x = {k: self.agents[k].online.prepare(self._host_obs(obs[k])) for k in slots}
+        with self._autocast():
+            if self.cnn:
+                feats = {k: self._conv_torso("online", k, x[k]) for k in slots}
+            else:
+                feats = x
+            first = feats[slots[0]]
+            h = torch.stack([feats[k] if k in feats else torch.zeros_like(first)
+                             for k in range(lo, hi)])  # fmt: skip
+            layers = self._span(self.online, lo, hi)
+            out = self._advantage(layers, h) if advantage_only else self._q(layers, h)
+        return {k: out[k - lo] for k in slots}
+
     @torch.inference_mode()
     def greedy_actions(self, obs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """``argmax_a Q(obs, a)`` for each member's batch of observations (one shape for all)."""
-        slots = sorted(obs)
-        x = [self.agents[k].online.prepare(self._host_obs(obs[k])) for k in slots]
-        with self._autocast():
-            h = self._features("online", slots, x)
-            best = self._advantage(self._layers(self.online, slots, False), h).argmax(dim=-1)
-        host = best.cpu().numpy()
+        out = self._inference(obs, advantage_only=True)
+        slots = sorted(out)
+        host = torch.stack([out[k].argmax(dim=-1) for k in slots]).cpu().numpy()
         return {k: host[i] for i, k in enumerate(slots)}
 
     @torch.inference_mode()
     def q_values(self, obs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """``Q(obs, .)`` of each member's online network, float32 ``(B, num_actions)``."""
-        slots = sorted(obs)
-        x = [self.agents[k].online.prepare(self._host_obs(obs[k])) for k in slots]
-        with self._autocast():
-            h = self._features("online", slots, x)
-            q = self._q(self._layers(self.online, slots, False), h)
-        host = q.float().cpu().numpy()
-        return {k: host[i] for i, k in enumerate(slots)}
+        out = self._inference(obs, advantage_only=False)
+        return {k: q.float().cpu().numpy() for k, q in out.items()}
 
     # --- learning ------------------------------------------------------------------------------
 
@@ -324,14 +358,14 @@ class Pack:
         per_sample = self.loss(q_taken, targets, reduction="none")
         loss = (weights * per_sample).mean(dim=1)
 
-        conv_params = [p for a in agents for p in a._conv_params()]
+        conv_params = [p for k in slots for p in self._convs[k]]
         for p in conv_params:
             p.grad = None
         for s in online:
             s.weight.grad = None
             s.bias.grad = None
         loss.sum().backward()
-        grads = self._member_grads(slots, agents, online)
+        grads = self._member_grads(slots, online)
         extras = [loss.detach(), per_sample.detach().mean(dim=1)]
         with torch.no_grad():
             if self.grad_clip_norm is not None:
@@ -362,27 +396,19 @@ class Pack:
             results[k] = LearnResult(PriorityUpdate(batches[k].indices, td_abs), metrics)
         return results
 
-    def _member_grads(
-        self, slots: Sequence[int], agents: Sequence[DQNAgent], online: list[_Stack]
-    ) -> list[list[torch.Tensor]]:
-        """Each member's gradients in the order of its ``online.parameters()``."""
+    def _member_grads(self, slots: Sequence[int], online: list[_Stack]) -> list[list[torch.Tensor]]:
+        """Each member's gradients in the order of its ``online.parameters()``, also set as
+        those parameters' ``.grad`` (views: no copy), where torch users look for them."""
         out = []
-        for i, agent in enumerate(agents):
-            by_id = {}
-            for index, (_, layers) in enumerate(_linears(agent.online)):
-                row = 0
-                for layer in layers:
-                    rows = layer.out_features
-                    by_id[id(layer.weight)] = online[index].weight.grad[i, row : row + rows]
-                    by_id[id(layer.bias)] = online[index].bias.grad[i, row : row + rows]
-                    row += rows
+        for i, slot in enumerate(slots):
             grads = []
-            for p in agent.online.parameters():
-                grad = by_id.get(id(p))
-                if grad is None:
+            for p, at in zip(self._params[slot], self._grad_at[slot], strict=True):
+                if at is None:
                     grad = p.grad if p.grad is not None else torch.zeros_like(p)
                 else:
-                    p.grad = grad  # where torch users look for it (a view: no copy)
+                    index, which, first, last = at
+                    grad = getattr(online[index], which).grad[i, first:last]
+                    p.grad = grad
                 grads.append(grad)
             out.append(grads)
         return out
@@ -402,11 +428,14 @@ class Pack:
 
     def _update_targets(self, agents: Sequence[DQNAgent]) -> None:
         """``target <- tau * online + (1 - tau) * target`` for each agent (a copy at ``tau == 1``),
-        on its own tensors: its online and target modules' parameters (views)."""
+        on its own tensors (its modules' parameters, views): one foreach call per ``tau``."""
+        by_tau: dict[float, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         for agent in agents:
-            targets = list(agent.target.parameters())
-            onlines = [p.detach() for p in agent.online.parameters()]
-            if agent.tau == 1.0:
+            targets, onlines = by_tau.setdefault(float(agent.tau), ([], []))
+            targets.extend(self._target_params[agent._slot])
+            onlines.extend(p.detach() for p in self._params[agent._slot])
+        for tau, (targets, onlines) in by_tau.items():
+            if tau == 1.0:
                 torch._foreach_copy_(targets, onlines)
             else:
-                torch._foreach_lerp_(targets, onlines, agent.tau)
+                torch._foreach_lerp_(targets, onlines, tau)
