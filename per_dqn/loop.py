@@ -105,6 +105,8 @@ class LoopState:
         record: the evaluation curve and the logged IS-weight means, for the summary; None when
             the run was resumed from a checkpoint written before it was kept (its start is
             unknown).
+        torch_rng: torch's CPU generator state of this run (``keep_torch_rng``).
+        cuda_rng: torch's CUDA generator states of this run (None without CUDA).
     """
 
     env_steps: int
@@ -125,6 +127,19 @@ class LoopState:
     logs_written: int = 0
     weight_scale: float = 0.0
     record: RunRecord | None = field(default_factory=RunRecord)
+    torch_rng: np.ndarray | None = None
+    cuda_rng: list[np.ndarray] | None = None
+
+    def keep_torch_rng(self) -> None:
+        """Keeps torch's generator states of now (the run's networks just built) as the run's
+        own. No step of a run draws from them, so they stay the run's state from then on even
+        where several runs share the process (a pack): each run checkpoints its own."""
+        self.torch_rng = torch.get_rng_state().numpy()
+        self.cuda_rng = (
+            [state.numpy() for state in torch.cuda.get_rng_state_all()]
+            if torch.cuda.is_available()
+            else None
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
@@ -141,12 +156,8 @@ class LoopState:
             "rng": self.rng.bit_generator.state,
             "eval_rng": self.eval_rng.bit_generator.state,
             # uint8 tensors, stored as arrays: the checkpoint holds no pickle.
-            "torch_rng": torch.get_rng_state().numpy(),
-            "cuda_rng": (
-                [state.numpy() for state in torch.cuda.get_rng_state_all()]
-                if torch.cuda.is_available()
-                else None
-            ),
+            "torch_rng": self.torch_rng,
+            "cuda_rng": self.cuda_rng,
             "nstep": self.nstep.state_dict(),
             "health": self.health.state_dict(),
             "learn_means": self.learn_means.state_dict(),
@@ -195,10 +206,12 @@ class LoopState:
         self.next_eval = float(state["next_eval"])
         self.rng.bit_generator.state = state["rng"]
         self.eval_rng.bit_generator.state = state["eval_rng"]
-        torch.set_rng_state(torch.from_numpy(np.asarray(state["torch_rng"], dtype=np.uint8)))
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
+        self.torch_rng = np.asarray(state["torch_rng"], dtype=np.uint8)
+        self.cuda_rng = state["cuda_rng"]
+        torch.set_rng_state(torch.from_numpy(self.torch_rng))
+        if self.cuda_rng is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(
-                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in state["cuda_rng"]]
+                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in self.cuda_rng]
             )
         self.nstep.load_state_dict(state["nstep"])
         self.health.load_state_dict(state["health"])
@@ -215,7 +228,7 @@ class LoopState:
 
 
 # The keys of ``LoopState.state_dict``: its fields, and torch's RNG states.
-_STATE_KEYS = (*(f.name for f in fields(LoopState)), "torch_rng", "cuda_rng")
+_STATE_KEYS = tuple(f.name for f in fields(LoopState))
 # Keys added since format 3 that older checkpoints lack (loaded as None: unknown).
 _LATER_KEYS = frozenset({"record"})
 
@@ -293,6 +306,7 @@ class Loop:
             health=ReplayHealth(memory.capacity),
         )
         self.state.weight_scale = self._largest_weight()
+        self.state.keep_torch_rng()
 
     # --- state ---------------------------------------------------------------------------------
 
