@@ -73,6 +73,22 @@ def pack_jobs(jobs: Sequence[Job], size: int) -> list[list[Job]]:
     return [[jobs[i] for i in members] for members in groups]
 
 
+def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:
+    """``plan.pack_refusal`` for a pack of jobs: the one line that refuses it when its replay
+    memories, held at once by one process, do not fit in the available RAM (the env of each is
+    made once, to learn its observations' shape)."""
+    from per_dqn import plan
+
+    specs: dict[str, Any] = {}
+    plans = []
+    for job in jobs:
+        config = job_config(job)
+        if config.env.id not in specs:
+            specs[config.env.id] = plan.env_spec(config)
+        plans.append(plan.memory_plan(config, specs[config.env.id]))
+    return plan.pack_refusal(plans)
+
+
 def describe_packs(packs: Sequence[Sequence[Job]]) -> str:
     """``12 runs in 3 packs (4, 4, 4)``: how a sweep was packed."""
     runs = sum(len(members) for members in packs)
@@ -160,6 +176,10 @@ def run_jobs(
     from per_dqn.run import Trainer
 
     hooks = list(callbacks) if callbacks is not None else [() for _ in jobs]
+    if len(jobs) > 1:
+        refused = pack_memory_refusal(jobs)
+        if refused is not None:
+            return [Outcome(job, error=f"ValueError: {refused}") for job in jobs]
     outcomes: list[Outcome | None] = [None] * len(jobs)
     started: list[tuple[int, Any]] = []  # (index, trainer)
     with contextlib.ExitStack() as held:

@@ -120,3 +120,36 @@ def test_a_killed_packed_sweep_resumes_every_member_exactly(tmp_path):
             alone.close()
         assert timeless(run_dir) == timeless(tmp_path / f"alone{seed}")
         assert digest(run_dir / "model.pt") == digest(tmp_path / f"alone{seed}" / "model.pt")
+
+
+def test_a_pack_whose_memories_do_not_fit_is_refused_naming_the_largest_that_fits(workdir):
+    """One run's replay memory fits in the available RAM, four of them in one process do not:
+    ``ablate --pack 4`` is one line naming the largest pack that fits (2), exit 2, before
+    anything is written; ``plan --pack 4`` says the same."""
+    from per_dqn import plan as memory
+
+    one = memory.memory_plan(memory_config())
+    available = one.available_bytes
+    assert available is not None
+    capacity = int((available - memory.PROCESS_OVERHEAD_BYTES) / 2.5 / one.bytes_per_transition)
+    sized = [f"replay.capacity={capacity}"]
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "proportional", "--seeds", "4",
+            "--pack", "4", "--out", "sweep", *sets(*sized)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --pack 4: 4 replay memories need ")
+    assert line.endswith("of RAM is available; the largest pack that fits is 2 (--pack 2)")
+    assert list(workdir.iterdir()) == []
+    shown = runner.invoke(app, ["plan", "-c", "cartpole.yaml", "--pack", "4", *sets(*sized)])
+    assert shown.exit_code == 2
+    assert "pack of 4" in shown.stdout and shown.stdout.rstrip().endswith("DOES NOT FIT")
+    assert shown.stderr.endswith("the largest pack that fits is 2 (--pack 2)\n")
+
+
+def memory_config():
+    from per_dqn.config import load_config, resolve_config_path
+
+    return load_config(
+        resolve_config_path("cartpole.yaml"), [parse_override("replay.kind=proportional")]
+    )

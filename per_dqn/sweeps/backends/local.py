@@ -34,6 +34,7 @@ from per_dqn.sweeps.job import (
     describe_packs,
     error_line,
     pack_jobs,
+    pack_memory_refusal,
     preflight,
     run_jobs,
 )
@@ -56,10 +57,16 @@ class LocalBackend:
         self.pack = pack or 1
 
     def check(self, sweep: Sweep, todo: Sequence[Job]) -> None:
-        """Checks the worker count and, when there is something to run, builds one trainer per
+        """Checks the worker count and, when there is something to run, that each pack's replay
+        memories fit in RAM together (``job.pack_memory_refusal``) and builds one trainer per
         env here, where the runs will be (``job.preflight``)."""
         self.workers = check_workers(self.requested)
         if todo:
+            # The packs' memories first: nothing is allocated for that check.
+            for members in pack_jobs(todo, self.pack):
+                refused = pack_memory_refusal(members) if len(members) > 1 else None
+                if refused is not None:
+                    raise ValueError(refused)
             preflight(sweep)
 
     def prepare(self, sweep: Sweep, todo: Sequence[Job]) -> AbstractContextManager[list[str]]:
