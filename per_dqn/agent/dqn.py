@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from per_dqn.agent import layout
 from per_dqn.agent.adam import FusedAdam
-from per_dqn.agent.networks import MinAtarCNN, NatureCNN, make_q_network
+from per_dqn.agent.networks import NatureCNN, QNetwork, make_q_network
 from per_dqn.agent.pack import Pack, can_pack
 from per_dqn.memory import Batch, PriorityUpdate
 
@@ -164,14 +164,14 @@ class DQNAgent:
         self._slot = slot
 
     def _conv_params(self) -> list[nn.Parameter]:
-        """The online network's parameters outside its linear layers (a CNN's convolutions):
-        those a pack leaves to each member."""
+        """The online network's parameters outside its linear layers (its stem: a CNN's
+        convolutions), those a pack leaves to each member; none for a user's network."""
         net = self.online
-        if isinstance(net, NatureCNN):
-            return list(net.convs.parameters())
-        if isinstance(net, MinAtarCNN):
-            return list(net.conv.parameters())
-        return []
+        if not isinstance(net, QNetwork):
+            return []
+        linear = {id(p) for m in (*net.hidden, net.advantage, net.value) if m is not None
+                  for p in m.parameters()}  # fmt: skip
+        return [p for p in net.parameters() if id(p) not in linear]
 
     @property
     def pack(self) -> Pack | None:

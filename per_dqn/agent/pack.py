@@ -41,7 +41,7 @@ from torch import nn
 
 from per_dqn.agent import layout
 from per_dqn.agent.adam import fused_adam_step
-from per_dqn.agent.networks import MinAtarCNN, NatureCNN, QNetwork
+from per_dqn.agent.networks import QNetwork
 from per_dqn.memory import Batch, PriorityUpdate
 
 if TYPE_CHECKING:
@@ -147,7 +147,8 @@ class Pack:
         self.loss = first._loss
         self.grad_clip_norm = first.grad_clip_norm
         self.precision = first.precision
-        self.cnn = isinstance(first.online, (NatureCNN, MinAtarCNN))
+        # A network with a stem (convolutions) runs it per member.
+        self.cnn = bool(first._conv_params())
         self.nhwc_batches = first._nhwc_batches
         # The moments first (they are copied from each member's own), then the weights.
         moments = [agent.optimizer.export_moments() for agent in agents]
@@ -228,11 +229,8 @@ class Pack:
         return torch.stack([self._conv_torso(which, k, xk) for k, xk in zip(slots, x, strict=True)])
 
     def _conv_torso(self, which: str, slot: int, x: torch.Tensor) -> torch.Tensor:
-        """A member's conv torso on its prepared input, flattened ``(B, F)``."""
-        net = getattr(self.agents[slot], which)
-        if isinstance(net, NatureCNN):
-            return net.convs(x).flatten(1)
-        return torch.relu(net.conv(x)).flatten(1)
+        """A member's stem (its convolutions) on its prepared input, flattened ``(B, F)``."""
+        return getattr(self.agents[slot], which).stem(x)
 
     def _q(self, layers: list[_Stack], h: torch.Tensor) -> torch.Tensor:
         """Q-values ``(K', B, A)`` from stacked features ``(K', B, F)``."""
