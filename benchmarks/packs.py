@@ -46,6 +46,8 @@ from _common import (
     rotated,
 )
 
+from per_dqn.config import load_config, resolve_config_path
+
 
 @dataclass(frozen=True)
 class Section:
@@ -163,11 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log = progress_log()
     names = list(SECTIONS) if args.section == "all" else [args.section]
-    print(f"# {machine_line({'torch': version('torch')})}")
+    print(f"# {machine_line({'torch': version('torch')})}")  # per_dqn: this checkout's
     print(f"# load {load_averages()}; command `{command_line()}`")
     failed = []
     for name in names:
         section = SECTIONS[name]
+        load_config(resolve_config_path(section.config))  # this checkout's, before any run
         run = argparse.Namespace(**vars(args))
         smoke_seeds, smoke_steps = SMOKE[name]
         run.seeds = args.seeds or (smoke_seeds if args.smoke else section.seeds)
