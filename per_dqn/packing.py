@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "pack_key"]
+__all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "pack_key", "packable"]
 
 
 # Agent keys that may differ inside a pack: each member applies its own (the learning rate and
@@ -35,13 +35,23 @@ def pack_key(config: Any) -> tuple:
     )
 
 
+def packable(config: Any) -> bool:
+    """Whether a run can share a pack: a built-in network (``agent.network`` ``auto`` or a name);
+    a user's ``package.module:factory`` network is an opaque module whose layers cannot be
+    stacked, so its runs each make a pack of one."""
+    return ":" not in config.agent.network
+
+
 def group_into_packs(configs: Sequence[Any], size: int | None) -> list[list[int]]:
     """Indices of ``configs`` grouped into packs: runs that share a ``pack_key``, in their
-    order, at most ``size`` to a pack (None: no limit)."""
+    order, at most ``size`` to a pack (None: no limit); a run that is not ``packable`` alone."""
     if size is not None and size < 1:
         raise ValueError(f"the pack size must be >= 1, got {size}")
     groups: dict[tuple, list[int]] = {}
     for i, config in enumerate(configs):
+        if not packable(config):
+            groups[("alone", i)] = [i]  # a user's network computes alone
+            continue
         groups.setdefault(pack_key(config), []).append(i)
     packs = []
     for members in groups.values():

@@ -76,7 +76,10 @@ def run_pack(
     if len(trainers) != len(run_dirs):
         raise ValueError("run_pack needs one run dir per trainer")
     hooks = list(callbacks) if callbacks is not None else [() for _ in trainers]
-    pack = Pack([t.agent for t in trainers]) if len(trainers) > 1 else trainers[0].agent.pack
+    if len(trainers) > 1:
+        pack: Any = Pack([t.agent for t in trainers])
+    else:  # a pack of one, or a user's network, which computes alone
+        pack = trainers[0].agent.pack or _Alone(trainers[0].agent)
     results = [MemberResult(run_dir) for run_dir in run_dirs]
     members: list[_Member] = []
     named = _pack_record(run_dirs)
@@ -112,7 +115,7 @@ def _pack_record(run_dirs: Sequence[Path]) -> dict[str, Any]:
     }
 
 
-def _drive(live: list[_Member], pack: Pack) -> None:
+def _drive(live: list[_Member], pack: Any) -> None:
     """Answers the members' requests until every run has ended (see the module docstring)."""
     while live:
         if len(live) < pack.size:
@@ -135,6 +138,21 @@ def _drive(live: list[_Member], pack: Pack) -> None:
 
 def _slot(member: _Member) -> int:
     return member.trainer.agent._slot
+
+
+class _Alone:
+    """A pack's interface over one agent that has no pack (a user's network)."""
+
+    size = 1
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def greedy_actions(self, obs: dict[int, Any]) -> dict[int, Any]:
+        return {k: self.agent.greedy_actions(o) for k, o in obs.items()}
+
+    def learn(self, batches: dict[int, Any]) -> dict[int, Any]:
+        return {k: self.agent.learn(b) for k, b in batches.items()}
 
 
 def _advance(

@@ -171,3 +171,25 @@ def test_runs_of_other_shapes_go_to_other_packs():
     assert all(packing.pack_key(c) != packing.pack_key(base) for c in other)
     packs = packing.group_into_packs([base, other[0], *same, other[0]], 4)
     assert packs == [[0, 2, 3, 4], [5, 6, 7], [1, 8]]
+
+
+def test_runs_of_a_user_s_network_compute_alone(workdir):
+    """A ``package.module:factory`` network cannot be stacked: each of its runs makes a pack of
+    one (``packing.packable``) and computes through its own module, as ``train`` runs it.
+
+    Bug pinned: such a run reached the pack driver with no pack (its agent has none) and
+    crashed there, in a sweep as in ``train_many``."""
+    from test_api import tiny_net
+
+    network = f"{tiny_net.__module__}:tiny_net"
+    assert not packing.packable(config(**{"agent.network": network}))
+    many = per_dqn.train_many(
+        "cartpole", seeds=[0, 1], overrides={**SMALL, "agent.network": network},
+        out="runs/many", pack=2,
+    )  # fmt: skip
+    assert [r.error for r in many] == [None, None]
+    assert all("pack" not in summary_of(r.run_dir)["provenance"] for r in many)
+    alone = per_dqn.train(
+        "cartpole", overrides={**SMALL, "run.seed": 1}, network=tiny_net, run_dir="runs/alone"
+    )
+    assert digest(many[1].run_dir / "model.pt") == digest(alone.run_dir / "model.pt")
