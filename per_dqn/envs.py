@@ -551,7 +551,7 @@ def check_env_state(env: gym.Env | VectorEnv, state: Mapping[str, Any]) -> None:
     """Raises the ``ValueError`` that ``load_env_state`` would, and changes nothing."""
     try:
         _check(env, state)
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise ValueError(f"malformed env state ({type(exc).__name__}: {exc})") from None
 
 

@@ -5,6 +5,7 @@ one-line errors for a truncated, corrupt or planted ``model.pt``."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -460,3 +461,103 @@ def test_eval_replays_the_final_evaluation_of_a_run_seed(tmp_path):
     other = CliRunner().invoke(app, ["eval", str(run_dir), "--episodes", "5", "--seed", "7"])
     other_mean = float(re.search(r"return: mean (\S+)", other.stdout).group(1))
     assert other_mean != pytest.approx(summary["final_eval_return_mean"], abs=0.005)
+
+
+def test_a_run_dir_s_config_with_two_problems_is_one_line_naming_both(tmp_path):
+    """Pins the line for a run dir whose ``config.yaml`` (read for its ``model.pt``) fails two
+    checks: both problems, each naming the file, joined by "; "."""
+    from per_dqn.evaluate import resolve_source
+
+    torch.save({"w": torch.zeros(1)}, tmp_path / "model.pt")
+    (tmp_path / "config.yaml").write_text("agent:\n  gamma: 2\ntrain:\n  batch_size: 0\n")
+    with pytest.raises(ValueError) as caught:
+        resolve_source(tmp_path)
+    config = tmp_path / "config.yaml"
+    assert str(caught.value) == (
+        f"{config}: agent.gamma: must be <= 1, got 2; {config}: train.batch_size: must be >= 1, "
+        "got 0"
+    )
+
+
+def hand_rolled_random_returns(episodes: int, seed: int) -> np.ndarray:
+    """Play at epsilon 1 written out with gymnasium and numpy alone: the env reset once with the
+    run seed's eval_env stream, then each step one uniform draw (against epsilon) and one action
+    from the eval_explore stream."""
+    env = gym.make("CartPole-v1")
+    streams = RunSeeds.from_seed(seed)
+    rng = np.random.default_rng(streams.eval_explore)
+    env.reset(seed=streams.eval_env)
+    returns = []
+    for _ in range(episodes):
+        env.reset()
+        total, done = 0.0, False
+        while not done:
+            assert rng.random() < 1.0
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(2)))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return np.array(returns)
+
+
+def test_epsilon_one_plays_the_exploration_stream_s_random_actions(run_dir):
+    """Pins ``--epsilon``: at 1 every action is drawn from the run seed's eval_explore stream (the
+    returns are those of the hand-rolled random play), and the report says epsilon 1."""
+    result = evaluate(str(run_dir), "--episodes", "5", "--epsilon", "1", "--seed", "4")
+    assert result.exit_code == 0, result.output
+    r = hand_rolled_random_returns(5, 4)
+    assert result.stdout.splitlines()[1:3] == [
+        "env: CartPole-v1, 5 episodes, epsilon 1, seed 4",
+        f"return: mean {r.mean():.2f}  std {r.std():.2f}  min {r.min():.2f}  max {r.max():.2f}",
+    ]
+
+
+def test_eval_builds_its_agent_on_the_gpu_when_there_is_one(run_dir, monkeypatch):
+    """Pins the device ``eval`` plays on: CUDA when torch sees a GPU, else the CPU (checked here
+    without one: ``torch.cuda.is_available`` is patched, and the agent is built on the CPU by a
+    wrapper that records the device it was asked for)."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    asked = []
+
+    def make_on_cpu(config, spec, device):
+        asked.append(device)
+        return make_agent(config, spec, torch.device("cpu"))
+
+    source = resolve_source(run_dir)
+    for available, device in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda available=available: available)
+        evaluate_source(source, make_on_cpu, episodes=1)
+        assert asked.pop() == torch.device(device)
+
+
+def test_a_film_sets_a_headless_video_driver_unless_one_is_set(run_dir, tmp_path, monkeypatch):
+    """Pins ``SDL_VIDEODRIVER=dummy`` for a filmed evaluation (pygame's display driver otherwise
+    prints an SDL "error:" line on a headless machine), and a driver the user set is kept."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    source = resolve_source(copy)
+    monkeypatch.delenv("SDL_VIDEODRIVER", raising=False)
+    evaluate_source(source, make_agent, episodes=1, video=True)
+    assert os.environ["SDL_VIDEODRIVER"] == "dummy"
+    monkeypatch.setenv("SDL_VIDEODRIVER", "offscreen")
+    evaluate_source(source, make_agent, episodes=1, video=True)
+    assert os.environ["SDL_VIDEODRIVER"] == "offscreen"
+
+
+def test_a_videos_link_out_of_the_run_dir_stops_only_a_filmed_evaluation(run_dir, tmp_path):
+    """Pins where the videos dir is checked: a ``videos`` link that leaves the run dir refuses
+    ``--video`` (one line, before anything is played) and is ignored by an evaluation that films
+    nothing."""
+    from per_dqn.evaluate import evaluate_source, resolve_source
+
+    copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    (tmp_path / "elsewhere").mkdir()
+    (copy / "videos").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    source = resolve_source(copy)
+    report = evaluate_source(source, make_agent, episodes=1)
+    assert report.video is None and len(report.episodes.returns) == 1
+    with pytest.raises(ValueError, match=r"videos: leads outside .*refused"):
+        evaluate_source(source, make_agent, episodes=1, video=True)
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -141,3 +141,21 @@ def test_stack_matches_add_batch_layout():
 def test_rejects_n_below_one():
     with pytest.raises(ValueError, match="n_step"):
         NStepAccumulator(1, 0, GAMMA)
+
+
+def test_a_state_of_other_sub_envs_or_of_full_windows_is_refused():
+    """Pins ``load_state_dict``'s checks, each one line: another number of sub-envs; a window of
+    ``n_step`` steps or more (a full window is always emitted, so none can be saved open). A
+    window of ``n_step - 1`` steps is a state that can occur and loads; a refused state leaves
+    the windows as they were."""
+    step = (np.zeros(1, dtype=np.float32), 0, 1.0)
+    acc = NStepAccumulator(2, 3, GAMMA)
+    acc.load_state_dict({"windows": [[step, step], []]})
+    assert acc.state_dict()["windows"] == [[step, step], []]
+    with pytest.raises(ValueError) as caught:
+        acc.load_state_dict({"windows": [[]]})
+    assert str(caught.value) == "n-step state has 1 sub-envs, expected 2"
+    with pytest.raises(ValueError) as caught:
+        acc.load_state_dict({"windows": [[], [step] * 3]})
+    assert str(caught.value) == "n-step state has a window of 3 or more steps"
+    assert acc.state_dict()["windows"] == [[step, step], []]

@@ -74,3 +74,38 @@ def test_arms_of_one_seed_share_network_init_and_env_seeds():
     finally:
         for r in runs:
             r.close()
+
+
+def first_words(sequences) -> list[int]:
+    """The first 64-bit word of each ``SeedSequence``: numpy's own derivation, computed here."""
+    return [int(s.generate_state(1, np.uint64)[0]) for s in sequences]
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**40])
+def test_the_streams_are_the_documented_derivation(seed):
+    """Pins the derivation the module docstring fixes, so that one ``run.seed`` gives the same
+    streams on every machine and in every version: stream ``i`` (in field order) is the first
+    64-bit word of child ``i`` of ``SeedSequence(run.seed).spawn(6)``; the two env streams are
+    reduced mod 2**30 (gymnasium adds the sub-env index, emulators take 32-bit seeds) and the
+    others keep all 64 bits."""
+    words = first_words(np.random.SeedSequence(seed).spawn(len(fields(RunSeeds))))
+    expected = RunSeeds(words[0] % 2**30, words[1] % 2**30, *words[2:])
+    assert RunSeeds.from_seed(seed) == expected
+    assert all(type(value) is int for value in astuple(RunSeeds.from_seed(seed)))
+
+
+def test_the_non_env_streams_keep_their_64_bits():
+    """Pins that only the env streams are reduced: over a few seeds, some exploration, replay or
+    network stream exceeds 2**30 (reducing all six would shrink their seed space to 30 bits)."""
+    others = [v for s in range(4) for v in astuple(RunSeeds.from_seed(s))[2:]]
+    assert max(others) >= 2**32
+
+
+@pytest.mark.parametrize(("seed", "env_steps"), [(0, 0), (3, 1000), (11, 123_456)])
+def test_restart_seed_is_the_documented_derivation(seed, env_steps):
+    """Pins ``restart_seed``: the first 64-bit word of ``SeedSequence(seed, spawn_key=(6,
+    env_steps))`` (a key past the six streams' children, so it never repeats one of them), mod
+    2**30, as an int: a resumed Atari run restarts from the same episodes on every machine."""
+    sequence = np.random.SeedSequence(seed, spawn_key=(len(fields(RunSeeds)), env_steps))
+    value = restart_seed(seed, env_steps)
+    assert type(value) is int and value == first_words([sequence])[0] % 2**30

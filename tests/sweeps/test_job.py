@@ -1,0 +1,187 @@
+"""One sweep job in this process (``per_dqn.sweeps.job``): skip a finished run, resume one with a
+usable checkpoint, redo any other from zero, each decided from what the run dir holds.
+
+Every backend runs its jobs through ``run_job``, but in worker processes or Ray tasks; these tests
+call it here, on a 300-step CartPole run of a 16-unit network (about 2 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from support import tree
+
+from per_dqn import checkpoint as ckpt
+from per_dqn import rundir
+from per_dqn.config import parse_override
+from per_dqn.sweeps import job, plan
+
+# A 300-step run with checkpoints at 100, 200 and 300 (two kept) and one final evaluation episode.
+SETTINGS = [
+    "train.learning_starts=100", "train.log_interval=100", "train.eval_interval=0",
+    "train.final_eval_episodes=1", "train.epsilon_decay_steps=200",
+    "checkpoint.interval_steps=100", "run.device=cpu", "agent.hidden_sizes=[16]",
+    "replay.capacity=1000",
+]  # fmt: skip
+
+
+def one_job(out: Path, seed: int = 0) -> plan.Job:
+    """The job of ``ablate --replay uniform --seeds <seed> --steps 300`` into ``out``."""
+    overrides = [parse_override(s) for s in SETTINGS]
+    return plan.plan_sweep("cartpole.yaml", ["uniform"], [seed], 300, overrides, out).jobs[0]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+class StopAfter:
+    """``should_stop`` that asks the run to stop once it has been asked ``calls`` times (the
+    trainer asks once per env step)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def __call__(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0
+
+
+def test_a_new_job_runs_from_zero_and_its_outcome_is_its_summary(tmp_path):
+    """Pins the outcome's fields to the summary the run wrote (final return, wall time, not
+    interrupted), the run dir at ``<out>/<run_dir>``, and a run from step 0."""
+    one = one_job(tmp_path)
+    outcome = job.run_job(one, tmp_path)
+    run_dir = tmp_path / "uniform" / "s0"
+    written = summary(run_dir)
+    assert outcome == job.Outcome(
+        one, written["final_eval_return_mean"], written["wall_seconds"], False, None
+    )
+    assert written["env_steps"] == 300 and written["resumed_from_env_steps"] is None
+    assert written["interrupted"] is False
+
+
+def test_a_finished_run_is_skipped_and_nothing_in_it_changes(tmp_path):
+    """Pins the skip of a run finished since the sweep was planned: its outcome read from its
+    ``summary.json`` and not one file of the run dir rewritten (no trainer built, no run)."""
+    one = one_job(tmp_path)
+    job.run_job(one, tmp_path)
+    run_dir = tmp_path / one.run_dir
+    before = tree(run_dir)
+    written = summary(run_dir)
+    outcome = job.run_job(one, tmp_path)
+    assert outcome == job.Outcome(one, written["final_eval_return_mean"], written["wall_seconds"])
+    assert tree(run_dir) == before
+
+
+def test_an_interrupted_run_resumes_from_its_newest_checkpoint(tmp_path):
+    """Pins the resume: a run stopped after its step-100 checkpoint continues from the checkpoint
+    of the step it stopped at (not from zero, not from an older one) and ends finished; the
+    stopped run's outcome says ``interrupted``."""
+    one = one_job(tmp_path)
+    stopped = job.run_job(one, tmp_path, should_stop=StopAfter(150))
+    run_dir = tmp_path / one.run_dir
+    assert stopped.interrupted and stopped.final_return is None
+    at = summary(run_dir)["env_steps"]
+    assert 100 < at < 300
+    assert ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1].name == ckpt.checkpoint_name(at)
+    (run_dir / "stray.txt").write_text("kept by a resume")
+    resumed = job.run_job(one, tmp_path)
+    written = summary(run_dir)
+    assert written["resumed_from_env_steps"] == at and written["env_steps"] == 300
+    assert not resumed.interrupted and resumed.final_return == written["final_eval_return_mean"]
+    assert (run_dir / "stray.txt").exists()  # a resume clears nothing
+
+
+def test_a_final_checkpoint_without_a_finished_summary_is_redone_from_zero(tmp_path):
+    """Pins the rule for a run killed between its final checkpoint and its summary: continuing it
+    would evaluate a second time, so the run dir is cleared and the run redone from step 0."""
+    one = one_job(tmp_path)
+    job.run_job(one, tmp_path)
+    run_dir = tmp_path / one.run_dir
+    (run_dir / "summary.json").unlink()
+    (run_dir / "stray.txt").write_text("cleared")
+    job.run_job(one, tmp_path)
+    assert summary(run_dir)["resumed_from_env_steps"] is None
+    assert not (run_dir / "stray.txt").exists()
+
+
+def test_an_unfinished_run_without_a_checkpoint_is_cleared_and_redone(tmp_path):
+    """Pins the clearing of a run dir with nothing to resume: what it held is gone (its events
+    would mix with the redo's), its lock file stays, and the run starts from step 0."""
+    one = one_job(tmp_path)
+    run_dir = tmp_path / one.run_dir
+    (run_dir / "old").mkdir(parents=True)
+    (run_dir / "old" / "events.out.tfevents.1").write_bytes(b"old")
+    (run_dir / "stray.txt").write_text("cleared")
+    job.run_job(one, tmp_path)
+    assert not (run_dir / "old").exists() and not (run_dir / "stray.txt").exists()
+    assert (run_dir / rundir.LOCK_FILE).exists()
+    assert summary(run_dir)["resumed_from_env_steps"] is None
+
+
+def test_a_checkpoint_refused_on_load_is_not_resumed_but_redone(tmp_path):
+    """Pins the fallback when the newest checkpoint passes its checksums but ``load_checkpoint``
+    refuses it (here: its run id is not the run dir's, as for a step dir copied from another
+    run): the run is cleared and redone from zero, not left failed."""
+    one = one_job(tmp_path)
+    job.run_job(one, tmp_path, should_stop=StopAfter(150))
+    run_dir = tmp_path / one.run_dir
+    (run_dir / rundir.RUN_FILE).write_text(json.dumps({rundir.RUN_ID_KEY: "0" * 32}))
+    outcome = job.run_job(one, tmp_path)
+    written = summary(run_dir)
+    assert written["resumed_from_env_steps"] is None and written["env_steps"] == 300
+    assert not outcome.interrupted
+
+
+def test_a_run_dir_another_process_writes_is_refused(tmp_path):
+    """Pins the writer lock: ``run_job`` raises ``RunDirInUse`` for a run dir whose lock another
+    process holds, and writes nothing there."""
+    one = one_job(tmp_path)
+    run_dir = tmp_path / one.run_dir
+    taken_r, taken_w = os.pipe()
+    release_r, release_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the other writer: holds the lock until the test releases it
+        with rundir.lock_run_dir(run_dir):
+            os.write(taken_w, b"1")
+            os.read(release_r, 1)
+        os._exit(0)
+    try:
+        assert os.read(taken_r, 1) == b"1"
+        with pytest.raises(rundir.RunDirInUse):
+            job.run_job(one, tmp_path)
+        assert [p.name for p in run_dir.iterdir()] == [rundir.LOCK_FILE]
+    finally:
+        os.write(release_w, b"1")
+        os.waitpid(pid, 0)
+        for fd in (taken_r, taken_w, release_r, release_w):
+            os.close(fd)
+
+
+def test_clear_run_dir_removes_files_dirs_and_links_but_not_the_lock_or_a_link_s_target(tmp_path):
+    """Pins ``clear_run_dir``: files, dirs with their contents and links go, the lock file stays,
+    and a link to a dir outside is unlinked, never followed (its target is kept whole)."""
+    run_dir, outside = tmp_path / "run", tmp_path / "outside"
+    (run_dir / "checkpoints" / "step_1").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_1" / "agent.pt").write_bytes(b"x")
+    (run_dir / "events").write_bytes(b"x")
+    (run_dir / rundir.LOCK_FILE).write_bytes(b"")
+    outside.mkdir()
+    (outside / "keep.txt").write_text("kept")
+    (run_dir / "linked").symlink_to(outside, target_is_directory=True)
+    (run_dir / "dangling").symlink_to(tmp_path / "nowhere")
+    job.clear_run_dir(run_dir)
+    assert [p.name for p in run_dir.iterdir()] == [rundir.LOCK_FILE]
+    assert (outside / "keep.txt").read_text() == "kept"
+
+
+def test_error_line_is_the_exception_type_and_message_on_one_line():
+    """Pins the one-line error a failed run is reported with: type, colon, the message with its
+    line breaks and runs of spaces folded into single spaces."""
+    assert job.error_line(ValueError("train.lr:\n  must be > 0")) == (
+        "ValueError: train.lr: must be > 0"
+    )
+    assert job.error_line(KeyError("x")) == "KeyError: 'x'"

@@ -1,0 +1,321 @@
+"""The training loop's state and step (``per_dqn.loop``) checked directly, against values worked
+out by hand: the format-2 checkpoint upgrade, ``LoopState``'s checks, and the step's episode
+bookkeeping.
+
+tests/test_train.py and tests/test_resume.py run whole runs through the loop; these pin the
+pieces whose bugs a whole run would hide (a counter off by one, a key lost on a resume)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from support import cartpole_config
+
+from per_dqn.build import make_agent, make_memory
+from per_dqn.envs import EnvSpec
+from per_dqn.loop import Loop, LoopState, upgrade_format_2
+from per_dqn.seeding import RunSeeds
+
+# --- the format-2 upgrade -------------------------------------------------------------------------
+
+
+def test_a_format_2_checkpoint_is_moved_into_format_3_s_shape():
+    """Pins ``upgrade_format_2``: the cursor's keys join the loop state, the envs' states move to
+    an ``envs`` part as ``train`` and ``eval``, every other part and key is kept as it was, and
+    the parts given are not changed."""
+    parts = {
+        "agent": {"a": 1},
+        "memory": {"m": 2},
+        "loop": {
+            "cursor": {"env_steps": 5, "obs": np.arange(3)},
+            "envs": {"kind": "SyncVectorEnv"},
+            "eval_env": {"kind": "CartPoleEnv"},
+            "rng": {"state": 7},
+        },
+    }
+    given = copy.deepcopy(parts)
+    upgraded = upgrade_format_2(parts)
+    assert upgraded.keys() == {"agent", "memory", "loop", "envs"}
+    assert upgraded["agent"] == {"a": 1} and upgraded["memory"] == {"m": 2}
+    assert upgraded["envs"] == {"train": {"kind": "SyncVectorEnv"}, "eval": {"kind": "CartPoleEnv"}}
+    loop = upgraded["loop"]
+    assert loop.keys() == {"env_steps", "obs", "rng"}
+    assert loop["env_steps"] == 5 and loop["rng"] == {"state": 7}
+    np.testing.assert_array_equal(loop["obs"], np.arange(3))
+    assert parts.keys() == given.keys() and parts["loop"].keys() == given["loop"].keys()
+
+
+def test_a_format_2_loop_without_env_states_upgrades_to_none_parts():
+    """Pins the missing env states of a format-2 loop as None parts (envs that restart from a
+    seeded reset, as an Atari run's do), not a KeyError traceback on resume."""
+    upgraded = upgrade_format_2({"loop": {"cursor": {"env_steps": 1}}})
+    assert upgraded["envs"] == {"train": None, "eval": None}
+    assert upgraded["loop"] == {"env_steps": 1}
+
+
+@pytest.mark.parametrize("loop", [None, [1], {"env_steps": 1}, {"cursor": [1]}])
+def test_a_format_2_loop_without_a_cursor_is_one_line(loop):
+    """Pins the refusal of a loop part that is not format 2's (not a mapping, or no cursor
+    mapping): the line a resume reports, not an AttributeError or KeyError."""
+    with pytest.raises(ValueError) as caught:
+        upgrade_format_2({"loop": loop})
+    assert str(caught.value) == "its format-2 loop state lacks cursor"
+
+
+# --- the step, on a scripted vector env -----------------------------------------------------------
+
+
+class ScriptedVector:
+    """A vector env that plays a script: step ``t`` returns row ``t`` (rewards, terminated,
+    truncated) and observations ``[t, i, 0, 0]`` for sub-env ``i``; ``lives`` (one row per
+    reset and step) adds ``info["lives"]``. The actions it is given are kept."""
+
+    def __init__(self, rows, num_envs, lives=None) -> None:
+        self.rows, self.num_envs, self.lives = rows, num_envs, lives
+        self.t, self.actions = 0, []
+
+    def observations(self) -> np.ndarray:
+        return np.array([[self.t, i, 0, 0] for i in range(self.num_envs)], dtype=np.float32)
+
+    def info(self) -> dict:
+        return {} if self.lives is None else {"lives": np.array(self.lives[self.t])}
+
+    def reset(self, seed=None):
+        return self.observations(), self.info()
+
+    def step(self, actions):
+        self.actions.append(np.array(actions))
+        rewards, terminated, truncated = (np.array(x) for x in self.rows[self.t])
+        self.t += 1
+        return self.observations(), rewards.astype(float), terminated, truncated, self.info()
+
+
+class ScriptedEnvs:
+    """Stands in for a run's ``Envs``: the scripted training env, and an eval env that is only
+    reset."""
+
+    def __init__(self, rows, num_envs, lives=None) -> None:
+        self.train = ScriptedVector(rows, num_envs, lives)
+        self.eval = ScriptedVector([], 1)
+
+
+def make_loop(rows, *settings, num_envs=2, lives=None) -> Loop:
+    """A loop over ``rows`` with CartPole's agent and a uniform memory of one-step transitions;
+    no learning unless ``settings`` bring it forward."""
+    config = cartpole_config(
+        f"env.num_envs={num_envs}", "agent.n_step=1", "agent.hidden_sizes=[8]",
+        "replay.kind=uniform", "replay.capacity=64", "train.learning_starts=1000", *settings,
+    )  # fmt: skip
+    spec = EnvSpec((4,), np.dtype(np.float32), 2)
+    memory = make_memory(config.replay, spec, 0)
+    agent = make_agent(config, spec, torch.device("cpu"))
+    return Loop(config, agent, memory, ScriptedEnvs(rows, num_envs, lives), RunSeeds.from_seed(0))
+
+
+def stored(loop: Loop) -> dict[str, np.ndarray]:
+    """The memory's transitions, oldest first."""
+    storage = loop.memory.state_dict()["storage"]
+    return {k: v[: storage["size"]] for k, v in storage.items() if isinstance(v, np.ndarray)}
+
+
+F, T = False, True
+
+
+def test_episode_bookkeeping_through_ends_and_reset_only_steps():
+    """Pins the step's episode bookkeeping on two sub-envs, by hand.
+
+    step 1: rewards 1, 2.  step 2: 3, 4; sub-env 0 terminates (return 1+3 = 4, 2 steps).
+    step 3: sub-env 0 only resets (not counted, not stored); sub-env 1 earns 5 and is truncated
+    (return 2+4+5 = 11, 3 steps).  step 4: sub-env 0 earns 6; sub-env 1 only resets.
+    Env steps 2, 4, 5, 6; six transitions stored, the one that ended in a termination marked
+    terminal, the truncated one not."""
+    rows = [
+        ([1, 2], [F, F], [F, F]), ([3, 4], [T, F], [F, F]), ([0, 5], [F, F], [F, T]),
+        ([6, 0], [F, F], [F, F]),
+    ]  # fmt: skip
+    loop = make_loop(rows)
+    state = loop.state
+    got = []
+    for _ in rows:
+        got.append((loop.step(), state.env_steps, state.autoreset.tolist()))
+    assert got == [
+        ([], 2, [F, F]), ([(4.0, 2)], 4, [T, F]), ([(11.0, 3)], 5, [F, T]), ([], 6, [F, F]),
+    ]  # fmt: skip
+    assert state.ep_return.tolist() == [6.0, 0.0] and state.ep_length.tolist() == [1, 0]
+    assert list(state.recent_returns) == [4.0, 11.0]
+    np.testing.assert_array_equal(state.obs, loop.envs.train.observations())
+    memory = stored(loop)
+    assert memory["rewards"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert memory["terminated"].tolist() == [F, F, T, F, F, F]
+    assert memory["obs"][:, :2].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1], [2, 1], [3, 0]]
+    assert memory["next_obs"][:, :2].tolist() == [[1, 0], [1, 1], [2, 0], [2, 1], [3, 1], [4, 0]]
+    assert memory["actions"].tolist() == [
+        loop.envs.train.actions[0][0], loop.envs.train.actions[0][1],
+        loop.envs.train.actions[1][0], loop.envs.train.actions[1][1],
+        loop.envs.train.actions[2][1], loop.envs.train.actions[3][0],
+    ]  # fmt: skip
+
+
+def test_a_step_where_every_sub_env_only_resets_counts_nothing_and_draws_nothing():
+    """Pins the reset-only step of every sub-env (both episodes ended together): no env step is
+    counted, nothing is stored, the actions sent are zeros and exploration draws no number (its
+    generator is where it was); the step after it is a normal one."""
+    rows = [([1, 1], [T, F], [F, T]), ([0, 0], [F, F], [F, F]), ([2, 2], [F, F], [F, F])]
+    loop = make_loop(rows)
+    assert loop.step() == [(1.0, 1), (1.0, 1)]
+    rng_before = loop.state.rng.bit_generator.state
+    assert loop.step() == []
+    assert loop.state.env_steps == 2 and len(loop.memory) == 2
+    assert loop.envs.train.actions[1].tolist() == [0, 0]
+    assert loop.state.rng.bit_generator.state == rng_before
+    assert loop.state.autoreset.tolist() == [F, F]
+    loop.step()
+    assert loop.state.env_steps == 4 and loop.state.ep_return.tolist() == [2.0, 2.0]
+
+
+def test_clipped_rewards_are_learnt_from_and_raw_ones_reported():
+    """Pins ``env.clip_rewards``: the memory stores rewards clipped to [-1, 1], the episode's
+    return (``episode/return``) adds the raw ones."""
+    rows = [([5, -3], [F, F], [F, F]), ([0.5, -0.25], [T, T], [F, F])]
+    loop = make_loop(rows, "env.clip_rewards=true")
+    loop.step()
+    assert loop.step() == [(5.5, 2), (-3.25, 2)]
+    assert stored(loop)["rewards"].tolist() == [1.0, -1.0, 0.5, -0.25]
+    unclipped = make_loop(rows)
+    unclipped.step()
+    unclipped.step()
+    assert stored(unclipped)["rewards"].tolist() == [5.0, -3.0, 0.5, -0.25]
+
+
+def test_a_lost_life_ends_the_learning_transition_but_not_the_episode():
+    """Pins ``env.terminal_on_life_loss``: the transition where sub-env 0 drops from 3 lives to 2
+    is stored as terminal, its episode goes on (its return keeps adding); the reset step that
+    brings a new game's 3 lives is no loss; without the setting nothing is terminal."""
+    rows = [([1, 1], [F, F], [F, F]), ([1, 1], [F, F], [F, F]), ([1, 1], [T, F], [F, F]),
+            ([0, 1], [F, F], [F, F]), ([1, 1], [F, F], [F, F])]  # fmt: skip
+    lives = [[3, 3], [3, 3], [2, 3], [1, 3], [3, 3], [3, 3]]
+    loop = make_loop(rows, "env.terminal_on_life_loss=true", lives=lives)
+    finished = [loop.step() for _ in rows]
+    assert finished == [[], [], [(3.0, 3)], [], []]
+    assert stored(loop)["terminated"].tolist() == [F, F, T, F, T, F, F, F, F]
+    assert loop.state.prev_lives.tolist() == [3, 3]
+    plain = make_loop(rows, lives=lives)
+    for _ in rows:
+        plain.step()
+    assert stored(plain)["terminated"].tolist() == [F, F, F, F, T, F, F, F, F]
+
+
+def count_learns(loop: Loop) -> list[int]:
+    """Replaces ``loop.learn`` by a counter; returns the list it appends the env step to."""
+    calls: list[int] = []
+    loop.learn = lambda: calls.append(loop.state.env_steps)
+    return calls
+
+
+def test_learning_starts_then_comes_every_replay_period_times_gradient_steps():
+    """Pins the learning schedule, by hand: two sub-envs (2 env steps a step), learning from env
+    step 4 every 3 env steps, 2 gradient steps each, once the memory holds a batch of 2.
+    Due at 4, 7, 10, 13: the steps reaching 4, 8, 10 and 14 learn twice each."""
+    rows = [([0, 0], [F, F], [F, F])] * 7
+    loop = make_loop(rows, "train.learning_starts=4", "train.replay_period=3",
+                     "train.gradient_steps=2", "train.batch_size=2")  # fmt: skip
+    calls = count_learns(loop)
+    for _ in rows:
+        loop.step()
+    assert calls == [4, 4, 8, 8, 10, 10, 14, 14]
+    assert loop.state.next_update == 16
+
+
+def test_learning_catches_up_when_one_step_passes_several_due_points():
+    """Pins the catch-up: with 4 sub-envs and a replay period of 1, learning from env step 4,
+    the first step reaches one due point (4) and each later step passes four (5-8, 9-12), and
+    learns once for each (no update lost to a wide vector env)."""
+    rows = [([0] * 4, [F] * 4, [F] * 4)] * 3
+    loop = make_loop(rows, "train.learning_starts=4", "train.replay_period=1",
+                     "train.batch_size=2", num_envs=4)  # fmt: skip
+    calls = count_learns(loop)
+    for _ in rows:
+        loop.step()
+    assert calls == [4] + [8] * 4 + [12] * 4
+
+
+def test_no_learning_before_the_memory_holds_a_batch():
+    """Pins the batch guard: 3-step windows fill the memory two env steps behind (one sub-env),
+    so at the due points 4 and 5 it holds 2 and 3 transitions, fewer than a batch of 4, and
+    those points pass without learning (not made up later); from 6 on it learns at each."""
+    rows = [([0], [F], [F])] * 8
+    loop = make_loop(rows, "agent.n_step=3", "train.learning_starts=4", "train.replay_period=1",
+                     "train.batch_size=4", num_envs=1)  # fmt: skip
+    calls = count_learns(loop)
+    for _ in rows:
+        loop.step()
+    assert calls == [6, 7, 8]
+    assert len(loop.memory) == 6
+
+
+# --- schedule points ------------------------------------------------------------------------------
+
+
+def test_a_log_point_is_due_once_per_interval_and_skips_past_a_jump():
+    """Pins ``log_due`` with a log interval of 100: not before env step 100, once at it; a step
+    that jumps past several points (to 350) logs once and moves the next point to 400."""
+    loop = make_loop([], "train.log_interval=100")
+    due = []
+    for steps in (99, 100, 100, 199, 350, 399, 400):
+        loop.state.env_steps = steps
+        due.append((loop.log_due(), loop.state.next_log))
+    assert due == [(F, 100), (T, 200), (F, 200), (F, 200), (T, 400), (F, 400), (T, 500)]
+
+
+def test_an_evaluation_is_due_each_interval_but_not_on_the_last_step():
+    """Pins ``eval_due`` with evaluations every 100 env steps of a 300-step run: due at 100 and
+    200; at 300 the final evaluation stands in, so it is not due, but the schedule still moves
+    (to 400: a run extended by ``--resume --steps`` evaluates at 400, not at 301); with an
+    interval of 0 nothing is ever due."""
+    loop = make_loop([], "train.eval_interval=100", "train.total_env_steps=300",
+                     "train.learning_starts=100")  # fmt: skip
+    due = []
+    for steps in (99, 100, 150, 200, 300, 301):
+        loop.state.env_steps = steps
+        due.append((loop.eval_due(), loop.state.next_eval))
+    assert due == [(F, 100), (T, 200), (F, 200), (T, 300), (F, 400), (F, 400)]
+    never = make_loop([], "train.eval_interval=0")
+    never.state.env_steps = 10**9
+    assert not never.eval_due() and never.state.next_eval == float("inf")
+
+
+# --- LoopState's checks ---------------------------------------------------------------------------
+
+
+def test_a_loop_state_missing_keys_names_them_all():
+    """Pins the missing-keys line: every key the state lacks, in the state's order, except
+    ``record`` (added later: a checkpoint from before it is loaded with an unknown start)."""
+    state = make_loop([]).state.state_dict()
+    for key in ("nstep", "rng", "record"):
+        del state[key]
+    with pytest.raises(ValueError) as caught:
+        LoopState.check_state_dict(state)
+    assert str(caught.value) == "its loop state lacks rng, nstep"
+    with pytest.raises(ValueError) as caught:
+        LoopState.check_state_dict([])
+    assert str(caught.value).startswith("its loop state lacks env_steps, obs, autoreset, ")
+
+
+def test_a_loop_state_with_a_bad_generator_or_torch_state_is_refused():
+    """Pins the generator and torch checks: a bit-generator state numpy refuses names the key;
+    a torch RNG state that is not a uint8 array is refused; the loop is not changed."""
+    loop = make_loop([])
+    state = loop.state.state_dict()
+    env_steps = loop.state.env_steps
+    for key in ("rng", "eval_rng"):
+        bad = {**state, key: {"bit_generator": "MT19937"}}
+        with pytest.raises(ValueError, match=rf"^its loop state's {key}: "):
+            loop.state.load_state_dict(bad)
+    bad = {**state, "torch_rng": state["torch_rng"].astype(np.int64)}
+    with pytest.raises(ValueError) as caught:
+        loop.state.load_state_dict(bad)
+    assert str(caught.value) == "its loop state's torch_rng is not a uint8 array"
+    assert loop.state.env_steps == env_steps
