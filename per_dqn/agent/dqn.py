@@ -79,6 +79,23 @@ class LearnResult:
         return self.priorities.td_abs
 
 
+def learn_result(host: np.ndarray, indices: np.ndarray, clipped: bool) -> LearnResult:
+    """A ``LearnResult`` from one update's host copy: the batch's targets, then its
+    ``Q(s, a)``, then the weighted loss, the unweighted loss and (``clipped``) the gradient
+    norm."""
+    size = len(indices)
+    td_abs = np.abs(host[:size] - host[size : 2 * size])
+    metrics = {
+        "loss": float(host[2 * size]),
+        "loss_unweighted": float(host[2 * size + 1]),
+        "q_mean": float(host[size : 2 * size].mean()),
+        "td_error_abs": float(td_abs.mean()),
+    }
+    if clipped:
+        metrics["grad_norm"] = float(host[2 * size + 2])
+    return LearnResult(PriorityUpdate(indices, td_abs), metrics)
+
+
 class DQNAgent:
     """Online and target Q-networks, Adam, and the DQN update.
 
@@ -270,16 +287,7 @@ class DQNAgent:
 
         # One device-to-host copy for targets, predictions and scalars: a single sync per step.
         host = torch.cat((targets, q_taken.detach(), torch.stack(extras))).cpu().numpy()
-        td_abs = np.abs(host[:size] - host[size : 2 * size])
-        metrics = {
-            "loss": float(host[2 * size]),
-            "loss_unweighted": float(host[2 * size + 1]),
-            "q_mean": float(host[size : 2 * size].mean()),
-            "td_error_abs": float(td_abs.mean()),
-        }
-        if self.grad_clip_norm is not None:
-            metrics["grad_norm"] = float(host[2 * size + 2])
-        return LearnResult(PriorityUpdate(batch.indices, td_abs), metrics)
+        return learn_result(host, batch.indices, self.grad_clip_norm is not None)
 
     def state_dict(self) -> dict[str, Any]:
         """The networks, the optimiser's moments and step counts, and the update counter: copies

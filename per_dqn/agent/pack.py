@@ -42,7 +42,7 @@ from torch import nn
 from per_dqn.agent import layout
 from per_dqn.agent.adam import fused_adam_step
 from per_dqn.agent.networks import QNetwork
-from per_dqn.memory import Batch, PriorityUpdate
+from per_dqn.memory import Batch
 
 if TYPE_CHECKING:
     from per_dqn.agent.dqn import DQNAgent, LearnResult
@@ -308,7 +308,7 @@ class Pack:
     def learn(self, batches: Mapping[int, Batch]) -> dict[int, LearnResult]:
         """One gradient step for each member given a batch (one batch size for all), as
         ``DQNAgent.learn`` documents it; returns each member's ``LearnResult``."""
-        from per_dqn.agent.dqn import LearnResult
+        from per_dqn.agent.dqn import learn_result
 
         slots = sorted(batches)
         agents = [self.agents[k] for k in slots]
@@ -379,20 +379,8 @@ class Pack:
 
         host = torch.cat((targets, q_taken.detach(), torch.stack(extras, dim=1)), dim=1)
         host = host.cpu().numpy()
-        results = {}
-        for i, k in enumerate(slots):
-            row = host[i]
-            td_abs = np.abs(row[:size] - row[size : 2 * size])
-            metrics = {
-                "loss": float(row[2 * size]),
-                "loss_unweighted": float(row[2 * size + 1]),
-                "q_mean": float(row[size : 2 * size].mean()),
-                "td_error_abs": float(td_abs.mean()),
-            }
-            if self.grad_clip_norm is not None:
-                metrics["grad_norm"] = float(row[2 * size + 2])
-            results[k] = LearnResult(PriorityUpdate(batches[k].indices, td_abs), metrics)
-        return results
+        clipped = self.grad_clip_norm is not None
+        return {k: learn_result(host[i], batches[k].indices, clipped) for i, k in enumerate(slots)}
 
     def _member_grads(self, slots: Sequence[int], online: list[_Stack]) -> list[list[torch.Tensor]]:
         """Each member's gradients in the order of its ``online.parameters()``, also set as
