@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-ray bench-smoke lint clean mutants mutation
+.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-packs bench-ray bench-smoke lint clean mutants mutation
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,12 @@ bench-minatar: $(TEST_STAMP)
 	$(PIP) -e '.[dev,bench,minatar]'
 	$(BIN)/python benchmarks/minatar_vs_sb3.py
 	$(BIN)/python benchmarks/bit_storage.py
+
+# Packs against single runs (issue 24): the same ablate sweep unpacked and with --pack, CartPole
+# (20 seeds x 50k, --pack 10) and MinAtar Breakout (10 x 200k, --pack 5), whole wall time of each;
+# about an hour on 2 cores: not part of `bench`.
+bench-packs: $(TEST_STAMP)
+	$(BIN)/python benchmarks/packs.py
 
 # The Ray backend's overhead: the same sweep of 8 CartPole runs (ablate --replay uniform --seeds 8,
 # full budget) on the local backend and on a local Ray cluster, whole wall time of each, in one

@@ -144,11 +144,12 @@ def render(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> s
 
 
 # The learner's arithmetic, by group: the fc layer's and the head's matrix products (forward:
-# addmm; backward: mm), the convolution forward (oneDNN's kernel, or the native one where oneDNN is
-# not used) and its weight gradient, and Adam's fused step. Everything else in an update is small
-# ops, copies and Python.
+# addmm, or baddbmm over a pack's stacked layers; backward: mm or bmm), the convolution forward
+# (oneDNN's kernel, or the native one where oneDNN is not used) and its weight gradient, and
+# Adam's fused step. Everything else in an update is small ops, copies and Python.
 KERNELS = {
     "aten::addmm": "matrix products", "aten::mm": "matrix products",
+    "aten::baddbmm": "matrix products", "aten::bmm": "matrix products",
     "aten::mkldnn_convolution": "convolution", "aten::_slow_conv2d_forward": "convolution",
     "aten::convolution_backward": "convolution", "aten::_fused_adam_": "Adam",
 }  # fmt: skip

@@ -99,6 +99,8 @@ def ablate_command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
     ]  # fmt: skip
     if args.steps is not None:
         command += ["--steps", str(args.steps)]
+    if args.pack is not None:
+        command += ["--pack", str(args.pack)]
     for item in args.set:
         command += ["--set", item]
     return command
@@ -313,6 +315,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="env steps a run (the config's; smoke 300)")
     parser.add_argument("--workers", type=int, help="workers and Ray CPUs (one per core)")
     parser.add_argument("--repeats", type=int, help="sweeps a side (2; smoke 1)")
+    parser.add_argument("--pack", type=int, help="ablate's --pack on both sides (none)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a config override for every run, as ablate's --set (repeatable)",
@@ -340,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     log = progress_log()
     print(f"# {machine_line({'torch': version('torch'), 'ray': version('ray')})}")
     steps = f"{args.steps:,} env steps" if args.steps is not None else "the config's env steps"
+    if args.pack is not None:
+        steps += f", --pack {args.pack}"
     print(
         f"# per-dqn ablate --config {args.config} --replay {args.replay} --seeds {args.seeds}: "
         f"{steps} a run, --workers {args.workers}, CPU, {args.repeats} repeat(s); load "

@@ -15,7 +15,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = ("train", "resume", "load", "Policy", "TrainResult")
-__all__ = [*_API, "__version__"]
+_MANY = ("train_many", "ManyResult")
+__all__ = [*_API, *_MANY, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from per_dqn import api
 
         return getattr(api, name)
+    if name in _MANY:
+        from per_dqn import many
+
+        return getattr(many, name)
     raise AttributeError(f"module 'per_dqn' has no attribute {name!r}")

@@ -78,6 +78,7 @@ __all__ = [
     "lock_run_dir",
     "memory_plan",
     "new_run_dir",
+    "pack_refusal",
     "prepare_resume",
     "resume",
     "run_trainer",
@@ -278,11 +279,19 @@ def memory_plan(config: Config) -> Any:
     return plan.memory_plan(config)
 
 
-def describe_memory_plan(memory: Any) -> list[str]:
-    """``memory_plan``'s result as the lines ``per-dqn plan`` prints."""
+def describe_memory_plan(memory: Any, pack: int | None = None) -> list[str]:
+    """``memory_plan``'s result as the lines ``per-dqn plan`` prints (with ``pack``, a line for
+    that many such memories in one process)."""
     from per_dqn import plan
 
-    return plan.describe_plan(memory)
+    return plan.describe_plan(memory, pack)
+
+
+def pack_refusal(plans: Sequence[Any]) -> str | None:
+    """The line refusing a pack whose ``memory_plan``s do not fit together (None: they fit)."""
+    from per_dqn import plan
+
+    return plan.pack_refusal(plans)
 
 
 def check_memory_fits(config: Config) -> None:

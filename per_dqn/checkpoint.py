@@ -31,7 +31,8 @@ down to the newest ``keep_last``.
 Reading (``find_latest``, ``read_latest``): checkpoints are tried newest first. One whose manifest
 is missing, unreadable or changed (its ``manifest_sha256`` fails, or its ``env_steps`` is not the
 step in its dir name), or one of whose files is missing, has another size or fails its SHA-256,
-is skipped with a one-line warning, and the previous one is used. The checksums guard against
+is skipped with a one-line warning, and the previous one is used; so is an entry under a
+checkpoint's name that is not a directory (a file, a dangling link). The checksums guard against
 damage and edits, not against someone who rewrites the checksums too; what keeps a hostile
 checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is read with
 ``torch.load(weights_only=True)``, everything else is JSON, YAML and npz without pickle.
@@ -150,6 +151,34 @@ def list_checkpoints(root: Path) -> list[Path]:
         if match and path.is_dir():
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
+
+
+def _strays(root: Path, newer_than: Path | None) -> list[str]:
+    """A problem line for each entry of ``root`` under a checkpoint's name that is not a dir (a
+    file, a dangling link), newest first: ``list_checkpoints`` leaves it out, so it can never be
+    resumed from, and a resume that used an older checkpoint must say why. Only those newer than
+    ``newer_than`` (all, when None): an older one changes nothing."""
+    if not root.is_dir():
+        return []
+    least = -1 if newer_than is None else _step(newer_than)
+    found = []
+    for path in root.iterdir():
+        match = _NAME.fullmatch(path.name)
+        if match and int(match.group(1)) > least and not path.is_dir():
+            what = _entry_kind(path)
+            found.append((int(match.group(1)), f"{path}: not a directory but {what}"))
+    return [line for _, line in sorted(found, reverse=True)]
+
+
+def _entry_kind(path: Path) -> str:
+    """What a directory entry that is not a directory is, in words."""
+    if path.is_symlink() and not path.exists():
+        return "a dangling symlink"
+    if path.is_fifo():
+        return "a FIFO"
+    if path.is_file():
+        return "a file"
+    return "a special file"
 
 
 def sha256_file(path: Path) -> str:
@@ -530,8 +559,9 @@ def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
         except CheckpointError as exc:
             problems.append(str(exc))
             continue
+        problems = [*_strays(root, path), *problems]
         return Found(path, manifest, _warnings(problems, path), len(candidates))
-    return Found(None, {}, _warnings(problems, None), len(candidates))
+    return Found(None, {}, _warnings([*_strays(root, None), *problems], None), len(candidates))
 
 
 @dataclass(frozen=True)
@@ -595,14 +625,16 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
             except CheckpointError as exc:
                 rejected[path] = str(exc)
                 continue
-            return Read(path, manifest, data, _warnings(rejected.values(), path), len(candidates))
+            problems = [*_strays(root, path), *rejected.values()]
+            return Read(path, manifest, data, _warnings(problems, path), len(candidates))
         # readdir may skip an entry renamed while it runs (POSIX allows it), so a rotation can
         # hide every checkpoint from one listing: "nothing usable" is trusted only from a
         # listing that the writer did not change while it was taken.
         if not look_again and (_dir_stamp(root) != stamp or list_checkpoints(root) != candidates):
             look_again = True
         if not look_again:
-            return Read(None, {}, {}, _warnings(rejected.values(), None), len(candidates))
+            problems = [*_strays(root, None), *rejected.values()]
+            return Read(None, {}, {}, _warnings(problems, None), len(candidates))
     raise CheckpointError(
         f"{root}: its checkpoints were deleted faster than one could be read "
         f"({MAX_READ_ATTEMPTS} attempts)"

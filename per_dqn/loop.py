@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
+from per_dqn.agent.dqn import LearnResult
 from per_dqn.config import Config
 from per_dqn.envs import Envs
 from per_dqn.health import MeanAccumulator, ReplayHealth
-from per_dqn.memory import ReplayMemory
+from per_dqn.memory import Batch, ReplayMemory
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.schedules import LinearSchedule
 from per_dqn.seeding import RunSeeds, restart_seed
@@ -44,6 +46,31 @@ from per_dqn.summary import RunRecord
 DIVERGED_WEIGHT_GROWTH = 1_000.0
 # Episode returns the "recent return" of the progress display averages.
 RECENT_EPISODES = 20
+
+T = TypeVar("T")
+
+
+# What ``Loop.steps`` asks of the agent: greedy actions for observations, or a gradient step.
+ACT = "act"
+LEARN = "learn"
+Request = tuple[str, Any]
+
+
+def serve(steps: Generator[Request, Any, T], agent: DQNAgent) -> T:
+    """Runs a generator of ``Loop.steps``' kind to its end, answering each request with
+    ``agent`` alone; returns what the generator returns. What the agent raises (a
+    ``KeyboardInterrupt`` included) is raised in the generator, at the request."""
+    try:
+        kind, payload = next(steps)
+        while True:
+            try:
+                answer = agent.greedy_actions(payload) if kind == ACT else agent.learn(payload)
+            except BaseException as exc:
+                kind, payload = steps.throw(exc)
+                continue
+            kind, payload = steps.send(answer)
+    except StopIteration as end:
+        return end.value
 
 
 class DivergedError(RuntimeError):
@@ -78,6 +105,8 @@ class LoopState:
         record: the evaluation curve and the logged IS-weight means, for the summary; None when
             the run was resumed from a checkpoint written before it was kept (its start is
             unknown).
+        torch_rng: torch's CPU generator state of this run (``keep_torch_rng``).
+        cuda_rng: torch's CUDA generator states of this run (None without CUDA).
     """
 
     env_steps: int
@@ -98,6 +127,19 @@ class LoopState:
     logs_written: int = 0
     weight_scale: float = 0.0
     record: RunRecord | None = field(default_factory=RunRecord)
+    torch_rng: np.ndarray | None = None
+    cuda_rng: list[np.ndarray] | None = None
+
+    def keep_torch_rng(self) -> None:
+        """Keeps torch's generator states of now (the run's networks just built) as the run's
+        own. No step of a run draws from them, so they stay the run's state from then on even
+        where several runs share the process (a pack): each run checkpoints its own."""
+        self.torch_rng = torch.get_rng_state().numpy()
+        self.cuda_rng = (
+            [state.numpy() for state in torch.cuda.get_rng_state_all()]
+            if torch.cuda.is_available()
+            else None
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
@@ -114,12 +156,8 @@ class LoopState:
             "rng": self.rng.bit_generator.state,
             "eval_rng": self.eval_rng.bit_generator.state,
             # uint8 tensors, stored as arrays: the checkpoint holds no pickle.
-            "torch_rng": torch.get_rng_state().numpy(),
-            "cuda_rng": (
-                [state.numpy() for state in torch.cuda.get_rng_state_all()]
-                if torch.cuda.is_available()
-                else None
-            ),
+            "torch_rng": self.torch_rng,
+            "cuda_rng": self.cuda_rng,
             "nstep": self.nstep.state_dict(),
             "health": self.health.state_dict(),
             "learn_means": self.learn_means.state_dict(),
@@ -172,10 +210,12 @@ class LoopState:
         self.next_eval = float(state["next_eval"])
         self.rng.bit_generator.state = state["rng"]
         self.eval_rng.bit_generator.state = state["eval_rng"]
-        torch.set_rng_state(torch.from_numpy(np.asarray(state["torch_rng"], dtype=np.uint8)))
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
+        self.torch_rng = np.asarray(state["torch_rng"], dtype=np.uint8)
+        self.cuda_rng = state["cuda_rng"]
+        torch.set_rng_state(torch.from_numpy(self.torch_rng))
+        if self.cuda_rng is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(
-                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in state["cuda_rng"]]
+                [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in self.cuda_rng]
             )
         self.nstep.load_state_dict(state["nstep"])
         self.health.load_state_dict(state["health"])
@@ -192,7 +232,7 @@ class LoopState:
 
 
 # The keys of ``LoopState.state_dict``: its fields, and torch's RNG states.
-_STATE_KEYS = (*(f.name for f in fields(LoopState)), "torch_rng", "cuda_rng")
+_STATE_KEYS = tuple(f.name for f in fields(LoopState))
 # Keys added since format 3 that older checkpoints lack (loaded as None: unknown).
 _LATER_KEYS = frozenset({"record"})
 
@@ -270,6 +310,7 @@ class Loop:
             health=ReplayHealth(memory.capacity),
         )
         self.state.weight_scale = self._largest_weight()
+        self.state.keep_torch_rng()
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -306,19 +347,9 @@ class Loop:
 
     # --- the step ------------------------------------------------------------------------------
 
-    def _actions(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        """Epsilon-greedy actions for every sub-env; the network runs only if one is greedy."""
-        rng, n = self.state.rng, obs.shape[0]
-        explore = rng.random(n) < epsilon
-        if explore.all():
-            return rng.integers(self.agent.num_actions, size=n)
-        actions = self.agent.greedy_actions(obs)
-        if explore.any():
-            actions[explore] = rng.integers(self.agent.num_actions, size=int(explore.sum()))
-        return actions
-
     def step(self) -> list[tuple[float, int]]:
-        """One vector-env step, the transitions it completes, and the learning then due.
+        """One vector-env step, the transitions it completes, and the learning then due, with
+        this loop's own agent: ``steps`` served at once (``serve``).
 
         Returns:
             ``(return, length)`` of each episode that ended on this step.
@@ -326,13 +357,30 @@ class Loop:
         Raises:
             DivergedError: a non-finite loss.
         """
+        return serve(self.steps(), self.agent)
+
+    def steps(self) -> Generator[Request, Any, list[tuple[float, int]]]:
+        """``step`` as a generator that asks for the agent's work instead of calling it, so
+        that a pack (``per_dqn.packs``) can serve several runs' requests in one batch: it
+        yields ``(ACT, obs)`` for the greedy actions of ``obs`` (answer: the actions) and
+        ``(LEARN, batch)`` for a gradient step on ``batch`` (answer: its ``LearnResult``), and
+        returns what ``step`` returns. The random draws, the env step and the memory's updates
+        happen in the same order either way."""
         state, memory, train = self.state, self.memory, self.config.train
         num_envs = self.config.env.num_envs
         autoreset, obs = state.autoreset, state.obs
         if autoreset.all():
             actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
         else:
-            actions = self._actions(obs, self.epsilon(state.env_steps))
+            # Epsilon-greedy for every sub-env; the network runs only if one is greedy.
+            rng, num_actions = state.rng, self.agent.num_actions
+            explore = rng.random(num_envs) < self.epsilon(state.env_steps)
+            if explore.all():
+                actions = rng.integers(num_actions, size=num_envs)
+            else:
+                actions = yield ACT, obs
+                if explore.any():
+                    actions[explore] = rng.integers(num_actions, size=int(explore.sum()))
         next_obs, rewards, terminated, truncated, info = self.envs.train.step(actions)
         active = ~autoreset
         stepped = int(active.sum())
@@ -374,17 +422,31 @@ class Loop:
             state.next_update += train.replay_period
             if len(memory) >= train.batch_size:
                 for _ in range(train.gradient_steps):
-                    self.learn()
+                    batch = self._sample()
+                    self._learned(batch, (yield LEARN, batch))
         return finished
 
     def learn(self) -> None:
-        """One gradient step and its priority update."""
-        state, memory = self.state, self.memory
-        step = state.env_steps
-        batch = memory.sample(self.config.train.batch_size, self.beta(step))
+        """One gradient step and its priority update, with this loop's own agent."""
+        batch = self._sample()
+        self._learned(batch, self.agent.learn(batch))
+
+    def _sample(self) -> Batch:
+        """The next batch; the learning rate set for the step that learns from it."""
+        step = self.state.env_steps
         if self.learning_rate is not None:
             self.agent.set_learning_rate(self.learning_rate(step))
-        result = self.agent.learn(batch)
+        return self.memory.sample(self.config.train.batch_size, self.beta(step))
+
+    def _learned(self, batch: Batch, result: LearnResult) -> None:
+        """What follows a gradient step on ``batch``: the divergence check, the priority update,
+        the health panel's and the means' feeds.
+
+        Raises:
+            DivergedError: a non-finite loss.
+        """
+        state, memory = self.state, self.memory
+        step = state.env_steps
         loss = result.metrics["loss"]
         if not math.isfinite(loss):
             raise DivergedError(

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,8 +133,33 @@ def memory_plan(config: Config, spec: EnvSpec | None = None) -> MemoryPlan:
     )
 
 
-def describe_plan(plan: MemoryPlan) -> list[str]:
-    """The lines ``per-dqn plan`` prints."""
+def pack_refusal(plans: Sequence[MemoryPlan]) -> str | None:
+    """The one line that refuses a pack whose replay memories (one per run, all held at once by
+    its process) do not fit in the available RAM, naming the largest pack that fits; None when
+    it fits (or the RAM is unknown)."""
+    available = plans[0].available_bytes if plans else None
+    if available is None:
+        return None
+    memories = sum(plan.parts["total"] for plan in plans)
+    if memories + PROCESS_OVERHEAD_BYTES <= available:
+        return None
+    largest = max(plan.parts["total"] for plan in plans)
+    fits = max(0, (available - PROCESS_OVERHEAD_BYTES) // max(largest, 1))
+    advice = (
+        f"the largest pack that fits is {fits} (--pack {fits})"
+        if fits >= 1
+        else "not one run fits; lower replay.capacity (see `per-dqn plan`)"
+    )
+    return (
+        f"--pack {len(plans)}: {len(plans)} replay memories need {gib(memories)} "
+        f"(+{gib(PROCESS_OVERHEAD_BYTES)} for the rest of the process) but only {gib(available)} "
+        f"of RAM is available; {advice}"
+    )
+
+
+def describe_plan(plan: MemoryPlan, pack: int | None = None) -> list[str]:
+    """The lines ``per-dqn plan`` prints; with ``pack``, one more for that many such memories
+    held by one process (``ablate --pack``)."""
     frames = (
         "one frame stored per step" if plan.dedup_frames
         else "obs and next_obs packed eight cells a byte, a next_obs that is a later obs stored "
@@ -168,6 +194,12 @@ def describe_plan(plan: MemoryPlan) -> list[str]:
     else:
         verdict = "fits" if plan.fits else "DOES NOT FIT"
         lines.append(f"available RAM      {gib(plan.available_bytes)}: {verdict}")
+    if pack is not None and pack > 1:
+        verdict = "fits" if pack_refusal([plan] * pack) is None else "DOES NOT FIT"
+        lines.append(
+            f"pack of {pack:<10} {pack} x {gib(plan.parts['total'])} = "
+            f"{gib(plan.parts['total'] * pack)} (+{gib(PROCESS_OVERHEAD_BYTES)}): {verdict}"
+        )
     return lines
 
 

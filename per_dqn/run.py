@@ -18,7 +18,7 @@ import io
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ from per_dqn.console import ConsoleProgress
 from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, run_episodes
 from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
-from per_dqn.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.loop import DivergedError, Loop, Request, serve, upgrade_format_2
 from per_dqn.metrics import TensorBoardLogger, config_as_markdown, flatten_config
 from per_dqn.provenance import provenance
 from per_dqn.rundir import display_name, ensure_run_id
@@ -259,6 +259,9 @@ class Trainer:
         turns Ctrl-C and SIGTERM into this stop, and a sweep's workers stop their runs this way.
         A callback (see ``Callback``) that returns True stops the run the same way.
 
+        The run is a pack of one: ``per_dqn.packs.run_pack`` runs several trainers' sessions
+        together, each as this method runs it alone.
+
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
             ``sps`` cover this call only.
@@ -270,6 +273,20 @@ class Trainer:
             WriteError: a file could not be written (disk full, read-only...); it names the file
                 or checkpoint. Checkpoints written before it are left whole.
         """
+        with self.session(run_dir, progress, should_stop, callbacks) as session:
+            return session.wrap_up(*serve(session.play(), self.agent))
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        run_dir: Path,
+        progress: ConsoleProgress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        callbacks: Sequence[Any] = (),
+    ) -> Iterator[_Session]:
+        """The run opened (its tracker started, ``config.yaml`` and the run id written, the event
+        file open) as a ``_Session``, whose ``play`` and ``wrap_up`` the caller drives; closed
+        however the block ends, the tracker told the summary's outcome."""
         config_yaml = self.config.to_yaml()
         fresh = self._resumed_from is None
         # Read before anything else runs: the command, versions, commit, host and device.
@@ -283,53 +300,38 @@ class Trainer:
                 resume=not fresh,
             )
         try:
-            summary = self._run(run_dir, config_yaml, origin, tracker, progress, should_stop,
-                                callbacks)  # fmt: skip
+            with writing(run_dir / "config.yaml"):
+                run_dir.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(run_dir / "config.yaml", config_yaml)
+            # A new run's id, or the resumed run dir's (one from before run ids gets one now).
+            self.run_id = ensure_run_id(run_dir)
+            start_steps = self._resumed_from or 0
+            # The checkpoint was written after every point of its step was logged.
+            logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
+            start = time.perf_counter()
+            try:
+                if fresh:
+                    logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
+                    flat = flatten_config(self.config.model_dump(mode="json"))
+                    logger.hparams(flat, time.time())
+                    logger.custom_scalars(tags.CUSTOM_SCALARS_LAYOUT)
+                session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks),
+                                   start_steps, start, origin)  # fmt: skip
+                yield session
+            except BaseException:
+                # The first failure is the one to report; closing a writer that failed fails again.
+                with contextlib.suppress(OSError):
+                    logger.close()
+                raise
+            logger.close()
         except BaseException:
             if tracker is not None:
                 with contextlib.suppress(Exception):  # the run's own failure is the one to report
                     tracker.finish(None, exit_code=1)
             raise
         if tracker is not None:
-            tracker.finish(summary, exit_code=1 if summary["interrupted"] else 0)
-        return summary
-
-    def _run(
-        self,
-        run_dir: Path,
-        config_yaml: str,
-        origin: dict[str, Any],
-        tracker: tracking.WandbTracker | None,
-        progress: ConsoleProgress | None,
-        should_stop: Callable[[], bool] | None,
-        callbacks: Sequence[Any],
-    ) -> dict[str, Any]:
-        """``run`` once its tracker (if any) is started: the files, the event file, the loop."""
-        fresh = self._resumed_from is None
-        with writing(run_dir / "config.yaml"):
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(run_dir / "config.yaml", config_yaml)
-        # A new run's id, or the resumed run dir's (one from before run ids gets one now).
-        self.run_id = ensure_run_id(run_dir)
-        start_steps = self._resumed_from or 0
-        # The checkpoint was written after every point of its step was logged.
-        logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
-        start = time.perf_counter()
-        try:
-            if fresh:
-                logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
-                flat = flatten_config(self.config.model_dump(mode="json"))
-                logger.hparams(flat, time.time())
-                logger.custom_scalars(tags.CUSTOM_SCALARS_LAYOUT)
-            session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks))
-            summary = session.run(start_steps, start, origin)
-        except BaseException:
-            # The first failure is the one to report; closing a writer that failed fails again.
-            with contextlib.suppress(OSError):
-                logger.close()
-            raise
-        logger.close()
-        return summary
+            summary = session.summary
+            tracker.finish(summary, exit_code=1 if summary is None or summary["interrupted"] else 0)
 
 
 class _Session:
@@ -343,6 +345,9 @@ class _Session:
         progress: ConsoleProgress | None,
         should_stop: Callable[[], bool] | None,
         callbacks: list[Any],
+        start_steps: int,
+        start: float,
+        origin: dict[str, Any],
     ) -> None:
         self.trainer = trainer
         self.config = trainer.config
@@ -352,6 +357,10 @@ class _Session:
         self.progress = progress
         self.should_stop = should_stop
         self.callbacks = callbacks
+        self.start_steps = start_steps
+        self.start = start
+        self.origin = origin
+        self.summary: dict[str, Any] | None = None
         self.checkpoints = self.config.checkpoint.enabled
         self.saved_at = self.loop.state.env_steps  # the step of the newest checkpoint
         self.stop_asked = False  # a callback asked to stop
@@ -372,20 +381,27 @@ class _Session:
 
     # --- the run -------------------------------------------------------------------------------
 
-    def run(self, start_steps: int, start: float, origin: dict[str, Any]) -> dict[str, Any]:
-        trainer, loop, config = self.trainer, self.loop, self.config
-        state = loop.state
-        interrupted = stopped_between_steps = False
-        final: Episodes | None = None
+    def play(self) -> Generator[Request, Any, tuple[bool, bool, Episodes | None]]:
+        """The training and the final evaluation, as a generator of the loop's requests to the
+        agent (``Loop.steps``); returns ``(interrupted, stopped between two steps, the final
+        evaluation or None)`` for ``wrap_up``. A ``KeyboardInterrupt`` (one thrown in included)
+        ends it as interrupted."""
         try:
-            self._train()
+            yield from self._train()
             if self._stopping():
                 raise StopRequested
-            loop.check_weights()
-            final = self._final_eval()
+            self.loop.check_weights()
+            return False, False, self._final_eval()
         except KeyboardInterrupt as exc:
-            interrupted, final = True, None
-            stopped_between_steps = isinstance(exc, StopRequested)
+            return True, isinstance(exc, StopRequested), None
+
+    def wrap_up(
+        self, interrupted: bool, stopped_between_steps: bool, final: Episodes | None
+    ) -> dict[str, Any]:
+        """After ``play``: the last checks and checkpoint, ``model.pt`` and the summary."""
+        trainer, loop, config = self.trainer, self.loop, self.config
+        state = loop.state
+        start_steps, start, origin = self.start_steps, self.start, self.origin
         # However the loop ended (Ctrl-C included), the weights are checked before they are
         # written.
         loop.check_weights()
@@ -418,7 +434,8 @@ class _Session:
         wall = time.perf_counter() - start
         # Atomic: `eval` beside this run reads the old file or the new one, never half.
         buffer = io.BytesIO()
-        torch.save(trainer.agent.online.state_dict(), buffer)
+        # Copies: a packed agent's tensors are views into its pack's.
+        torch.save(trainer.agent.weights(), buffer)
         with writing(self.run_dir / "model.pt"):
             write_bytes_atomic(self.run_dir / "model.pt", buffer.getvalue())
         summary = {
@@ -446,6 +463,7 @@ class _Session:
             "provenance": origin,
         }
         write_json(self.run_dir / "summary.json", summary)
+        self.summary = summary
         return summary
 
     def _next_checkpoint(self) -> float:
@@ -455,7 +473,7 @@ class _Session:
             return math.inf
         return (self.loop.state.env_steps // interval + 1) * interval
 
-    def _train(self) -> None:
+    def _train(self) -> Generator[Request, Any, None]:
         """Steps until ``total_env_steps``, logging, evaluating and checkpointing as they fall
         due; the order within a step (episodes, log, eval, progress, checkpoint last) puts
         everything logged at a step before the checkpoint that follows it."""
@@ -468,7 +486,7 @@ class _Session:
         while state.env_steps < total:
             if self._stopping():
                 raise StopRequested
-            for ret, length in loop.step():
+            for ret, length in (yield from loop.steps()):
                 logger.scalars(
                     {tags.EPISODE_RETURN: ret, tags.EPISODE_LENGTH: length}, state.env_steps
                 )

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -182,6 +183,36 @@ def start_cli(
         if sigint_ignored
         else None,
     )
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a CLI process did, read as a ``CliRunner`` result is (``exit_code``, ``stdout``,
+    ``stderr``, ``output``), so that ``assert_bad_input`` and friends take either."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_cli(args: list[str], cwd: Path | None = None, timeout: float = 600) -> Ran:
+    """``per-dqn ARGS`` in a real process (``start_cli``), waited for.
+
+    The tests that connect to Ray use this rather than ``CliRunner``: Ray's driver state is
+    per process, and several ``ray.init``/``ray.shutdown`` cycles in the test process left Ray's
+    threads behind that crashed the interpreter at exit (SIGSEGV after every test had passed)."""
+    proc = start_cli(args, cwd)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return Ran(proc.returncode, stdout, stderr)
 
 
 def stop_group(proc: subprocess.Popen, timeout: float) -> None:

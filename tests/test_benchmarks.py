@@ -399,3 +399,24 @@ def test_benchmarks_use_no_private_per_dqn_names():
             ):
                 found.append(f"{path.name}:{node.lineno} .{node.attr}")
     assert found == []
+
+
+@pytest.mark.slow
+@pytest.mark.bench_smoke
+def test_packs_smoke_times_both_sides_and_checks_their_runs_agree():
+    """``packs.py``: the same sweep unpacked and with ``--pack``, the ratio stated against the
+    goal, and the two sides' runs checked to be identical (the script exits 1 otherwise)."""
+    out = run_script("packs.py", "--smoke", "--section", "cartpole")
+    assert PACKAGE_LINE in out
+    headers, rows = table_with(out, "sweep")
+    assert headers == ["sweep", "wall s (median)", "min", "runs/hour", "wall s per repeat"]
+    assert list(rows) == ["--workers 2", "--workers 2 --pack 2"]
+    for cells in rows.values():
+        assert_numbers(cells)
+    assert re.search(
+        r"packed / unpacked runs per hour \(medians\): [\d.]+x; goal >= 3x: (met|NOT met)\.", out
+    )
+    assert (
+        "Runs agree: final_eval_return_mean and model.pt identical for all 2 runs, packed and "
+        "unpacked, in each of 1 repeat(s)." in out
+    )

@@ -106,6 +106,34 @@ def test_a_killed_writer_is_never_read_and_its_leftovers_go(tmp_path):
     assert names(tmp_path) == ["step_000000100", "step_000000300"]
 
 
+def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_warned_of(tmp_path):
+    """Bug pinned: a ``step_*`` file or dangling link was left out of the candidates silently.
+    Newer than the checkpoint used: one warning each, newest first; older: nothing to say; with
+    no usable checkpoint at all: still named."""
+    (tmp_path / "step_000000050").write_bytes(b"older")
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"x": b"good"}), keep_last=3)
+    (tmp_path / "step_000000300").write_bytes(b"a file")
+    (tmp_path / "step_000000200").symlink_to(tmp_path / "nowhere")
+    expected = [
+        f"checkpoint {tmp_path / 'step_000000300'}: not a directory but a file; "
+        "using the previous one, step_000000100",
+        f"checkpoint {tmp_path / 'step_000000200'}: not a directory but a dangling symlink; "
+        "using the previous one, step_000000100",
+    ]
+    found = ckpt.find_latest(tmp_path)
+    assert found.path == tmp_path / "step_000000100" and found.warnings == expected
+    read = ckpt.read_latest(tmp_path, ["x"])
+    assert read.path == found.path and read.warnings == expected
+    shutil.rmtree(tmp_path / "step_000000100")
+    none = [
+        f"checkpoint {tmp_path / name}: not a directory but {what}; no earlier checkpoint is usable"
+        for name, what in [("step_000000300", "a file"), ("step_000000200", "a dangling symlink"),
+                           ("step_000000050", "a file")]
+    ]  # fmt: skip
+    assert ckpt.find_latest(tmp_path) == ckpt.Found(None, {}, none, 0)
+    assert ckpt.read_latest(tmp_path, ["x"]) == ckpt.Read(None, {}, {}, none, 0)
+
+
 def damage_truncate(path: Path) -> None:
     with open(path, "r+b") as file:
         file.truncate(path.stat().st_size // 2)

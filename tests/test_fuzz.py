@@ -576,7 +576,8 @@ def test_a_checkpoint_dir_replaced_by_a_fifo_is_written_over_without_blocking(
     finished_run, tmp_path, kind
 ):
     """Issue 23 (found while fuzzing run dirs): a FIFO where the newest checkpoint dir was is
-    passed over (as no checkpoint), and the resume then writes that step's checkpoint over it:
+    passed over (as no checkpoint; named in a warning since), and the resume then writes that
+    step's checkpoint over it:
     it moved the FIFO aside and deleted it with ``shutil.rmtree``, which opens the path first
     and blocked forever. Now the resume finishes, and the step is a checkpoint dir again."""
     run = tmp_path / "run"
@@ -588,7 +589,13 @@ def test_a_checkpoint_dir_replaced_by_a_fifo_is_written_over_without_blocking(
         result = runner.invoke(app, ["train", "--resume", str(run), "-q", "--steps", "450"])
     assert not isinstance(result.exception, Hung), "the resume blocked"
     assert result.exit_code == 0, result.output
-    assert result.stderr.startswith(f"resuming {run} from {STEPS[0]} ")
+    what = "a FIFO" if kind == "fifo" else "a file"
+    warned, resuming = result.stderr.splitlines()[:2]
+    assert warned == (
+        f"warning: checkpoint {newest}: not a directory but {what}; using the previous one, "
+        f"{STEPS[0]}"
+    )
+    assert resuming.startswith(f"resuming {run} from {STEPS[0]} ")
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == [*STEPS, "step_000000450"]  # nothing moved aside is left
     assert ckpt.verify_checkpoint(newest)["env_steps"] == 400

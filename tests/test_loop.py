@@ -209,9 +209,16 @@ def test_a_lost_life_ends_the_learning_transition_but_not_the_episode():
 
 
 def count_learns(loop: Loop) -> list[int]:
-    """Replaces ``loop.learn`` by a counter; returns the list it appends the env step to."""
+    """Wraps the loop's agent's ``learn`` (what ``Loop.step`` asks for each gradient step) with a
+    counter; returns the list it appends the env step to."""
     calls: list[int] = []
-    loop.learn = lambda: calls.append(loop.state.env_steps)
+    learn = loop.agent.learn
+
+    def counted(batch):
+        calls.append(loop.state.env_steps)
+        return learn(batch)
+
+    loop.agent.learn = counted
     return calls
 
 

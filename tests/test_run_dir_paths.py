@@ -168,6 +168,34 @@ def test_a_checkpoint_dir_linked_to_another_run_s_is_skipped_and_its_target_kept
     assert snapshot(run_b) == before_b
 
 
+def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_named(two):
+    """Bug pinned: ``list_checkpoints`` leaves out a ``checkpoints/step_*`` entry that is not a
+    directory, so a resume or an eval fell back past a newer "checkpoint" (a file, a dangling
+    link) without a word. Now each is named in a warning, newest first, by ``train --resume``,
+    ``eval`` and the API, and the older checkpoint is used as before."""
+    run_a, _ = two
+    root = run_a / ckpt.CHECKPOINTS_DIR
+    (root / "step_000000950").write_bytes(b"not a checkpoint")
+    (root / "step_000000975").symlink_to(root / "gone")
+    (root / "step_000000001").write_bytes(b"older than the one used: changes nothing")
+    lines = [
+        f"checkpoint {root / 'step_000000975'}: not a directory but a dangling symlink; "
+        f"using the previous one, {NEWEST}",
+        f"checkpoint {root / 'step_000000950'}: not a directory but a file; "
+        f"using the previous one, {NEWEST}",
+    ]
+    shown = evaluate(str(run_a))
+    assert shown.exit_code == 0, shown.output
+    assert shown.stderr.splitlines()[:2] == [f"warning: {line}" for line in lines]
+    with pytest.warns(RuntimeWarning) as caught:
+        assert per_dqn.load(run_a).env_steps == 600
+    assert [str(w.message) for w in caught] == lines
+    result = resume(run_a)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[:2] == [f"warning: {line}" for line in lines]
+    assert json.loads((run_a / "summary.json").read_text())["resumed_from_env_steps"] == 600
+
+
 def test_a_dangling_lock_link_creates_nothing(two, tmp_path):
     """Issue 23 item 2: a dangling ``.per-dqn.lock`` link made ``train --resume`` create its
     target outside the run dir (O_CREAT follows links). Now the lock is refused with one line,

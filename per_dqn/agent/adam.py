@@ -85,34 +85,62 @@ class FusedAdam:
     def step(self) -> None:
         """One Adam step for the parameters that have a gradient (``torch.optim.Adam``'s
         ``_fused_adam``, for one device and dtype)."""
-        group = self.param_groups[0]
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            if p.grad is None:
-                continue
+        fused_adam_step([(self, [p.grad for p in self.param_groups[0]["params"]])])
+
+    def _state_of(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``p``'s state, created as torch.optim.Adam's _init_group does with fused=True (a
+        float32 step on p's device) when it has none yet."""
+        state = self.state.get(p)
+        if state is None:
+            state = self.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32, device=p.device),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+        return state
+
+    # --- in a pack (agent/pack.py) -------------------------------------------------------------
+
+    def export_moments(self) -> list[tuple[torch.Tensor, torch.Tensor, float] | None]:
+        """Each parameter's ``(exp_avg, exp_avg_sq, step)`` (copies), None where it has none."""
+        out: list[tuple[torch.Tensor, torch.Tensor, float] | None] = []
+        for p in self.param_groups[0]["params"]:
             state = self.state.get(p)
             if state is None:
-                # As torch.optim.Adam's _init_group with fused=True: a float32 step on p's device.
+                out.append(None)
+            else:
+                out.append(
+                    (state["exp_avg"].clone(), state["exp_avg_sq"].clone(), float(state["step"]))
+                )
+        return out
+
+    def adopt(
+        self,
+        params: list[torch.nn.Parameter],
+        views: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        moments: list[tuple[torch.Tensor, torch.Tensor, float] | None],
+    ) -> None:
+        """Takes ``params`` (the same parameters, re-pointed by a pack) in place of the old ones,
+        with every parameter's state created now: its moments in ``views[id(param)]`` where the
+        pack stacks them, else tensors of its own, holding ``moments`` (``export_moments``)."""
+        if len(params) != len(self.param_groups[0]["params"]) or len(moments) != len(params):
+            raise ValueError("a pack re-pointed a different number of parameters")
+        self.param_groups[0]["params"] = params
+        self.state = {}
+        for p, saved in zip(params, moments, strict=True):
+            view = views.get(id(p))
+            if view is None:
+                state = self._state_of(p)
+            else:
                 state = self.state[p] = {
                     "step": torch.zeros((), dtype=torch.float32, device=p.device),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg": view[0],
+                    "exp_avg_sq": view[1],
                 }
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        if not params:
-            return
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(
-            params, grads, exp_avgs, exp_avg_sqs, [], steps,
-            amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
-            grad_scale=None, found_inf=None,
-        )  # fmt: skip
+            if saved is not None:
+                state["exp_avg"].copy_(saved[0])
+                state["exp_avg_sq"].copy_(saved[1])
+                state["step"].fill_(saved[2])
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim.Adam.state_dict()``'s layout: parameters as indices, the state's tensors
@@ -120,7 +148,9 @@ class FusedAdam:
         group = self.param_groups[0]
         index = {id(p): i for i, p in enumerate(group["params"])}
         return {
-            "state": {index[id(p)]: dict(s) for p, s in self.state.items()},
+            # A parameter never stepped has no state, as in torch.optim.Adam (a pack creates
+            # every state up front, at step 0).
+            "state": {index[id(p)]: dict(s) for p, s in self.state.items() if float(s["step"]) > 0},
             # "params" last, as torch packs it: the same keys in the same order pickle alike.
             "param_groups": [
                 {
@@ -162,5 +192,50 @@ class FusedAdam:
             step = torch.as_tensor(saved["step"]).to(device=p.device, dtype=torch.float32)
             new_state[p] = {"step": step.clone(), **moments}
         settings = {key: value for key, value in groups[0].items() if key != "params"}
-        self.state = new_state
+        # Into the existing tensors, which may be a pack's views; a parameter the dict gives no
+        # state (never stepped) gets zeros at step 0.
+        for p in params:
+            state = self.state.get(p)
+            loaded = new_state.get(p)
+            if state is None:
+                if loaded is not None:
+                    self.state[p] = loaded
+                continue
+            for key in ("exp_avg", "exp_avg_sq"):
+                if loaded is None:
+                    state[key].zero_()
+                else:
+                    state[key].copy_(loaded[key])
+            state["step"].copy_(loaded["step"] if loaded is not None else 0.0)
         self.param_groups[0].update(settings)
+
+
+@torch.no_grad()
+def fused_adam_step(items: list[tuple[FusedAdam, list[torch.Tensor | None]]]) -> None:
+    """One Adam step for several optimisers at once: each ``(optimizer, grads)`` gives the
+    gradients of its parameters in order (None: that parameter has none and is not stepped).
+    One call of torch's fused kernel per distinct ``(lr, betas, eps)``; the kernel treats every
+    tensor on its own, so each optimiser's numbers are those of its own ``step``."""
+    groups: dict[tuple, tuple[list, list, list, list, list]] = {}
+    for optimizer, grads in items:
+        group = optimizer.param_groups[0]
+        key = (float(group["lr"]), tuple(group["betas"]), float(group["eps"]))
+        lists = groups.setdefault(key, ([], [], [], [], []))
+        for p, grad in zip(group["params"], grads, strict=True):
+            if grad is None:
+                continue
+            state = optimizer._state_of(p)
+            lists[0].append(p)
+            lists[1].append(grad)
+            lists[2].append(state["exp_avg"])
+            lists[3].append(state["exp_avg_sq"])
+            lists[4].append(state["step"])
+    for (lr, (beta1, beta2), eps), (params, grads, exp_avgs, exp_avg_sqs, steps) in groups.items():
+        if not params:
+            continue
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            params, grads, exp_avgs, exp_avg_sqs, [], steps,
+            amsgrad=False, lr=lr, beta1=beta1, beta2=beta2, weight_decay=0, eps=eps,
+            maximize=False, grad_scale=None, found_inf=None,
+        )  # fmt: skip

@@ -19,7 +19,8 @@ from torch.nn import functional as F
 
 from per_dqn.agent import layout
 from per_dqn.agent.adam import FusedAdam
-from per_dqn.agent.networks import NatureCNN, make_q_network
+from per_dqn.agent.networks import NatureCNN, QNetwork, make_q_network
+from per_dqn.agent.pack import Pack, can_pack
 from per_dqn.memory import Batch, PriorityUpdate
 
 
@@ -78,6 +79,23 @@ class LearnResult:
         return self.priorities.td_abs
 
 
+def learn_result(host: np.ndarray, indices: np.ndarray, clipped: bool) -> LearnResult:
+    """A ``LearnResult`` from one update's host copy: the batch's targets, then its
+    ``Q(s, a)``, then the weighted loss, the unweighted loss and (``clipped``) the gradient
+    norm."""
+    size = len(indices)
+    td_abs = np.abs(host[:size] - host[size : 2 * size])
+    metrics = {
+        "loss": float(host[2 * size]),
+        "loss_unweighted": float(host[2 * size + 1]),
+        "q_mean": float(host[size : 2 * size].mean()),
+        "td_error_abs": float(td_abs.mean()),
+    }
+    if clipped:
+        metrics["grad_norm"] = float(host[2 * size + 2])
+    return LearnResult(PriorityUpdate(indices, td_abs), metrics)
+
+
 class DQNAgent:
     """Online and target Q-networks, Adam, and the DQN update.
 
@@ -133,6 +151,7 @@ class DQNAgent:
         self.grad_clip_norm = grad_clip_norm
         self.target_update_interval = target_update_interval
         self.tau = tau
+        self.loss_name = loss
         self._loss = F.smooth_l1_loss if loss == "huber" else F.mse_loss
         self.online = make_q_network(
             obs_shape, num_actions, hidden_sizes, dueling, network, channels_last
@@ -149,6 +168,32 @@ class DQNAgent:
         self._gamma_powers = gamma ** np.arange(256, dtype=np.float64)
         self.update_steps = 0
         self.precision = precision
+        # A built-in network computes as a pack (agent/pack.py): alone, a pack of one; a user's
+        # network computes through its own module.
+        self._pack: Pack | None = None
+        self._slot = 0
+        if can_pack(self.online):
+            Pack([self])
+
+    def _join(self, pack: Pack, slot: int) -> None:
+        """Called by ``Pack``: this agent is member ``slot`` of ``pack`` from now on."""
+        self._pack = pack
+        self._slot = slot
+
+    def _conv_params(self) -> list[nn.Parameter]:
+        """The online network's parameters outside its linear layers (its stem: a CNN's
+        convolutions), those a pack leaves to each member; none for a user's network."""
+        net = self.online
+        if not isinstance(net, QNetwork):
+            return []
+        linear = {id(p) for m in (*net.hidden, net.advantage, net.value) if m is not None
+                  for p in m.parameters()}  # fmt: skip
+        return [p for p in net.parameters() if id(p) not in linear]
+
+    @property
+    def pack(self) -> Pack | None:
+        """The pack this agent computes in (None for a user's network)."""
+        return self._pack
 
     def _autocast(self) -> torch.autocast:
         """The forward passes' precision context (a no-op under fp32)."""
@@ -159,6 +204,8 @@ class DQNAgent:
     @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """``argmax_a Q(obs, a)`` for a batch of observations, as an int64 array."""
+        if self._pack is not None:
+            return self._pack.greedy_actions({self._slot: obs})[self._slot]
         obs_t = torch.as_tensor(self._host_obs(obs), device=self.device)
         with self._autocast():
             return self.online.greedy_actions(obs_t).cpu().numpy()
@@ -167,6 +214,8 @@ class DQNAgent:
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``Q(obs, .)`` of the online network for a batch of observations, float32
         ``(B, num_actions)``."""
+        if self._pack is not None:
+            return self._pack.q_values({self._slot: obs})[self._slot]
         obs_t = torch.as_tensor(self._host_obs(obs), device=self.device)
         with self._autocast():
             return self.online(obs_t).float().cpu().numpy()
@@ -183,7 +232,12 @@ class DQNAgent:
         ``td_targets`` and ``w_i`` the batch's importance-sampling weights (all 1 under uniform
         replay); then a target-net update every ``target_update_interval`` steps. The metrics
         also report ``mean_i L(y_i - Q(s_i, a_i))``, the loss without the weights.
+
+        A built-in network learns through its pack (``Pack.learn``, the same arithmetic batched
+        over members); a user's network through the steps below.
         """
+        if self._pack is not None:
+            return self._pack.learn({self._slot: batch})[self._slot]
         size = batch.actions.shape[0]
         # Per-sample scalars are prepared with numpy and moved in one transfer: a numpy op on 64
         # numbers costs a microsecond, a torch op several, and on CUDA each copy is a sync.
@@ -233,25 +287,27 @@ class DQNAgent:
 
         # One device-to-host copy for targets, predictions and scalars: a single sync per step.
         host = torch.cat((targets, q_taken.detach(), torch.stack(extras))).cpu().numpy()
-        td_abs = np.abs(host[:size] - host[size : 2 * size])
-        metrics = {
-            "loss": float(host[2 * size]),
-            "loss_unweighted": float(host[2 * size + 1]),
-            "q_mean": float(host[size : 2 * size].mean()),
-            "td_error_abs": float(td_abs.mean()),
-        }
-        if self.grad_clip_norm is not None:
-            metrics["grad_norm"] = float(host[2 * size + 2])
-        return LearnResult(PriorityUpdate(batch.indices, td_abs), metrics)
+        return learn_result(host, batch.indices, self.grad_clip_norm is not None)
 
     def state_dict(self) -> dict[str, Any]:
-        """The networks, the optimiser's moments and step counts, and the update counter."""
+        """The networks, the optimiser's moments and step counts, and the update counter: copies
+        (a packed agent's tensors are views into its pack's, which ``torch.save`` would write
+        whole)."""
+        optimizer = self.optimizer.state_dict()
+        optimizer["state"] = {
+            i: {key: value.detach().clone() for key, value in entry.items()}
+            for i, entry in optimizer["state"].items()
+        }
         return {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "online": _copies(self.online.state_dict()),
+            "target": _copies(self.target.state_dict()),
+            "optimizer": optimizer,
             "update_steps": self.update_steps,
         }
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The online network's state dict as copies of its own: what ``model.pt`` holds."""
+        return _copies(self.online.state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores ``state_dict()`` output into an agent built from the same config.
@@ -287,8 +343,17 @@ class DQNAgent:
     @torch.no_grad()
     def update_target(self) -> None:
         """``target <- tau * online + (1 - tau) * target`` (a hard copy when ``tau == 1``)."""
+        if self._pack is not None:
+            self._pack._update_targets([self])
+            return
         for target, online in zip(self.target.parameters(), self.online.parameters(), strict=True):
             if self.tau == 1.0:
                 target.copy_(online)
             else:
                 target.lerp_(online, self.tau)
+
+
+def _copies(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict's tensors as contiguous copies of their own."""
+    return {key: value.detach().clone(memory_format=torch.contiguous_format)
+            for key, value in state.items()}  # fmt: skip

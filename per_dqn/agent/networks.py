@@ -74,6 +74,12 @@ class QNetwork(nn.Module):
             x = torch.relu(F.linear(x, layer.weight, layer.bias))
         return x
 
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """What comes before the linear layers (a CNN's convolutions), flattened to
+        ``(B, features)``: the part a pack (``agent/pack.py``) runs per member. The MLP has
+        none."""
+        return x
+
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """The torso's output for observations of shape ``(B, *obs_shape)`` (any dtype)."""
         return self.torso(self.prepare(obs))
@@ -164,9 +170,13 @@ class NatureCNN(QNetwork):
             obs = obs.contiguous(memory_format=torch.channels_last)
         return obs.float().mul_(1.0 / 255.0) if obs.dtype == torch.uint8 else obs / 255.0
 
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolutions' output for ``prepare``'d stacks, flattened."""
+        return self.convs(x).flatten(1)
+
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         """The fc layer's output for ``prepare``'d stacks."""
-        return super().torso(self.convs(x).flatten(1))
+        return super().torso(self.stem(x))
 
 
 class MinAtarCNN(QNetwork):
@@ -201,9 +211,13 @@ class MinAtarCNN(QNetwork):
         """0/1 layers ``(B, C, H, W)`` of any dtype as float32."""
         return obs.float()
 
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolution's output for ``prepare``'d layers, flattened."""
+        return torch.relu(self.conv(x)).flatten(1)
+
     def torso(self, x: torch.Tensor) -> torch.Tensor:
         """The fc layer's output for ``prepare``'d layers."""
-        return super().torso(torch.relu(self.conv(x)).flatten(1))
+        return super().torso(self.stem(x))
 
 
 BUILTIN_NETWORKS = (families.AUTO_NETWORK, *families.NETWORK_NAMES)

@@ -80,12 +80,25 @@ def ablate(
             "single-node cluster of --workers CPUs."
         ),
     ] = None,
+    pack: Annotated[
+        int | None,
+        typer.Option(
+            help="Runs per process at most, trained in lock-step with one batched learner; "
+            "each run's results are those it gives alone. Runs of other networks, batch sizes "
+            "or envs go to other packs. Default 1."
+        ),
+    ] = None,
     cpus_per_run: Annotated[
-        float | None, typer.Option(help="--backend ray: CPUs each run holds (default 1).")
+        float | None,
+        typer.Option(
+            help="--backend ray: CPUs each Ray task holds; a task runs one pack (default 1)."
+        ),
     ] = None,
     gpus_per_run: Annotated[
         float | None,
-        typer.Option(help="--backend ray: GPUs each run holds; 0.25 puts 4 runs on a GPU."),
+        typer.Option(
+            help="--backend ray: GPUs each Ray task (one pack) holds; 0.25 puts 4 on a GPU."
+        ),
     ] = None,
     retries: Annotated[
         int | None,
@@ -107,7 +120,9 @@ def ablate(
     from per_dqn.sweeps import backends
     from per_dqn.sweeps import plan as sweeps
 
-    options = backends.Options(workers, address, cpus_per_run, gpus_per_run, retries)
+    if pack is not None and pack < 1:
+        fail([f"--pack must be >= 1, got {pack}"])
+    options = backends.Options(workers, address, cpus_per_run, gpus_per_run, retries, pack)
     try:
         runner = backends.create(backend.value, options)
     except backends.OptionError as exc:

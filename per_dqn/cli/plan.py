@@ -24,11 +24,20 @@ def plan(
         Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
     ] = None,
     set_: SetOption = None,
+    pack: Annotated[
+        int | None,
+        typer.Option(
+            help="Also plan a pack of this many such runs in one process (ablate --pack)."
+        ),
+    ] = None,
 ) -> None:
     """Print the replay memory's bytes per transition and total against the available RAM.
 
-    Nothing is allocated. Exit 2 if the memory would not fit (`train` refuses the same config).
+    Nothing is allocated. Exit 2 if the memory would not fit (`train` refuses the same config),
+    or, with --pack K, if K of them would not (`ablate --pack K` refuses the same).
     """
+    if pack is not None and pack < 1:
+        fail([f"--pack must be >= 1, got {pack}"])
     overrides = parse_sets(set_)
     if replay is not None:
         overrides.append(Override("replay.kind", replay.value, "--replay"))
@@ -37,7 +46,10 @@ def plan(
         memory = api.memory_plan(cfg)
     except ValueError as exc:
         fail([f"{config}: {exc}"])
-    for line in api.describe_memory_plan(memory):
+    for line in api.describe_memory_plan(memory, pack):
         typer.echo(line)
     if not memory.fits:
         fail([f"{config}: {memory.refusal()}"])
+    refused = api.pack_refusal([memory] * pack) if pack is not None and pack > 1 else None
+    if refused is not None:
+        fail([f"{config}: {refused}"])

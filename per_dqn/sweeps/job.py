@@ -13,6 +13,7 @@ what a job needs, and is the only other place a sweep builds a ``Trainer``).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import traceback
 from collections.abc import Sequence
@@ -59,6 +60,40 @@ def preflight(sweep: Sweep) -> None:
             if line is None:
                 raise
             raise ValueError(f"{sweep.record['config']}: {line}") from None
+
+
+def pack_jobs(jobs: Sequence[Job], size: int) -> list[list[Job]]:
+    """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.group_into_packs``: runs
+    whose networks, batch size or env differ go to different packs), in sweep order."""
+    if size <= 1:
+        return [[job] for job in jobs]
+    from per_dqn.packing import group_into_packs
+
+    groups = group_into_packs([job_config(job) for job in jobs], size)
+    return [[jobs[i] for i in members] for members in groups]
+
+
+def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:
+    """``plan.pack_refusal`` for a pack of jobs: the one line that refuses it when its replay
+    memories, held at once by one process, do not fit in the available RAM (the env of each is
+    made once, to learn its observations' shape)."""
+    from per_dqn import plan
+
+    specs: dict[str, Any] = {}
+    plans = []
+    for job in jobs:
+        config = job_config(job)
+        if config.env.id not in specs:
+            specs[config.env.id] = plan.env_spec(config)
+        plans.append(plan.memory_plan(config, specs[config.env.id]))
+    return plan.pack_refusal(plans)
+
+
+def describe_packs(packs: Sequence[Sequence[Job]]) -> str:
+    """``12 runs in 3 packs (4, 4, 4)``: how a sweep was packed."""
+    runs = sum(len(members) for members in packs)
+    sizes = ", ".join(str(len(members)) for members in packs)
+    return f"{runs} run{'s' * (runs != 1)} in {len(packs)} pack{'s' * (len(packs) != 1)} ({sizes})"
 
 
 @dataclass(frozen=True)
@@ -109,46 +144,116 @@ def run_job(
     """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
     lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
     unfinished run dir is cleared and the run starts from zero. ``callbacks`` are the run's
-    (``per_dqn.run.Callback``): the Ray backend's report its progress.
+    (``per_dqn.run.Callback``): the Ray backend's report its progress. A pack of one
+    (``run_jobs``).
 
     Raises:
         RunDirInUse: another process writes the run dir.
     """
+    (outcome,) = run_jobs([job], out, should_stop, [callbacks], raise_lock_errors=True)
+    return outcome
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    out: Path,
+    should_stop: ShouldStop | None = None,
+    callbacks: Sequence[Sequence[Any]] | None = None,
+    raise_lock_errors: bool = False,
+) -> list[Outcome]:
+    """Runs jobs together in this process, as one pack (``per_dqn.packs.run_pack``; their
+    configs share a ``packs.pack_key``), each as ``run_job`` runs it alone: its run dir locked,
+    skipped if finished since the sweep was planned, resumed from its newest usable checkpoint
+    or cleared and started from zero. A job that cannot start (its run dir in use, its trainer
+    not built) or that fails (a diverged loss) is one ``Outcome`` with its error; the others go
+    on.
+
+    Returns:
+        One ``Outcome`` per job, in order.
+    """
     from per_dqn import checkpoint as ckpt
+    from per_dqn.packs import run_pack
     from per_dqn.run import Trainer
 
-    config = job_config(job)
-    run_dir = out / job.run_dir
-    with rundir.lock_run_dir(run_dir):
-        summary = runs.read_summary(run_dir)
-        if summary is not None and summary.get("interrupted") is False:
-            # Finished by another command since this sweep was planned.
-            return Outcome(job, summary["final_eval_return_mean"], summary["wall_seconds"])
-        trainer = Trainer(config, job.config_name)
+    hooks = list(callbacks) if callbacks is not None else [() for _ in jobs]
+    if len(jobs) > 1:
+        refused = pack_memory_refusal(jobs)
+        if refused is not None:
+            return [Outcome(job, error=f"ValueError: {refused}") for job in jobs]
+    outcomes: list[Outcome | None] = [None] * len(jobs)
+    started: list[tuple[int, Any]] = []  # (index, trainer)
+    with contextlib.ExitStack() as held:
         try:
-            found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
-            # A final checkpoint without a finished summary (killed between the two writes) is
-            # not continued: that would evaluate a second time and score the run differently
-            # from one never stopped.
-            resumed = found.path is not None and not found.manifest.get("final")
-            if resumed:
+            for i, job in enumerate(jobs):
+                run_dir = out / job.run_dir
                 try:
-                    trainer.load_checkpoint(found.path)
-                except ckpt.CheckpointError:
-                    resumed = False
-                    trainer.close()  # it may hold part of the checkpoint
-                    trainer = Trainer(config, job.config_name)
-            if not resumed:
-                clear_run_dir(run_dir)
-            summary = trainer.run(run_dir, should_stop=should_stop, callbacks=callbacks)
+                    held.enter_context(rundir.lock_run_dir(run_dir))
+                except rundir.RunDirInUse as exc:
+                    if raise_lock_errors:
+                        raise
+                    outcomes[i] = Outcome(job, error=error_line(exc))
+                    continue
+                summary = runs.read_summary(run_dir)
+                if summary is not None and summary.get("interrupted") is False:
+                    # Finished by another command since this sweep was planned.
+                    outcomes[i] = Outcome(
+                        job, summary["final_eval_return_mean"], summary["wall_seconds"]
+                    )
+                    continue
+                try:
+                    trainer = _trainer(Trainer, ckpt, job, run_dir)
+                except Exception as exc:
+                    if len(jobs) == 1:
+                        raise
+                    outcomes[i] = Outcome(job, error=error_line(exc))
+                    continue
+                started.append((i, trainer))
+            if started:
+                ended = run_pack(
+                    [t for _, t in started],
+                    [out / jobs[i].run_dir for i, _ in started],
+                    should_stop,
+                    [hooks[i] for i, _ in started],
+                )
+                for (i, _), member in zip(started, ended, strict=True):
+                    if member.error is not None:
+                        if len(jobs) == 1:
+                            raise member.error
+                        outcomes[i] = Outcome(jobs[i], error=error_line(member.error))
+                    else:
+                        summary = member.summary
+                        outcomes[i] = Outcome(
+                            jobs[i],
+                            final_return=summary["final_eval_return_mean"],
+                            wall_seconds=summary["wall_seconds"],
+                            interrupted=summary["interrupted"],
+                        )
         finally:
-            trainer.close()
-    return Outcome(
-        job,
-        final_return=summary["final_eval_return_mean"],
-        wall_seconds=summary["wall_seconds"],
-        interrupted=summary["interrupted"],
-    )
+            for _, trainer in started:
+                trainer.close()
+    return [o for o in outcomes if o is not None]
+
+
+def _trainer(trainer_class: Any, ckpt: Any, job: Job, run_dir: Path) -> Any:
+    """The job's trainer, resumed from the run dir's newest usable checkpoint, or fresh in a
+    cleared run dir."""
+    config = job_config(job)
+    trainer = trainer_class(config, job.config_name)
+    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    # A final checkpoint without a finished summary (killed between the two writes) is not
+    # continued: that would evaluate a second time and score the run differently from one never
+    # stopped.
+    resumed = found.path is not None and not found.manifest.get("final")
+    if resumed:
+        try:
+            trainer.load_checkpoint(found.path)
+        except ckpt.CheckpointError:
+            resumed = False
+            trainer.close()  # it may hold part of the checkpoint
+            trainer = trainer_class(config, job.config_name)
+    if not resumed:
+        clear_run_dir(run_dir)
+    return trainer
 
 
 def error_line(exc: BaseException) -> str:

@@ -9,7 +9,8 @@ also while it runs. No plotting and no statistics here: the runner must not pay 
 A sweep dir may come from elsewhere (a shared disk, an archive) and be damaged: ``collect`` reads
 it as far as it can. A run whose path leaves the sweep dir (``../``, an absolute path, a symlink
 out), whose ``summary.json`` is not a regular file, not JSON or lacks a field the report needs,
-or that does not match its ``sweep.json`` entry, is skipped and named (``Skipped``); the others
+or that does not match its ``sweep.json`` entry, or whose event file holds a record TensorBoard
+cannot read (its curves would be cut short there), is skipped and named (``Skipped``); the others
 are reported.
 """
 
@@ -108,9 +109,51 @@ def read_curve(run_dir: Path, tag: str = EVAL_RETURN_MEAN) -> list[tuple[int, fl
     return read_curves(run_dir, (tag,))[tag]
 
 
+class EventDataLoss(ValueError):
+    """An event file that TensorBoard stops reading before its end (a record cut short or failing
+    its CRC): the curves read from it would be cut short, silently.
+
+    Attributes:
+        path: the event file.
+        reason: TensorBoard's reader's own words.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: damaged event file, read only up to a bad record ({reason})")
+        self.path = path
+        self.reason = reason
+
+
+# TensorBoard's event file reader swallows a damaged record (as a partial write it may read in
+# full later) and tells of it only at DEBUG level, on TensorBoard's one logger.
+_TENSORBOARD_LOG = "tensorboard"
+
+
+class _Losses(logging.Handler):
+    """Collects the reader's "Truncated record in <file> (<error>)" notes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.found: list[tuple[Path, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Truncated record in") and len(record.args or ()) == 2:
+            path, error = record.args  # type: ignore[misc]
+            reason = str(error)
+            for named in (repr(os.fsencode(str(path))), str(path)):  # its file, named as bytes
+                reason = reason.replace(named, "")
+            reason = " ".join(reason.split())
+            self.found.append((Path(str(path)), reason))
+
+
 def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[int, float]]]:
     """``read_curve`` of several tags, reading the event files once (an empty list for a tag
-    the run never logged)."""
+    the run never logged).
+
+    Raises:
+        EventDataLoss: an event file holds a record TensorBoard cannot read (truncated, or failing
+            its CRC): TensorBoard would show, and this would return, curves cut short there.
+    """
     # Imported here: tensorboard takes a second to import and a bad command line must not wait.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -118,13 +161,20 @@ def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[in
     # A resumed run's event file starts with the resume's purge_step, which drops what the run
     # logged after its last checkpoint (so that no step counts twice); TensorBoard warns of it as
     # an unexpected restart, once per resumed run. Here it is by design.
-    tensorboard_log = logging.getLogger("tensorboard")
-    level = tensorboard_log.level
-    tensorboard_log.setLevel(logging.ERROR)
+    log = logging.getLogger(_TENSORBOARD_LOG)
+    saved = log.level, log.propagate
+    losses = _Losses()
+    log.setLevel(logging.DEBUG)
+    log.propagate = False  # its notes, the restart warnings included, reach only ``losses``
+    log.addHandler(losses)
     try:
         events.Reload()
     finally:
-        tensorboard_log.setLevel(level)
+        log.removeHandler(losses)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+    if losses.found:
+        raise EventDataLoss(*losses.found[0])
     logged = set(events.Tags()["scalars"])
     return {
         tag: sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))
@@ -320,7 +370,14 @@ def _read_run(
         "env_steps": _field(summary, "env_steps", "int", where),
         "wall_seconds": _field(summary, "wall_seconds", "number", where),
     }
-    curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN))
+    try:
+        curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN))
+    except EventDataLoss as exc:
+        raise _Damaged(
+            _rel(out, exc.path),
+            f"damaged event file: TensorBoard stops reading it at a bad record ({exc.reason}), "
+            "so its curves would be cut short",
+        ) from None
     weights = [value for _, value in curves[PER_IS_WEIGHT_MEAN]]
     return Run(
         env_id=env_id,

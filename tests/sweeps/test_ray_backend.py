@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
+import json
 import os
 import re
 import shutil
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from support import (
     CHECKOUT,
     TINY,
@@ -36,6 +35,7 @@ from support import (
     curves,
     descendants,
     ray_args,
+    run_cli,
     running,
     sets,
     start_cli,
@@ -45,15 +45,13 @@ from support import (
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import rundir, tags
+from per_dqn import rundir
 from per_dqn.cli import app
 from per_dqn.config import parse_override
-from per_dqn.provenance import redact_argv
 from per_dqn.run import Trainer
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
 from per_dqn.sweeps.job import job_config
-from per_dqn.sweeps.progress import SweepProgress
 
 runner = CliRunner()
 
@@ -138,32 +136,25 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt; its
     progress display, off a terminal, shows runs running with their steps and SPS, as the tasks
     report them, and then all four done; each run's provenance names that node and the task's
-    first attempt."""
-    import ray
-
-    overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
-    sweep = plan.plan_sweep(
-        "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600, overrides, tmp_path / "sweep"
-    )
-    sweep.out.mkdir()
-    with ray_backend.connect(ray_backend.RayOptions(local_cpus=2)) as cluster:
-        nodes = ray.nodes()
-        assert [n["NodeManagerAddress"] for n in nodes] == ["127.0.0.1"]
-        assert cluster.address.startswith("127.0.0.1:") and cluster.started
-        assert cluster.describe().startswith(f"a local Ray cluster at {cluster.address}: 1 node")
-        cluster.check_storage(sweep.out)
-        assert list(sweep.out.iterdir()) == []  # the marker is gone
-        text = io.StringIO()
-        console = Console(file=text, force_terminal=False, width=200)
-        with SweepProgress(4, console=console, plain_interval_s=0.0) as shown:
-            result = cluster.run_sweep(sweep, progress=shown)
-        reported_through_the_board = board_lines(ray)
-    assert not ray.is_initialized()
-    assert not result.failed and not result.interrupted and len(result.outcomes) == 4
-    for s in assert_same_runs(sweep.out, local_reference).values():
-        where = {"node_ip": "127.0.0.1", "node_id": nodes[0]["NodeID"], "attempt": 0}
-        assert s["provenance"]["ray"] == where
-    lines = text.getvalue().splitlines()
+    first attempt. The driver runs in its own process (tests/sweeps/ray_driver.py says why)."""
+    out = tmp_path / "sweep"
+    driver = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("ray_driver.py")), str(out)],
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    seen = json.loads(driver.stdout.splitlines()[-1])
+    ((node_ip, node_id),) = seen["nodes"]
+    assert node_ip == "127.0.0.1"
+    assert seen["address"].startswith("127.0.0.1:") and seen["started"]
+    assert seen["describe"].startswith(f"a local Ray cluster at {seen['address']}: 1 node")
+    assert seen["after_storage_check"] == []  # the marker is gone
+    assert not seen["initialized_after"]
+    assert seen["failed"] == 0 and not seen["interrupted"] and seen["outcomes"] == 4
+    for s in assert_same_runs(out, local_reference).values():
+        assert s["provenance"]["ray"] == {"node_ip": "127.0.0.1", "node_id": node_id, "attempt": 0}
+    lines = seen["display"]
     heads = [line.split("  elapsed")[0] for line in lines if line.startswith("sweep ")]
     assert heads[-1] == "sweep 4/4 done, 0 running, 0 pending"
     # 2 CPUs: 2 tasks at a time (a run of 600 steps may start and end between two polls)
@@ -180,40 +171,13 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     assert all(
         w[4] == "SPS" and float(w[3].replace(",", "")) > 0 for w in reported if w[1] != "starting"
     )
-    assert reported_through_the_board == [
+    assert seen["board_lines"] == [
         "sweep 1/4 done, 2 running, 1 pending",
         "  proportional/s1  starting",
         "  uniform/s0       300/600 steps  1,234 SPS",
         "sweep 2/4 done, 1 running, 1 pending",
         "  proportional/s1  starting",
     ]
-
-
-def board_lines(ray) -> list[str]:
-    """What the display shows of runs that report through a real board actor, as the tasks'
-    ``_Reporter`` does, with no race against the driver's polls: the Reporter's first report
-    (``starting``) and a log point's steps and SPS, then the same board after a run's task has
-    returned (gone from the display, whatever the board last heard). Calls from one process to
-    one actor run in order, so the snapshot sees both reports. The elapsed time is cut off.
-
-    Pins the CI failure where the end-to-end test above saw no run between two log points, and
-    so checked no steps at all, because its runs were faster than the 1 s poll."""
-    board = ray.remote(num_cpus=0)(ray_backend._Board).remote()
-    # The actor's process is up before the display's poll, which waits 1 s at most.
-    assert ray.get(board.snapshot.remote(), timeout=60) == {}
-    text = io.StringIO()
-    console = Console(file=text, force_terminal=False, width=200)
-    try:
-        with SweepProgress(4, done=1, console=console, plain_interval_s=0.0) as progress:
-            shown = ray_backend.Shown(board, progress, done=1)
-            ray_backend._Reporter(board, "proportional/s1", 600)
-            ray_backend._Reporter(board, "uniform/s0", 600).on_log(300, {tags.PERF_SPS: 1234.4})
-            shown.refresh(ray, {"proportional/s1", "uniform/s0"})
-            shown.done = 2
-            shown.refresh(ray, {"proportional/s1"})
-    finally:
-        ray.kill(board)
-    return [line.split("  elapsed")[0] for line in text.getvalue().splitlines()]
 
 
 def cmdline(pid: int) -> str:
@@ -323,10 +287,11 @@ def ray_head(ray_env):
 
 
 def invoke_until_connected(args: list[str]):
-    """The CLI against the head, once the head accepts drivers (it starts in ~5 s)."""
+    """The CLI against the head, in its own process (``run_cli``: the test process never
+    connects to Ray), once the head accepts drivers (it starts in ~5 s)."""
     deadline = time.monotonic() + 90
     while True:
-        result = runner.invoke(app, args)
+        result = run_cli(args)
         waiting = "cannot connect to Ray" in result.stderr or "no Ray cluster" in result.stderr
         if not waiting or time.monotonic() > deadline:
             return result
@@ -374,7 +339,8 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     needs no cluster)."""
     address, _ = ray_head
     out = tmp_path / "sweep"
-    result = invoke_until_connected(ray_args(out, "--address", address, *sets("run.device=cpu")))
+    args = ray_args(out, "--address", address, *sets("run.device=cpu"))
+    result = invoke_until_connected(args)
     assert result.exit_code == 0, result.output
     assert f"ray: the Ray cluster at {address}: 1 node, 2 CPUs\n" in result.stdout
     assert "4 runs, 0 finished, 4 to run on Ray\n" in result.stdout
@@ -382,7 +348,7 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     assert "Runs used: 4 of 4 planned; missing: none." in (out / "report.md").read_text()
     assert not (out / ray_backend.STOP_FILE).exists()
     # the driver's command, not the Ray worker's own
-    assert summary_of(out / "uniform/s0")["provenance"]["command"] == redact_argv(sys.argv)
+    assert summary_of(out / "uniform/s0")["provenance"]["command"][1:] == args
     assert summary_of(out / "uniform/s0")["provenance"]["ray"]["node_ip"] == "127.0.0.1"
 
     again = runner.invoke(app, ray_args(out, "--address", "127.0.0.1:1", *sets("run.device=cpu")))
@@ -495,7 +461,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
     if signum != signal.SIGINT:
         return
 
-    result = runner.invoke(app, args)
+    result = run_cli(args)
     assert result.exit_code == 0, result.output
     assert "2 runs, 0 finished, 2 to run on Ray\n" in result.stdout
     for run_dir in run_dirs:
@@ -574,7 +540,7 @@ def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_h
     kept = [int(c.name.removeprefix("step_")) for c in checkpoints]
     assert kept and 300 <= kept[-1] < 1200
 
-    result = runner.invoke(app, args)
+    result = run_cli(args)
     assert result.exit_code == 0, result.output
     assert "2 runs, 1 finished, 1 to run on Ray\n" in result.stdout
     s = summary_of(killed)

@@ -651,6 +651,38 @@ def test_a_damaged_sweep_is_reported_as_far_as_it_can_be(cartpole_sweep, tmp_pat
     assert "sweep.json (runs[8].run_dir '../elsewhere/run' leaves the sweep dir)" in text
 
 
+def test_an_event_file_tensorboard_cannot_read_skips_its_run(cartpole_sweep):
+    """Bug pinned: a damaged event file (a byte flipped, or its end cut off) gave a shorter
+    curve without a word, since TensorBoard's reader stops at a bad record and says so only at
+    DEBUG level; the report then measured the run on the part before it. Now the run is skipped
+    with one warning naming the file and TensorBoard's reason, as for a damaged summary, and
+    the other runs are reported."""
+    out = cartpole_sweep
+    (flipped,) = (out / "uniform/s0").glob("events.out.tfevents.*")
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    (cut,) = (out / "proportional/s1").glob("events.out.tfevents.*")
+    with open(cut, "r+b") as file:
+        file.truncate(cut.stat().st_size - 3)
+
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    damaged = "damaged event file: TensorBoard stops reading it at a bad record"
+    assert sorted(result.stderr.splitlines()) == [
+        f"warning: {cut}: {damaged} (has truncated record in data crc), so its curves would be "
+        "cut short; run skipped",
+        f"warning: {flipped}: {damaged} (failed event crc32 check), so its curves would be cut "
+        "short; run skipped",
+    ]
+    with (out / "scores.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["arm"], int(r["seed"])) for r in rows) == [
+        ("proportional", 0), ("proportional", 2), ("proportional", 3),
+        ("uniform", 1), ("uniform", 2), ("uniform", 3),
+    ]  # fmt: skip
+
+
 def test_a_sweep_with_no_run_that_can_be_reported_is_one_error_and_writes_nothing(tmp_path):
     """Issue 23 item 10: when no run can be reported, each bad file is still named, then one
     ``error:`` line, exit 2, and no report file is written."""

@@ -53,6 +53,8 @@ class Options:
         cpus_per_run: ``--cpus-per-run``: CPUs each Ray task holds.
         gpus_per_run: ``--gpus-per-run``: GPUs each Ray task holds.
         retries: ``--retries``: how often a Ray task whose worker died is retried.
+        pack: ``--pack``: runs per pack at most (``per_dqn.packs``): a local worker, or a Ray
+            task, runs a pack at a time.
     """
 
     workers: int | None = None
@@ -60,6 +62,7 @@ class Options:
     cpus_per_run: float | None = None
     gpus_per_run: float | None = None
     retries: int | None = None
+    pack: int | None = None
 
 
 class OptionError(ValueError):

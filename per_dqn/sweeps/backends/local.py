@@ -1,7 +1,8 @@
 """The local backend: a sweep's runs in worker processes on this machine.
 
-Each worker is a ``spawn``-ed process that runs jobs one at a time through ``job.run_job`` (as
-``per-dqn train --quiet --run-dir ...`` would, holding the run dir's lock), torch on
+Each worker is a ``spawn``-ed process that runs packs of jobs one at a time through
+``job.run_jobs`` (each job as ``per-dqn train --quiet --run-dir ...`` would run it, holding its
+run dir's lock; ``--pack K`` puts up to K jobs in one pack, one job by default), torch on
 ``run.torch_threads`` threads (1 by default). Ctrl-C or SIGTERM interrupts the runs in progress
 the way they interrupt ``per-dqn train`` (stop between two env steps, checkpoint, summary marked
 ``interrupted``) and starts no new run.
@@ -27,11 +28,20 @@ from typing import Any
 
 from per_dqn.stopping import StopSignals
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Options
-from per_dqn.sweeps.job import Outcome, SweepResult, error_line, preflight, run_job
+from per_dqn.sweeps.job import (
+    Outcome,
+    SweepResult,
+    describe_packs,
+    error_line,
+    pack_jobs,
+    pack_memory_refusal,
+    preflight,
+    run_jobs,
+)
 from per_dqn.sweeps.plan import Job, Sweep, check_workers, start_sweep
 
 # The ``backends.Options`` fields this backend takes.
-OPTIONS = frozenset({"workers"})
+OPTIONS = frozenset({"workers", "pack"})
 
 
 class LocalBackend:
@@ -41,15 +51,22 @@ class LocalBackend:
         workers: processes at most (None: one per CPU core); checked in ``check``.
     """
 
-    def __init__(self, workers: int | None) -> None:
+    def __init__(self, workers: int | None, pack: int | None = None) -> None:
         self.requested = workers
         self.workers = 1
+        self.pack = pack or 1
 
     def check(self, sweep: Sweep, todo: Sequence[Job]) -> None:
-        """Checks the worker count and, when there is something to run, builds one trainer per
+        """Checks the worker count and, when there is something to run, that each pack's replay
+        memories fit in RAM together (``job.pack_memory_refusal``) and builds one trainer per
         env here, where the runs will be (``job.preflight``)."""
         self.workers = check_workers(self.requested)
         if todo:
+            # The packs' memories first: nothing is allocated for that check.
+            for members in pack_jobs(todo, self.pack):
+                refused = pack_memory_refusal(members) if len(members) > 1 else None
+                if refused is not None:
+                    raise ValueError(refused)
             preflight(sweep)
 
     def prepare(self, sweep: Sweep, todo: Sequence[Job]) -> AbstractContextManager[list[str]]:
@@ -57,16 +74,18 @@ class LocalBackend:
         return nullcontext([])
 
     def describe(self, todo: Sequence[Job]) -> str:
-        used = min(self.workers, len(todo))
-        return f"{used} worker{'s' * (used > 1)}"
+        packs = pack_jobs(todo, self.pack)
+        used = min(self.workers, len(packs))
+        where = f"{used} worker{'s' * (used > 1)}"
+        return where if self.pack == 1 else f"{where}, {describe_packs(packs)}"
 
     def run(self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None) -> SweepResult:
-        return run_sweep(sweep, self.workers, on_outcome)
+        return run_sweep(sweep, self.workers, on_outcome, self.pack)
 
 
 def create(options: Options) -> LocalBackend:
     """The local backend from ``ablate``'s options."""
-    return LocalBackend(options.workers)
+    return LocalBackend(options.workers, options.pack)
 
 
 # The sweep's process: a worker whose parent changes has lost it (it was reparented).
@@ -133,30 +152,36 @@ def _take_jobs(out: Path, jobs: Any, results: Any, stop: Any, signals: StopSigna
             continue
         if job is None or stop.is_set() or should_stop():
             return
+        pack = job  # a list of jobs: one pack (packs.run_pack), one job by default
         try:
             with signals.watching(signal.SIGINT):
-                outcome = run_job(job, out, should_stop)
+                outcomes = run_jobs(pack, out, should_stop)
         except KeyboardInterrupt:
-            outcome = Outcome(job, interrupted=True)
+            outcomes = [Outcome(one, interrupted=True) for one in pack]
         except Exception as exc:
-            outcome = Outcome(job, error=error_line(exc))
+            outcomes = [Outcome(one, error=error_line(exc)) for one in pack]
         if _parent_is_gone():
             results.cancel_join_thread()
-        results.put(outcome)
-        if outcome.interrupted:
+        for outcome in outcomes:
+            results.put(outcome)
+        if any(outcome.interrupted for outcome in outcomes):
             return
 
 
 def run_sweep(
-    sweep: Sweep, workers: int, on_outcome: Callable[[Outcome], None] | None = None
+    sweep: Sweep,
+    workers: int,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    pack: int = 1,
 ) -> SweepResult:
     """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
     run from its newest usable checkpoint when it has one.
 
     Args:
         sweep: from ``plan.plan_sweep`` (whose checks this relies on).
-        workers: processes at most (never more than there are runs to do).
+        workers: processes at most (never more than there are packs to run).
         on_outcome: called in this process as each run ends.
+        pack: runs per pack at most (``plan.pack_jobs``): a worker runs a pack at a time.
 
     Returns:
         What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
@@ -172,9 +197,10 @@ def run_sweep(
     jobs, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
     # After Ctrl-C, jobs no worker took stay queued; exiting must not wait to flush them.
     jobs.cancel_join_thread()
-    count = min(workers, len(todo))
-    for job in todo:
-        jobs.put(job)
+    packs = pack_jobs(todo, pack)
+    count = min(workers, len(packs))
+    for members in packs:
+        jobs.put(members)
     for _ in range(count):
         jobs.put(None)
     procs = [

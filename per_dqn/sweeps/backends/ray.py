@@ -1,11 +1,12 @@
 """Sweeps on a Ray cluster: the runs ``ablate`` plans, each a Ray task holding its resources.
 
 ``per-dqn ablate ... --backend ray`` runs the same plan as the local backend (``plan.plan_sweep``:
-the pairing, the run dirs, the record) through the same ``job.run_job`` as a local worker, so
+the pairing, the run dirs, the record) through the same ``job.run_jobs`` as a local worker, so
 skipping finished runs, resuming from checkpoints and ``report`` are one code path, and a run on
 CPU gives the same summary and ``model.pt`` under either backend. Only where a run executes
 changes: a task on any node of the cluster, with ``--cpus-per-run`` CPUs and ``--gpus-per-run``
-GPUs (fractions share one GPU among small runs).
+GPUs (fractions share one GPU among small runs). A task runs one pack of runs (``--pack K``, up
+to K runs trained together; one run by default), and those resources are the pack's.
 
 Where the cluster comes from:
 
@@ -22,7 +23,7 @@ starts: the driver writes a marker file into the sweep dir and a task on every a
 back; a node that cannot is one line naming it, and the sweep is refused.
 
 Faults: a task whose worker process dies (SIGKILL, out of memory, a node leaving) is retried by
-Ray up to ``--retries`` times; the retry's ``run_job`` resumes from the run's newest usable
+Ray up to ``--retries`` times; the retry's ``run_jobs`` resumes from the run's newest usable
 checkpoint, as a re-run of the sweep would (the dead worker's run dir lock went with it). A run that
 fails on its own terms (a bad config, the loss turning NaN) returns an ``Outcome`` with its error
 instead of raising, so it is never retried, and is reported as on the local backend.
@@ -60,7 +61,16 @@ from typing import Any
 from per_dqn import provenance
 from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
-from per_dqn.sweeps.job import Outcome, SweepResult, error_line, job_config, preflight, run_job
+from per_dqn.sweeps.job import (
+    Outcome,
+    SweepResult,
+    describe_packs,
+    error_line,
+    job_config,
+    pack_jobs,
+    preflight,
+    run_jobs,
+)
 from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import RunProgress, SweepProgress
 from per_dqn.tags import PERF_SPS
@@ -119,6 +129,7 @@ class RayOptions:
     gpus_per_run: float = 0.0
     retries: int = DEFAULT_RETRIES
     local_cpus: int | None = None
+    pack: int = 1
 
 
 def check_options(options: RayOptions) -> RayOptions:
@@ -311,20 +322,24 @@ class Cluster:
             retry_exceptions=False,
         )
         argv = provenance.redact_argv(sys.argv)  # a secret never travels to the cluster
-        pending = {task.remote(job, str(out), str(stop_file), argv, board): job for job in todo}
+        # One task per pack (``--pack``; a pack of one job by default).
+        pending = {
+            task.remote(members, str(out), str(stop_file), argv, board): members
+            for members in pack_jobs(todo, self.options.pack)
+        }
         shown = Shown(board, progress, done)
 
         def collect(timeout: float) -> None:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             for ref in ready:
-                job = pending.pop(ref)
-                outcome = self._outcome(ref, job)
-                result.outcomes.append(outcome)
-                result.interrupted |= outcome.interrupted
-                shown.done += outcome.final_return is not None
-                if on_outcome is not None:
-                    on_outcome(outcome)
-            shown.refresh(ray, {job.run_dir for job in pending.values()})
+                members = pending.pop(ref)
+                for outcome in self._outcomes(ref, members):
+                    result.outcomes.append(outcome)
+                    result.interrupted |= outcome.interrupted
+                    shown.done += outcome.final_return is not None
+                    if on_outcome is not None:
+                        on_outcome(outcome)
+            shown.refresh(ray, {job.run_dir for members in pending.values() for job in members})
 
         try:
             while pending:
@@ -345,16 +360,16 @@ class Cluster:
             ray.kill(board)
         return result
 
-    def _outcome(self, ref: Any, job: Job) -> Outcome:
+    def _outcomes(self, ref: Any, members: list[Job]) -> list[Outcome]:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
             # The worker died more often than --retries allows, or the task was cancelled.
-            return Outcome(
-                job,
-                error=f"its Ray task failed after {self.options.retries} retries: "
-                + error_line(exc).splitlines()[0][:500],
+            error = (
+                f"its Ray task failed after {self.options.retries} retries: "
+                + error_line(exc).splitlines()[0][:500]
             )
+            return [Outcome(job, error=error) for job in members]
 
 
 # How often the driver asks the board where the running runs are, in seconds.
@@ -465,7 +480,7 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
 
 
 # The ``backends.Options`` fields this backend takes.
-OPTIONS = frozenset({"workers", "address", "cpus_per_run", "gpus_per_run", "retries"})
+OPTIONS = frozenset({"workers", "address", "cpus_per_run", "gpus_per_run", "retries", "pack"})
 
 
 def create(options: Options) -> RayBackend:
@@ -482,6 +497,7 @@ def create(options: Options) -> RayBackend:
                 gpus_per_run=0.0 if options.gpus_per_run is None else options.gpus_per_run,
                 retries=DEFAULT_RETRIES if options.retries is None else options.retries,
                 local_cpus=options.workers,
+                pack=options.pack or 1,
             )
         )
     )
@@ -543,7 +559,9 @@ class RayBackend:
                 self.cluster = None
 
     def describe(self, todo: Sequence[Job]) -> str:
-        return "Ray"
+        if self.options.pack == 1:
+            return "Ray"
+        return f"Ray, {describe_packs(pack_jobs(todo, self.options.pack))}"
 
     def run(self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None) -> SweepResult:
         """Runs the sweep on the prepared cluster, with the runs done, running (steps, SPS) and
@@ -711,11 +729,13 @@ def _where_this_runs() -> dict[str, Any]:
     }
 
 
-def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -> Outcome:
-    """One run in a Ray worker, exactly as a local worker runs it (``job.run_job``): resumed
-    from its newest usable checkpoint, stopped by the stop file, reporting its progress to
-    ``board`` (a ``_Board`` actor). Its own failure is returned, not raised, so that Ray does not
-    retry it.
+def _run_task(
+    members: list[Job], out: str, stop_file: str, argv: list[str], board: Any
+) -> list[Outcome]:
+    """One pack of runs in a Ray worker, exactly as a local worker runs it (``job.run_jobs``):
+    each resumed from its newest usable checkpoint, stopped by the stop file, reporting its
+    progress to ``board`` (a ``_Board`` actor). A run's own failure is returned, not raised, so
+    that Ray does not retry it.
 
     ``argv`` is the driver's command line: the run's provenance records the ``per-dqn ablate``
     command that asked for it, as a local worker's does, not the Ray worker's own; its ``ray``
@@ -723,14 +743,16 @@ def _run_task(job: Job, out: str, stop_file: str, argv: list[str], board: Any) -
     """
     stop = _StopFile(Path(stop_file))
     if stop():
-        return Outcome(job, interrupted=True)
+        return [Outcome(job, interrupted=True) for job in members]
     own_argv, sys.argv = sys.argv, list(argv)
     try:
-        total = job_config(job).train.total_env_steps
-        reporter = _Reporter(board, job.run_dir, total)
+        reporters = [
+            (_Reporter(board, job.run_dir, job_config(job).train.total_env_steps),)
+            for job in members
+        ]
         with provenance.recorded(ray=_where_this_runs()):
-            return run_job(job, Path(out), stop, callbacks=(reporter,))
+            return run_jobs(members, Path(out), stop, callbacks=reporters)
     except Exception as exc:
-        return Outcome(job, error=error_line(exc))
+        return [Outcome(job, error=error_line(exc)) for job in members]
     finally:
         sys.argv = own_argv

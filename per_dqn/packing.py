@@ -1,0 +1,60 @@
+"""Which runs may share a pack (``per_dqn.packs``), from their configs alone: no torch here, so
+that planning a sweep (``per_dqn.sweeps.plan.pack_jobs``) loads none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "pack_key", "packable"]
+
+
+# Agent keys that may differ inside a pack: each member applies its own (the learning rate and
+# Adam's eps per call of the fused kernel, the discount and the n-step return on the host, the
+# target update per member). Every other agent key shapes the tensors or the update.
+MEMBER_AGENT_KEYS = frozenset(
+    {"learning_rate", "learning_rate_end", "adam_eps", "n_step", "gamma", "tau",
+     "target_update_interval"}
+)  # fmt: skip
+
+
+def pack_key(config: Any) -> tuple:
+    """What runs must share to share a pack, from their configs: the env (its id and sub-env
+    count: the observations' and the actions' shapes), the batch size, the device and torch's
+    threads, and every agent key but ``MEMBER_AGENT_KEYS``. Anything else may differ: the
+    seed, the replay kind and every ``replay.*`` key, the exploration schedule, the budget."""
+    agent = config.agent.model_dump(mode="json")
+    return (
+        config.env.id,
+        config.env.num_envs,
+        config.train.batch_size,
+        config.run.device,
+        config.run.torch_threads,
+        tuple(sorted((k, repr(v)) for k, v in agent.items() if k not in MEMBER_AGENT_KEYS)),
+    )
+
+
+def packable(config: Any) -> bool:
+    """Whether a run can share a pack: a built-in network (``agent.network`` ``auto`` or a name);
+    a user's ``package.module:factory`` network is an opaque module whose layers cannot be
+    stacked, so its runs each make a pack of one."""
+    return ":" not in config.agent.network
+
+
+def group_into_packs(configs: Sequence[Any], size: int | None) -> list[list[int]]:
+    """Indices of ``configs`` grouped into packs: runs that share a ``pack_key``, in their
+    order, at most ``size`` to a pack (None: no limit); a run that is not ``packable`` alone."""
+    if size is not None and size < 1:
+        raise ValueError(f"the pack size must be >= 1, got {size}")
+    groups: dict[tuple, list[int]] = {}
+    for i, config in enumerate(configs):
+        if not packable(config):
+            groups[("alone", i)] = [i]  # a user's network computes alone
+            continue
+        groups.setdefault(pack_key(config), []).append(i)
+    packs = []
+    for members in groups.values():
+        step = len(members) if size is None else size
+        packs.extend(members[i : i + step] for i in range(0, len(members), step))
+    return packs

@@ -1,0 +1,179 @@
+"""A pack computes each member as it computes that member alone, bit for bit (issue 24).
+
+Agents built from one seed each learn from their own stream of batches, alone (a pack of one,
+what a single run is), in a pack of 4 and in a pack of 16 with other members (other seeds, other
+learning rates); after every update their TD errors and metrics, and at the end their networks,
+target networks and Adam states, are compared with ``torch.equal``: equal bits, not closeness.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from per_dqn.agent import DQNAgent
+from per_dqn.agent.pack import Pack
+from per_dqn.memory import Batch
+
+MLP = dict(obs_shape=(4,), hidden_sizes=(64, 64), network="auto")
+MINATAR = dict(obs_shape=(4, 10, 10), hidden_sizes=(32,), network="minatar_cnn")
+NATURE = dict(obs_shape=(4, 36, 36), hidden_sizes=(32,), network="nature_cnn", channels_last=True)
+
+
+def agent(seed: int, net: dict, **overrides) -> DQNAgent:
+    torch.manual_seed(seed)
+    kwargs = dict(
+        num_actions=3, dueling=True, double=True, gamma=0.99,
+        learning_rate=1e-3 * (1 + seed % 3), adam_eps=1e-8, loss="huber", grad_clip_norm=None,
+        target_update_interval=3, tau=1.0, device=torch.device("cpu"),
+    )  # fmt: skip
+    kwargs.update(net)
+    kwargs.update(overrides)
+    return DQNAgent(**kwargs)
+
+
+def batch(rng: np.random.Generator, shape: tuple[int, ...], size: int = 32) -> Batch:
+    if len(shape) == 1:
+        obs = rng.normal(size=(2, size, *shape)).astype(np.float32)
+    else:
+        obs = rng.integers(0, 2 if shape[1] == 10 else 256, size=(2, size, *shape), dtype=np.uint8)
+    return Batch(
+        obs=obs[0],
+        actions=rng.integers(0, 3, size).astype(np.int64),
+        rewards=rng.normal(size=size).astype(np.float32),
+        next_obs=obs[1],
+        terminated=rng.random(size) < 0.1,
+        indices=np.arange(size, dtype=np.int64),
+        weights=rng.random(size).astype(np.float32),
+        n_steps=rng.integers(1, 4, size).astype(np.uint8),
+    )
+
+
+def train(seeds: list[int], net: dict, updates: int, learns=None, **overrides):
+    """Agents of ``seeds`` in one pack (alone for one seed), ``updates`` rounds; in each round
+    the members ``learns(round, seed)`` allows (all by default) learn from their next batch.
+    Returns the agents and, per seed, every ``(td_abs, metrics)`` in order."""
+    agents = [agent(s, net, **overrides) for s in seeds]
+    pack = agents[0].pack if len(agents) == 1 else Pack(agents)
+    rngs = {s: np.random.default_rng(1000 + s) for s in seeds}
+    seen: dict[int, list] = {s: [] for s in seeds}
+    for round_ in range(updates):
+        batches = {
+            slot: batch(rngs[s], net["obs_shape"])
+            for slot, s in enumerate(seeds)
+            if learns is None or learns(round_, s)
+        }
+        if not batches:
+            continue
+        for slot, result in pack.learn(batches).items():
+            seen[seeds[slot]].append((result.td_abs, result.metrics))
+    return dict(zip(seeds, agents, strict=True)), seen
+
+
+def assert_same_agent(a: DQNAgent, b: DQNAgent) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    for part in ("online", "target"):
+        assert sa[part].keys() == sb[part].keys()
+        for key in sa[part]:
+            assert torch.equal(sa[part][key], sb[part][key]), (part, key)
+    oa, ob = sa["optimizer"], sb["optimizer"]
+    assert oa["param_groups"] == ob["param_groups"]
+    assert oa["state"].keys() == ob["state"].keys()
+    for i in oa["state"]:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(oa["state"][i][key], ob["state"][i][key]), (i, key)
+    assert sa["update_steps"] == sb["update_steps"]
+
+
+def assert_same_stream(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for (td_a, m_a), (td_b, m_b) in zip(a, b, strict=True):
+        assert np.array_equal(td_a, td_b)
+        assert m_a == m_b
+
+
+@pytest.mark.parametrize(
+    ("net", "updates", "overrides"),
+    [
+        (MLP, 60, {}),
+        (MLP, 30, {"grad_clip_norm": 0.5, "tau": 0.05, "target_update_interval": 1}),
+        (MLP, 30, {"dueling": False, "double": False, "loss": "mse"}),
+        (MINATAR, 20, {}),
+    ],
+    ids=["mlp", "mlp-clip-soft", "mlp-plain-mse", "minatar-cnn"],
+)
+def test_a_member_learns_the_same_bits_alone_and_in_packs_of_4_and_16(net, updates, overrides):
+    """Seed 3 alone, with 7, 12 and 5, and among 16: the same TD errors and metrics at every
+    update, and the same networks, target networks, Adam moments and step counts at the end."""
+    alone, alone_seen = train([3], net, updates, **overrides)
+    four, four_seen = train([7, 3, 12, 5], net, updates, **overrides)
+    sixteen, sixteen_seen = train(list(range(16)), net, updates, **overrides)
+    assert_same_stream(alone_seen[3], four_seen[3])
+    assert_same_stream(alone_seen[3], sixteen_seen[3])
+    assert_same_agent(alone[3], four[3])
+    assert_same_agent(alone[3], sixteen[3])
+    assert_same_agent(four[12], sixteen[12])
+    # The members did learn, each in its own way.
+    assert alone[3].update_steps == updates
+    first = next(iter(sixteen[3].online.parameters()))
+    assert not torch.equal(first, next(iter(sixteen[4].online.parameters())))
+
+
+def test_a_member_learning_without_the_others_learns_the_same_bits():
+    """Members that are not due sit a round out (the pack then learns through copies of the
+    slices of those that are): seed 3, which learns every round among members that learn every
+    other round, ends as seed 3 alone."""
+    alone, alone_seen = train([3], MLP, 40)
+    mixed, mixed_seen = train(list(range(8)), MLP, 40, learns=lambda r, s: s == 3 or r % 2 == 0)
+    assert_same_stream(alone_seen[3], mixed_seen[3])
+    assert_same_agent(alone[3], mixed[3])
+    assert mixed[5].update_steps == 20
+
+
+def test_a_nature_cnn_member_learns_the_same_bits_alone_and_packed():
+    """The Atari network (channels_last, uint8 stacks interleaved on the host), on small frames."""
+    alone, alone_seen = train([1], NATURE, 6)
+    packed, packed_seen = train([0, 1, 2], NATURE, 6)
+    assert_same_stream(alone_seen[1], packed_seen[1])
+    assert_same_agent(alone[1], packed[1])
+
+
+def test_acting_is_the_same_alone_and_packed():
+    """Greedy actions and Q-values of a member, for one observation and for several, from the
+    pack and from the agent alone."""
+    alone = agent(3, MLP)
+    others = [agent(s, MLP) for s in (0, 1, 2)]
+    pack = Pack([*others, agent(3, MLP)])
+    member = pack.agents[3]
+    rng = np.random.default_rng(0)
+    for rows in (1, 5):
+        obs = rng.normal(size=(rows, 4)).astype(np.float32)
+        assert np.array_equal(alone.greedy_actions(obs), member.greedy_actions(obs))
+        assert np.array_equal(alone.q_values(obs), member.q_values(obs))
+        both = pack.greedy_actions({0: obs, 3: obs})
+        assert np.array_equal(both[3], alone.greedy_actions(obs))
+
+
+def test_a_member_s_state_dict_continues_identically_in_an_agent_alone():
+    """A checkpoint's agent part from a packed member (copies, not views of the pack) loads into
+    a new agent alone, which then learns exactly as the member goes on to learn in its pack."""
+    packed, _ = train([0, 1, 2, 3], MLP, 10)
+    member = packed[2]
+    state = member.state_dict()
+    assert all(t._base is None for t in state["online"].values())  # copies: torch.save writes each
+    fresh = agent(99, MLP)
+    fresh.load_state_dict(state)
+    fresh.set_learning_rate(member.optimizer.param_groups[0]["lr"])
+    assert_same_agent(fresh, member)
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        b = batch(rng, (4,))
+        td_member = member.pack.learn({2: b})[2].td_abs
+        assert np.array_equal(fresh.learn(b).td_abs, td_member)
+    assert_same_agent(fresh, member)
+
+
+def test_members_of_different_shapes_cannot_share_a_pack():
+    with pytest.raises(ValueError, match="cannot share a pack"):
+        Pack([agent(0, MLP), agent(1, {**MLP, "hidden_sizes": (32, 32)})])

@@ -1,0 +1,195 @@
+"""Packs of runs in one process (issue 24): each run of a pack writes what it writes alone.
+
+``per_dqn.train_many``, ``ablate --pack`` and ``packs.run_pack`` against ``per_dqn.train`` and
+``Trainer.run`` of the same configs: ``model.pt``, checkpoints and summaries byte for byte (the
+fields that time or name a run aside), every logged curve point for point. Then the faults: a
+member that diverges stops alone, a run resumed from a single run's checkpoint continues inside a
+pack exactly, a SIGKILLed packed sweep resumes every member exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from support import VARYING, assert_no_duplicated_steps, read_scalars, summary_of
+
+import per_dqn
+from per_dqn import checkpoint as ckpt
+from per_dqn import packing, tags
+from per_dqn.config import load_config, parse_override, resolve_config_path
+from per_dqn.loop import DivergedError
+from per_dqn.packs import run_pack
+from per_dqn.run import Trainer
+
+SMALL = {
+    "train.total_env_steps": 1_200, "train.learning_starts": 200, "train.eval_interval": 400,
+    "train.eval_episodes": 2, "train.final_eval_episodes": 2, "train.log_interval": 200,
+    "checkpoint.interval_steps": 400, "agent.hidden_sizes": [32, 32], "replay.capacity": 2_000,
+    "run.device": "cpu",
+}  # fmt: skip
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def timeless(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """The run's logged curves but its speed (a wall-clock measure)."""
+    return {tag: points for tag, points in read_scalars(run_dir).items() if tag != tags.PERF_SPS}
+
+
+def assert_same_files(packed: Path, alone: Path) -> None:
+    """What a packed run wrote equals what the same run wrote alone: model.pt, each checkpoint's
+    agent, memory and loop files, the summary (its run-specific fields aside) and the curves."""
+    assert digest(packed / "model.pt") == digest(alone / "model.pt")
+    ours, theirs = summary_of(packed), summary_of(alone)
+    assert {k: v for k, v in ours.items() if k not in VARYING} == {
+        k: v for k, v in theirs.items() if k not in VARYING
+    }
+    saved = [c.name for c in ckpt.list_checkpoints(ckpt.checkpoints_dir(alone))]
+    assert [c.name for c in ckpt.list_checkpoints(ckpt.checkpoints_dir(packed))] == saved
+    for name in saved:
+        for part in sorted((ckpt.checkpoints_dir(alone) / name).iterdir()):
+            if part.name != "manifest.json":  # it names the run's own id
+                assert digest(ckpt.checkpoints_dir(packed) / name / part.name) == digest(part)
+    assert timeless(packed) == timeless(alone)
+
+
+def test_train_many_gives_each_run_what_train_gives_it(workdir):
+    """Two replay kinds x two seeds in packs of at most 3 (one of 3, one of 1), against each run
+    trained alone by ``per_dqn.train``: the same files, byte for byte; each summary names its
+    pack."""
+    many = per_dqn.train_many(
+        "cartpole", seeds=[0, 1], arms=["uniform", "proportional"], overrides=SMALL,
+        out="runs/many", pack=3,
+    )  # fmt: skip
+    assert [(r.arm, r.seed, r.error) for r in many] == [
+        ("uniform", 0, None), ("uniform", 1, None),
+        ("proportional", 0, None), ("proportional", 1, None),
+    ]  # fmt: skip
+    for r in many:
+        alone = per_dqn.train(
+            "cartpole", overrides={**SMALL, "replay.kind": r.arm, "run.seed": r.seed},
+            run_dir=f"runs/alone/{r.arm}/s{r.seed}",
+        )  # fmt: skip
+        assert_same_files(r.run_dir, alone.run_dir)
+        assert r.final_return == alone.final_return
+    first = summary_of(many[0].run_dir)["provenance"]["pack"]
+    assert first == {"size": 3, "members": ["uniform/s0", "uniform/s1", "proportional/s0"]}
+    assert "pack" not in summary_of(many[3].run_dir)["provenance"]  # alone in its pack of one
+    assert summary_of(many[0].run_dir)["provenance"]["call"]["function"] == "per_dqn.train_many"
+
+
+def test_a_minatar_pack_gives_each_run_what_it_gives_alone(workdir):
+    """MinAtar Breakout (the MinAtar CNN: convolutions per member, the rest stacked), two seeds
+    packed against each alone."""
+    pytest.importorskip("minatar")
+    small = {**SMALL, "agent.hidden_sizes": [32], "train.total_env_steps": 800}
+    many = per_dqn.train_many("minatar", seeds=[0, 1], overrides=small, out="runs/many")
+    for r in many:
+        assert r.error is None
+        alone = per_dqn.train(
+            "minatar", overrides={**small, "run.seed": r.seed}, run_dir=f"runs/alone/s{r.seed}"
+        )
+        assert_same_files(r.run_dir, alone.run_dir)
+
+
+def test_a_member_that_diverges_stops_alone(workdir):
+    """A learning rate of 1e30 diverges at its first update (a real divergence): that run ends
+    with its ``DivergedError`` and writes no summary or model, as alone; its pack-mate goes on to
+    the end and writes what it writes alone."""
+    many = per_dqn.train_many(
+        "cartpole", arms={"good": {}, "bad": {"agent.learning_rate": 1e30}}, overrides=SMALL,
+        out="runs/many",
+    )  # fmt: skip
+    good, bad = many
+    assert isinstance(bad.error, DivergedError) and bad.result is None
+    assert "training diverged" in str(bad.error)
+    assert not (bad.run_dir / "summary.json").exists() and not (bad.run_dir / "model.pt").exists()
+    assert good.error is None
+    alone = per_dqn.train("cartpole", overrides=SMALL, run_dir="runs/alone")
+    assert_same_files(good.run_dir, alone.run_dir)
+
+
+def config(**changes) -> object:
+    texts = [f"{k}={v}" for k, v in {**SMALL, **changes}.items()]
+    return load_config(resolve_config_path("cartpole.yaml"), [parse_override(t) for t in texts])
+
+
+def test_a_single_run_s_checkpoint_resumes_inside_a_pack_exactly(tmp_path):
+    """Format 3 from a run alone: stopped at its checkpoint of step 400, then resumed as a member
+    of a pack beside a fresh run of another seed, it ends as the same run never stopped, byte for
+    byte (with no step logged twice)."""
+
+    class StopAt400:
+        def on_checkpoint(self, env_steps, path):
+            return env_steps >= 400
+
+    stopped = Trainer(config(), "cartpole")
+    try:
+        summary = stopped.run(tmp_path / "resumed", callbacks=[StopAt400()])
+    finally:
+        stopped.close()
+    assert summary["interrupted"] and summary["env_steps"] == 400
+    resumed, other = Trainer(config(), "cartpole"), Trainer(config(**{"run.seed": 5}), "cartpole")
+    try:
+        found = ckpt.find_latest(ckpt.checkpoints_dir(tmp_path / "resumed"))
+        assert ckpt.read_manifest(found.path)["format"] == 3
+        resumed.load_checkpoint(found.path)
+        results = run_pack([resumed, other], [tmp_path / "resumed", tmp_path / "other"])
+    finally:
+        resumed.close()
+        other.close()
+    assert [r.error for r in results] == [None, None]
+    whole = Trainer(config(), "cartpole")
+    try:
+        whole.run(tmp_path / "whole")
+    finally:
+        whole.close()
+    assert summary_of(tmp_path / "resumed")["resumed_from_env_steps"] == 400
+    assert digest(tmp_path / "resumed" / "model.pt") == digest(tmp_path / "whole" / "model.pt")
+    assert timeless(tmp_path / "resumed") == timeless(tmp_path / "whole")
+    assert_no_duplicated_steps(tmp_path / "resumed")
+
+
+def test_runs_of_other_shapes_go_to_other_packs():
+    """Seeds, replay kinds, replay keys, the learning rate, n-step and the exploration schedule
+    share a pack; network sizes, the batch size, the env and its sub-env count do not."""
+    base = config()
+    same = [
+        config(**{"run.seed": 3}), config(**{"replay.kind": "rank"}),
+        config(**{"replay.alpha": 0.4}), config(**{"agent.learning_rate": 3e-4}),
+        config(**{"agent.n_step": 1}), config(**{"train.epsilon_decay_steps": 50}),
+    ]  # fmt: skip
+    other = [
+        config(**{"agent.hidden_sizes": [64, 64]}), config(**{"train.batch_size": 16}),
+        config(**{"env.id": "Acrobot-v1"}), config(**{"env.num_envs": 2}),
+    ]  # fmt: skip
+    assert all(packing.pack_key(c) == packing.pack_key(base) for c in same)
+    assert all(packing.pack_key(c) != packing.pack_key(base) for c in other)
+    packs = packing.group_into_packs([base, other[0], *same, other[0]], 4)
+    assert packs == [[0, 2, 3, 4], [5, 6, 7], [1, 8]]
+
+
+def test_runs_of_a_user_s_network_compute_alone(workdir):
+    """A ``package.module:factory`` network cannot be stacked: each of its runs makes a pack of
+    one (``packing.packable``) and computes through its own module, as ``train`` runs it.
+
+    Bug pinned: such a run reached the pack driver with no pack (its agent has none) and
+    crashed there, in a sweep as in ``train_many``."""
+    from test_api import tiny_net
+
+    network = f"{tiny_net.__module__}:tiny_net"
+    assert not packing.packable(config(**{"agent.network": network}))
+    many = per_dqn.train_many(
+        "cartpole", seeds=[0, 1], overrides={**SMALL, "agent.network": network},
+        out="runs/many", pack=2,
+    )  # fmt: skip
+    assert [r.error for r in many] == [None, None]
+    assert all("pack" not in summary_of(r.run_dir)["provenance"] for r in many)
+    alone = per_dqn.train(
+        "cartpole", overrides={**SMALL, "run.seed": 1}, network=tiny_net, run_dir="runs/alone"
+    )
+    assert digest(many[1].run_dir / "model.pt") == digest(alone.run_dir / "model.pt")
