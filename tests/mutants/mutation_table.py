@@ -1,0 +1,186 @@
+"""The per-module table of a mutmut run (`make mutation`), from the results mutmut keeps in
+``mutants/``, with the equivalent mutants of ``docs/mutation.md`` set apart.
+
+    python tests/mutants/mutation_table.py              # the table; exit 1 if a module is < 90%
+    python tests/mutants/mutation_table.py --survivors  # and every unexplained survivor's diff
+
+A mutant is *caught* when a test failed (``killed``) or it ran past mutmut's time limit
+(``timeout``: a mutant that hangs the program is seen by any user). The score of a module is
+caught / (mutants - equivalent): an equivalent mutant (the program behaves the same) cannot be
+caught by any test, and docs/mutation.md says why each one is. A survivor named there that a
+test now kills is reported as stale, and so is a name that matches no mutant.
+
+Only ``SCOPE``'s functions count in a module that has one (envs.py: its state capture and
+restore); `make mutation` runs only those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "mutation.md"
+GOAL = 0.90
+
+# mutmut's exit codes per mutant (mutmut/stats.py), grouped as the table counts them.
+KILLED = {1, 3}
+TIMEOUT = {-24, 24, 152, 255, 36}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+# Functions counted per module (mutmut's mangled names: ``x_f`` for a function, ``xǁCǁm`` for a
+# method); a module absent here counts whole.
+SCOPE: dict[str, tuple[str, ...]] = {
+    "per_dqn/envs.py": (
+        "xǁEnvsǁstate_dict", "xǁEnvsǁcheck_state_dict", "xǁEnvsǁload_state_dict",
+        "x_env_state", "x_load_env_state", "x_check_env_state", "x__check", "x__apply",
+        "x__plain", "x__minatar_state", "x__apply_minatar", "x__check_minatar",
+    ),
+}  # fmt: skip
+
+
+def module_name(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def run_patterns(paths: list[str]) -> list[str]:
+    """The mutant names `make mutation` passes to ``mutmut run``: every module whole, or its
+    ``SCOPE`` functions."""
+    patterns = []
+    for path in paths:
+        name = module_name(path)
+        if path in SCOPE:
+            patterns += [f"{name}.{function}__mutmut_*" for function in SCOPE[path]]
+        else:
+            patterns.append(f"{name}.*")
+    return patterns
+
+
+def in_scope(path: str, key: str) -> bool:
+    function = key.rpartition("__mutmut_")[0].rpartition(".")[2]
+    return path not in SCOPE or function in SCOPE[path]
+
+
+def equivalents(doc: Path = DOC) -> dict[str, str]:
+    """The mutant ids in docs/mutation.md's table of equivalents, each with its row."""
+    found = {}
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("|"):
+            for key in re.findall(r"`(per_dqn\.[^`]+__mutmut_\d+)`", line):
+                found[key] = line
+    return found
+
+
+@dataclass
+class Row:
+    module: str
+    total: int = 0
+    killed: int = 0
+    timeout: int = 0
+    survived: int = 0
+    no_tests: int = 0
+    equivalent: int = 0
+    unchecked: int = 0
+
+    @property
+    def score(self) -> float | None:
+        judged = self.total - self.equivalent - self.unchecked
+        return (self.killed + self.timeout) / judged if judged else None
+
+
+def collect(paths: list[str], equivalent: dict[str, str]) -> tuple[list[Row], list[str], list[str]]:
+    """The rows, the unexplained survivors, and the stale lines of docs/mutation.md."""
+    rows, unexplained, stale = [], [], []
+    seen = set()
+    for path in paths:
+        meta = ROOT / "mutants" / f"{path}.meta"
+        if not meta.exists():
+            raise SystemExit(f"{meta}: no mutmut results; run `make mutation` first")
+        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        row = Row(module_name(path))
+        for key, code in codes.items():
+            if not in_scope(path, key):
+                continue
+            seen.add(key)
+            row.total += 1
+            if code is None:
+                row.unchecked += 1
+            elif code in KILLED or code in TIMEOUT:
+                row.killed += code in KILLED
+                row.timeout += code in TIMEOUT
+                if key in equivalent:
+                    stale.append(f"{key} is caught now: remove its row")
+            elif key in equivalent:
+                row.equivalent += 1
+            elif code in SURVIVED or code in NO_TESTS:
+                row.survived += code in SURVIVED
+                row.no_tests += code in NO_TESTS
+                unexplained.append(key)
+            else:  # suspicious, segfault, skipped, ...: neither caught nor explained
+                row.survived += 1
+                unexplained.append(key)
+        rows.append(row)
+    stale += [f"{key} matches no mutant" for key in sorted(set(equivalent) - seen)]
+    return rows, unexplained, stale
+
+
+def table(rows: list[Row]) -> str:
+    head = "| module | mutants | killed | timeout | survived | no tests | equivalent | score |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    total = Row("all")
+    for row in rows:
+        for name in ("total", "killed", "timeout", "survived", "no_tests", "equivalent",
+                     "unchecked"):  # fmt: skip
+            setattr(total, name, getattr(total, name) + getattr(row, name))
+    for row in [*rows, total]:
+        score = "-" if row.score is None else f"{100 * row.score:.1f}%"
+        unchecked = f" ({row.unchecked} not run)" if row.unchecked else ""
+        lines.append(
+            f"| {row.module} | {row.total}{unchecked} | {row.killed} | {row.timeout} | "
+            f"{row.survived} | {row.no_tests} | {row.equivalent} | {score} |"
+        )
+    return "\n".join(lines)
+
+
+def mutated_paths() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return list(config["tool"]["mutmut"]["only_mutate"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--survivors", action="store_true", help="show each survivor's diff")
+    parser.add_argument("--patterns", action="store_true",
+                        help="print the mutant names `mutmut run` is given, and exit")  # fmt: skip
+    args = parser.parse_args(argv)
+    paths = mutated_paths()
+    if args.patterns:
+        print(" ".join(run_patterns(paths)))
+        return 0
+    rows, unexplained, stale = collect(paths, equivalents())
+    print(table(rows))
+    for line in stale:
+        print(f"docs/mutation.md: {line}")
+    if unexplained:
+        print(f"\n{len(unexplained)} survivors neither killed nor in docs/mutation.md:")
+        for key in unexplained:
+            print(f"  {key}")
+            if args.survivors:
+                diff = subprocess.run([Path(sys.executable).with_name("mutmut"), "show", key],
+                                      cwd=ROOT, capture_output=True, text=True).stdout  # fmt: skip
+                print("    " + diff.strip().replace("\n", "\n    "))
+    below = [r.module for r in rows if r.score is not None and r.score < GOAL]
+    if below:
+        print(f"\nbelow {GOAL:.0%} of non-equivalent mutants caught: {', '.join(below)}")
+    return 1 if below or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
