@@ -85,4 +85,10 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         network=network,
         channels_last=agent.channels_last,
         precision=agent.precision,
+        optimizer=agent.optimizer,
+        rmsprop_alpha=agent.rmsprop_alpha,
+        rmsprop_eps=agent.rmsprop_eps,
+        rmsprop_centered=agent.rmsprop_centered,
+        init=agent.init,
+        conv_padding=agent.conv_padding,
     )

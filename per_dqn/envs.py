@@ -106,9 +106,11 @@ class EnvSpec:
     num_actions: int
 
 
-def _make_gym(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
-    """One environment from ``gym.make``, with its registered wrappers (time limit included)."""
+def _make_gym(config: EnvConfig, render_mode: str | None = None, **extra: Any) -> gym.Env:
+    """One environment from ``gym.make``, with its registered wrappers (time limit included);
+    ``extra`` goes to the env's constructor."""
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
+    kwargs.update(extra)
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
     _import_env_module(config.id)
@@ -147,9 +149,11 @@ def _import_env_module(env_id: str) -> None:
 
 
 def _make_minatar(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
-    """One MinAtar game, its layers channel first."""
+    """One MinAtar game, its layers channel first; ``env.full_action_space`` asks for MinAtar's
+    six actions whatever the id's version registered."""
     _register_minatar(config.id)
-    return ChannelFirst(_make_gym(config, render_mode))
+    extra = {"use_minimal_action_set": False} if config.full_action_space else {}
+    return ChannelFirst(_make_gym(config, render_mode, **extra))
 
 
 def describe(env: gym.Env | VectorEnv) -> EnvSpec:

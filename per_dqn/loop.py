@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
-from per_dqn.agent.dqn import LearnResult
+from per_dqn.agent.dqn import LearnResult, sample_losses
 from per_dqn.config import Config
 from per_dqn.envs import Envs
 from per_dqn.health import MeanAccumulator, ReplayHealth
@@ -276,11 +276,16 @@ class Loop:
         self.memory = memory
         self.envs = envs
         train = config.train
+        # From env step 0, or after the warm-up (Dopamine's and the MinAtar paper's schedule).
+        decay_begins = train.learning_starts if train.epsilon_decay_from == "learning_starts" else 0
         self.epsilon = LinearSchedule(
-            train.epsilon_start, train.epsilon_end, train.epsilon_decay_steps
+            train.epsilon_start, train.epsilon_end, train.epsilon_decay_steps, decay_begins
         )
-        # Annealed over the whole run, reaching exactly 1 on its last step (Schaul et al., 3.4).
-        self.beta = LinearSchedule(config.replay.beta0, 1.0, train.total_env_steps)
+        # Annealed over the whole run, reaching exactly beta_end (the paper's 1) on its last step
+        # (Schaul et al., 3.4); fixed where beta_end is beta0.
+        replay = config.replay
+        self.beta = LinearSchedule(replay.beta0, replay.beta_end, train.total_env_steps)
+        self._priority_from_loss = replay.priority_from == "loss"
         agent_cfg, starts = config.agent, train.learning_starts
         self.learning_rate = (
             None
@@ -454,6 +459,8 @@ class Loop:
                 f"{self.agent.update_steps:,}): training diverged"
             )
         update = result.priorities
+        if self._priority_from_loss:  # replay.priority_from: the per-sample loss, not |delta|
+            update = update._replace(td_abs=sample_losses(update.td_abs, self.agent.loss_name))
         memory.update(update)
         # The health panel's one feed per gradient step: the batch drawn, the slots updated.
         state.health.record_learn(

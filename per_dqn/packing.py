@@ -11,11 +11,12 @@ __all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "pack_key", "packable"]
 
 
 # Agent keys that may differ inside a pack: each member applies its own (the learning rate and
-# Adam's eps per call of the fused kernel, the discount and the n-step return on the host, the
-# target update per member). Every other agent key shapes the tensors or the update.
+# the optimiser's settings per call of its kernel, the discount and the n-step return on the
+# host, the target update per member, the initial weights before they are stacked). Every other
+# agent key shapes the tensors or the update (the optimiser's kind among them).
 MEMBER_AGENT_KEYS = frozenset(
-    {"learning_rate", "learning_rate_end", "adam_eps", "n_step", "gamma", "tau",
-     "target_update_interval"}
+    {"learning_rate", "learning_rate_end", "adam_eps", "rmsprop_alpha", "rmsprop_eps",
+     "rmsprop_centered", "n_step", "gamma", "tau", "target_update_interval", "init"}
 )  # fmt: skip
 
 

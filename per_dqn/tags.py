@@ -49,7 +49,7 @@ SCALAR_TAGS: dict[str, str] = {
     "rank: |delta|), averaged over the log interval",
     PER_MEAN_PRIORITY: "mean priority over the whole memory, same units as sampled_priority",
     PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with)",
-    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to 1",
+    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to replay.beta_end (1)",
     PER_IS_WEIGHT_MEAN: "mean IS weight of the sampled batches",
     PER_IS_WEIGHT_MIN: "smallest IS weight of the sampled batches",
     PER_IS_WEIGHT_ESS: "effective sample size of a batch's IS weights, (sum w)^2 / sum w^2 / B "

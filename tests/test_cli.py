@@ -50,7 +50,11 @@ def test_bad_config_file(workdir, text, line):
 
 def test_missing_config_file(workdir):
     result = invoke("train", "--config", "nope.yaml")
-    shipped = "atari.yaml, atari100k.yaml, cartpole.yaml, minatar.yaml"
+    shipped = (
+        "atari.yaml, atari100k.yaml, cartpole.yaml, minatar.yaml, "
+        "literature/dopamine_minatar_dqn.yaml, literature/dopamine_minatar_dqn_per.yaml, "
+        "literature/minatar_paper_dqn.yaml, literature/reducible_loss_minatar_per.yaml"
+    )
     assert_bad_input(result, f"nope.yaml: no such config file (the shipped configs are: {shipped})")
     assert list(workdir.iterdir()) == []
 

@@ -18,8 +18,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from per_dqn.agent import layout
-from per_dqn.agent.adam import FusedAdam
-from per_dqn.agent.networks import NatureCNN, QNetwork, make_q_network
+from per_dqn.agent.networks import NatureCNN, QNetwork, initialize, make_q_network
+from per_dqn.agent.optim import make_optimizer
 from per_dqn.agent.pack import Pack, can_pack
 from per_dqn.memory import Batch, PriorityUpdate
 
@@ -96,8 +96,19 @@ def learn_result(host: np.ndarray, indices: np.ndarray, clipped: bool) -> LearnR
     return LearnResult(PriorityUpdate(indices, td_abs), metrics)
 
 
+def sample_losses(td_abs: np.ndarray, loss: str) -> np.ndarray:
+    """Each sample's unweighted loss from its ``|delta|``, as the update computes it:
+    ``huber`` (delta 1) ``0.5 d^2`` below 1 and ``d - 0.5`` from 1 on, ``mse`` ``d^2``. What a
+    priority is made of under ``replay.priority_from: loss`` (Dopamine's PER)."""
+    if loss == "mse":
+        return np.square(td_abs)
+    if loss == "huber":
+        return np.where(td_abs < 1.0, 0.5 * np.square(td_abs), td_abs - 0.5)
+    raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
+
+
 class DQNAgent:
-    """Online and target Q-networks, Adam, and the DQN update.
+    """Online and target Q-networks, their optimiser (Adam or RMSprop), and the DQN update.
 
     Args:
         obs_shape: shape of one observation.
@@ -106,8 +117,13 @@ class DQNAgent:
         dueling: dueling head.
         double: Double-DQN targets.
         gamma: discount per env step.
-        learning_rate: Adam step size.
+        learning_rate: the optimiser's step size.
         adam_eps: Adam's denominator guard.
+        optimizer: ``adam`` (``FusedAdam``) or ``rmsprop`` (``RMSprop``, with
+            ``rmsprop_alpha``, ``rmsprop_eps`` and ``rmsprop_centered``).
+        init: the networks' initial weights, ``torch`` or ``xavier_uniform``
+            (``networks.initialize``).
+        conv_padding: the MinAtar CNN's padding, ``valid`` or ``same``.
         loss: ``huber`` (smooth L1, delta 1) or ``mse``.
         grad_clip_norm: global gradient-norm clip (None: none).
         target_update_interval: gradient steps between target updates.
@@ -138,6 +154,12 @@ class DQNAgent:
         network: str = "auto",
         channels_last: bool = False,
         precision: Literal["fp32", "bf16"] = "fp32",
+        optimizer: Literal["adam", "rmsprop"] = "adam",
+        rmsprop_alpha: float = 0.95,
+        rmsprop_eps: float = 0.01,
+        rmsprop_centered: bool = True,
+        init: str = "torch",
+        conv_padding: str = "valid",
     ) -> None:
         if loss not in ("huber", "mse"):
             raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
@@ -153,17 +175,26 @@ class DQNAgent:
         self.tau = tau
         self.loss_name = loss
         self._loss = F.smooth_l1_loss if loss == "huber" else F.mse_loss
-        self.online = make_q_network(
-            obs_shape, num_actions, hidden_sizes, dueling, network, channels_last
-        ).to(device)
+        online = make_q_network(
+            obs_shape, num_actions, hidden_sizes, dueling, network, channels_last, conv_padding
+        )
+        if isinstance(online, QNetwork):
+            initialize(online, init)
+        elif init != "torch":
+            raise ValueError(f"agent.init: a user's network keeps its own, got {init!r}")
+        self.online = online.to(device)
         self.target = copy.deepcopy(self.online)
         # A channels_last CNN gets its uint8 batches interleaved to NHWC on the host.
         self._nhwc_batches = channels_last and isinstance(self.online, NatureCNN)
         self.target.requires_grad_(False)
-        # The fused kernel does the whole Adam step in one call; it exists on CPU and CUDA.
-        # FusedAdam calls it as torch.optim.Adam(fused=True) does, without torch.optim's 1.1 s
-        # import of torch._dynamo (see agent/adam.py).
-        self.optimizer = FusedAdam(self.online.parameters(), lr=learning_rate, eps=adam_eps)
+        # Adam: torch's fused kernel, the whole step in one call on CPU and CUDA, called as
+        # torch.optim.Adam(fused=True) calls it, without torch.optim's 1.1 s import of
+        # torch._dynamo (agent/adam.py); RMSprop: torch.optim.RMSprop's foreach step, likewise.
+        self.optimizer = make_optimizer(
+            optimizer, self.online.parameters(), learning_rate, adam_eps=adam_eps,
+            rmsprop_alpha=rmsprop_alpha, rmsprop_eps=rmsprop_eps,
+            rmsprop_centered=rmsprop_centered,
+        )  # fmt: skip
         # gamma ** n for every n a uint8 n_steps can hold, so discounts are one lookup on the host.
         self._gamma_powers = gamma ** np.arange(256, dtype=np.float64)
         self.update_steps = 0

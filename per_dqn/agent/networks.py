@@ -33,7 +33,8 @@ class QNetwork(nn.Module):
     Args:
         obs_shape: shape of one observation.
         num_actions: number of discrete actions.
-        hidden_sizes: widths of the hidden layers, at least one.
+        hidden_sizes: widths of the hidden layers; none makes Q linear in the observation (a
+            CNN's head then sits on its convolutions, as in Dopamine's MinAtar network).
         dueling: dueling head instead of a linear one.
     """
 
@@ -45,8 +46,6 @@ class QNetwork(nn.Module):
         dueling: bool,
     ) -> None:
         super().__init__()
-        if not hidden_sizes:
-            raise ValueError("`hidden_sizes` must list at least one width, got []")
         in_features = 1
         for dim in obs_shape:
             in_features *= int(dim)
@@ -138,9 +137,10 @@ class NatureCNN(QNetwork):
             raise ValueError(
                 f"`obs_shape` must be (stack, height, width) for the CNN, got {tuple(obs_shape)}"
             )
-        if len(hidden_sizes) != 1:
+        if len(hidden_sizes) > 1:
             raise ValueError(
-                f"`hidden_sizes` must hold one width (the CNN's fc layer), got {list(hidden_sizes)}"
+                "`hidden_sizes` must hold one width (the CNN's fc layer) or none, got "
+                f"{list(hidden_sizes)}"
             )
         stack, height, width = (int(d) for d in obs_shape)
         if min(height, width) < 36:
@@ -186,24 +186,35 @@ class MinAtarCNN(QNetwork):
 
     Observations are MinAtar's object layers, channel first: ``(C, 10, 10)`` of 0/1 (bool or
     uint8), taken as float 0/1 (no scaling).
+
+    ``padding``: ``valid`` (the paper's PyTorch network, ``examples/dqn.py``: 8x8 maps from
+    10x10 layers) or ``same`` (Dopamine's Flax network for MinAtar: 10x10 maps).
     """
 
     def __init__(
-        self, obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], dueling: bool
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        dueling: bool,
+        padding: str = "valid",
     ) -> None:
         if len(obs_shape) != 3:
             raise ValueError(
                 f"`obs_shape` must be (channels, height, width) for the MinAtar CNN, got "
                 f"{tuple(obs_shape)}"
             )
-        if len(hidden_sizes) != 1:
+        if len(hidden_sizes) > 1:
             raise ValueError(
-                "`hidden_sizes` must hold one width (the MinAtar CNN's fc layer), got "
+                "`hidden_sizes` must hold one width (the MinAtar CNN's fc layer) or none, got "
                 f"{list(hidden_sizes)}"
             )
+        if padding not in ("valid", "same"):
+            raise ValueError(f"`padding` must be 'valid' or 'same', got {padding!r}")
         channels, height, width = (int(d) for d in obs_shape)
-        conv = nn.Conv2d(channels, 16, 3, stride=1)
-        flat = 16 * (height - 2) * (width - 2)
+        same = padding == "same"
+        conv = nn.Conv2d(channels, 16, 3, stride=1, padding=1 if same else 0)
+        flat = 16 * height * width if same else 16 * (height - 2) * (width - 2)
         super().__init__((flat,), num_actions, hidden_sizes, dueling)
         self.conv = conv
 
@@ -323,10 +334,34 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
 NETWORKS: dict[str, Callable[..., nn.Module]] = {
     "mlp": lambda shape, actions, sizes, dueling, _: QNetwork(shape, actions, sizes, dueling),
     "nature_cnn": NatureCNN,
-    "minatar_cnn": lambda shape, actions, sizes, dueling, _: MinAtarCNN(
-        shape, actions, sizes, dueling
+    "minatar_cnn": lambda shape, actions, sizes, dueling, _, padding="valid": MinAtarCNN(
+        shape, actions, sizes, dueling, padding
     ),
 }
+
+INITS = ("torch", "xavier_uniform")
+
+
+@torch.no_grad()
+def initialize(network: nn.Module, init: str) -> None:
+    """Re-initialises a built-in network's weights: ``torch`` keeps PyTorch's layer defaults
+    (nothing to do); ``xavier_uniform`` draws every linear and convolution weight from Glorot's
+    uniform distribution (fans as ``torch.nn.init`` and Flax count them: a convolution's include
+    its kernel's size) and zeroes the biases, as Flax's ``Dense`` and ``Conv`` do with
+    ``kernel_init=xavier_uniform()``. Layers in construction order, from torch's generator.
+
+    Raises:
+        ValueError: an unknown scheme.
+    """
+    if init not in INITS:
+        raise ValueError(f"`init` must be one of {', '.join(INITS)}, got {init!r}")
+    if init == "torch":
+        return
+    for module in network.modules():
+        if isinstance(module, nn.Linear | nn.Conv2d):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
 
 def make_q_network(
@@ -336,6 +371,7 @@ def make_q_network(
     dueling: bool,
     network: str = "auto",
     channels_last: bool = False,
+    conv_padding: str = "valid",
 ) -> nn.Module:
     """The Q-network ``network`` names; ``auto`` picks the CNN for 3-D observations, and
     ``"package.module:factory"`` builds a user's network (``CustomQNetwork``).
@@ -346,6 +382,13 @@ def make_q_network(
     """
     if network == families.AUTO_NETWORK:
         network = "nature_cnn" if len(obs_shape) == 3 else "mlp"
+    if conv_padding != "valid" and network != "minatar_cnn":
+        raise ValueError(
+            f"agent.conv_padding: must be 'valid' for network {network!r} (only 'minatar_cnn' "
+            f"takes 'same'), got {conv_padding!r}"
+        )
+    if network == "minatar_cnn":
+        return NETWORKS[network](obs_shape, num_actions, hidden_sizes, dueling, False, conv_padding)
     if network in NETWORKS:
         return NETWORKS[network](obs_shape, num_actions, hidden_sizes, dueling, channels_last)
     return _custom(network, obs_shape, num_actions)

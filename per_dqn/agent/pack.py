@@ -12,7 +12,8 @@ How it computes:
   ``num_actions + 1`` outputs (the advantage rows, then the value row).
 - Convolutions run per member, on the member's own conv parameters, as a single agent runs them.
 - Adam is torch's fused kernel over every member's parameter tensors (each member's slice of a
-  stacked tensor is a tensor of its own to the kernel), one call per learning rate.
+  stacked tensor is a tensor of its own to the kernel), one call per learning rate; RMSprop is
+  torch's foreach ops over them, one run per setting (``agent/optim.py``).
 - Gradient clipping, the target update and the update counter are per member.
 
 Why the outcome does not depend on who else is in the pack: on CPU, each slice of a ``baddbmm``
@@ -40,8 +41,8 @@ import torch
 from torch import nn
 
 from per_dqn.agent import layout
-from per_dqn.agent.adam import fused_adam_step
 from per_dqn.agent.networks import QNetwork
+from per_dqn.agent.optim import step_all
 from per_dqn.memory import Batch
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def pack_key(agent: DQNAgent) -> tuple:
         agent.online.dueling,
         agent.double,
         agent.loss_name,
+        type(agent.optimizer).__name__,
         agent.grad_clip_norm,
         agent.precision,
         str(agent.device),
@@ -368,7 +370,7 @@ class Pack:
         with torch.no_grad():
             if self.grad_clip_norm is not None:
                 extras.append(self._clip(grads))
-            fused_adam_step([(agent.optimizer, g) for agent, g in zip(agents, grads, strict=True)])
+            step_all([(agent.optimizer, g) for agent, g in zip(agents, grads, strict=True)])
             due = []
             for agent in agents:
                 agent.update_steps += 1

@@ -60,10 +60,22 @@ def parse_override(text: str) -> Override:
     return Override(path, value)
 
 
+# Folders of shipped configs named as ``folder/name.yaml`` (published setups: issue 25).
+SHIPPED_CONFIG_FOLDERS = ("literature",)
+
+
 def shipped_config_names() -> list[str]:
-    """File names of the configs that ship with the package, sorted."""
+    """Names of the configs that ship with the package, sorted: the top-level files, then those
+    of ``SHIPPED_CONFIG_FOLDERS`` as ``folder/name.yaml``."""
     root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
-    return sorted(p.name for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
+    names = sorted(p.name for p in root.iterdir() if p.name.endswith((".yaml", ".yml")))
+    for folder in SHIPPED_CONFIG_FOLDERS:
+        sub = root / folder
+        if sub.is_dir():
+            names += sorted(
+                f"{folder}/{p.name}" for p in sub.iterdir() if p.name.endswith((".yaml", ".yml"))
+            )
+    return names
 
 
 def resolve_config_path(name_or_path: str) -> Path:
@@ -71,7 +83,8 @@ def resolve_config_path(name_or_path: str) -> Path:
 
     ``cartpole.yaml`` and ``cartpole`` both name the shipped ``cartpole.yaml`` when no such file
     exists in the working directory, so ``per-dqn train --config cartpole.yaml`` works from any
-    directory after install.
+    directory after install; ``literature/minatar_paper_dqn`` names a published setup's preset
+    likewise.
 
     Raises:
         ConfigError: neither a file nor a shipped config; the message lists the shipped names.
@@ -79,7 +92,10 @@ def resolve_config_path(name_or_path: str) -> Path:
     given = Path(name_or_path)
     if given.is_file():
         return given
-    if given.name == name_or_path:  # a bare name, not a path
+    folder = given.parent.as_posix()
+    if given.name == name_or_path or (
+        folder in SHIPPED_CONFIG_FOLDERS and given.parent.parent == Path(".")
+    ):  # a bare name, or one in a shipped folder
         root = resources.files(SHIPPED_CONFIG_PACKAGE) / SHIPPED_CONFIG_DIR
         for candidate in (name_or_path, f"{name_or_path}.yaml"):
             shipped = root / candidate

@@ -77,7 +77,9 @@ class EnvConfig(_Section):
         noop_max: (Atari) up to this many no-op actions after each reset.
         frame_skip: (Atari) emulator frames per agent step.
         frame_stack: (Atari) frames per observation.
-        full_action_space: (Atari) all 18 actions instead of the game's minimal set.
+        full_action_space: (Atari, MinAtar) every action of the console or of MinAtar's
+            common set (Atari 18, MinAtar 6) instead of the game's minimal set. Off, an id keeps
+            its registered set (MinAtar's ``-v0`` ids have the full one, ``-v1`` the minimal).
         env_threads: (Atari) ale-py's worker threads (0: one per env, capped by the cores);
             at most ``MAX_THREADS``, like ``num_envs``.
     """
@@ -105,21 +107,37 @@ class AgentConfig(_Section):
     """Q-network and learning rule.
 
     Attributes:
-        hidden_sizes: widths of the MLP torso's hidden layers.
+        hidden_sizes: widths of the MLP torso's hidden layers, or the CNN's one fully connected
+            layer; ``[]``: none (the head on the observation or on the convolutions, as
+            Dopamine's MinAtar network has it).
         dueling: dueling head, ``Q = V + A - mean(A)`` (Wang et al., 2016); else a linear head.
         double: Double-DQN target (van Hasselt et al., 2016); else the max over the target net.
         n_step: length of the multi-step return (1: one-step TD).
         gamma: discount per env step.
-        learning_rate: Adam step size.
+        learning_rate: the optimiser's step size.
         learning_rate_end: None keeps ``learning_rate`` for the whole run; a value anneals the
             step size linearly from ``learning_rate`` at ``train.learning_starts`` to this at the
             last env step (as Stable-Baselines3's linear schedules do), which keeps a late
             update from undoing a learnt policy.
-        adam_eps: Adam's epsilon (denominator guard), not exploration.
+        optimizer: ``adam`` (torch's fused kernel) or ``rmsprop`` (``torch.optim.RMSprop``'s
+            update: ``v <- alpha v + (1 - alpha) g^2``, centred by the mean gradient when
+            ``rmsprop_centered``, step ``lr g / (sqrt(v - m^2) + eps)``; the MinAtar paper's
+            optimiser).
+        adam_eps: Adam's epsilon (denominator guard), not exploration (adam only).
+        rmsprop_alpha: RMSprop's decay of the squared-gradient average (rmsprop only).
+        rmsprop_eps: RMSprop's denominator guard, added outside the square root (rmsprop only).
+        rmsprop_centered: subtract the squared mean gradient from RMSprop's average (rmsprop
+            only).
         loss: ``huber`` (delta 1) or ``mse``, each weighted per sample by the IS weights.
         grad_clip_norm: clip the global gradient norm to this (None: no clipping).
         target_update_interval: gradient steps between target-network updates.
         tau: weight of the online net in a target update; 1.0 is a hard copy.
+        init: the networks' initial weights: ``torch`` (PyTorch's layer defaults, Kaiming
+            uniform) or ``xavier_uniform`` (Glorot uniform weights and zero biases, Flax's
+            ``xavier_uniform`` as Dopamine's MinAtar network uses it).
+        conv_padding: the MinAtar CNN's convolution padding: ``valid`` (the MinAtar paper's
+            PyTorch network: 10x10 layers give 8x8 maps) or ``same`` (Dopamine's Flax network:
+            10x10 maps); other networks take ``valid`` only.
         network: ``auto`` (the env family's default: the Nature CNN for Atari, the MinAtar
             CNN for MinAtar; elsewhere the Nature CNN for image stacks and an MLP otherwise),
             ``mlp``, ``nature_cnn`` or ``minatar_cnn``, whose fully connected width is
@@ -141,11 +159,17 @@ class AgentConfig(_Section):
     gamma: float = Field(0.99, gt=0, le=1)
     learning_rate: float = Field(1e-3, gt=0)
     learning_rate_end: float | None = Field(None, ge=0)
+    optimizer: Literal["adam", "rmsprop"] = "adam"
     adam_eps: float = Field(1e-8, gt=0)
+    rmsprop_alpha: float = Field(0.95, ge=0, lt=1)
+    rmsprop_eps: float = Field(0.01, gt=0)
+    rmsprop_centered: bool = True
     loss: Literal["huber", "mse"] = "huber"
     grad_clip_norm: float | None = Field(10.0, gt=0)
     target_update_interval: int = Field(500, ge=1)
     tau: float = Field(1.0, gt=0, le=1)
+    init: Literal["torch", "xavier_uniform"] = "torch"
+    conv_padding: Literal["valid", "same"] = "valid"
     network: str = "auto"
     channels_last: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -168,8 +192,6 @@ class AgentConfig(_Section):
     @field_validator("hidden_sizes")
     @classmethod
     def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value:
-            raise ValueError("must list at least one hidden layer width")
         for width in value:
             if width < 1:
                 raise ValueError(f"every width must be >= 1, got {list(value)}")
@@ -183,7 +205,14 @@ class ReplayConfig(_Section):
         kind: ``uniform``, ``proportional`` (sum tree) or ``rank`` (rank-based heap).
         capacity: transitions kept.
         alpha: prioritisation exponent (proportional and rank; ignored by uniform).
-        beta0: initial importance-sampling exponent, annealed linearly to 1.0 over the run.
+        beta0: initial importance-sampling exponent, annealed linearly to ``beta_end`` over the
+            run.
+        beta_end: the importance-sampling exponent at the run's last step (the paper's 1.0);
+            equal to ``beta0``, beta is fixed (Dopamine's PER: 0.5).
+        priority_from: what a transition's priority is made of: ``td_error`` (the paper's
+            ``|delta|``) or ``loss`` (its per-sample loss, Huber or squared as ``agent.loss``
+            says; Dopamine's PER, whose priority ``sqrt(loss + 1e-10)`` is ``alpha`` 0.5 and
+            ``priority_eps`` 1e-10 here). ``td_error_clip`` then clips the loss.
         priority_eps: added to ``|delta|`` before the exponent (proportional only).
         td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
         uniform_mix: share of each batch drawn uniformly (proportional only).
@@ -204,6 +233,8 @@ class ReplayConfig(_Section):
     capacity: int = Field(100_000, ge=1)
     alpha: float = Field(0.6, ge=0)
     beta0: float = Field(0.4, ge=0, le=1)
+    beta_end: float = Field(1.0, ge=0, le=1)
+    priority_from: Literal["td_error", "loss"] = "td_error"
     priority_eps: float = Field(1e-6, gt=0)
     td_error_clip: float | None = Field(None, gt=0)
     uniform_mix: float = Field(0.0, ge=0, lt=1)
@@ -227,6 +258,9 @@ class TrainConfig(_Section):
         epsilon_start: exploration epsilon at step 0.
         epsilon_end: exploration epsilon after the decay.
         epsilon_decay_steps: env steps of the linear decay.
+        epsilon_decay_from: where the decay starts: ``start`` (env step 0) or
+            ``learning_starts`` (after the warm-up, as Dopamine and the MinAtar paper do; epsilon
+            stays at ``epsilon_start`` until then).
         eval_interval: env steps between greedy evaluations (0: only the final one).
         eval_episodes: episodes per periodic evaluation.
         final_eval_episodes: episodes of the final evaluation.
@@ -251,6 +285,7 @@ class TrainConfig(_Section):
     epsilon_start: float = Field(1.0, ge=0, le=1)
     epsilon_end: float = Field(0.05, ge=0, le=1)
     epsilon_decay_steps: int = Field(10_000, ge=0)
+    epsilon_decay_from: Literal["start", "learning_starts"] = "start"
     eval_interval: int = Field(10_000, ge=0)
     eval_episodes: int = Field(5, ge=1, le=MAX_EVAL_EPISODES)
     final_eval_episodes: int = Field(20, ge=1, le=MAX_EVAL_EPISODES)
@@ -371,6 +406,18 @@ class Config(_Section):
                     "replay.capacity",
                     f"must be >= train.batch_size ({batch}), got {self.replay.capacity}",
                     ("train.batch_size",),
+                )
+            )
+        network = self.agent.network
+        if network == families.AUTO_NETWORK:
+            network = families.of(self.env.id).default_network
+        if self.agent.conv_padding != "valid" and network != "minatar_cnn":
+            problems.append(
+                CrossProblem(
+                    "agent.conv_padding",
+                    f"must be 'valid' for network {network!r} (only 'minatar_cnn' takes "
+                    f"'same'), got {self.agent.conv_padding!r}",
+                    ("agent.network", "env.id"),
                 )
             )
         if problems:

@@ -81,7 +81,8 @@ def assert_same_agent(a: DQNAgent, b: DQNAgent) -> None:
     assert oa["param_groups"] == ob["param_groups"]
     assert oa["state"].keys() == ob["state"].keys()
     for i in oa["state"]:
-        for key in ("step", "exp_avg", "exp_avg_sq"):
+        assert oa["state"][i].keys() == ob["state"][i].keys()
+        for key in oa["state"][i]:  # Adam's step and moments, or RMSprop's step and averages
             assert torch.equal(oa["state"][i][key], ob["state"][i][key]), (i, key)
     assert sa["update_steps"] == sb["update_steps"]
 
@@ -100,8 +101,29 @@ def assert_same_stream(a: list, b: list) -> None:
         (MLP, 30, {"grad_clip_norm": 0.5, "tau": 0.05, "target_update_interval": 1}),
         (MLP, 30, {"dueling": False, "double": False, "loss": "mse"}),
         (MINATAR, 20, {}),
+        # The MinAtar paper's and Dopamine's settings (issue 25): RMSprop, Glorot's init, and
+        # the same-padded convolution under the head (no hidden layer); uncentred RMSprop on the
+        # MLP.
+        (
+            MINATAR,
+            20,
+            {
+                "optimizer": "rmsprop",
+                "init": "xavier_uniform",
+                "conv_padding": "same",
+                "hidden_sizes": (),
+            },
+        ),
+        (MLP, 30, {"optimizer": "rmsprop", "rmsprop_centered": False, "rmsprop_alpha": 0.9}),
     ],
-    ids=["mlp", "mlp-clip-soft", "mlp-plain-mse", "minatar-cnn"],
+    ids=[
+        "mlp",
+        "mlp-clip-soft",
+        "mlp-plain-mse",
+        "minatar-cnn",
+        "minatar-rmsprop-same",
+        "mlp-rmsprop-plain",
+    ],
 )
 def test_a_member_learns_the_same_bits_alone_and_in_packs_of_4_and_16(net, updates, overrides):
     """Seed 3 alone, with 7, 12 and 5, and among 16: the same TD errors and metrics at every
