@@ -1,13 +1,22 @@
 """What a person watching a sweep sees: how many runs are done, running and pending, and each
 running run's steps and speed.
 
-The Ray backend feeds it (its tasks report their runs' steps and SPS through a Ray actor at every
-log point); it knows nothing of Ray. On a terminal it is a live display that redraws itself::
+Both backends feed it: Ray's tasks report their runs' steps and SPS through a Ray actor at every
+log point, local workers through a queue; it knows neither. On a terminal it is a live display
+that redraws itself::
 
     sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03
     dashboard http://127.0.0.1:8265
       MinAtar-Breakout-v1/rank/alpha=0.7/s2  starting
       MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS
+
+Runs in packs (``ablate --pack K``) are listed under their pack, whose line names what their run
+dirs share::
+
+    sweep 12/150 done, 5 running, 133 pending  elapsed 0:41:10
+      pack 10/30  MinAtar-SpaceInvaders-v1
+        proportional/s9  120,000/500,000 steps  1,234 SPS
+        uniform/s9       120,000/500,000 steps  1,234 SPS
 
 Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
 every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress: both are
@@ -38,11 +47,13 @@ class RunProgress:
         env_steps: env steps done (0 until its first log point).
         total: the run's budget of env steps.
         sps: env steps per second over its last log interval (NaN before its first log point).
+        pack: the pack it runs in (``pack 3/30``), or ``""`` for a run alone.
     """
 
     env_steps: int
     total: int
     sps: float = math.nan
+    pack: str = ""
 
     def text(self) -> str:
         """``120,000/500,000 steps  1,234 SPS``, or ``starting`` before the first log point."""
@@ -95,7 +106,8 @@ class SweepProgress(LiveOrPlainDisplay):
 
     def lines(self, limit: int | None = None) -> list[str]:
         """The display's text: a head line, the dashboard's address, then one line per running run
-        (at most ``limit``)."""
+        (at most ``limit``); runs in packs under a line per pack, which names the part of their
+        run dirs they share (the env, in a sweep's layout) once."""
         head = (
             f"sweep {self.done}/{self.total} done, {len(self.running)} running, "
             f"{self.pending} pending  elapsed {format_duration(self.elapsed_s())}"
@@ -103,8 +115,19 @@ class SweepProgress(LiveOrPlainDisplay):
         # On a line of its own, so that the head fits 80 columns.
         dashboard = [f"dashboard http://{self.dashboard}"] if self.dashboard else []
         shown = list(self.running.items())[:limit]
-        width = max((len(name) for name, _ in shown), default=0)
-        lines = [head, *dashboard] + [f"  {name:<{width}}  {run.text()}" for name, run in shown]
+        groups: dict[str, list[tuple[str, RunProgress]]] = {}
+        for name, run in shown:
+            groups.setdefault(run.pack, []).append((name, run))
+        lines = [head, *dashboard]
+        for pack, members in sorted(groups.items(), key=lambda item: _pack_order(item[0])):
+            indent = "  "
+            if pack:
+                prefix = _shared_head([name for name, _ in members])
+                lines.append(f"  {pack}  {prefix.rstrip('/')}".rstrip())
+                members = [(name[len(prefix) :], run) for name, run in members]
+                indent = "    "
+            width = max(len(name) for name, _ in members)
+            lines += [f"{indent}{name:<{width}}  {run.text()}" for name, run in members]
         if len(shown) < len(self.running):
             lines.append(f"  ... and {len(self.running) - len(shown)} more running")
         return lines
@@ -117,3 +140,21 @@ class SweepProgress(LiveOrPlainDisplay):
         from rich.text import Text
 
         return Text("\n".join(self.lines(MAX_RUNS_SHOWN)), no_wrap=True, overflow="ellipsis")
+
+
+def _pack_order(pack: str) -> tuple[int, str]:
+    """Runs alone first, then packs by number (``pack 10/30`` after ``pack 9/30``)."""
+    number = pack.split(" ")[-1].split("/")[0] if pack else ""
+    return (int(number) if number.isdigit() else 0, pack)
+
+
+def _shared_head(names: list[str]) -> str:
+    """The leading path components (with their ``/``) that every name shares, less one: a name
+    is never left empty."""
+    parts = [name.split("/") for name in names]
+    shared = []
+    for column in zip(*(p[:-1] for p in parts), strict=False):
+        if len(set(column)) != 1:
+            break
+        shared.append(column[0])
+    return "".join(f"{part}/" for part in shared)

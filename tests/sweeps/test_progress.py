@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
+import pytest
 from rich.console import Console
 
 from per_dqn.sweeps.progress import MAX_RUNS_SHOWN, RunProgress, SweepProgress
@@ -75,3 +77,73 @@ def test_a_terminal_shows_at_most_max_runs_shown_runs_and_says_how_many_more():
     assert len(printed) == 1 + MAX_RUNS_SHOWN + 1
     assert printed[1].startswith("  uniform/s000  0/1,000 steps")
     assert printed[-1] == "  ... and 5 more running"
+
+
+def test_runs_in_packs_are_listed_under_their_pack_naming_what_they_share_once():
+    """Pins the pack view (issue 24): runs alone first, then each pack in number order (10 after
+    9), its line naming the run dirs' shared head, its runs indented under it without it; the
+    longest names of the MinAtar study fit 80 columns."""
+    console, _ = plain_console()
+    shown = SweepProgress(150, console=console)
+    shown.update(
+        12,
+        {
+            "MinAtar-SpaceInvaders-v1/proportional/s9": RunProgress(
+                120_000, 500_000, 1234.0, "pack 10/30"
+            ),
+            "MinAtar-SpaceInvaders-v1/uniform/s9": RunProgress(
+                120_000, 500_000, 99.0, "pack 10/30"
+            ),
+            "MinAtar-Asterix-v1/rank/s1": RunProgress(0, 500_000, pack="pack 9/30"),
+            "CartPole-v1/uniform/s3": RunProgress(1000, 50_000, 500.0),
+        },
+    )
+    _, *rest = shown.lines()
+    assert rest == [
+        "  CartPole-v1/uniform/s3  1,000/50,000 steps  500 SPS",
+        "  pack 9/30  MinAtar-Asterix-v1/rank",
+        "    s1  starting",
+        "  pack 10/30  MinAtar-SpaceInvaders-v1",
+        "    proportional/s9  120,000/500,000 steps  1,234 SPS",
+        "    uniform/s9       120,000/500,000 steps  99 SPS",
+    ]
+    assert max(len(line) for line in shown.lines()) <= 80
+
+
+@pytest.mark.slow
+def test_a_local_sweep_shows_its_packs_runs_steps_and_speed_as_they_run(tmp_path):
+    """Pins the local backend's display (issue 24 and 26: it printed nothing until a run ended):
+    two CartPole runs in one pack on one worker report their steps and SPS at each log point,
+    through the worker's queue, under their pack's line."""
+    from support import TINY, cartpole_config
+
+    from per_dqn.sweeps import plan
+    from per_dqn.sweeps.backends import local
+
+    jobs = tuple(
+        plan.Job(
+            "CartPole-v1", "uniform", seed, f"uniform/s{seed}",
+            cartpole_config(*TINY, f"run.seed={seed}", "train.total_env_steps=600",
+                            "run.device=cpu").to_yaml(),
+            "cartpole",
+        )
+        for seed in (0, 1)
+    )  # fmt: skip
+    sweep = plan.Sweep(tmp_path / "sweep", {"runs": []}, jobs)
+    console, text = plain_console()
+    with SweepProgress(2, console=console, plain_interval_s=0.0) as shown:
+        result = local.run_sweep(sweep, workers=1, pack=2, progress=shown)
+    assert not result.failed and not result.interrupted
+    lines = text.getvalue().splitlines()
+    assert "  pack 1/1  uniform" in lines
+    # Each run's steps at its log points (every 100 env steps) as it ran, with its speed.
+    for seed in (0, 1):
+        seen = {
+            int(m.group(1))
+            for line in lines
+            if (m := re.fullmatch(rf"    s{seed}  (\d+)/600 steps  [\d,]+ SPS", line))
+        }
+        # The display redraws every 0.5 s with the newest report of each run: which log
+        # points it caught depends on the machine's speed, not that it caught some.
+        assert seen and seen <= {100, 200, 300, 400, 500, 600}, "\n".join(lines)
+    assert lines[-1].startswith("sweep 2/2 done, 0 running, 0 pending")

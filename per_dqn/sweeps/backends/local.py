@@ -16,6 +16,7 @@ changed) and stops its run the same way, so no orphan keeps writing into a run d
 from __future__ import annotations
 
 import ctypes
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -33,12 +34,15 @@ from per_dqn.sweeps.job import (
     SweepResult,
     describe_packs,
     error_line,
+    job_config,
     pack_jobs,
     pack_memory_refusal,
     preflight,
     run_jobs,
 )
 from per_dqn.sweeps.plan import Job, Sweep, check_workers, start_sweep
+from per_dqn.sweeps.progress import RunProgress, SweepProgress
+from per_dqn.tags import PERF_SPS
 
 # The ``backends.Options`` fields this backend takes.
 OPTIONS = frozenset({"workers", "pack"})
@@ -80,7 +84,10 @@ class LocalBackend:
         return where if self.pack == 1 else f"{where}, {describe_packs(packs)}"
 
     def run(self, sweep: Sweep, on_outcome: Callable[[Outcome], None] | None = None) -> SweepResult:
-        return run_sweep(sweep, self.workers, on_outcome, self.pack)
+        """Runs the sweep with the runs done, running (steps, SPS, by pack) and pending shown on
+        stderr; the live display ends before the caller writes the report."""
+        with SweepProgress(len(sweep.jobs)) as progress:
+            return run_sweep(sweep, self.workers, on_outcome, self.pack, progress)
 
 
 def create(options: Options) -> LocalBackend:
@@ -113,7 +120,27 @@ def _die_with_parent(parent_pid: int) -> None:
         pass
 
 
-def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | None = None) -> None:
+class _Reporter:
+    """A run's callback (``per_dqn.run.Callback``) that tells the sweep's process its steps and SPS
+    at every log point, through a queue, without waiting."""
+
+    def __init__(self, progress: Any, run_dir: str, total: int, pack: str) -> None:
+        self.progress, self.run_dir, self.total, self.pack = progress, run_dir, total, pack
+        self.progress.put((run_dir, RunProgress(0, total, pack=pack)))
+
+    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
+        sps = values.get(PERF_SPS, math.nan)
+        self.progress.put((self.run_dir, RunProgress(env_steps, self.total, sps, self.pack)))
+
+
+def _worker(
+    out: Path,
+    jobs: Any,
+    results: Any,
+    stop: Any,
+    parent_pid: int | None = None,
+    progress: Any = None,
+) -> None:
     """A worker process: runs jobs from ``jobs`` until a ``None``, ``stop`` is set, or the sweep's
     process (``parent_pid``) is gone.
 
@@ -130,10 +157,12 @@ def _worker(out: Path, jobs: Any, results: Any, stop: Any, parent_pid: int | Non
     with StopSignals((signal.SIGTERM,), raise_again=False) as signals:
         if parent_pid is not None:
             _die_with_parent(parent_pid)
-        _take_jobs(out, jobs, results, stop, signals)
+        _take_jobs(out, jobs, results, stop, signals, progress)
 
 
-def _take_jobs(out: Path, jobs: Any, results: Any, stop: Any, signals: StopSignals) -> None:
+def _take_jobs(
+    out: Path, jobs: Any, results: Any, stop: Any, signals: StopSignals, progress: Any = None
+) -> None:
     """``_worker``'s loop, with its stop signals handled."""
 
     def should_stop() -> bool:
@@ -152,10 +181,17 @@ def _take_jobs(out: Path, jobs: Any, results: Any, stop: Any, signals: StopSigna
             continue
         if job is None or stop.is_set() or should_stop():
             return
-        pack = job  # a list of jobs: one pack (packs.run_pack), one job by default
+        label, pack = job  # one pack (packs.run_pack) and its label; one job by default
         try:
+            hooks = None
+            if progress is not None:
+                totals = [job_config(one).train.total_env_steps for one in pack]
+                hooks = [
+                    (_Reporter(progress, one.run_dir, total, label),)
+                    for one, total in zip(pack, totals, strict=True)
+                ]
             with signals.watching(signal.SIGINT):
-                outcomes = run_jobs(pack, out, should_stop)
+                outcomes = run_jobs(pack, out, should_stop, hooks)
         except KeyboardInterrupt:
             outcomes = [Outcome(one, interrupted=True) for one in pack]
         except Exception as exc:
@@ -173,6 +209,7 @@ def run_sweep(
     workers: int,
     on_outcome: Callable[[Outcome], None] | None = None,
     pack: int = 1,
+    progress: SweepProgress | None = None,
 ) -> SweepResult:
     """Writes ``sweep.json`` and runs the unfinished runs in worker processes, each resuming its
     run from its newest usable checkpoint when it has one.
@@ -182,6 +219,8 @@ def run_sweep(
         workers: processes at most (never more than there are packs to run).
         on_outcome: called in this process as each run ends.
         pack: runs per pack at most (``plan.pack_jobs``): a worker runs a pack at a time.
+        progress: the display to keep up to date (the workers report each run's steps and SPS
+            at its log points), or None.
 
     Returns:
         What ran; ``interrupted`` if Ctrl-C or SIGTERM stopped it (runs in progress checkpoint,
@@ -192,25 +231,44 @@ def run_sweep(
     result = SweepResult(skipped=len(sweep.jobs) - len(todo))
     if not todo:
         return result
+    if progress is not None:
+        progress.update(result.skipped, {})
 
     ctx = mp.get_context("spawn")
     jobs, results, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    reports = ctx.Queue() if progress is not None else None
     # After Ctrl-C, jobs no worker took stay queued; exiting must not wait to flush them.
     jobs.cancel_join_thread()
     packs = pack_jobs(todo, pack)
     count = min(workers, len(packs))
-    for members in packs:
-        jobs.put(members)
+    for i, members in enumerate(packs):
+        jobs.put((f"pack {i + 1}/{len(packs)}" if pack > 1 else "", members))
     for _ in range(count):
         jobs.put(None)
     procs = [
-        ctx.Process(target=_worker, args=(out, jobs, results, stop, os.getpid()))
+        ctx.Process(target=_worker, args=(out, jobs, results, stop, os.getpid(), reports))
         for _ in range(count)
     ]
     ended: set[str] = set()
+    running: dict[str, RunProgress] = {}
+
+    def show() -> None:
+        if progress is None or reports is None:
+            return
+        while True:
+            try:
+                run_dir, where = reports.get_nowait()
+            except queue.Empty:
+                break
+            if run_dir not in ended:
+                running[run_dir] = where
+        progress.update(progress.done, running)
 
     def record(outcome: Outcome) -> None:
         ended.add(outcome.job.run_dir)
+        running.pop(outcome.job.run_dir, None)
+        if progress is not None:
+            progress.done += 1
         result.outcomes.append(outcome)
         if outcome.interrupted:
             result.interrupted = True
@@ -225,12 +283,14 @@ def run_sweep(
                 record(results.get(timeout=0.5))
             except queue.Empty:
                 pass
+            show()
         # Results put just before a worker exited may still be in the pipe.
         while len(ended) < len(todo):
             try:
                 record(results.get(timeout=0.5))
             except queue.Empty:
                 break
+        show()
     except KeyboardInterrupt:
         result.interrupted = True
         _stop_workers(procs, stop, results, record)
@@ -242,6 +302,9 @@ def run_sweep(
                 proc.join()
         jobs.close()
         results.close()
+        if reports is not None:
+            reports.cancel_join_thread()
+            reports.close()
     if not result.interrupted:
         for job in todo:
             if job.run_dir not in ended:  # a worker died (killed, out of memory) mid-run
