@@ -9,7 +9,9 @@ pack exactly, a SIGKILLed packed sweep resumes every member exactly.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.loop import DivergedError
 from per_dqn.packs import run_pack
 from per_dqn.run import Trainer
+from per_dqn.sweeps.job import error_line
 
 SMALL = {
     "train.total_env_steps": 1_200, "train.learning_starts": 200, "train.eval_interval": 400,
@@ -111,6 +114,40 @@ def test_a_member_that_diverges_stops_alone(workdir):
     assert good.error is None
     alone = per_dqn.train("cartpole", overrides=SMALL, run_dir="runs/alone")
     assert_same_files(good.run_dir, alone.run_dir)
+
+
+def test_a_full_disk_stops_the_member_that_cannot_write_with_one_line(workdir, monkeypatch):
+    """ENOSPC at one member's second checkpoint (injected: no tmpfs here to fill): that run stops
+    with its ``OSError`` (one line in a sweep's outcome), its first checkpoint intact and no
+    second one; its pack-mate goes on to the end and writes what it writes alone; and the stopped
+    run, resumed once the disk has room, ends as the run that never stopped."""
+    real_save = ckpt.save_run_checkpoint
+
+    def save_until_full(root, **kwargs):
+        if "full" in Path(root).parts and kwargs["env_steps"] >= 800:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(root, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt, "save_run_checkpoint", save_until_full)
+        good, full = per_dqn.train_many(
+            "cartpole", arms={"room": {}, "full": {}}, overrides=SMALL, out="runs/many"
+        )
+    second = ckpt.checkpoints_dir(full.run_dir) / ckpt.checkpoint_name(800)
+    assert isinstance(full.error, OSError) and full.error.errno == errno.ENOSPC
+    # What a sweep prints for it (its `[n/N] ...: error:` line): one line naming the file.
+    assert error_line(full.error) == f"WriteError: {second}: No space left on device"
+    assert full.result is None and not (full.run_dir / "model.pt").exists()
+    ckpt.verify_checkpoint(ckpt.checkpoints_dir(full.run_dir) / ckpt.checkpoint_name(400))
+    assert ckpt.list_checkpoints(ckpt.checkpoints_dir(full.run_dir))[-1].name == (
+        ckpt.checkpoint_name(400)
+    )  # no half-written second one
+    assert good.error is None
+    alone = per_dqn.train("cartpole", overrides=SMALL, run_dir="runs/alone")
+    assert_same_files(good.run_dir, alone.run_dir)
+    resumed = per_dqn.resume(full.run_dir)
+    assert resumed.final_return == alone.final_return
+    assert digest(full.run_dir / "model.pt") == digest(alone.run_dir / "model.pt")
 
 
 def config(**changes) -> object:

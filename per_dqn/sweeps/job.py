@@ -257,7 +257,11 @@ def _trainer(trainer_class: Any, ckpt: Any, job: Job, run_dir: Path) -> Any:
 
 
 def error_line(exc: BaseException) -> str:
-    """An exception as one line, its type included: ``ValueError: train.lr: must be > 0``."""
+    """An exception as one line, its type included: ``ValueError: train.lr: must be > 0``; a
+    file that could not be written (or read) as ``per-dqn train`` names it:
+    ``WriteError: DIR/checkpoints/step_000000800: No space left on device``."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{type(exc).__name__}: {exc.filename}: {exc.strerror}"
     return " ".join("".join(traceback.format_exception_only(exc)).split())
 
 

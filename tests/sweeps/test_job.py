@@ -6,6 +6,7 @@ call it here, on a 300-step CartPole run of a 16-unit network (about 2 s)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -208,6 +209,16 @@ def test_a_job_s_callbacks_see_its_run(tmp_path):
     seen = Seen()
     job.run_job(one_job(tmp_path), tmp_path, callbacks=[seen])
     assert seen.steps == [100, 200]
+
+
+def test_error_line_names_a_file_that_could_not_be_written_as_train_does():
+    """Pins a sweep's line for a full disk: ``OSError: [Errno 28] No space left on device: 'x'``
+    became the file, then why, as ``per-dqn train`` puts it."""
+    exc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "run/checkpoints/step_000000800")
+    assert job.error_line(exc) == (
+        "OSError: run/checkpoints/step_000000800: No space left on device"
+    )
+    assert job.error_line(OSError("no file")) == "OSError: no file"
 
 
 def test_error_line_keeps_an_exception_s_notes_on_its_line():

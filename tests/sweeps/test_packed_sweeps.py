@@ -122,6 +122,47 @@ def test_a_killed_packed_sweep_resumes_every_member_exactly(tmp_path):
         assert digest(run_dir / "model.pt") == digest(tmp_path / f"alone{seed}" / "model.pt")
 
 
+@pytest.mark.kill
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])  # fmt: skip
+def test_ctrl_c_and_sigterm_checkpoint_every_member_of_a_pack(tmp_path, signum, code):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to a sweep running
+    one pack of three runs: exit 130 or 143, and each member stops between two steps with a
+    checkpoint of that step and an interrupted summary, as a run alone does (issue 24, 3.)."""
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "2",
+            "--steps", "200000", "--workers", "1", "--pack", "3", "--out", str(out),
+            *sets(*TINY, "run.device=cpu")]  # fmt: skip
+    proc = start_cli(args, new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        started: list[Path] = []
+        while time.monotonic() < deadline and len(started) < 3:
+            time.sleep(0.2)
+            started = [p for p in out.glob("*/s*") if any(p.glob("events.out.tfevents*"))]
+        assert len(started) == 3, "the pack never started its three runs"
+        time.sleep(0.5)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == code, stdout + stderr
+    assert "re-run the same command" in stdout
+    begun = sorted(p.relative_to(out).as_posix() for p in out.glob("*/s*"))
+    assert begun == sorted(p.relative_to(out).as_posix() for p in started)  # no other pack
+    for run_dir in started:
+        s = summary_of(run_dir)
+        assert s["interrupted"] is True and 0 < s["env_steps"] < 200_000
+        assert s["provenance"]["pack"]["size"] == 3
+        newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
+        assert newest.name == ckpt.checkpoint_name(s["env_steps"])
+
+
 def test_a_pack_whose_memories_do_not_fit_is_refused_naming_the_largest_that_fits(workdir):
     """One run's replay memory fits in the available RAM, four of them in one process do not:
     ``ablate --pack 4`` is one line naming the largest pack that fits (2), exit 2, before
