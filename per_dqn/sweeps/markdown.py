@@ -45,6 +45,9 @@ from per_dqn.sweeps.measure import (
     BASELINE_ARM,
     BOOTSTRAP_REPS,
     METRICS,
+    TRAIN_EMA_BIN_STEPS,
+    TRAIN_EMA_DECAY,
+    TRAIN_LAST_EPISODES,
     Cells,
     Normalization,
     RunMetrics,
@@ -64,14 +67,15 @@ from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 MIN_RUNS = 5
 SCORES_COLUMNS = (
     "env_id", "arm", "seed", "final_return", "final_return_std", "final_eval_episodes", "auc",
-    "threshold", "steps_to_threshold", "human_normalized", "is_weight_mean", "env_steps",
-    "wall_seconds", "run_dir",
+    "threshold", "steps_to_threshold", "human_normalized", "is_weight_mean", "train_return_ema",
+    "train_return_last100", "env_steps", "wall_seconds", "run_dir",
 )  # fmt: skip
 
 
 def scores_csv(measured: Sequence[RunMetrics]) -> str:
     """One row per finished run: its final score, AUC, steps to threshold, human-normalised
-    score and mean IS weight."""
+    score, mean IS weight, and its training returns as the literature measures them (EMA over
+    the last 50,000 env steps, mean of the last 100 episodes)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(SCORES_COLUMNS)
@@ -82,7 +86,8 @@ def scores_csv(measured: Sequence[RunMetrics]) -> str:
             [run.env_id, run.arm, run.seed, repr(run.score), repr(run.score_std),
              run.eval_episodes, _blank(r.auc), _blank(r.threshold),
              "" if r.steps_to_threshold is None else r.steps_to_threshold, _blank(hns),
-             _blank(run.is_weight_mean), run.env_steps, f"{run.wall_seconds:.1f}", run.path]
+             _blank(run.is_weight_mean), _blank(r.train_ema), _blank(r.train_last100),
+             run.env_steps, f"{run.wall_seconds:.1f}", run.path]
         )  # fmt: skip
     return buffer.getvalue()
 
@@ -184,6 +189,7 @@ def render_markdown(
     if len(sweep.envs) > 1 or norm.kind == "human":
         lines += _across_games_table(sweep, cells, baselines, norm, versus)
     measured = [r for runs in cells.values() for r in runs]
+    lines += _training_returns_table(sweep, cells)
     for key in sensitivity_keys(sweep):
         lines += _sensitivity_table(sweep, measured, key)
     lines += [
@@ -324,6 +330,43 @@ def _improvement_cell(x: dict[int, Any], y: dict[int, Any]) -> str:
         return "n/a"
     a, b = np.array([x[s] for s in seeds]), np.array([y[s] for s in seeds])
     return f"{improvement(a, b).format(2)} ({len(seeds)} pair{'s' * (len(seeds) > 1)})"
+
+
+def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
+    """The runs' training returns as published MinAtar curves measure them, for comparison with
+    them (docs/results/literature.md): mean (sd) over seeds."""
+
+    def cell(values: list[float | None]) -> str:
+        got = [v for v in values if v is not None]
+        if not got:
+            return "n/a"
+        sd = f" ({np.std(got, ddof=1):.2f})" if len(got) > 1 else ""
+        return f"{np.mean(got):.2f}{sd}"
+
+    lines = [
+        "## Training returns, as the literature reports them",
+        "",
+        "Returns of the training episodes (under exploration), beside the greedy scores above: "
+        f"EMA, a moving average over episodes (`avg <- {TRAIN_EMA_DECAY} avg + "
+        f"{1 - TRAIN_EMA_DECAY:.2f} G` from 0, MinAtar's `examples/dqn.py`) averaged over the "
+        f"episodes ending in the run's last {TRAIN_EMA_BIN_STEPS:,} env steps (reducible-loss's "
+        f"released curves); last {TRAIN_LAST_EPISODES}: the mean of the last "
+        f"{TRAIN_LAST_EPISODES} episodes (the MinAtar paper's curves). Mean (sd) over seeds.",
+        "",
+        "| env | arm | runs | EMA | last 100 |",
+        "|---|---|--:|--:|--:|",
+    ]
+    for env in sweep.envs:
+        for arm in sweep.arms:
+            runs = cells[(env, arm)]
+            if not runs:
+                continue
+            lines.append(
+                f"| {env} | {arm} | {len(runs)} | {cell([r.train_ema for r in runs])} | "
+                f"{cell([r.train_last100 for r in runs])} |"
+            )
+    lines.append("")
+    return lines
 
 
 def is_weight_cell(runs: Sequence[RunMetrics]) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from per_dqn.memory import KINDS
 from per_dqn.rundir import SWEEP_FILE
-from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
+from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 SUMMARY_FILE = "summary.json"
 # What `per-dqn train` writes into a run dir first (its resolved config) and last (its summary):
@@ -205,6 +205,8 @@ class Run:
         point: its grid values, ``(dotted key, value)`` pairs.
         is_weight_mean: the mean of its logged ``per/is_weight_mean`` points (the batches' mean
             IS weight), None if it logged none.
+        train_returns: the ``episode/return`` points: each finished training episode's return
+            at the env step it ended (what the literature's training curves are made of).
     """
 
     env_id: str
@@ -221,6 +223,7 @@ class Run:
     settings: tuple[tuple[str, Any], ...] = ()
     point: tuple[tuple[str, Any], ...] = ()
     is_weight_mean: float | None = None
+    train_returns: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -371,7 +374,7 @@ def _read_run(
         "wall_seconds": _field(summary, "wall_seconds", "number", where),
     }
     try:
-        curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN))
+        curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN))
     except EventDataLoss as exc:
         raise _Damaged(
             _rel(out, exc.path),
@@ -394,6 +397,7 @@ def _read_run(
         settings=tuple(planned.get("settings", {}).items()),
         point=tuple(planned.get("point", {}).items()),
         is_weight_mean=sum(weights) / len(weights) if weights else None,
+        train_returns=tuple(curves[EPISODE_RETURN]),
     )
 
 
