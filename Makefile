@@ -52,11 +52,14 @@ mutants: $(STAMP)
 # envs.py's state capture and restore only: every one-line change mutmut can make, each against
 # the fast tests that call the changed function, one worker; then the per-module table, with the
 # equivalent mutants of docs/mutation.md set apart (exit 1 below 90% in a module). Hours on 2
-# cores, so not part of `make test`; it starts afresh in mutants/ (git-ignored).
+# cores, so not part of `make test`. It resumes: with results in mutants/ (git-ignored) it runs
+# only the mutants not yet run or not yet caught, after a fresh record of which tests call which
+# function (mutmut-stats.json); `rm -rf mutants` starts afresh.
 mutation: $(TEST_STAMP)
 	$(PIP) -e '.[dev,minatar,mutation]'
-	rm -rf mutants
-	set -f; $(BIN)/mutmut run --max-children 1 $$($(BIN)/python tests/mutants/mutation_table.py --patterns)
+	rm -f mutants/mutmut-stats.json
+	set -f; names="$$($(BIN)/python tests/mutants/mutation_table.py --run-args)"; \
+	  if [ -n "$$names" ]; then $(BIN)/mutmut run --max-children 1 $$names; fi
 	$(BIN)/python tests/mutants/mutation_table.py
 
 bench: $(STAMP)

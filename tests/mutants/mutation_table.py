@@ -3,6 +3,7 @@
 
     python tests/mutants/mutation_table.py              # the table; exit 1 if a module is < 90%
     python tests/mutants/mutation_table.py --survivors  # and every unexplained survivor's diff
+    python tests/mutants/mutation_table.py --run-args   # what `make mutation` runs next
 
 A mutant is *caught* when a test failed (``killed``) or it ran past mutmut's time limit
 (``timeout``: a mutant that hangs the program is seen by any user). The score of a module is
@@ -149,6 +150,24 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def run_args(paths: list[str], equivalent: dict[str, str]) -> list[str]:
+    """What `make mutation` gives ``mutmut run``: without results in ``mutants/``, every mutant
+    (``run_patterns``); with them, every one in scope that was not run (a long run stopped part
+    way) or not caught (a survivor, or one without tests: tests may have been added since), but
+    the documented equivalents; nothing when none is left."""
+    names = []
+    for path in paths:
+        meta = ROOT / "mutants" / f"{path}.meta"
+        if not meta.exists():
+            return run_patterns(paths)
+        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        for key, code in codes.items():
+            caught = code in KILLED or code in TIMEOUT
+            if in_scope(path, key) and not caught and key not in equivalent:
+                names.append(key)
+    return names
+
+
 def mutated_paths() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     return list(config["tool"]["mutmut"]["only_mutate"])
@@ -157,12 +176,23 @@ def mutated_paths() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--survivors", action="store_true", help="show each survivor's diff")
-    parser.add_argument("--patterns", action="store_true",
-                        help="print the mutant names `mutmut run` is given, and exit")  # fmt: skip
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--patterns",
+        action="store_true",
+        help="print the mutant names a fresh `mutmut run` is given, and exit",
+    )
+    parser.add_argument(
+        "--run-args",
+        action="store_true",
+        help="print what `make mutation` runs next (nothing: all done), and exit",
+    )
+    args = parser.parse_args(argv)  # fmt: skip
     paths = mutated_paths()
     if args.patterns:
         print(" ".join(run_patterns(paths)))
+        return 0
+    if args.run_args:
+        print(" ".join(run_args(paths, equivalents())))
         return 0
     rows, unexplained, stale = collect(paths, equivalents())
     print(table(rows))
