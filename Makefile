@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-packs bench-ray bench-smoke lint clean mutants mutation
+.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-packs bench-ray bench-smoke lint clean mutants mutation minatar-1.0.10
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,18 @@ tensorboard: $(STAMP)
 
 # The tests cover every optional part, so the extras they need are installed first.
 TEST_STAMP := $(VENV)/.installed-test
-$(TEST_STAMP): $(STAMP)
+LEGACY_MINATAR := .minatar-1.0.10/minatar/__init__.py
+$(TEST_STAMP): $(STAMP) $(LEGACY_MINATAR)
 	$(PIP) -e '.[dev,minatar,wandb,reference,ray]'
 	touch $(TEST_STAMP)
+
+# MinAtar 1.0.10, the release before Seaquest's oxygen fix (1.0.11) that the published MinAtar
+# results ran, in a folder of its own: `PYTHONPATH=.minatar-1.0.10 .venv/bin/per-dqn ...` plays
+# it (per_dqn/minatar_gym.py), and the tests run it there. Its own dependencies (pandas, seaborn,
+# ...) serve only its plots: left out. Not under the constraints file, which pins nothing of it.
+minatar-1.0.10: $(LEGACY_MINATAR)
+$(LEGACY_MINATAR): $(STAMP)
+	$(BIN)/python -m pip install --no-deps --upgrade --target .minatar-1.0.10 minatar==1.0.10
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
@@ -113,4 +122,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check per_dqn tests benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis mutants
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis mutants .minatar-1.0.10

@@ -44,19 +44,28 @@ VIDEO_VIEWS = ("game", "agent")
 
 
 def _register_minatar(env_id: str) -> None:
-    """Registers MinAtar's gymnasium ids (the ``minatar`` extra), once.
+    """Registers MinAtar's gymnasium ids (the ``minatar`` extra), once: MinAtar's own
+    (``minatar.gym``), or, for a release whose ``minatar.gym`` predates gymnasium (1.0.10 and
+    older), the same ids on ``per_dqn.minatar_gym.MinAtarEnv``.
 
     Raises:
         ValueError: the extra is not installed.
     """
     if env_id in gym.registry:
         return
+    from per_dqn import minatar_gym
+
     try:
-        import minatar.gym
+        import minatar
     except ImportError:
         raise ValueError(
             f"env.id: {env_id} needs the minatar package: pip install 'per-dqn[minatar]'"
         ) from None
+    if not minatar_gym.has_gymnasium_envs():
+        minatar_gym.register_envs()
+        return
+    import minatar.gym
+
     minatar.gym.register_envs()
 
 
@@ -474,9 +483,13 @@ _PHYSICS_FIELDS: dict[str, tuple[str, ...]] = {
     "MountainCarEnv": ("state",),
     "Continuous_MountainCarEnv": ("state",),
     "PendulumEnv": ("state", "last_u"),
-    # minatar.gym.BaseEnv: the game's whole state, read by `_minatar_state`.
+    # minatar.gym.BaseEnv (and minatar_gym.MinAtarEnv for MinAtar 1.0.10): the game's whole
+    # state, read by `_minatar_state`.
     "BaseEnv": ("minatar",),
+    "MinAtarEnv": ("minatar",),
 }
+# The MinAtar env classes: their state is the game's (`_minatar_state`).
+_MINATAR_ENVS = ("BaseEnv", "MinAtarEnv")
 # Wrappers gym.make adds, and the counter each keeps.
 _WRAPPER_FIELDS: dict[str, tuple[str, ...]] = {
     "TimeLimit": ("_elapsed_steps",),
@@ -516,9 +529,9 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
     if name not in _PHYSICS_FIELDS or not isinstance(layer, gym.Env):
         return None
     physics = {}
-    if name == "BaseEnv":
+    if name in _MINATAR_ENVS:
         physics["minatar"] = _minatar_state(layer)
-    for field in _PHYSICS_FIELDS[name] if name != "BaseEnv" else ():
+    for field in _PHYSICS_FIELDS[name] if name not in _MINATAR_ENVS else ():
         value = getattr(layer, field)
         if isinstance(value, bool | int | np.integer):
             physics[field] = int(value)
@@ -587,7 +600,7 @@ def _check(env: Any, state: Mapping[str, Any]) -> None:
         raise ValueError(f"the checkpoint's env is {saved}, this run's {mine}")
     if set(state["physics"]) != set(_PHYSICS_FIELDS[kind]):
         raise ValueError(f"the {kind} state must hold {list(_PHYSICS_FIELDS[kind])}")
-    if kind == "BaseEnv":
+    if kind in _MINATAR_ENVS:
         _check_minatar(layer, state["physics"]["minatar"])
     if state["rng"] is not None:
         np.random.Generator(np.random.PCG64()).bit_generator.state = state["rng"]
