@@ -7,6 +7,7 @@ target and MSE, which existed before, are in ``tests/agent/test_dqn.py``.)"""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,3 +180,23 @@ def test_a_priority_from_the_loss_lands_on_the_sampled_slots(tmp_path):
         assert not np.allclose(trainer.memory.priorities(slots), from_td, rtol=1e-3)
     finally:
         trainer.close()
+
+
+def test_an_init_for_a_user_s_network_is_one_config_line():
+    with pytest.raises(ConfigError, match=r"agent\.init: must be 'torch' for a network from "):
+        cartpole_config("agent.network=my_nets:mlp", "agent.init=xavier_uniform")
+
+
+def test_a_local_file_comes_before_a_shipped_preset_of_its_name(tmp_path, monkeypatch):
+    """Pins ``--config literature/x`` choosing the shipped preset over ``./literature/x.yaml``,
+    where ``--config literature/x.yaml`` chose the local file: both now take the local one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "literature").mkdir()
+    mine = tmp_path / "literature" / "minatar_paper_dqn.yaml"
+    mine.write_text("env:\n  id: CartPole-v1\n")
+    assert resolve_config_path("literature/minatar_paper_dqn") == Path(
+        "literature/minatar_paper_dqn.yaml"
+    )
+    mine.unlink()
+    assert resolve_config_path("literature/minatar_paper_dqn").parent.name == "literature"
+    assert resolve_config_path("literature/minatar_paper_dqn").is_absolute()

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from per_dqn.agent import layout
+from per_dqn.agent.adam import FusedAdam
 from per_dqn.agent.networks import QNetwork
 from per_dqn.agent.optim import step_all
 from per_dqn.memory import Batch
@@ -179,15 +180,17 @@ class Pack:
 
     def _stack_moments(self, moments: list[list[tuple[torch.Tensor, torch.Tensor, float]]]) -> None:
         """Gives each member an Adam whose moments of stacked layers are views into stacked
-        tensors (``self.exp_avg``, ``self.exp_avg_sq``), and those of its convs its own."""
+        tensors (``self.exp_avg``, ``self.exp_avg_sq``), and those of its convs its own. Members
+        with another optimiser (RMSprop) keep their state in tensors of their own: no stacks."""
         stacked = {}
-        for which in ("exp_avg", "exp_avg_sq"):
+        adam = all(isinstance(agent.optimizer, FusedAdam) for agent in self.agents)
+        for which in ("exp_avg", "exp_avg_sq") if adam else ():
             stacked[which] = [
                 (torch.zeros_like(s.weight, requires_grad=False),
                  torch.zeros_like(s.bias, requires_grad=False))
                 for s in self.online
             ]  # fmt: skip
-        self.exp_avg, self.exp_avg_sq = stacked["exp_avg"], stacked["exp_avg_sq"]
+        self.exp_avg, self.exp_avg_sq = stacked.get("exp_avg", []), stacked.get("exp_avg_sq", [])
         for k, agent in enumerate(self.agents):
             views = {}
             for index, (_, layers) in enumerate(_linears(agent.online)):

@@ -164,7 +164,10 @@ class RMSprop:
                 f"{len(params)}"
             )
         settings = {key: value for key, value in groups[0].items() if key != "params"}
-        wanted = _MOMENTS if settings.get("centered") else _MOMENTS[:1]
+        # A centred step needs the mean gradient, whichever side is centred (the caller may put
+        # its own settings back after loading).
+        centred = settings.get("centered") or self.param_groups[0]["centered"]
+        wanted = _MOMENTS if centred else _MOMENTS[:1]
         new_state = {}
         for i, saved in state_dict["state"].items():
             p = params[groups[0]["params"].index(int(i))]

@@ -92,6 +92,9 @@ def resolve_config_path(name_or_path: str) -> Path:
     given = Path(name_or_path)
     if given.is_file():
         return given
+    local = Path(f"{name_or_path}.yaml")
+    if not given.suffix and local.is_file():  # `literature/x` for a `./literature/x.yaml`
+        return local
     folder = given.parent.as_posix()
     if given.name == name_or_path or (
         folder in SHIPPED_CONFIG_FOLDERS and given.parent.parent == Path(".")

@@ -420,6 +420,15 @@ class Config(_Section):
                     ("agent.network", "env.id"),
                 )
             )
+        if self.agent.init != "torch" and ":" in self.agent.network:
+            problems.append(
+                CrossProblem(
+                    "agent.init",
+                    f"must be 'torch' for a network from {self.agent.network!r} (it initialises "
+                    f"its own weights), got {self.agent.init!r}",
+                    ("agent.network",),
+                )
+            )
         if problems:
             raise CrossFieldError(problems)
         return self

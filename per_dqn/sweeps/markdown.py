@@ -45,7 +45,6 @@ from per_dqn.sweeps.measure import (
     BASELINE_ARM,
     BOOTSTRAP_REPS,
     METRICS,
-    TRAIN_EMA_BIN_STEPS,
     TRAIN_EMA_DECAY,
     TRAIN_LAST_EPISODES,
     Cells,
@@ -67,15 +66,16 @@ from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 MIN_RUNS = 5
 SCORES_COLUMNS = (
     "env_id", "arm", "seed", "final_return", "final_return_std", "final_eval_episodes", "auc",
-    "threshold", "steps_to_threshold", "human_normalized", "is_weight_mean", "train_return_ema",
-    "train_return_last100", "env_steps", "wall_seconds", "run_dir",
+    "threshold", "steps_to_threshold", "human_normalized", "is_weight_mean", "env_steps",
+    "wall_seconds", "run_dir", "train_return_ema", "train_return_last100",
 )  # fmt: skip
 
 
 def scores_csv(measured: Sequence[RunMetrics]) -> str:
     """One row per finished run: its final score, AUC, steps to threshold, human-normalised
-    score, mean IS weight, and its training returns as the literature measures them (EMA over
-    the last 50,000 env steps, mean of the last 100 episodes)."""
+    score, mean IS weight, and its training returns as the literature measures them (the EMA
+    at its end, the mean of its last 100 episodes), last so that older columns keep their
+    places."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(SCORES_COLUMNS)
@@ -86,8 +86,8 @@ def scores_csv(measured: Sequence[RunMetrics]) -> str:
             [run.env_id, run.arm, run.seed, repr(run.score), repr(run.score_std),
              run.eval_episodes, _blank(r.auc), _blank(r.threshold),
              "" if r.steps_to_threshold is None else r.steps_to_threshold, _blank(hns),
-             _blank(run.is_weight_mean), _blank(r.train_ema), _blank(r.train_last100),
-             run.env_steps, f"{run.wall_seconds:.1f}", run.path]
+             _blank(run.is_weight_mean), run.env_steps, f"{run.wall_seconds:.1f}", run.path,
+             _blank(r.train_ema), _blank(r.train_last100)]
         )  # fmt: skip
     return buffer.getvalue()
 
@@ -348,10 +348,9 @@ def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
         "",
         "Returns of the training episodes (under exploration), beside the greedy scores above: "
         f"EMA, a moving average over episodes (`avg <- {TRAIN_EMA_DECAY} avg + "
-        f"{1 - TRAIN_EMA_DECAY:.2f} G` from 0, MinAtar's `examples/dqn.py`) averaged over the "
-        f"episodes ending in the run's last {TRAIN_EMA_BIN_STEPS:,} env steps (reducible-loss's "
-        f"released curves); last {TRAIN_LAST_EPISODES}: the mean of the last "
-        f"{TRAIN_LAST_EPISODES} episodes (the MinAtar paper's curves). Mean (sd) over seeds.",
+        f"{1 - TRAIN_EMA_DECAY:.2f} G` from 0, MinAtar's `examples/dqn.py`) after the run's last "
+        f"episode (reducible-loss's final scores); last {TRAIN_LAST_EPISODES}: the mean of the "
+        f"last {TRAIN_LAST_EPISODES} episodes (the MinAtar paper's curves). Mean (sd) over seeds.",
         "",
         "| env | arm | runs | EMA | last 100 |",
         "|---|---|--:|--:|--:|",

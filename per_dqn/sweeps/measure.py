@@ -20,9 +20,10 @@ What is measured per run (the rows of ``scores.csv``):
 - its *training returns as the literature reports them* (``published_measures``), beside the
   greedy score, from the returns of its training episodes (under exploration):
   the *EMA*: an exponential moving average over episodes, ``avg <- 0.99 avg + 0.01 G`` from 0, as
-  the MinAtar paper's ``examples/dqn.py`` keeps it, averaged over the episodes that end in the
-  run's last 50,000 env steps (reducible-loss's released curves bin it so); and the *last 100*:
-  the mean return of its last 100 training episodes (the MinAtar paper's learning curves).
+  the MinAtar paper's ``examples/dqn.py`` keeps it, at the run's end: the value after its last
+  episode (what reducible-loss's `mean_scores.csv` takes, the last logged value; its binned curves
+  hold the values logged at fixed steps, one a bin for its DQN); and the *last 100*: the mean
+  return of its last 100 training episodes (the MinAtar paper's learning curves).
 
 Runs are grouped into cells, one per env x arm (``cell_key``), and each arm is paired with the
 uniform arm at its grid point (``baseline_arms``) for P(arm > uniform).
@@ -135,8 +136,8 @@ class RunMetrics:
         auc: the normalised AUC of its evaluation curve (None if it logged no evaluation).
         threshold: the threshold of its env (None if the env has none).
         steps_to_threshold: the first env step its curve reached ``threshold`` (None if never).
-        train_ema: its training returns' EMA over its last 50,000 env steps
-            (``published_measures``; None without training episodes there).
+        train_ema: its training returns' EMA at its end (``published_measures``; None without
+            training episodes).
         train_last100: the mean return of its last 100 training episodes (None without any).
     """
 
@@ -164,13 +165,12 @@ def measure(run: Run, threshold: float | None) -> RunMetrics:
         auc = normalized_auc(run.curve) if run.curve else None
     except ValueError as exc:
         raise ValueError(f"run {run.path}: {EVAL_RETURN_MEAN}: {exc}") from None
-    ema, last100 = published_measures(run.train_returns, run.env_steps)
+    ema, last100 = published_measures(run.train_returns)
     return RunMetrics(run, run.score, auc, threshold, steps, ema, last100)
 
 
 # The literature's training-return measures (``published_measures``).
 TRAIN_EMA_DECAY = 0.99
-TRAIN_EMA_BIN_STEPS = 50_000
 TRAIN_LAST_EPISODES = 100
 
 
@@ -187,18 +187,14 @@ def train_return_ema(
 
 
 def published_measures(
-    returns: Sequence[tuple[int, float]], env_steps: int
+    returns: Sequence[tuple[int, float]],
 ) -> tuple[float | None, float | None]:
     """``(EMA, last 100)`` of a run's training-episode returns (see the module docstring): the
-    mean EMA over the episodes ending in ``(env_steps - 50,000, env_steps]``, and the mean of the
-    last 100 returns; None where no episode ended there, or none at all."""
+    EMA after its last episode, and the mean of its last 100 returns; None without episodes."""
     if not returns:
         return None, None
-    start = env_steps - TRAIN_EMA_BIN_STEPS
-    window = [avg for step, avg in train_return_ema(returns) if start < step <= env_steps]
     last = [value for _, value in returns[-TRAIN_LAST_EPISODES:]]
-    ema = sum(window) / len(window) if window else None
-    return ema, sum(last) / len(last)
+    return train_return_ema(returns)[-1][1], sum(last) / len(last)
 
 
 CellKey = tuple[str, str]

@@ -81,11 +81,16 @@ def test_state_dicts_load_either_way_and_continue_identically():
 
 
 def test_a_state_dict_that_lacks_the_mean_gradient_is_refused():
-    """An uncentred state loaded by a centred optimiser would divide by sqrt(v - 0): named."""
+    """Pins an uncentred state loaded by a centred optimiser (the saved settings, or the
+    loader's own that a resumed run puts back): a missing mean gradient is named at the load."""
     model = network()
     plain = RMSprop(model.parameters(), lr=1e-3, centered=False)
     train_steps(model, plain, 1)
     saved = plain.state_dict()
+    # An uncentred checkpoint into a centred optimiser (a config changed since): refused at the
+    # load, not a KeyError at the next step.
+    with pytest.raises(ValueError, match="no grad_avg"):
+        RMSprop(network().parameters(), centered=True).load_state_dict(saved)
     saved["param_groups"][0]["centered"] = True
     with pytest.raises(ValueError, match="no grad_avg"):
         RMSprop(network().parameters(), centered=True).load_state_dict(saved)

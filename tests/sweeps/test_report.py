@@ -935,19 +935,15 @@ def test_reading_a_resumed_run_drops_its_purged_points_without_a_warning(tmp_pat
 
 
 def test_training_returns_are_measured_as_the_literature_does_by_hand():
-    """The EMA from 0 (``avg <- 0.99 avg + 0.01 G``) over episodes, averaged over the episodes
-    ending in the last 50,000 env steps, and the mean of the last 100 returns."""
+    """The EMA from 0 (``avg <- 0.99 avg + 0.01 G``) over episodes, after the last one, and the
+    mean of the last 100 returns."""
     returns = [(10_000, 10.0), (40_000, 20.0), (60_000, 0.0), (100_000, 30.0)]
     ema = measure.train_return_ema(returns)
     assert [avg for _, avg in ema] == pytest.approx([0.1, 0.299, 0.29601, 0.5930499])
-    # Episodes ending in (50,000, 100,000]: the third and fourth.
-    got = measure.published_measures(returns, 100_000)
-    assert got == pytest.approx(((0.29601 + 0.5930499) / 2, 15.0))
+    assert measure.published_measures(returns) == pytest.approx((0.5930499, 15.0))
     many = [(i, float(i)) for i in range(1, 151)]
-    assert measure.published_measures(many, 150)[1] == pytest.approx(sum(range(51, 151)) / 100)
-    # No episode in the window (a run of one long episode), or none at all.
-    assert measure.published_measures([(10, 5.0)], 100_000) == (None, 5.0)
-    assert measure.published_measures([], 100_000) == (None, None)
+    assert measure.published_measures(many)[1] == pytest.approx(sum(range(51, 151)) / 100)
+    assert measure.published_measures([]) == (None, None)
 
 
 def test_the_report_gives_each_run_s_training_returns_from_its_event_file(tmp_path):
@@ -972,12 +968,10 @@ def test_the_report_gives_each_run_s_training_returns_from_its_event_file(tmp_pa
     with files.scores.open() as f:
         rows = list(csv.DictReader(f))
     for row, g in zip(rows, (1.0, 3.0), strict=True):
-        # A constant return G: the EMA after episode n is G (1 - 0.99 ** n); the last 50,000
-        # steps hold episodes 151 to 200.
-        expected = sum(g * (1 - 0.99**n) for n in range(151, 201)) / 50
-        assert float(row["train_return_ema"]) == pytest.approx(expected)
+        # A constant return G: the EMA after episode n is G (1 - 0.99 ** n); 200 episodes.
+        assert float(row["train_return_ema"]) == pytest.approx(g * (1 - 0.99**200))
         assert float(row["train_return_last100"]) == g
     text = files.report.read_text()
-    emas = [g * sum(1 - 0.99**n for n in range(151, 201)) / 50 for g in (1.0, 3.0)]
+    emas = [g * (1 - 0.99**200) for g in (1.0, 3.0)]
     row = f"| MinAtar/Breakout-v1 | uniform | 2 | {np.mean(emas):.2f} ({np.std(emas, ddof=1):.2f})"
     assert row + " | 2.00 (1.41) |" in text

@@ -164,6 +164,9 @@ def _take_jobs(
     out: Path, jobs: Any, results: Any, stop: Any, signals: StopSignals, progress: Any = None
 ) -> None:
     """``_worker``'s loop, with its stop signals handled."""
+    if progress is not None:
+        # Reports may be lost: a worker must never wait at exit to flush them to a parent gone.
+        progress.cancel_join_thread()
 
     def should_stop() -> bool:
         # The getppid poll is the fallback where PR_SET_PDEATHSIG is missing: ~1 us a call
@@ -268,7 +271,9 @@ def run_sweep(
         ended.add(outcome.job.run_dir)
         running.pop(outcome.job.run_dir, None)
         if progress is not None:
-            progress.done += 1
+            # Done means finished, as on Ray: a run stopped or failed is redone by a re-run.
+            progress.done += outcome.final_return is not None
+            progress.update(progress.done, running)
         result.outcomes.append(outcome)
         if outcome.interrupted:
             result.interrupted = True
@@ -303,7 +308,6 @@ def run_sweep(
         jobs.close()
         results.close()
         if reports is not None:
-            reports.cancel_join_thread()
             reports.close()
     if not result.interrupted:
         for job in todo:
