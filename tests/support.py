@@ -18,7 +18,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
@@ -361,3 +363,52 @@ def reseal(path: Path, files: dict[str, dict] | None = None) -> None:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     manifest["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
     manifest_path.write_text(json.dumps(manifest, indent=2))
+
+
+# --- optimisers against torch.optim (tests/agent/test_adam.py, test_rmsprop.py) ------------------
+
+
+def tiny_network(seed: int = 0) -> Any:
+    """A 4 -> 16 -> 2 MLP, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def optimizer_steps(
+    model: Any, optimizer: Any, steps: int, seed: int = 1, target: float = 0.0
+) -> None:
+    """``steps`` steps on the squared distance of the outputs to ``target``, batches of 32 from
+    ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(32, 4, generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        ((model(x) - target) ** 2).mean().backward()
+        optimizer.step()
+
+
+def saved_bytes(obj: Any) -> bytes:
+    """What ``torch.save`` writes for ``obj``."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def assert_same_modules(a: Any, b: Any) -> None:
+    """Two modules hold the same tensors, bit for bit."""
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def fill_with_random_play(trainer: Any, transitions: int = 300, seed: int = 0) -> None:
+    """Adds ``transitions`` real transitions of a uniform random policy on the trainer's eval
+    env to its replay memory (a memory with something to sample, without training)."""
+    env, rng = trainer.eval_env, np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(transitions):
+        action = int(rng.integers(trainer.spec.num_actions))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        trainer.memory.add(obs, action, reward, next_obs, terminated)
+        obs = env.reset()[0] if terminated or truncated else next_obs

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import cartpole_config
+from support import cartpole_config, fill_with_random_play
 from torch.nn import functional as F
 
 from per_dqn.agent.dqn import sample_losses
@@ -155,13 +155,7 @@ def test_a_priority_from_the_loss_lands_on_the_sampled_slots(tmp_path):
     )  # fmt: skip
     trainer = Trainer(config, "cartpole")
     try:
-        env, rng = trainer.eval_env, np.random.default_rng(0)
-        obs, _ = env.reset(seed=0)
-        for _ in range(300):
-            action = int(rng.integers(2))
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            trainer.memory.add(obs, action, reward, next_obs, terminated)
-            obs = env.reset()[0] if terminated or truncated else next_obs
+        fill_with_random_play(trainer)  # real CartPole transitions
         memory_copy = make_memory(config.replay, trainer.spec, 0)
         memory_copy.load_state_dict(trainer.memory.state_dict())
         agent_copy = make_agent(config, trainer.spec, resolve_device("cpu"))

@@ -6,7 +6,14 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from support import cartpole_config, read_scalars, run_trainer, sets, summary_of
+from support import (
+    cartpole_config,
+    fill_with_random_play,
+    read_scalars,
+    run_trainer,
+    sets,
+    summary_of,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
@@ -228,13 +235,7 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
     trainer = Trainer(config, "cartpole")
     try:
         loop = trainer.loop
-        env, rng = trainer.eval_env, np.random.default_rng(0)
-        obs, _ = env.reset(seed=0)
-        for _ in range(300):  # real CartPole transitions under a random policy
-            action = int(rng.integers(2))
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            trainer.memory.add(obs, action, reward, next_obs, terminated)
-            obs = env.reset()[0] if terminated or truncated else next_obs
+        fill_with_random_play(trainer)  # real CartPole transitions
         memory_copy = make_memory(config.replay, trainer.spec, 0)
         memory_copy.load_state_dict(trainer.memory.state_dict())
         agent_copy = make_agent(config, trainer.spec, trainer.device)

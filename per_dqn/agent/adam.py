@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 
+from per_dqn.agent.group import OneGroupOptimizer, by_setting
 
-class FusedAdam:
+
+class FusedAdam(OneGroupOptimizer):
     """Adam (Kingma & Ba, 2015) for one group of parameters, on torch's fused kernel.
 
     Args:
@@ -43,20 +45,14 @@ class FusedAdam:
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ) -> None:
-        params = list(params)
-        if not params:
-            raise ValueError("`params` must hold at least one parameter, got none")
-        if not lr >= 0.0:
-            raise ValueError(f"`lr` must be >= 0, got {lr}")
-        if not eps >= 0.0:
-            raise ValueError(f"`eps` must be >= 0, got {eps}")
         if not all(0.0 <= beta < 1.0 for beta in betas):
             raise ValueError(f"`betas` must be in [0, 1), got {betas}")
         # torch.optim.Adam's group keys and defaults, so that state_dict() matches its own.
-        self.param_groups: list[dict[str, Any]] = [
+        super().__init__(
+            params,
+            lr,
+            eps,
             {
-                "params": params,
-                "lr": lr,
                 "betas": tuple(betas),
                 "eps": eps,
                 "weight_decay": 0,
@@ -67,19 +63,8 @@ class FusedAdam:
                 "differentiable": False,
                 "fused": True,
                 "decoupled_weight_decay": False,
-            }
-        ]
-        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drops (or zeroes) every parameter's gradient."""
-        for p in self.param_groups[0]["params"]:
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_().zero_()
+            },
+        )
 
     @torch.no_grad()
     def step(self) -> None:
@@ -142,23 +127,10 @@ class FusedAdam:
                 state["exp_avg_sq"].copy_(saved[1])
                 state["step"].fill_(saved[2])
 
-    def state_dict(self) -> dict[str, Any]:
-        """``torch.optim.Adam.state_dict()``'s layout: parameters as indices, the state's tensors
-        themselves (not copies)."""
-        group = self.param_groups[0]
-        index = {id(p): i for i, p in enumerate(group["params"])}
-        return {
-            # A parameter never stepped has no state, as in torch.optim.Adam (a pack creates
-            # every state up front, at step 0).
-            "state": {index[id(p)]: dict(s) for p, s in self.state.items() if float(s["step"]) > 0},
-            # "params" last, as torch packs it: the same keys in the same order pickle alike.
-            "param_groups": [
-                {
-                    **{key: value for key, value in group.items() if key != "params"},
-                    "params": list(range(len(group["params"]))),
-                }
-            ],
-        }
+    def _saved(self, state: dict[str, torch.Tensor]) -> bool:
+        # A parameter never stepped has no state, as in torch.optim.Adam (a pack creates every
+        # state up front, at step 0).
+        return float(state["step"]) > 0
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores ``state_dict()`` output, or ``torch.optim.Adam``'s: copies of the moments on
@@ -170,16 +142,10 @@ class FusedAdam:
                 of another shape.
         """
         params = self.param_groups[0]["params"]
-        groups = state_dict["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(params):
-            sizes = [len(g["params"]) for g in groups]
-            raise ValueError(
-                f"loaded state dict has parameter groups of sizes {sizes}, this optimizer one of "
-                f"{len(params)}"
-            )
+        indices, settings = self._loaded_group(state_dict)
         new_state = {}
         for i, saved in state_dict["state"].items():
-            p = params[groups[0]["params"].index(int(i))]
+            p = params[indices.index(int(i))]
             moments = {}
             for key in ("exp_avg", "exp_avg_sq"):
                 value = torch.as_tensor(saved[key])
@@ -191,7 +157,6 @@ class FusedAdam:
                 moments[key] = value.to(device=p.device, dtype=p.dtype, copy=True)
             step = torch.as_tensor(saved["step"]).to(device=p.device, dtype=torch.float32)
             new_state[p] = {"step": step.clone(), **moments}
-        settings = {key: value for key, value in groups[0].items() if key != "params"}
         # Into the existing tensors, which may be a pack's views; a parameter the dict gives no
         # state (never stepped) gets zeros at step 0.
         for p in params:
@@ -216,26 +181,15 @@ def fused_adam_step(items: list[tuple[FusedAdam, list[torch.Tensor | None]]]) ->
     gradients of its parameters in order (None: that parameter has none and is not stepped).
     One call of torch's fused kernel per distinct ``(lr, betas, eps)``; the kernel treats every
     tensor on its own, so each optimiser's numbers are those of its own ``step``."""
-    groups: dict[tuple, tuple[list, list, list, list, list]] = {}
-    for optimizer, grads in items:
-        group = optimizer.param_groups[0]
-        key = (float(group["lr"]), tuple(group["betas"]), float(group["eps"]))
-        lists = groups.setdefault(key, ([], [], [], [], []))
-        for p, grad in zip(group["params"], grads, strict=True):
-            if grad is None:
-                continue
-            state = optimizer._state_of(p)
-            lists[0].append(p)
-            lists[1].append(grad)
-            lists[2].append(state["exp_avg"])
-            lists[3].append(state["exp_avg_sq"])
-            lists[4].append(state["step"])
-    for (lr, (beta1, beta2), eps), (params, grads, exp_avgs, exp_avg_sqs, steps) in groups.items():
-        if not params:
-            continue
-        torch._foreach_add_(steps, 1)
+    groups = by_setting(
+        items,
+        lambda group: (float(group["lr"]), tuple(group["betas"]), float(group["eps"])),
+        ("exp_avg", "exp_avg_sq", "step"),
+    )
+    for (lr, (beta1, beta2), eps), t in groups.items():
+        torch._foreach_add_(t["step"], 1)
         torch._fused_adam_(
-            params, grads, exp_avgs, exp_avg_sqs, [], steps,
+            t["params"], t["grads"], t["exp_avg"], t["exp_avg_sq"], [], t["step"],
             amsgrad=False, lr=lr, beta1=beta1, beta2=beta2, weight_decay=0, eps=eps,
             maximize=False, grad_scale=None, found_inf=None,
         )  # fmt: skip

@@ -25,10 +25,12 @@ from typing import Any
 
 import torch
 
+from per_dqn.agent.group import OneGroupOptimizer, by_setting
+
 _MOMENTS = ("square_avg", "grad_avg")
 
 
-class RMSprop:
+class RMSprop(OneGroupOptimizer):
     """RMSprop (Tieleman & Hinton, 2012) for one group of parameters.
 
     Args:
@@ -50,20 +52,14 @@ class RMSprop:
         eps: float = 1e-8,
         centered: bool = False,
     ) -> None:
-        params = list(params)
-        if not params:
-            raise ValueError("`params` must hold at least one parameter, got none")
-        if not lr >= 0.0:
-            raise ValueError(f"`lr` must be >= 0, got {lr}")
-        if not eps >= 0.0:
-            raise ValueError(f"`eps` must be >= 0, got {eps}")
         if not 0.0 <= alpha < 1.0:
             raise ValueError(f"`alpha` must be in [0, 1), got {alpha}")
         # torch.optim.RMSprop's group keys and defaults, so that state_dict() matches its own.
-        self.param_groups: list[dict[str, Any]] = [
+        super().__init__(
+            params,
+            lr,
+            eps,
             {
-                "params": params,
-                "lr": lr,
                 "momentum": 0,
                 "alpha": alpha,
                 "eps": eps,
@@ -73,19 +69,8 @@ class RMSprop:
                 "foreach": True,
                 "maximize": False,
                 "differentiable": False,
-            }
-        ]
-        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drops (or zeroes) every parameter's gradient."""
-        for p in self.param_groups[0]["params"]:
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.zero_()
+            },
+        )
 
     def step(self) -> None:
         """One RMSprop step for the parameters that have a gradient."""
@@ -132,21 +117,6 @@ class RMSprop:
             if saved is not None:
                 self.state[p] = saved
 
-    def state_dict(self) -> dict[str, Any]:
-        """``torch.optim.RMSprop.state_dict()``'s layout: parameters as indices, the state's
-        tensors themselves (not copies)."""
-        group = self.param_groups[0]
-        index = {id(p): i for i, p in enumerate(group["params"])}
-        return {
-            "state": {index[id(p)]: dict(s) for p, s in self.state.items()},
-            "param_groups": [
-                {
-                    **{key: value for key, value in group.items() if key != "params"},
-                    "params": list(range(len(group["params"]))),
-                }
-            ],
-        }
-
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores ``state_dict()`` output, or ``torch.optim.RMSprop``'s (copies on each
         parameter's device and dtype), and the group's settings.
@@ -156,21 +126,14 @@ class RMSprop:
                 another shape, or one that lacks the mean gradient of a centred RMSprop.
         """
         params = self.param_groups[0]["params"]
-        groups = state_dict["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(params):
-            sizes = [len(g["params"]) for g in groups]
-            raise ValueError(
-                f"loaded state dict has parameter groups of sizes {sizes}, this optimizer one of "
-                f"{len(params)}"
-            )
-        settings = {key: value for key, value in groups[0].items() if key != "params"}
+        indices, settings = self._loaded_group(state_dict)
         # A centred step needs the mean gradient, whichever side is centred (the caller may put
         # its own settings back after loading).
         centred = settings.get("centered") or self.param_groups[0]["centered"]
         wanted = _MOMENTS if centred else _MOMENTS[:1]
         new_state = {}
         for i, saved in state_dict["state"].items():
-            p = params[groups[0]["params"].index(int(i))]
+            p = params[indices.index(int(i))]
             entry = {"step": torch.as_tensor(saved["step"]).to(dtype=torch.float32).clone()}
             for key in wanted:
                 if key not in saved:
@@ -192,25 +155,14 @@ def rmsprop_step(items: list[tuple[RMSprop, list[torch.Tensor | None]]]) -> None
     """One RMSprop step for several optimisers at once: each ``(optimizer, grads)`` gives the
     gradients of its parameters in order (None: not stepped). One run of foreach calls per
     distinct ``(lr, alpha, eps, centered)``; each op treats every tensor on its own."""
-    groups: dict[tuple, tuple[list, list, list, list, list]] = {}
-    for optimizer, grads in items:
-        group = optimizer.param_groups[0]
-        key = (float(group["lr"]), float(group["alpha"]), float(group["eps"]), group["centered"])
-        lists = groups.setdefault(key, ([], [], [], [], []))
-        for p, grad in zip(group["params"], grads, strict=True):
-            if grad is None:
-                continue
-            state = optimizer._state_of(p)
-            lists[0].append(p)
-            lists[1].append(grad)
-            lists[2].append(state["square_avg"])
-            lists[3].append(state["step"])
-            if group["centered"]:
-                lists[4].append(state["grad_avg"])
-    for (lr, alpha, eps, centered), (params, grads, squares, steps, means) in groups.items():
-        if not params:
-            continue
-        torch._foreach_add_(steps, 1)
+    groups = by_setting(
+        items,
+        lambda g: (float(g["lr"]), float(g["alpha"]), float(g["eps"]), bool(g["centered"])),
+        ("square_avg", "step", "grad_avg"),  # the mean gradient: centred only
+    )
+    for (lr, alpha, eps, centered), t in groups.items():
+        params, grads, squares, means = t["params"], t["grads"], t["square_avg"], t["grad_avg"]
+        torch._foreach_add_(t["step"], 1)
         torch._foreach_mul_(squares, alpha)
         torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
         if centered:

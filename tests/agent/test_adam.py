@@ -5,7 +5,6 @@ import of ``torch._dynamo``, the 1.1 s it exists to save."""
 from __future__ import annotations
 
 import copy
-import io
 import os
 import subprocess
 import sys
@@ -13,89 +12,65 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import assert_same_modules, optimizer_steps, saved_bytes, tiny_network
 
 from per_dqn.agent.adam import FusedAdam
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def network() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-
-
-def train_steps(model: torch.nn.Module, optimizer, steps: int, seed: int = 1) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        x = torch.randn(32, 4, generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        (model(x) ** 2).mean().backward()
-        optimizer.step()
-
-
-def saved_bytes(obj) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert torch.equal(x, y), name
-
-
 @pytest.mark.slow
 def test_bit_identical_to_torch_fused_adam_step_by_step():
-    ours_model, ref_model = network(), network()
+    ours_model, ref_model = tiny_network(), tiny_network()
     ours = FusedAdam(ours_model.parameters(), lr=2e-3, eps=1e-6)
     ref = torch.optim.Adam(ref_model.parameters(), lr=2e-3, eps=1e-6, fused=True)
     for seed in range(25):
-        train_steps(ours_model, ours, 1, seed)
-        train_steps(ref_model, ref, 1, seed)
-        assert_same_weights(ours_model, ref_model)
+        optimizer_steps(ours_model, ours, 1, seed)
+        optimizer_steps(ref_model, ref, 1, seed)
+        assert_same_modules(ours_model, ref_model)
     assert saved_bytes(ours.state_dict()) == saved_bytes(ref.state_dict())
     # A changed step size (DQNAgent.set_learning_rate) is honoured the same way.
     ours.param_groups[0]["lr"] = ref.param_groups[0]["lr"] = 5e-4
-    train_steps(ours_model, ours, 5)
-    train_steps(ref_model, ref, 5)
-    assert_same_weights(ours_model, ref_model)
+    optimizer_steps(ours_model, ours, 5)
+    optimizer_steps(ref_model, ref, 5)
+    assert_same_modules(ours_model, ref_model)
 
 
 def test_state_dicts_load_either_way_and_continue_identically():
     """A checkpoint written before FusedAdam (torch.optim.Adam's state dict) resumes the same
     run, and one written with it loads into torch.optim.Adam."""
-    base = network()
+    base = tiny_network()
     ref = torch.optim.Adam(base.parameters(), lr=1e-3, fused=True)
-    train_steps(base, ref, 7)
+    optimizer_steps(base, ref, 7)
     saved = copy.deepcopy(ref.state_dict())
 
     resumed = copy.deepcopy(base)
     ours = FusedAdam(resumed.parameters(), lr=1e-3)
     ours.load_state_dict(saved)
     assert saved_bytes(ours.state_dict()) == saved_bytes(ref.state_dict())
-    train_steps(base, ref, 5, seed=9)
-    train_steps(resumed, ours, 5, seed=9)
-    assert_same_weights(base, resumed)
+    optimizer_steps(base, ref, 5, seed=9)
+    optimizer_steps(resumed, ours, 5, seed=9)
+    assert_same_modules(base, resumed)
 
     back = copy.deepcopy(resumed)
     torch_again = torch.optim.Adam(back.parameters(), lr=1e-3, fused=True)
     torch_again.load_state_dict(copy.deepcopy(ours.state_dict()))
-    train_steps(resumed, ours, 3, seed=11)
-    train_steps(back, torch_again, 3, seed=11)
-    assert_same_weights(back, resumed)
+    optimizer_steps(resumed, ours, 3, seed=11)
+    optimizer_steps(back, torch_again, 3, seed=11)
+    assert_same_modules(back, resumed)
 
 
 def test_a_state_dict_of_another_network_is_refused():
-    ours = FusedAdam(network().parameters())
+    ours = FusedAdam(tiny_network().parameters())
     other = torch.nn.Linear(4, 2)
     ref = torch.optim.Adam(other.parameters(), fused=True)
-    train_steps(torch.nn.Sequential(other, torch.nn.Linear(2, 2)), ref, 1)
+    optimizer_steps(torch.nn.Sequential(other, torch.nn.Linear(2, 2)), ref, 1)
     with pytest.raises(
         ValueError, match="parameter groups of sizes \\[2\\], this optimizer one of 4"
     ):
         ours.load_state_dict(ref.state_dict())
     with pytest.raises(ValueError, match="`lr` must be >= 0, got -1"):
-        FusedAdam(network().parameters(), lr=-1)
+        FusedAdam(tiny_network().parameters(), lr=-1)
     with pytest.raises(ValueError, match="at least one parameter"):
         FusedAdam([])
 

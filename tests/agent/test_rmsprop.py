@@ -4,38 +4,12 @@ way (issue 25: the MinAtar paper's optimiser)."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import torch
+from support import assert_same_modules, optimizer_steps, saved_bytes, tiny_network
 
 from per_dqn.agent.optim import make_optimizer, step_all
 from per_dqn.agent.rmsprop import RMSprop
-
-
-def network(seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-
-
-def train_steps(model: torch.nn.Module, optimizer, steps: int, seed: int = 1) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        x = torch.randn(32, 4, generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        ((model(x) - 1.0) ** 2).mean().backward()
-        optimizer.step()
-
-
-def saved_bytes(obj) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert torch.equal(x, y), name
 
 
 @pytest.mark.parametrize("centered", [True, False])
@@ -43,57 +17,57 @@ def test_bit_identical_to_torch_rmsprop_step_by_step(centered):
     """MinAtar's settings (lr 2.5e-4, alpha 0.95, eps 0.01) and torch's multi-tensor RMSprop: the
     same weights after each of 25 steps, the same state dict bytes, and a changed step size
     followed alike."""
-    ours_model, ref_model = network(), network()
+    ours_model, ref_model = tiny_network(), tiny_network()
     settings = dict(lr=2.5e-4, alpha=0.95, eps=0.01, centered=centered)
     ours = RMSprop(ours_model.parameters(), **settings)
     ref = torch.optim.RMSprop(ref_model.parameters(), foreach=True, **settings)
     for seed in range(25):
-        train_steps(ours_model, ours, 1, seed)
-        train_steps(ref_model, ref, 1, seed)
-        assert_same_weights(ours_model, ref_model)
+        optimizer_steps(ours_model, ours, 1, seed, target=1.0)
+        optimizer_steps(ref_model, ref, 1, seed, target=1.0)
+        assert_same_modules(ours_model, ref_model)
     assert saved_bytes(ours.state_dict()) == saved_bytes(ref.state_dict())
     ours.param_groups[0]["lr"] = ref.param_groups[0]["lr"] = 1e-3
-    train_steps(ours_model, ours, 5)
-    train_steps(ref_model, ref, 5)
-    assert_same_weights(ours_model, ref_model)
+    optimizer_steps(ours_model, ours, 5, target=1.0)
+    optimizer_steps(ref_model, ref, 5, target=1.0)
+    assert_same_modules(ours_model, ref_model)
     # The weights moved: the comparison is not of two untouched networks.
-    assert not torch.equal(ours_model[0].weight, network()[0].weight)
+    assert not torch.equal(ours_model[0].weight, tiny_network()[0].weight)
 
 
 def test_state_dicts_load_either_way_and_continue_identically():
     """A state dict written by torch's RMSprop continues in ours, and ours in torch's."""
     for first, second in ((RMSprop, torch.optim.RMSprop), (torch.optim.RMSprop, RMSprop)):
-        model = network()
+        model = tiny_network()
         optimizer = first(model.parameters(), lr=1e-3, alpha=0.95, eps=0.01, centered=True)
-        train_steps(model, optimizer, 4)
+        optimizer_steps(model, optimizer, 4, target=1.0)
         saved = optimizer.state_dict()
         weights = {k: v.clone() for k, v in model.state_dict().items()}
-        a_model, b_model = network(1), network(2)
+        a_model, b_model = tiny_network(1), tiny_network(2)
         a_model.load_state_dict(weights)
         b_model.load_state_dict(weights)
         a = first(a_model.parameters(), lr=1e-3, alpha=0.95, eps=0.01, centered=True)
         b = second(b_model.parameters(), lr=1e-3, alpha=0.95, eps=0.01, centered=True)
         a.load_state_dict(saved)
         b.load_state_dict(saved)
-        train_steps(a_model, a, 3, seed=9)
-        train_steps(b_model, b, 3, seed=9)
-        assert_same_weights(a_model, b_model)
+        optimizer_steps(a_model, a, 3, seed=9, target=1.0)
+        optimizer_steps(b_model, b, 3, seed=9, target=1.0)
+        assert_same_modules(a_model, b_model)
 
 
 def test_a_state_dict_that_lacks_the_mean_gradient_is_refused():
     """Pins an uncentred state loaded by a centred optimiser (the saved settings, or the
     loader's own that a resumed run puts back): a missing mean gradient is named at the load."""
-    model = network()
+    model = tiny_network()
     plain = RMSprop(model.parameters(), lr=1e-3, centered=False)
-    train_steps(model, plain, 1)
+    optimizer_steps(model, plain, 1, target=1.0)
     saved = plain.state_dict()
     # An uncentred checkpoint into a centred optimiser (a config changed since): refused at the
     # load, not a KeyError at the next step.
     with pytest.raises(ValueError, match="no grad_avg"):
-        RMSprop(network().parameters(), centered=True).load_state_dict(saved)
+        RMSprop(tiny_network().parameters(), centered=True).load_state_dict(saved)
     saved["param_groups"][0]["centered"] = True
     with pytest.raises(ValueError, match="no grad_avg"):
-        RMSprop(network().parameters(), centered=True).load_state_dict(saved)
+        RMSprop(tiny_network().parameters(), centered=True).load_state_dict(saved)
 
 
 def test_step_all_steps_each_optimiser_as_its_own_step():
@@ -101,8 +75,8 @@ def test_step_all_steps_each_optimiser_as_its_own_step():
     weights each gives stepping alone."""
     kinds = [("rmsprop", {"rmsprop_alpha": 0.9}), ("rmsprop", {"rmsprop_eps": 1e-5}),
              ("adam", {})]  # fmt: skip
-    together = [network(i) for i in range(3)]
-    alone = [network(i) for i in range(3)]
+    together = [tiny_network(i) for i in range(3)]
+    alone = [tiny_network(i) for i in range(3)]
     opts_t = [
         make_optimizer(k, m.parameters(), 1e-3, **kw)
         for (k, kw), m in zip(kinds, together, strict=True)
@@ -121,6 +95,6 @@ def test_step_all_steps_each_optimiser_as_its_own_step():
         for o in opts_a:
             o.step()
     for a, b in zip(together, alone, strict=True):
-        assert_same_weights(a, b)
+        assert_same_modules(a, b)
     with pytest.raises(ValueError, match="`optimizer` must be one of adam, rmsprop, got 'sgd'"):
-        make_optimizer("sgd", network().parameters(), 1e-3)
+        make_optimizer("sgd", tiny_network().parameters(), 1e-3)
