@@ -34,12 +34,15 @@ def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
 
     Raises:
         ValueError: no frames, or frames that are not ``(H, W, 3)`` images.
+
+    Frames are uint8, or floats in [0, 1] (scaled to bytes).
     """
     from PIL import Image
 
     if not frames:
         raise ValueError("no frames to write")
-    first = np.asarray(frames[0])
+    frames = [_as_bytes(frame) for frame in frames]
+    first = frames[0]
     if first.ndim != 3 or first.shape[2] != 3:
         raise ValueError(f"frames must be (height, width, 3) RGB images, got {first.shape}")
     height, width = first.shape[:2]
@@ -56,7 +59,6 @@ def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
         palette = Image.fromarray(rgb).quantize(colors=256, method=Image.Quantize.MEDIANCUT)
     images = []
     for frame in frames:
-        frame = np.asarray(frame, dtype=np.uint8)
         if exact is not None:
             image = exact(frame)
         else:
@@ -73,6 +75,15 @@ def write_gif(frames: Sequence[np.ndarray], path: Path, fps: float) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buffer.getvalue())  # the one atomic writer
     return duration_ms
+
+
+def _as_bytes(frame: np.ndarray) -> np.ndarray:
+    """A frame as uint8 RGB: float frames (MinAtar's ``rgb_array`` is float64 in [0, 1]) scaled
+    by 255 and rounded; integer ones as they are."""
+    frame = np.asarray(frame)
+    if np.issubdtype(frame.dtype, np.floating):
+        return np.clip(np.rint(frame * 255.0), 0, 255).astype(np.uint8)
+    return frame.astype(np.uint8, copy=False)
 
 
 def _packed(frame: np.ndarray) -> np.ndarray:

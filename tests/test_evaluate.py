@@ -171,6 +171,29 @@ def test_gif_keeps_exact_colours_and_maps_an_unsampled_one_to_the_nearest(tmp_pa
     assert tuple(got[1][3 * 48, 3 * 48]) == (255, 0, 0)
 
 
+def test_a_minatar_film_keeps_its_colours(tmp_path):
+    """Pins black MinAtar films: MinAtar's ``rgb_array`` frames are floats in [0, 1], which the
+    writer cast to bytes (every pixel 0). A real MinAtar Breakout frame comes back as its colours
+    times 255, enlarged (10 x 10 cells of 24 x 24 pixels)."""
+    pytest.importorskip("minatar")
+    from per_dqn.config import load_config, resolve_config_path
+    from per_dqn.envs import make_eval_env
+
+    env = make_eval_env(load_config(resolve_config_path("minatar.yaml")).env, render=True)
+    try:
+        env.reset(seed=0)
+        frame = env.render()
+    finally:
+        env.close()
+    assert frame.dtype == np.float64 and frame.max() <= 1.0  # MinAtar's own convention
+    write_gif([frame, frame], tmp_path / "m.gif", fps=10)
+    with Image.open(tmp_path / "m.gif") as image:
+        got = np.asarray(image.convert("RGB"))
+    assert got.shape == (240, 240, 3)
+    np.testing.assert_array_equal(got[::24, ::24], np.rint(frame * 255).astype(np.uint8))
+    assert got.max() > 0
+
+
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(run_dir, tmp_path):
     copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
     newest = ckpt.checkpoints_dir(copy) / "step_000001000"
