@@ -135,8 +135,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "beta-stuck", "per_dqn/loop.py",
-        "self.beta = LinearSchedule(config.replay.beta0, 1.0, train.total_env_steps)",
-        "self.beta = LinearSchedule(config.replay.beta0, config.replay.beta0, 1)",
+        "self.beta = LinearSchedule(replay.beta0, replay.beta_end, train.total_env_steps)",
+        "self.beta = LinearSchedule(replay.beta0, replay.beta0, 1)",
         ("tests/test_train.py",),
         "beta never annealed to 1",
     ),
