@@ -155,9 +155,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "Double DQN's action chosen by the target net",
     ),
     Mutant(
-        "is-weights-ignored", "per_dqn/agent/dqn.py",
-        "loss = (weights * per_sample).mean()",
-        "loss = per_sample.mean()",
+        "is-weights-ignored", "per_dqn/agent/pack.py",
+        "loss = (weights * per_sample).mean(dim=1)",
+        "loss = per_sample.mean(dim=1)",
         ("tests/agent",),
         "importance-sampling weights left out of the loss",
     ),
