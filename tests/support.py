@@ -412,3 +412,14 @@ def fill_with_random_play(trainer: Any, transitions: int = 300, seed: int = 0) -
         next_obs, reward, terminated, truncated, _ = env.step(action)
         trainer.memory.add(obs, action, reward, next_obs, terminated)
         obs = env.reset()[0] if terminated or truncated else next_obs
+
+
+def zero_q_network(obs_shape, num_actions) -> Any:
+    """A user's Q-network factory (``agent.network: "support:zero_q_network"``): one linear
+    layer with every weight 0, so Q = 0 everywhere."""
+    import torch.nn as nn
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(obs_shape)), num_actions))
+    nn.init.zeros_(net[1].weight)
+    nn.init.zeros_(net[1].bias)
+    return net

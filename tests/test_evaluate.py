@@ -700,6 +700,9 @@ def test_a_checkpoint_s_config_is_named_in_its_problems(run_dir, tmp_path):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(step / 'config.yaml'))}: cannot "
                        r"read \('utf-8' codec can't decode byte 0xff"):  # fmt: skip
         resolve_source(step)
+    step = edited_checkpoint(run_dir, tmp_path / "c", "config.yaml", b"env: [1\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(step / 'config.yaml'))}: "):
+        resolve_source(step)  # YAML that does not parse names the file too
 
 
 @pytest.mark.parametrize(

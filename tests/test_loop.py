@@ -16,8 +16,8 @@ from support import cartpole_config
 
 from per_dqn.build import make_agent, make_memory
 from per_dqn.envs import EnvSpec
-from per_dqn.loop import Loop, LoopState, upgrade_format_2
-from per_dqn.seeding import RunSeeds
+from per_dqn.loop import ACT, LEARN, Loop, LoopState, serve, upgrade_format_2
+from per_dqn.seeding import RunSeeds, restart_seed
 
 # --- the format-2 upgrade -------------------------------------------------------------------------
 
@@ -75,7 +75,7 @@ class ScriptedVector:
 
     def __init__(self, rows, num_envs, lives=None) -> None:
         self.rows, self.num_envs, self.lives = rows, num_envs, lives
-        self.t, self.actions = 0, []
+        self.t, self.actions, self.seeds = 0, [], []
 
     def observations(self) -> np.ndarray:
         return np.array([[self.t, i, 0, 0] for i in range(self.num_envs)], dtype=np.float32)
@@ -84,6 +84,7 @@ class ScriptedVector:
         return {} if self.lives is None else {"lives": np.array(self.lives[self.t])}
 
     def reset(self, seed=None):
+        self.seeds.append(seed)
         return self.observations(), self.info()
 
     def step(self, actions):
@@ -100,6 +101,13 @@ class ScriptedEnvs:
     def __init__(self, rows, num_envs, lives=None) -> None:
         self.train = ScriptedVector(rows, num_envs, lives)
         self.eval = ScriptedVector([], 1)
+
+    def check_state_dict(self, state) -> None:
+        """Takes only what ale-py's envs give a checkpoint: no state at all."""
+        assert state == {"train": None, "eval": None}
+
+    def load_state_dict(self, state) -> None:
+        self.check_state_dict(state)
 
 
 def make_loop(rows, *settings, num_envs=2, lives=None) -> Loop:
@@ -351,3 +359,145 @@ def test_a_loop_state_numpy_or_torch_cannot_take_is_one_line_not_a_traceback():
             loop.state.load_state_dict({**state, "torch_rng": torch_rng, "env_steps": 99})
         assert loop.state.env_steps == 0
     assert torch.equal(torch.get_rng_state(), torch_before)
+
+
+# --- exploration, serving, and the restart of envs that could not be saved ------------------------
+
+
+def test_epsilon_greedy_mixes_the_network_s_actions_with_the_generator_s_draws():
+    """Pins the mixed case of epsilon-greedy (some sub-envs explore, some do not), which a run
+    at epsilon 1 or 0 never reaches: the exploring sub-envs take ``rng.integers`` draws made
+    after the ``rng.random`` coin flips, the others the network's greedy actions. Worked out by
+    replaying the run's exploration generator by hand."""
+    num_envs = 16
+    rows = [([0] * num_envs, [F] * num_envs, [F] * num_envs)]
+    loop = make_loop(rows, "train.epsilon_start=0.5", "train.epsilon_end=0.5", num_envs=num_envs)
+    obs = loop.state.obs
+    greedy = loop.agent.greedy_actions(obs)
+    rng = np.random.default_rng(RunSeeds.from_seed(0).explore)
+    explore = rng.random(num_envs) < 0.5
+    assert 0 < explore.sum() < num_envs  # the mixed case
+    expected = greedy.copy()
+    expected[explore] = rng.integers(2, size=int(explore.sum()))
+    loop.step()
+    np.testing.assert_array_equal(loop.envs.train.actions[0], expected)
+    assert loop.state.rng.bit_generator.state == rng.bit_generator.state
+
+
+def _requests(raised: list[BaseException]):
+    """A generator of ``Loop.steps``' kind that asks for actions twice and catches what the
+    first answer raised, then returns what it was given."""
+    try:
+        yield ACT, np.zeros((1, 4), dtype=np.float32)
+    except ValueError as exc:
+        raised.append(exc)
+    second = yield ACT, np.ones((1, 4), dtype=np.float32)
+    return second
+
+
+class _Agent:
+    """An agent whose first ``greedy_actions`` raises ``error``."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error, self.calls = error, 0
+
+    def greedy_actions(self, obs):
+        self.calls += 1
+        if self.calls == 1 and self.error is not None:
+            raise self.error
+        return obs.sum(axis=1).astype(np.int64)
+
+    def learn(self, batch):
+        raise AssertionError("not asked")
+
+
+def test_serve_raises_the_agent_s_error_in_the_generator_which_may_go_on():
+    """Pins ``serve``'s contract: what the agent raises is thrown into the generator at its
+    request; a generator that handles it is served on to its end (its return value is
+    ``serve``'s), one that does not lets it through unchanged (a KeyboardInterrupt stays one)."""
+    raised: list[BaseException] = []
+    error = ValueError("bad batch")
+    assert serve(_requests(raised), _Agent(error)).tolist() == [4]
+    assert raised == [error]
+    with pytest.raises(KeyboardInterrupt):
+        serve(_requests([]), _Agent(KeyboardInterrupt()))
+    assert LEARN != ACT
+
+
+def test_a_resume_without_env_states_restarts_the_envs_from_the_checkpoint_s_seed():
+    """Pins ``Loop.load_state_dict`` for envs whose state a checkpoint cannot hold (ale-py's):
+    the training envs reset with ``restart_seed(run seed, env steps)``, the eval env with that
+    seed past every sub-env, and the open episodes, windows, lives and autoreset flags start
+    afresh (none may span the reset); the resume is reported as not exact. The counters and
+    the generators come from the checkpoint."""
+    rows = [([1, 2, 3], [F, T, F], [F, F, F]), ([1, 2, 3], [F, F, F], [F, F, F])] * 2
+    lives = [[3, 3, 3]] * 4
+    source = make_loop(
+        rows, "env.terminal_on_life_loss=true", "run.seed=7", num_envs=3, lives=lives
+    )
+    for _ in range(3):
+        source.step()
+    saved = source.state.state_dict()
+    assert saved["ep_return"].tolist() == [3.0, 0.0, 9.0]
+    assert saved["autoreset"].tolist() == [F, T, F]
+    target = make_loop([([0] * 3, [F] * 3, [F] * 3)], "env.terminal_on_life_loss=true",
+                       "run.seed=7", num_envs=3, lives=[[2, 2, 2]] * 3)  # fmt: skip
+    exact = target.load_state_dict(saved, {"train": None, "eval": None})
+    assert exact is False
+    seed = restart_seed(7, saved["env_steps"])
+    assert target.envs.train.seeds[-1] == seed
+    assert target.envs.eval.seeds[-1] == seed + 3
+    state = target.state
+    assert state.env_steps == saved["env_steps"] == 8
+    np.testing.assert_array_equal(state.obs, target.envs.train.observations())
+    assert state.autoreset.dtype == np.bool_ and state.autoreset.tolist() == [F, F, F]
+    assert state.ep_return.tolist() == [0.0, 0.0, 0.0]
+    assert state.ep_length.dtype == np.int64 and state.ep_length.tolist() == [0, 0, 0]
+    assert state.prev_lives.tolist() == [2, 2, 2]
+    assert state.nstep.state_dict() == target.state.nstep.__class__(3, 1, 0.99).state_dict()
+    assert state.rng.bit_generator.state == saved["rng"]
+    target.step()  # a normal step from the fresh reset: three transitions, nothing ends
+    assert state.env_steps == 11 and state.ep_return.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_loop_state_round_trip_keeps_autoreset_lives_and_episodes():
+    """Pins ``LoopState.load_state_dict``'s copy of the per-sub-env arrays, with a sub-env
+    waiting for its reset-only step: it resumes as one (not stepped, not counted), and the
+    open episodes' returns, lengths and lives carry on."""
+    rows = [([1, 2], [T, F], [F, F]), ([0, 5], [F, F], [F, F])]
+    lives = [[3, 3], [3, 3], [3, 2]]
+    source = make_loop(rows, "env.terminal_on_life_loss=true", lives=lives)
+    source.step()
+    saved = copy.deepcopy(source.state.state_dict())
+    target = make_loop(rows, "env.terminal_on_life_loss=true", lives=lives)
+    target.envs.train.t = 1
+    target.state.load_state_dict(saved)
+    assert target.state.autoreset.tolist() == [T, F]
+    assert target.state.prev_lives.tolist() == [3, 3]
+    assert target.step() == [] and target.state.env_steps == 3
+    assert target.state.ep_return.tolist() == [0.0, 7.0]
+    assert target.state.ep_length.tolist() == [0, 2]
+    assert stored(target)["terminated"].tolist() == [T]  # sub-env 1 lost a life
+
+
+def test_a_saved_cuda_generator_state_is_restored_where_cuda_is(monkeypatch):
+    """Pins the CUDA half of the loop state's RNG restore, on a machine without CUDA: with CUDA
+    reported present, the saved per-device states go to ``torch.cuda.set_rng_state_all`` as
+    uint8 tensors, and a state saved without CUDA (None) restores nothing; without CUDA a saved
+    CUDA state is kept but not applied. torch's CUDA calls are the only stand-ins: this machine
+    has no GPU to run them."""
+    loop = make_loop([])
+    saved = loop.state.state_dict()
+    states = [np.arange(16, dtype=np.uint8), np.arange(16, 32, dtype=np.uint8)]
+    applied: list = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", applied.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    loop.state.load_state_dict({**saved, "cuda_rng": states})
+    assert len(applied) == 1 and [t.dtype for t in applied[0]] == [torch.uint8] * 2
+    assert [t.tolist() for t in applied[0]] == [s.tolist() for s in states]
+    assert loop.state.cuda_rng is states
+    loop.state.load_state_dict({**saved, "cuda_rng": None})
+    assert len(applied) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    loop.state.load_state_dict({**saved, "cuda_rng": states})
+    assert len(applied) == 1 and loop.state.cuda_rng is states

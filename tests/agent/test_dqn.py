@@ -112,6 +112,23 @@ def test_is_weights_scale_the_loss(loss, per_sample):
     np.testing.assert_allclose(plain.td_abs, [3.0, 0.5])
 
 
+@pytest.mark.parametrize(
+    ("loss", "per_sample"),
+    [("huber", [2.5, 0.125]), ("mse", [9.0, 0.25])],
+)
+def test_is_weights_scale_a_user_network_s_loss(loss, per_sample):
+    """As above, for a user's network (``agent.network: "module:factory"``), which learns
+    through ``DQNAgent.learn``'s own steps rather than a pack's: its loss is the IS-weighted
+    mean too. Pins the gap ``make mutants``' ``is-weights-ignored`` found on that path."""
+    batch = make_batch(rewards=[3.0, 0.5], terminated=[True, True], n_steps=[1, 1])
+    weights = np.array([0.2, 1.0], dtype=np.float32)
+    agent = make_agent(loss=loss, network="support:zero_q_network")
+    assert agent.pack is None
+    weighted = agent.learn(batch._replace(weights=weights))
+    assert weighted.metrics["loss"] == pytest.approx(np.mean(weights * per_sample))
+    assert weighted.metrics["loss_unweighted"] == pytest.approx(np.mean(per_sample))
+
+
 def test_unweighted_loss_is_the_plain_mean_of_the_per_sample_losses():
     """Q = 0 and terminal targets 3, 0.5 and -0.25: Huber per-sample losses 2.5, 0.125 and
     0.5 * 0.25**2 = 0.03125. With weights [0.2, 1, 0.5] the IS-weighted loss is
