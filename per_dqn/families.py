@@ -38,6 +38,7 @@ class Family:
 
     Attributes:
         name: short name (``classic``, ``atari``, ``minatar``); ``envs.ENV_MAKERS``' key.
+        title: its name for people (``Atari``).
         description: one line for people.
         namespace: the id prefix that marks the family (``ALE/``); None for the fallback
             family, which takes every id no other family claims.
@@ -53,9 +54,12 @@ class Family:
             (divided by the frame skip); None: no cap beyond the env's own.
         eval_total_frames: the default ``train.eval_max_total_steps``, in emulator frames; None:
             no budget.
+        env_keys: the family-specific ``env.*`` keys it reads (``FAMILY_ENV_KEYS``); the others
+            of those are ignored by its envs (``config show`` marks them).
     """
 
     name: str
+    title: str
     description: str
     namespace: str | None
     example_id: str
@@ -64,6 +68,7 @@ class Family:
     max_episode_frames: int | None
     eval_episode_frames: int | None
     eval_total_frames: int | None
+    env_keys: frozenset[str]
 
     def claims(self, env_id: str) -> bool:
         """Whether ``env_id`` starts with this family's namespace (never, for the fallback)."""
@@ -72,6 +77,7 @@ class Family:
 
 CLASSIC = Family(
     name="classic",
+    title="CartPole-like",
     description="classic control and any other gymnasium id (CartPole-like), via gym.make",
     namespace=None,
     example_id="CartPole-v1",
@@ -80,9 +86,11 @@ CLASSIC = Family(
     max_episode_frames=None,
     eval_episode_frames=None,  # CartPole's time limit already ends an episode at 500
     eval_total_frames=None,
+    env_keys=frozenset(),
 )
 ATARI = Family(
     name="atari",
+    title="Atari",
     description="Atari 2600 games on ale-py's native vector env (Machado et al., 2018)",
     namespace="ALE/",
     example_id="ALE/Pong-v5",
@@ -93,9 +101,21 @@ ATARI = Family(
     # An untrained agent that never serves in Breakout plays every episode to the time limit:
     # without a budget, 30 such episodes took 17 minutes.
     eval_total_frames=ATARI_EVAL_TOTAL_FRAMES,
+    env_keys=frozenset(
+        (
+            "terminal_on_life_loss",
+            "sticky_action_prob",
+            "noop_max",
+            "frame_skip",
+            "frame_stack",
+            "full_action_space",
+            "env_threads",
+        )
+    ),
 )
 MINATAR = Family(
     name="minatar",
+    title="MinAtar",
     description="MinAtar's games (Young & Tian, 2019): 10x10 bool object layers",
     namespace="MinAtar/",
     example_id="MinAtar/Breakout-v1",
@@ -105,11 +125,27 @@ MINATAR = Family(
     max_episode_frames=None,  # MinAtar sets no time limit
     eval_episode_frames=None,
     eval_total_frames=None,
+    env_keys=frozenset({"full_action_space"}),  # its own sticky actions are MinAtar's (0.1)
 )
 
 # Every family. An id no namespace claims is the fallback's (``CLASSIC``).
 FAMILIES: tuple[Family, ...] = (CLASSIC, ATARI, MINATAR)
 FALLBACK = CLASSIC
+# The ``env.*`` keys some family reads and another ignores; every family reads the rest (``id``,
+# ``num_envs``, ``max_episode_steps``, ``clip_rewards``).
+FAMILY_ENV_KEYS: frozenset[str] = frozenset().union(*(family.env_keys for family in FAMILIES))
+
+
+def ignored_env_keys(env_id: str) -> frozenset[str]:
+    """The ``env.*`` keys that ``env_id``'s family ignores."""
+    return FAMILY_ENV_KEYS - of(env_id).env_keys
+
+
+def families_reading(key: str) -> list[Family]:
+    """The families that read ``env.<key>`` (every family for a key not in ``FAMILY_ENV_KEYS``)."""
+    if key not in FAMILY_ENV_KEYS:
+        return list(FAMILIES)
+    return [family for family in FAMILIES if key in family.env_keys]
 
 
 def of(env_id: str) -> Family:
