@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # Linux, Pip, CPU: `make install TORCH_INDEX_URL=<that URL>`.
 TORCH_INDEX_URL ?=
 
-.PHONY: install train tensorboard test test-fast bench bench-train bench-sb3 bench-minatar bench-packs bench-ray bench-smoke lint clean mutants mutation minatar-1.0.10
+.PHONY: install train tensorboard docs test test-fast bench bench-train bench-sb3 bench-minatar bench-packs bench-ray bench-smoke lint clean mutants mutation minatar-1.0.10
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ tensorboard: $(STAMP)
 TEST_STAMP := $(VENV)/.installed-test
 LEGACY_MINATAR := .minatar-1.0.10/minatar/__init__.py
 $(TEST_STAMP): $(STAMP) $(LEGACY_MINATAR)
-	$(PIP) -e '.[dev,minatar,wandb,reference,ray]'
+	$(PIP) -e '.[dev,minatar,wandb,reference,ray,docs]'
 	touch $(TEST_STAMP)
 
 # MinAtar 1.0.10, the release before Seaquest's oxygen fix (1.0.11) that the published MinAtar
@@ -43,6 +43,13 @@ $(TEST_STAMP): $(STAMP) $(LEGACY_MINATAR)
 minatar-1.0.10: $(LEGACY_MINATAR)
 $(LEGACY_MINATAR): $(STAMP)
 	$(BIN)/python -m pip install --no-deps --upgrade --target .minatar-1.0.10 minatar==1.0.10
+
+# The docs site (docs/conf.py: Sphinx, MyST markdown, Furo) into build/site: open
+# build/site/index.html. Warnings are errors: a broken link or a page in no table of contents
+# fails the build. The reference pages are generated from the code as it builds.
+docs: $(TEST_STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs build/site
+	@echo "the site: build/site/index.html"
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest

@@ -10,7 +10,7 @@ The Python API (docs/api.md)::
 ``per_dqn.memory`` is the replay memory on its own (numpy only), for any training loop.
 """
 
-from typing import Any
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
@@ -19,7 +19,7 @@ _MANY = ("train_many", "ManyResult")
 __all__ = [*_API, *_MANY, "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     # The API is imported on first use: `import per_dqn` (and the CLI's config checks) stay free
     # of torch's start-up cost.
     if name in _API:
@@ -31,3 +31,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(many, name)
     raise AttributeError(f"module 'per_dqn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API's names (imported on first use), so that ``dir(per_dqn)`` and a notebook's
+    completion find them."""
+    return sorted({*globals(), *__all__} - {"_Any", "_API", "_MANY"})

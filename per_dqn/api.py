@@ -279,6 +279,18 @@ def memory_plan(config: Config) -> Any:
     return plan.memory_plan(config)
 
 
+def check_env(config: Config) -> None:
+    """Makes one env of ``config`` and closes it (``per-dqn config validate``): an id no
+    registry knows, a game without a ROM or a missing extra is found before a run starts.
+
+    Raises:
+        ValueError: the env cannot be made (one line naming ``env.id``).
+    """
+    from per_dqn import plan
+
+    plan.env_spec(config)
+
+
 def describe_memory_plan(memory: Any, pack: int | None = None) -> list[str]:
     """``memory_plan``'s result as the lines ``per-dqn plan`` prints (with ``pack``, a line for
     that many such memories in one process)."""

@@ -168,3 +168,20 @@ def test_policy_acts_on_batches_and_checks_its_input(tmp_path):
         policy.evaluate("Acrobot-v1", episodes=1)
     # A checkpoint dir loads too, at its own step.
     assert per_dqn.load(run.run_dir / "checkpoints" / "step_000001000").env_steps == 1000
+
+
+def test_dir_of_the_package_lists_the_api_without_importing_torch():
+    """Pins ``dir(per_dqn)`` showing only ``Any`` (issue 26: a notebook's completion found
+    nothing, since the API is imported on first use): it lists every public name, each one
+    resolves, and listing them imports no torch."""
+    code = (
+        "import sys, per_dqn; names = [n for n in dir(per_dqn) if not n.startswith('_')]; "
+        "print(names, 'torch' in sys.modules); "
+        "print(all(getattr(per_dqn, n) is not None for n in names))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    listed, resolved = done.stdout.splitlines()
+    assert listed == (
+        "['ManyResult', 'Policy', 'TrainResult', 'load', 'resume', 'train', 'train_many'] False"
+    )
+    assert resolved == "True"

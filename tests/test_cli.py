@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from per_dqn import __version__
 from per_dqn.cli import app
-from per_dqn.config import load_config
+from per_dqn.config import load_config, resolve_config_path
 
 runner = CliRunner()
 
@@ -511,3 +511,63 @@ def test_a_config_file_or_set_the_reader_cannot_hold_is_one_line(workdir):
     (line,) = result.stderr.splitlines()
     assert "value is not valid YAML (an integer of more than 4300 digits" in line
     assert sorted(p.name for p in workdir.iterdir()) == ["deep.yaml"]
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["train"], ["eval"], ["plan"], ["ablate"], ["report"], ["config"],
+                ["config", "show"], ["config", "validate"]],
+)  # fmt: skip
+def test_help_reads_whole_in_80_columns(command):
+    """Pins two blemishes of ``--help`` (issue 26): a ``<bool>`` beside every flag, and command
+    summaries broken at their docstrings' line ends (the list read "... summary.json to the",
+    "run dir." on the next line). Now no flag shows a type, and each command in a group's list
+    is one whole sentence on one line."""
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    lines = result.output.splitlines()
+    if "Commands:" in lines:
+        listed = lines[lines.index("Commands:") + 1 :]
+        assert listed and all(line.rstrip().endswith(".") for line in listed if line.strip())
+        assert all(not line.rstrip().endswith("...") for line in listed)
+        assert all(len(line) <= 80 for line in listed)
+
+
+def test_config_show_marks_the_env_keys_the_env_does_not_read():
+    """Pins ``config show`` printing Atari-only keys (``sticky_action_prob: 0.25``,
+    ``frame_skip``) for CartPole with no sign that CartPole ignores them (issue 26): each such
+    key now carries ``# ignored by <id>``, MinAtar keeps ``full_action_space`` unmarked, Atari
+    none, and the output still loads as the same config."""
+    for name, env_id, unmarked in [
+        ("cartpole.yaml", "CartPole-v1", set()),
+        ("minatar.yaml", "MinAtar/Breakout-v1", {"full_action_space"}),
+        ("atari.yaml", "ALE/Pong-v5", None),
+    ]:
+        result = runner.invoke(app, ["config", "show", name])
+        assert result.exit_code == 0, result.output
+        marked = {
+            line.split(":")[0].strip()
+            for line in result.output.splitlines()
+            if line.endswith(f"  # ignored by {env_id}")
+        }
+        if unmarked is None:
+            assert "# ignored by" not in result.output
+            continue
+        expected = {"terminal_on_life_loss", "sticky_action_prob", "noop_max", "frame_skip",
+                    "frame_stack", "full_action_space", "env_threads"} - unmarked  # fmt: skip
+        assert marked == expected
+        shipped = load_config(resolve_config_path(name))
+        assert yaml.safe_load(result.output) == yaml.safe_load(shipped.to_yaml())
+
+
+def test_config_validate_makes_the_env(tmp_path):
+    """Pins ``config validate`` saying ``ok`` for an env id that does not exist (issue 26): the
+    env is now made once, so the id is one line and exit 2, as ``train`` would refuse it."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  id: NoSuch-v1\n")
+    result = runner.invoke(app, ["config", "validate", str(bad)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {bad}: env.id: cannot make 'NoSuch-v1'")
+    assert len(result.output.strip().splitlines()) == 1
+    ok = runner.invoke(app, ["config", "validate", "cartpole.yaml"])
+    assert ok.exit_code == 0 and ok.output == "ok: cartpole.yaml\n"

@@ -78,9 +78,14 @@ def cli_page() -> str:
         rows = [row for row in rows if row is not None]
         if rows:
             lines += ["| option | meaning |", "|---|---|"]
-            lines += [f"| `{_cell(name)}` | {_cell(meaning)} |" for name, meaning in rows]
+            lines += [f"| `{_code(name)}` | {_cell(meaning)} |" for name, meaning in rows]
             lines.append("")
     return "\n".join(lines)
+
+
+def _code(text: str) -> str:
+    """Text fit for a code span in one cell of a markdown table."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _anchor(heading: str) -> str:

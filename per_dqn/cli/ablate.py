@@ -26,7 +26,7 @@ app = typer.Typer()
 Backend = StrEnum("Backend", {name: name for name in BACKENDS})  # where ``ablate`` runs its runs
 
 
-@app.command()
+@app.command(short_help="Run a paired multi-seed sweep of arms and grid values.")
 def ablate(
     config: Annotated[
         str,

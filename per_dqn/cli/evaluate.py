@@ -23,7 +23,7 @@ class VideoView(StrEnum):
     agent = "agent"
 
 
-@app.command("eval")
+@app.command("eval", short_help="Play a trained agent and print its returns.")
 def eval_(
     target: Annotated[
         Path,

@@ -93,6 +93,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     cls=_OneLineErrors,
+    # Plain help, click's: rich's panels showed `<bool>` beside every flag and broke command
+    # summaries at their docstrings' line ends. Each command's `short_help` is its whole summary.
+    rich_markup_mode=None,
 )
 
 

@@ -14,7 +14,7 @@ from per_dqn.config import Override
 app = typer.Typer()
 
 
-@app.command()
+@app.command(short_help="Print what the replay memory will take against your RAM.")
 def plan(
     config: Annotated[
         str,

@@ -12,7 +12,7 @@ from per_dqn.cli.common import fail
 app = typer.Typer()
 
 
-@app.command()
+@app.command(short_help="Write a sweep's report, scores and figures.")
 def report(
     sweep_dir: Annotated[
         Path, typer.Argument(help="A sweep dir written by `per-dqn ablate` (not one run's dir).")

@@ -43,7 +43,7 @@ class Track(StrEnum):
     wandb = "wandb"
 
 
-@app.command()
+@app.command(short_help="Train an agent into a new run dir, or resume one.")
 def train(
     config: Annotated[
         str | None,
