@@ -125,8 +125,8 @@ bench-atari: $(STAMP)
 	$(BIN)/python benchmarks/atari.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check per_dqn tests benchmarks
-	$(BIN)/ruff format --check per_dqn tests benchmarks
+	$(BIN)/ruff check per_dqn tests benchmarks docs/conf.py docs/_ext
+	$(BIN)/ruff format --check per_dqn tests benchmarks docs/conf.py docs/_ext
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis mutants .minatar-1.0.10
