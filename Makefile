@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # constraints.txt pins torch's version, not its build: on Linux the default index serves torch
-# 2.13.0 built for CUDA, ~2.7 GB with its nvidia-* packages (README, "Set-up").
+# 2.13.0 built for CUDA, ~2.7 GB with its nvidia-* packages (README, "Set-up"; docs/quickstart.md).
 PIP    := $(BIN)/python -m pip install --constraint constraints.txt
 # The index torch is installed from before everything else; empty: the default index. For the
 # CPU-only build, PyTorch's CPU wheel index, the URL PyTorch's "Get Started" selector gives for

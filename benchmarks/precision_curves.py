@@ -7,10 +7,10 @@ Usage::
     .venv/bin/python benchmarks/precision_curves.py --smoke    # trains two tiny runs to read
 
 Every run dir is one ``per-dqn train`` output (``config.yaml``, ``summary.json``, an event file),
-finished or interrupted (Ctrl-C: its curves stop where it stopped, and it has no final
-evaluation); runs are grouped by their ``agent.precision`` and matched by seed. Nothing here
-trains: the runs are made with the commands the README lists, and this script only reads what
-they wrote. ``--smoke`` is the exception: it trains a 300-step CartPole run at each precision
+finished or interrupted (Ctrl-C: its curves stop where it stopped, and it has no final evaluation);
+runs are grouped by their ``agent.precision`` and matched by seed. Nothing here trains: the runs are
+made with the commands docs/guides/atari.md lists, and this script only reads what they wrote.
+``--smoke`` is the exception: it trains a 300-step CartPole run at each precision
 (``per_dqn.train``) into a temporary dir and reads those, so that ``make test`` runs every line.
 """
 

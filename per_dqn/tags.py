@@ -1,10 +1,11 @@
 """TensorBoard's vocabulary for a run: every tag's name and meaning, and the tabs' layouts.
 
-The one catalogue of what a run logs (``SCALAR_TAGS``; the README's table says the same), the
-HParams tab's metrics, the Custom Scalars tab's charts, and the maps from the names the learner
-and the memory report (``LearnResult.metrics``, ``ReplayMemory.diagnostics``) to their tags,
-derived from the catalogue so a new metric needs one entry here. Plain data: it imports nothing of
-``per_dqn``, so the loop, the health panel, the logger and the sweeps' readers all share it.
+The one catalogue of what a run logs (``SCALAR_TAGS``; the docs site's tag reference is generated
+from it), the HParams tab's metrics, the Custom Scalars tab's charts, and the maps from the names
+the learner and the memory report (``LearnResult.metrics``, ``ReplayMemory.diagnostics``) to their
+tags, derived from the catalogue so a new metric needs one entry here. Plain data: it imports
+nothing of ``per_dqn``, so the loop, the health panel, the logger and the sweeps' readers all share
+it.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ SUMMARY_AUC = "summary/auc"
 SUMMARY_IS_WEIGHT_MEAN = "summary/is_weight_mean"
 CONFIG_TEXT = "config"
 
-# Every scalar tag with its one-line meaning; the README's table says the same. Values "averaged
-# over the log interval" are means over every update since the previous write.
+# Every scalar tag with its one-line meaning (the docs site's tag reference lists them). Values
+# "averaged over the log interval" are means over every update since the previous write.
 SCALAR_TAGS: dict[str, str] = {
     PER_SAMPLED_PRIORITY: "mean priority of the sampled batches (proportional: p_i^alpha; "
     "rank: |delta|), averaged over the log interval",

@@ -22,9 +22,9 @@ def test_shipped_cartpole_config_solves_held_out_seeds(tmp_path):
     mean over episodes that the threshold is defined on.
 
     One seed's score is not portable: on another CPU type or torch build the floats, and so the
-    trajectory, differ. On the CPU the README's first table was measured on, every held-out
-    seed scored at least 490.6; on a Sapphire Rapids class one, seed 1019 scored 474.15 (1018:
-    500.0), which failed this check when it asked seed 1019 alone for 475.
+    trajectory, differ. On the CPU docs/results/cartpole.md's first table was measured on, every
+    held-out seed scored at least 490.6; on a Sapphire Rapids class one, seed 1019 scored 474.15
+    (1018: 500.0), which failed this check when it asked seed 1019 alone for 475.
     """
     procs = {}
     for seed in SEEDS:

@@ -149,7 +149,8 @@ class AgentConfig(_Section):
             bfloat16 autocast (weights, optimiser, loss and targets stay float32). Faster where
             the hardware has bf16 matrix units (CPUs with AMX or AVX512-BF16, CUDA Ampere and
             later) and slower elsewhere; Q-values and TD errors (hence priorities) carry about
-            three significant digits. README "Mixed precision" shows its effect on learning.
+            three significant digits. docs/guides/atari.md, "Mixed precision", shows its effect on
+            learning.
     """
 
     hidden_sizes: tuple[int, ...] = (128, 128)
