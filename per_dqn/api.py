@@ -48,6 +48,8 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
+from per_dqn.console import EvalDisplay
+from per_dqn.families import ignored_env_keys
 from per_dqn.fileio import WriteError, inside
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
 from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
@@ -60,6 +62,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DivergedError",
+    "EvalDisplay",
     "Policy",
     "Resumption",
     "RunDirError",
@@ -73,6 +76,7 @@ __all__ = [
     "check_run_code",
     "describe_memory_plan",
     "evaluate_run",
+    "ignored_env_keys",
     "list_checkpoints",
     "load",
     "lock_run_dir",

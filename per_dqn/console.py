@@ -1,6 +1,6 @@
 """What a person watching a run or a sweep sees on stderr: one live-or-plain display
-(``LiveOrPlainDisplay``), a run's progress on it (``ConsoleProgress``), the number formats both
-use, and the end-of-run table (``print_summary``).
+(``LiveOrPlainDisplay``), a run's progress on it (``ConsoleProgress``), ``per-dqn eval``'s
+(``EvalDisplay``), the number formats they use, and the end-of-run table (``print_summary``).
 
 A sweep's display (``sweeps/progress.py``) is built on the same base class: it stays beside the
 sweep backends that feed it, and shares the terminal / plain-line machinery and the formats here.
@@ -254,6 +254,82 @@ class ConsoleProgress(LiveOrPlainDisplay):
         )
         second = self._eval_text() if self.eval_state is not None else self._learning_text()
         return Group(top, Text(second, no_wrap=True, overflow="ellipsis"))
+
+
+class EvalDisplay(LiveOrPlainDisplay):
+    """What a person watching ``per-dqn eval`` sees on stderr while it plays: what is played
+    (``start``, one line printed at once), then the episodes done, the mean return so far, the
+    agent steps and the elapsed time, redrawn on a terminal::
+
+        eval ━━━━━━━━━━━━━━━━━━━━━━         3/10 episodes  mean return 123.4  elapsed 0:00:12
+
+    and off one a plain line every ``plain_interval_s`` seconds (and one at the end, if any was
+    printed)::
+
+        progress: 3/10 episodes  mean return 123.4  12,345 agent steps  elapsed 0:00:12
+
+    Feeds: ``start`` (``evaluate_run``'s ``on_start``), ``progress`` (``on_progress``) and
+    ``episode`` (``on_episode``).
+    """
+
+    repeat_on_exit = True
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        super().__init__(console, enabled, plain_interval_s)
+        self.done = self.total = self.steps = 0
+        self.return_sum, self.returns = 0.0, 0
+
+    def start(self, line: str) -> None:
+        """Prints what is about to be played, at once (above the display)."""
+        if self.enabled:
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def progress(self, done: int, total: int, steps: int) -> None:
+        """``done`` of ``total`` episodes finished, ``steps`` agent steps taken so far."""
+        self.done, self.total, self.steps = done, total, steps
+        self._tick()
+
+    def episode(self, ret: float, length: int) -> None:
+        """An episode ended with return ``ret`` after ``length`` agent steps."""
+        self.return_sum += ret
+        self.returns += 1
+
+    def _mean(self) -> str:
+        return _number(self.return_sum / self.returns if self.returns else math.nan, ".1f")
+
+    def plain_line(self) -> str:
+        """The plain progress line (without its ``progress:`` prefix)."""
+        return (
+            f"{self.done}/{self.total} episodes  mean return {self._mean()}  "
+            f"{self.steps:,} agent steps  elapsed {format_duration(self.elapsed_s())}"
+        )
+
+    def plain_lines(self) -> list[str]:
+        return [f"progress: {self.plain_line()}"]
+
+    def __rich__(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.text import Text
+
+        right = (
+            f"{self.done}/{self.total} episodes  mean return {self._mean()}  "
+            f"elapsed {format_duration(self.elapsed_s())}"
+        )
+        row = Table.grid(padding=(0, 1), expand=True)
+        row.add_column(no_wrap=True)
+        row.add_column(ratio=1)
+        row.add_column(no_wrap=True)
+        row.add_row(
+            Text("eval", style="bold"),
+            ProgressBar(total=max(self.total, 1), completed=min(self.done, self.total)),
+            Text(right),
+        )
+        return row
 
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:

@@ -170,6 +170,8 @@ PROGRESS_EVERY_STEPS = 1_000
 
 # (episodes finished, episodes asked for, agent steps so far)
 EvalProgress = Callable[[int, int, int], None]
+# (an episode's return, its length in agent steps), as each episode ends
+EvalEpisode = Callable[[float, int], None]
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,7 @@ def play(
     max_episode_steps: int | None = None,
     max_total_steps: int | None = None,
     on_progress: EvalProgress | None = None,
+    on_episode: EvalEpisode | None = None,
 ) -> Episodes:
     """Plays ``episodes`` episodes, epsilon-greedy (greedy at 0), within the caps.
 
@@ -244,7 +247,7 @@ def play(
         seed: see above.
         film: keep the first episode's frames (the reset frame and one per step, up to
             ``VIDEO_MAX_FRAMES``).
-        max_episode_steps, max_total_steps, on_progress: see ``run_episodes``.
+        max_episode_steps, max_total_steps, on_progress, on_episode: see ``run_episodes``.
     """
     streams = RunSeeds.from_seed(seed)
     # As a run's eval env is reset once with the stream when the run starts, and each evaluation
@@ -253,7 +256,7 @@ def play(
     return run_episodes(
         agent, env, episodes, epsilon, np.random.default_rng(streams.eval_explore), None, film,
         max_episode_steps=max_episode_steps, max_total_steps=max_total_steps,
-        on_progress=on_progress,
+        on_progress=on_progress, on_episode=on_episode,
     )  # fmt: skip
 
 
@@ -269,6 +272,7 @@ def run_episodes(
     max_episode_steps: int | None = None,
     max_total_steps: int | None = None,
     on_progress: EvalProgress | None = None,
+    on_episode: EvalEpisode | None = None,
 ) -> Episodes:
     """The episode loop behind ``play`` and the training loop's evaluations.
 
@@ -293,6 +297,7 @@ def run_episodes(
         max_total_steps: agent steps the whole evaluation may take (None: no budget).
         on_progress: called with (episodes finished, ``episodes``, agent steps so far) at the
             start, at the end of each episode and every ``PROGRESS_EVERY_STEPS`` agent steps.
+        on_episode: called with (return, length) as each episode ends, cut ones included.
 
     Raises:
         ValueError: a cap below 1.
@@ -339,6 +344,8 @@ def run_episodes(
             if on_progress is not None and steps % PROGRESS_EVERY_STEPS == 0 and not done:
                 on_progress(episode, episodes, steps)
         played += 1
+        if on_episode is not None:
+            on_episode(float(returns[episode]), int(lengths[episode]))
         if on_progress is not None:
             on_progress(played, episodes, steps)
     return Episodes(
@@ -384,7 +391,9 @@ def evaluate_source(
     seed: int | None = None,
     video: bool = False,
     video_view: str = "game",
+    on_start: Callable[[str], None] | None = None,
     on_progress: EvalProgress | None = None,
+    on_episode: EvalEpisode | None = None,
 ) -> EvalReport:
     """Builds the agent and the eval env of ``source``'s config, loads the weights and plays,
     within the config's evaluation caps (``train.eval_max_episode_steps`` and
@@ -401,7 +410,10 @@ def evaluate_source(
         video_view: ``game`` films the game's own frames (Atari: the emulator's 210x160 RGB
             screen), ``agent`` the agent's observations (Atari's 84x84 grayscale, into
             ``eval-step<N>-agent.gif``).
-        on_progress: see ``run_episodes``.
+        on_start: called with one line saying what is about to be played (the weights, the
+            env, the episodes, epsilon and seed), once the agent is built and its weights
+            loaded.
+        on_progress, on_episode: see ``run_episodes``.
 
     Raises:
         ValueError: the env cannot be made or rendered (or has no ``agent`` view), or the
@@ -437,11 +449,17 @@ def evaluate_source(
             raise ValueError(
                 f"{source.weights_file}: does not fit the network ({reason})"
             ) from None
+        if on_start is not None:
+            on_start(
+                f"playing {source.label} on {config.env.id}: {episodes} episodes, epsilon "
+                f"{epsilon:g}, seed {seed}"
+            )
         try:
             played = play(
                 agent, env, episodes, epsilon, seed, film=video,
                 max_episode_steps=config.train.eval_max_episode_steps,
                 max_total_steps=config.train.eval_max_total_steps, on_progress=on_progress,
+                on_episode=on_episode,
             )  # fmt: skip
         except gym.error.Error as exc:  # e.g. a renderer whose dependency is not installed
             raise ValueError(f"{config.env.id}: cannot render ({exc})") from None

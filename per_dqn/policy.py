@@ -215,6 +215,9 @@ def evaluate_run(
     warn: Callable[[str], None] | None = None,
     network: NetworkLike | None = None,
     trust_code: bool = False,
+    on_start: Callable[[str], None] | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
+    on_episode: Callable[[float, int], None] | None = None,
 ) -> Any:
     """Plays the weights in a run dir or checkpoint dir on the run's evaluation env, within its
     evaluation caps, as ``per-dqn eval`` does (``Policy.evaluate`` plays without a report).
@@ -233,6 +236,11 @@ def evaluate_run(
             are played; default a ``RuntimeWarning`` each.
         network: as ``load``'s.
         trust_code: as ``load``'s (``per-dqn eval --trust-code``).
+        on_start: called with one line saying what is about to be played, before the first
+            episode.
+        on_progress: called with (episodes finished, episodes asked for, agent steps so far) at
+            the start, after each episode and every 1,000 agent steps.
+        on_episode: called with (return, length) as each episode ends.
 
     Returns:
         ``evaluate.EvalReport``: ``episodes`` (returns, lengths; ``cap_warning()`` names an
@@ -258,7 +266,8 @@ def evaluate_run(
     try:
         return evaluate.evaluate_source(
             source, make_agent, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
-            video_view=video_view,
+            video_view=video_view, on_start=on_start, on_progress=on_progress,
+            on_episode=on_episode,
         )  # fmt: skip
     except WriteError:
         raise

@@ -4,6 +4,7 @@ input creates nothing on disk."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -122,9 +123,12 @@ def test_usage_errors_from_a_real_process(workdir):
                           capture_output=True, text=True, env=env, cwd=workdir)  # fmt: skip
     assert done.returncode == 2
     assert done.stdout == ""
+    python = shutil.which("python", path=env.get("PATH"))
+    same = python is not None and os.path.samefile(python, sys.executable)
+    shown = "python" if same else sys.executable
     assert done.stderr == (
         "error: invalid value for '--replay': 'prop' is not one of 'uniform', 'proportional', "
-        "'rank' (see python -m per_dqn.cli train --help)\n"
+        f"'rank' (see {shown} -m per_dqn.cli train --help)\n"
     )
     done = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"per-dqn {__version__}\n", "")
@@ -571,3 +575,41 @@ def test_config_validate_makes_the_env(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
     ok = runner.invoke(app, ["config", "validate", "cartpole.yaml"])
     assert ok.exit_code == 0 and ok.output == "ok: cartpole.yaml\n"
+
+
+def test_hints_paste_from_a_venv_that_is_not_activated(tmp_path):
+    """Pins the tool's hints failing with "command not found" outside an activated venv (issue
+    26): `see per-dqn train --help` and `resume with: per-dqn train --resume ...` named a
+    program not on PATH. Run as ``.venv/bin/per-dqn`` with the venv off PATH, the hint names
+    ``.venv/bin/per-dqn`` as typed, and that command runs; with the venv on PATH, ``per-dqn``."""
+    script = Path(sys.executable).with_name("per-dqn")
+    typed = os.path.relpath(script, REPO) if script.is_relative_to(REPO) else str(script)
+    bare = {**os.environ, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [typed, "train", "-c", "cartpole.yaml", "--replay", "prop"], cwd=REPO, env=bare,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    hint = done.stderr.rsplit("(see ", 1)[1].removesuffix(")\n")
+    assert hint == f"{typed} train --help"
+    again = subprocess.run(shlex.split(hint), cwd=REPO, env=bare, capture_output=True, text=True)
+    assert again.returncode == 0 and "Usage:" in again.stdout
+    on_path = {**os.environ, "PATH": f"{script.parent}:/usr/bin:/bin"}
+    done = subprocess.run(
+        [typed, "train", "-c", "cartpole.yaml", "--replay", "prop"], cwd=REPO, env=on_path,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.stderr.endswith("(see per-dqn train --help)\n")
+
+
+def test_the_resume_hint_names_the_program_as_it_was_run(monkeypatch, tmp_path):
+    """The resume line's command (``resume with: ...``) follows ``invoked_as``: the script's
+    path as typed when PATH has no per-dqn, ``per-dqn`` when it has this one."""
+    from per_dqn.cli.train import _resume_command
+
+    script = Path(sys.executable).with_name("per-dqn")
+    monkeypatch.setattr(sys, "argv", [str(script), "train"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert _resume_command(tmp_path / "a run") == f"{script} train --resume '{tmp_path}/a run'"
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert _resume_command(tmp_path / "r") == f"per-dqn train --resume {tmp_path}/r"

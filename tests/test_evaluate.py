@@ -777,3 +777,66 @@ def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_
     (run_dir / "summary.json").write_text(text + " " * (SUMMARY_MAX_BYTES + 1 - len(text)))
     source = resolve_source(run_dir)
     assert source.env_steps is None and source.label == str(run_dir / "model.pt")
+
+
+# --- what eval shows while it plays ---------------------------------------------------------------
+
+
+def test_eval_says_what_it_plays_before_the_first_episode(run_dir):
+    """Pins ``per-dqn eval`` printing nothing, not even its header, until it ended (issue 26:
+    23 s of a blank terminal for 400 CartPole episodes): stderr's first line now says what is
+    played, written before the first episode; stdout keeps the report alone."""
+    result = evaluate(str(run_dir), "--episodes", "2")
+    assert result.exit_code == 0, result.output
+    newest = ckpt.checkpoints_dir(run_dir) / "step_000001000"
+    assert result.stderr.splitlines()[0] == (
+        f"playing {newest} (env step 1,000) on CartPole-v1: 2 episodes, epsilon 0, seed 0"
+    )
+    assert result.stdout.splitlines()[0].startswith("weights: ")
+
+
+def test_evaluate_run_reports_each_episode_and_the_progress(run_dir):
+    """The API's feeds, which the eval display is drawn from: ``on_start`` once before the
+    first episode, ``on_episode`` with each episode's return and length (the report's own),
+    ``on_progress`` from (0, N, 0) to (N, N, all agent steps)."""
+    import per_dqn.api as api
+
+    events: list = []
+    report = api.evaluate_run(
+        run_dir, episodes=3, on_start=lambda line: events.append(("start", line)),
+        on_episode=lambda ret, n: events.append(("episode", ret, n)),
+        on_progress=lambda *a: events.append(("progress", *a)),
+    )  # fmt: skip
+    assert events[0][0] == "start" and events[1] == ("progress", 0, 3, 0)
+    episodes = [e[1:] for e in events if e[0] == "episode"]
+    assert episodes == list(zip(report.episodes.returns.tolist(),
+                                report.episodes.lengths.tolist(), strict=True))  # fmt: skip
+    assert events[-1] == ("progress", 3, 3, int(report.episodes.lengths.sum()))
+
+
+def test_the_eval_display_prints_plain_progress_off_a_terminal():
+    """Off a terminal (a pipe, Slurm) the eval display prints the start line at once and a plain
+    line every ``plain_interval_s`` seconds: episodes done, the mean return so far, agent steps
+    and elapsed time; one more at the end where it ended."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from per_dqn.console import EvalDisplay
+
+    buffer = io.StringIO()
+    with EvalDisplay(console=Console(file=buffer, width=80), plain_interval_s=0.2) as display:
+        display.start("playing r on CartPole-v1: 4 episodes, epsilon 0, seed 0")
+        display.progress(0, 4, 0)
+        display.episode(10.0, 10)
+        display.progress(1, 4, 10)
+        assert buffer.getvalue().count("\n") == 1  # only the start line: none due yet
+        time.sleep(0.25)
+        display.episode(20.0, 20)
+        display.progress(2, 4, 30)
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == "playing r on CartPole-v1: 4 episodes, epsilon 0, seed 0"
+    assert lines[1].startswith("progress: 2/4 episodes  mean return 15.0  30 agent steps  elapsed ")
+    assert lines[2] == lines[1]  # where it ended
+    assert len(lines) == 3

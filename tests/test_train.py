@@ -324,3 +324,15 @@ def test_learning_rate_anneals_linearly_from_learning_starts(tmp_path):
         assert value == pytest.approx(expected, rel=1e-6), step
     assert len(logged) == 12
     assert last_lr == pytest.approx(0.0005)  # the update at env step 1200
+
+
+def test_train_names_its_run_dir_before_it_starts(workdir):
+    """Pins ``train`` naming its run dir only in the final table (issue 26): the first line on
+    stderr is now ``run dir: PATH``, before the first env step (so TensorBoard can be pointed at
+    it while the run goes on); ``--quiet`` leaves it out."""
+    args = ["train", "-c", "cartpole.yaml", "--run-dir", "runs/named", *sets(*SHORT)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == "run dir: runs/named"
+    quiet = CliRunner().invoke(app, [*args[:4], "runs/quiet", "-q", *sets(*SHORT)])
+    assert quiet.exit_code == 0 and "run dir:" not in quiet.stderr

@@ -3,7 +3,12 @@ input (a config, a ``--set``) into one ``error:`` line per problem and exit 2.""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -21,6 +26,35 @@ from per_dqn.config import (
 EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+
+
+def invoked_as() -> str:
+    """``per-dqn`` as the user ran it, for the commands a hint prints (``resume with: ...``,
+    ``see ... --help``), so that they paste as they are: ``per-dqn`` where that name on PATH is
+    this program; else the script's path as it was typed (``.venv/bin/per-dqn`` from an
+    unactivated venv); or, under ``python -m per_dqn.cli``, that, with the interpreter's path
+    where ``python`` on PATH is another one."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in ("per_dqn.cli", "per_dqn.cli.__main__"):
+        python = shutil.which("python")
+        same = python is not None and _same_file(python, sys.executable)
+        return f"{'python' if same else shlex.quote(sys.executable)} -m per_dqn.cli"
+    script = sys.argv[0] if sys.argv else ""
+    if Path(script).name != "per-dqn" or os.sep not in script:
+        return "per-dqn"  # found on PATH, or not the console script (an embedding program)
+    on_path = shutil.which("per-dqn")
+    if on_path is not None and _same_file(on_path, script):
+        return "per-dqn"
+    return shlex.quote(script)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
 
 Replay = StrEnum("Replay", {kind: kind for kind in REPLAY_KINDS})  # replay.kind
 

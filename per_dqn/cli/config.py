@@ -9,7 +9,6 @@ import typer
 
 from per_dqn import api
 from per_dqn.cli.common import SetOption, fail, load_or_fail, parse_sets
-from per_dqn.families import ignored_env_keys
 
 app = typer.Typer(help="Show or check experiment configs.", no_args_is_help=True)
 
@@ -31,7 +30,7 @@ def config_show(
 def mark_ignored_env_keys(text: str, env_id: str) -> str:
     """The config YAML with ``# ignored by <env id>`` after each ``env`` key that ``env_id``'s
     family does not read (``families.ignored_env_keys``)."""
-    ignored = ignored_env_keys(env_id)
+    ignored = api.ignored_env_keys(env_id)
     lines, section = [], None
     for line in text.splitlines():
         if line and not line.startswith(" "):

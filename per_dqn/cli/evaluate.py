@@ -79,10 +79,14 @@ def eval_(
         typer.echo(f"warning: {line}", err=True)
 
     try:
-        result = api.evaluate_run(
-            target, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
-            video_view=(video_view or VideoView.game).value, warn=warn, trust_code=trust_code,
-        )  # fmt: skip
+        # What is played, then the episodes as they end, on stderr: the report stays on stdout.
+        with api.EvalDisplay() as display:
+            result = api.evaluate_run(
+                target, episodes=episodes, epsilon=epsilon, seed=seed, video=video,
+                video_view=(video_view or VideoView.game).value, warn=warn,
+                trust_code=trust_code, on_start=display.start, on_progress=display.progress,
+                on_episode=display.episode,
+            )  # fmt: skip
     except ConfigError as exc:  # a config that names code included: one line per key
         fail(exc.problems)
     except ValueError as exc:

@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - an older typer on a separate click
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from per_dqn import __version__
-from per_dqn.cli.common import EXIT_BAD_INPUT
+from per_dqn.cli.common import EXIT_BAD_INPUT, invoked_as
 
 
 class _OneLineErrors(TyperGroup):
@@ -66,7 +66,10 @@ def _usage_error(exc: UsageError, args: list[str]) -> int:
         value = _given_value(args, param.opts)
         shown = "" if value is None or repr(value) in reason else f"{value!r}: "
         message = f"invalid value for {hint}: {shown}{reason}"
-    where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+    where = ""
+    if exc.ctx is not None:  # the command as the user ran it (common.invoked_as), then its path
+        root = exc.ctx.find_root().info_name or ""
+        where = f" (see {invoked_as()}{exc.ctx.command_path[len(root) :]} --help)"
     typer.echo(f"error: {message}{where}", err=True)
     return EXIT_BAD_INPUT
 

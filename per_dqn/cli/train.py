@@ -19,6 +19,7 @@ from per_dqn.cli.common import (
     SetOption,
     TrustCodeOption,
     fail,
+    invoked_as,
     load_or_fail,
     parse_sets,
 )
@@ -123,6 +124,8 @@ def train(
     trainer = _build_trainer(cfg, name, config)
     # Checked again under the lock: another command may have started in run_dir meanwhile.
     with _lock(run_dir, trainer, fresh=True):
+        if not quiet:  # where to look (TensorBoard, the files) before the run's first step
+            typer.echo(f"run dir: {run_dir}", err=True)
         _run(trainer, run_dir, quiet)
 
 
@@ -156,7 +159,7 @@ def _lock(run_dir: Path, trainer: Any, *, fresh: bool) -> Any:
 
 def _resume_command(run_dir: Path) -> str:
     """The command that continues ``run_dir``, quoted for a shell."""
-    return f"per-dqn train --resume {shlex.quote(str(run_dir))}"
+    return f"{invoked_as()} train --resume {shlex.quote(str(run_dir))}"
 
 
 def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
