@@ -40,10 +40,16 @@ def report(
     A run with a damaged file is skipped with a warning naming the file, and listed in
     report.md; exit 0 if any run was reported, 2 if none could be."""
     from per_dqn.sweeps import report as reports
+    from per_dqn.sweeps.progress import ReportProgress
 
     try:
         thresholds = reports.parse_thresholds(threshold or [])
-        files = reports.write_report(sweep_dir, thresholds, baseline, warn=warning)
+        # Reading a large sweep's event files takes minutes: the stage and the runs read so far
+        # show on stderr meanwhile.
+        with ReportProgress() as progress:
+            files = reports.write_report(
+                sweep_dir, thresholds, baseline, warn=warning, on_stage=progress.stage
+            )
     except ValueError as exc:
         fail([str(exc)])
     typer.echo(f"report: {files}")

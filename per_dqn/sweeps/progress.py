@@ -158,3 +158,39 @@ def _shared_head(names: list[str]) -> str:
             break
         shared.append(column[0])
     return "".join(f"{part}/" for part in shared)
+
+
+class ReportProgress(LiveOrPlainDisplay):
+    """What a person watching ``per-dqn report`` sees while a large sweep is read: the stage
+    and how far it is, redrawn on a terminal (``report: reading runs 37/150  elapsed 0:00:12``),
+    a plain ``progress:`` line every ``plain_interval_s`` seconds off one (and where it ended,
+    if any was printed). Fed by ``report.write_report``'s ``on_stage``."""
+
+    repeat_on_exit = True
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        enabled: bool = True,
+        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+    ) -> None:
+        super().__init__(console, enabled, plain_interval_s)
+        self.stage_name, self.done, self.total = "starting", 0, 0
+
+    def stage(self, name: str, done: int, total: int) -> None:
+        """``done`` of ``total`` of stage ``name``."""
+        self.stage_name, self.done, self.total = name, done, total
+        self._tick()
+
+    def line(self) -> str:
+        """What the display says."""
+        count = f" {self.done}/{self.total}" if self.total > 1 else ""
+        return f"report: {self.stage_name}{count}  elapsed {format_duration(self.elapsed_s())}"
+
+    def plain_lines(self) -> list[str]:
+        return [f"progress: {self.line()}"]
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.line(), no_wrap=True, overflow="ellipsis")

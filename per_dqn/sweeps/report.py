@@ -99,6 +99,7 @@ def write_report(
     thresholds: dict[str, float] | None = None,
     baseline: str | None = None,
     warn: Callable[[str], None] | None = None,
+    on_stage: Callable[[str, int, int], None] | None = None,
 ) -> ReportFiles:
     """Reads the sweep dir ``out`` and writes the report's files into it.
 
@@ -112,6 +113,9 @@ def write_report(
         baseline: the arm every other arm's P(>) is paired against, on the same env (None:
             uniform at the same grid point, ``measure.baseline_arms``).
         warn: called with ``<file>: <what is wrong>; run skipped`` for each run left out.
+        on_stage: called with (stage, done, total) as the work goes on: ``reading runs``
+            (runs looked at of those to read), ``statistics`` and ``figures`` (0 of 1, then
+            1 of 1), ``writing`` (files written).
 
     Raises:
         ValueError: see ``runs.collect`` (no run could be reported included); a threshold for an
@@ -122,7 +126,11 @@ def write_report(
         if warn is not None:
             warn(entry.line(out))
 
-    sweep = collect(out, skipped)
+    def stage(name: str, done: int, total: int) -> None:
+        if on_stage is not None:
+            on_stage(name, done, total)
+
+    sweep = collect(out, skipped, lambda done, total: stage("reading runs", done, total))
     if baseline is not None and baseline not in sweep.arms:
         raise ValueError(
             f"--baseline: {baseline!r} is not an arm of {out}; its arms are "
@@ -156,12 +164,15 @@ def write_report(
         out / REPORT_FILE, out / SCORES_FILE, out / figures.CURVES_FILE,
         out / figures.CURVES_SVG, out / figures.PROFILES_FILE, out / figures.PROFILES_SVG,
     )  # fmt: skip
+    stage("statistics", 0, 1)
     contents = {
         files.scores: markdown.scores_csv(measured).encode("utf-8"),
         files.report: markdown.render_markdown(
             sweep, cells, env_thresholds, norm, thresholds or {}, baseline
         ).encode("utf-8"),
     }
+    stage("statistics", 1, 1)
+    stage("figures", 0, 1)
     curves = figures.plot_curves(sweep, cells, env_thresholds)
     profiles = figures.plot_profiles(sweep, cells, norm)
     contents.update({files.curves: figures.figure_bytes(curves, "png"),
@@ -175,6 +186,9 @@ def write_report(
                         sensitivity_svg=out / figures.SENSITIVITY_SVG)  # fmt: skip
         contents[files.sensitivity] = figures.figure_bytes(figure, "png")
         contents[files.sensitivity_svg] = figures.figure_bytes(figure, "svg")
-    for path, data in contents.items():
+    stage("figures", 1, 1)
+    for written, (path, data) in enumerate(contents.items()):
+        stage("writing", written, len(contents))
         write_bytes_atomic(path, data)
+    stage("writing", len(contents), len(contents))
     return files

@@ -463,13 +463,18 @@ def check_not_a_run_dir(out: Path) -> None:
     )
 
 
-def collect(out: Path, warn: Callable[[Skipped], None] | None = None) -> SweepRuns:
+def collect(
+    out: Path,
+    warn: Callable[[Skipped], None] | None = None,
+    on_read: Callable[[int, int], None] | None = None,
+) -> SweepRuns:
     """Reads every run of the sweep dir ``out``, as far as its files can be read.
 
     With a ``sweep.json`` the planned runs are read and the unfinished ones listed as missing;
     without one, every run dir below ``out`` that holds a ``summary.json`` is read. A run with a
     damaged file (see the module's docstring) is skipped: listed in ``SweepRuns.skipped`` and
-    passed to ``warn`` as it is found.
+    passed to ``warn`` as it is found. ``on_read`` is called with (runs looked at, runs to look
+    at) before the first and after each one.
 
     Raises:
         ValueError: ``out`` is not a directory, is one training run's dir (see
@@ -499,17 +504,23 @@ def collect(out: Path, warn: Callable[[Skipped], None] | None = None) -> SweepRu
         except _Damaged as damaged:
             skip(damaged)
 
+    def looked_at(done: int, total: int) -> None:
+        if on_read is not None:
+            on_read(done, total)
+
     if record is not None:
         seen: set[str] = set()
         arms_planned: list[str] = []
+        looked_at(0, len(record["runs"]))
         for i, planned in enumerate(record["runs"]):
             try:
                 run_dir = _planned_entry(out, i, planned, seen)
             except _Damaged as damaged:
                 skip(damaged)
-                continue
-            arms_planned.append(planned["arm"])
-            read(run_dir, planned["run_dir"], planned)
+            else:
+                arms_planned.append(planned["arm"])
+                read(run_dir, planned["run_dir"], planned)
+            looked_at(i + 1, len(record["runs"]))
         given = record.get("envs")
         envs = (
             tuple(given)
@@ -522,12 +533,15 @@ def collect(out: Path, warn: Callable[[Skipped], None] | None = None) -> SweepRu
         arms = tuple(dict.fromkeys(arms_planned))
         expected: int | None = len(record["runs"])
     else:
-        for path in sorted(out.rglob(SUMMARY_FILE)):
+        found_summaries = sorted(out.rglob(SUMMARY_FILE))
+        looked_at(0, len(found_summaries))
+        for i, path in enumerate(found_summaries, start=1):
             run_dir = path.parent
             if not _inside(out, run_dir):  # through a symlinked dir
                 skip(_Damaged(_rel(out, run_dir), "a symlink out of the sweep dir"))
-                continue
-            read(run_dir, _rel(out, run_dir))
+            else:
+                read(run_dir, _rel(out, run_dir))
+            looked_at(i, len(found_summaries))
         envs = tuple(dict.fromkeys(r.env_id for r in runs))
         found = {r.arm for r in runs}
         arms = tuple(a for a in ARMS if a in found) + tuple(sorted(found - set(ARMS)))

@@ -147,3 +147,23 @@ def test_a_local_sweep_shows_its_packs_runs_steps_and_speed_as_they_run(tmp_path
         # points it caught depends on the machine's speed, not that it caught some.
         assert seen and seen <= {100, 200, 300, 400, 500, 600}, "\n".join(lines)
     assert lines[-1].startswith("sweep 2/2 done, 0 running, 0 pending")
+
+
+def test_the_report_display_prints_its_stage_off_a_terminal():
+    """``report``'s display off a terminal: a plain line once due, naming the stage and how far
+    it is; a stage of one step shows no count; one more line where it ended."""
+    import time
+
+    from per_dqn.sweeps.progress import ReportProgress
+
+    buffer = io.StringIO()
+    with ReportProgress(console=Console(file=buffer, width=80), plain_interval_s=0.2) as shown:
+        shown.stage("reading runs", 0, 150)
+        assert buffer.getvalue() == ""
+        time.sleep(0.25)
+        shown.stage("reading runs", 37, 150)
+        shown.stage("figures", 0, 1)
+    lines = buffer.getvalue().splitlines()
+    assert re.fullmatch(r"progress: report: reading runs 37/150  elapsed 0:00:00", lines[0])
+    assert lines[1] == "progress: report: figures  elapsed 0:00:00"
+    assert len(lines) == 2

@@ -975,3 +975,20 @@ def test_the_report_gives_each_run_s_training_returns_from_its_event_file(tmp_pa
     emas = [g * (1 - 0.99**200) for g in (1.0, 3.0)]
     row = f"| MinAtar/Breakout-v1 | uniform | 2 | {np.mean(emas):.2f} ({np.std(emas, ddof=1):.2f})"
     assert row + " | 2.00 (1.41) |" in text
+
+
+def test_report_tells_its_stages_as_it_goes(cartpole_sweep):
+    """The feed of ``report``'s progress display (issue 26: a large sweep's report printed
+    nothing while it read): every planned run is counted as it is looked at, the not-run one
+    included, then the statistics, the figures and each file written, in that order."""
+    seen: list[tuple[str, int, int]] = []
+    files = R.write_report(cartpole_sweep, on_stage=lambda *a: seen.append(a))
+    reading = [s for s in seen if s[0] == "reading runs"]
+    assert reading == [("reading runs", i, 9) for i in range(10)]
+    rest = [s for s in seen if s[0] != "reading runs"]
+    written = len([p for p in vars(files).values() if p is not None])
+    assert rest == [
+        ("statistics", 0, 1), ("statistics", 1, 1), ("figures", 0, 1), ("figures", 1, 1),
+        *[("writing", i, written) for i in range(written + 1)],
+    ]  # fmt: skip
+    assert seen.index(("reading runs", 9, 9)) < seen.index(("statistics", 0, 1))
