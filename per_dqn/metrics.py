@@ -13,7 +13,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +29,10 @@ class ScalarSink(Protocol):
 
 
 HParamValue = bool | int | float | str
+
+
+# The keys a run outside a sweep shows first in the HParams tab: what an ablation varies.
+DEFAULT_VARYING = ("replay.kind", "run.seed", "env.id")
 
 
 def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, HParamValue]:
@@ -96,22 +100,47 @@ class TensorBoardLogger:
         if self.mirror is not None and kept:
             self.mirror.log(kept, step)
 
-    def hparams(self, hparams: Mapping[str, HParamValue], start_time: float) -> None:
+    def hparams(
+        self,
+        hparams: Mapping[str, HParamValue],
+        start_time: float,
+        *,
+        name: str,
+        varying: Sequence[str] = DEFAULT_VARYING,
+    ) -> None:
         """The HParams plugin's experiment and session-start records, in this event file (not a
         subfolder, as ``SummaryWriter.add_hparams`` would make): ``hparams`` are the session's
         values, ``HPARAMS_METRICS`` its metrics (scalar tags written at the end of the run).
 
+        What the tab shows at a glance: the session is named ``name`` (the run's, as its sweep
+        names it; TensorBoard would name it by a hash of the values, and merge two runs of the
+        same config and seed into one row); the keys in ``varying`` (the sweep's axes) come
+        first and are marked as differing, which TensorBoard shows first and by default;
+        integers are sent as their text (``3``, not ``3.0000``).
+
         TensorBoard keeps the first record of a tag in a run dir, so a resumed run does not write
         them again.
         """
+        from tensorboard.plugins.hparams import plugin_data_pb2
         from tensorboard.plugins.hparams import summary_v2 as hp
 
+        values = {
+            key: str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+            for key, value in hparams.items()
+        }
+        first = [key for key in varying if key in values]
+        order = [*first, *(key for key in values if key not in first)]
         experiment = hp.hparams_config_pb(
-            hparams=[hp.HParam(name) for name in hparams],
-            metrics=[hp.Metric(tag, display_name=name) for tag, name in HPARAMS_METRICS],
+            hparams=[hp.HParam(key) for key in order],
+            metrics=[hp.Metric(tag, display_name=title) for tag, title in HPARAMS_METRICS],
             time_created_secs=start_time,
         )
-        session = hp.hparams_pb(dict(hparams), start_time_secs=start_time)
+        plugin = experiment.value[0].metadata.plugin_data
+        data = plugin_data_pb2.HParamsPluginData.FromString(plugin.content)
+        for info in data.experiment.hparam_infos:
+            info.differs = info.name in first
+        plugin.content = data.SerializeToString()
+        session = hp.hparams_pb(values, trial_id=name, start_time_secs=start_time)
         with writing(self.path):
             self._writer.file_writer.add_summary(experiment)
             self._writer.file_writer.add_summary(session)

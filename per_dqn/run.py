@@ -34,9 +34,14 @@ from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, run_episodes
 from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
 from per_dqn.loop import DivergedError, Loop, Request, serve, upgrade_format_2
-from per_dqn.metrics import TensorBoardLogger, config_as_markdown, flatten_config
+from per_dqn.metrics import (
+    DEFAULT_VARYING,
+    TensorBoardLogger,
+    config_as_markdown,
+    flatten_config,
+)
 from per_dqn.provenance import provenance
-from per_dqn.rundir import display_name, ensure_run_id
+from per_dqn.rundir import display_name, ensure_run_id, sweep_axes
 from per_dqn.seeding import RunSeeds
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
@@ -313,7 +318,8 @@ class Trainer:
                 if fresh:
                     logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
                     flat = flatten_config(self.config.model_dump(mode="json"))
-                    logger.hparams(flat, time.time())
+                    varying = sweep_axes(run_dir) or DEFAULT_VARYING
+                    logger.hparams(flat, time.time(), name=display_name(run_dir), varying=varying)
                     logger.custom_scalars(tags.CUSTOM_SCALARS_LAYOUT)
                 session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks),
                                    start_steps, start, origin)  # fmt: skip
@@ -426,7 +432,15 @@ class _Session:
             finals = {
                 tags.SUMMARY_FINAL_RETURN: float(final.returns.mean()),
                 tags.SUMMARY_AUC: math.nan if auc is None else auc,
-                tags.SUMMARY_IS_WEIGHT_MEAN: math.nan if is_weight_mean is None else is_weight_mean,
+                # Uniform replay's weights are all 1: the HParams tab needs the number to keep
+                # the run in its parallel-coordinates and scatter views (scores.csv says 1 too).
+                tags.SUMMARY_IS_WEIGHT_MEAN: (
+                    1.0
+                    if not loop.memory.weighted
+                    else math.nan
+                    if is_weight_mean is None
+                    else is_weight_mean
+                ),
             }
             self.logger.scalars(finals, state.env_steps)
         if final is not None and self.checkpoints:

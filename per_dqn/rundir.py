@@ -298,6 +298,28 @@ def display_name(run_dir: Path) -> str:
     return run_dir.name
 
 
+# What a sweep's record may weigh when a run reads its axes (a big sweep's is a few MB).
+_SWEEP_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def sweep_axes(run_dir: Path) -> list[str] | None:
+    """The config keys a run's sweep varies (``sweep.json``'s ``axes``: env, replay kind, seed,
+    arm settings and grid keys), for a run of a sweep (as ``display_name`` finds it); None for a
+    run of no sweep, or a record whose axes cannot be read (it is data: never trusted)."""
+    run_dir = Path(os.path.abspath(run_dir))
+    for parent in list(run_dir.parents)[:4]:
+        if (parent / SWEEP_FILE).is_file():
+            try:
+                record = json.loads(read_regular(parent / SWEEP_FILE, _SWEEP_FILE_MAX_BYTES))
+            except (OSError, ValueError, RecursionError):
+                return None
+            axes = record.get("axes") if isinstance(record, dict) else None
+            if isinstance(axes, list) and all(isinstance(a, str) for a in axes):
+                return list(axes)
+            return None
+    return None
+
+
 def read_run_id(run_dir: Path) -> str | None:
     """The run's id from its ``run.json``; None for a run dir written before run ids.
 

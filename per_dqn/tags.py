@@ -83,8 +83,8 @@ SCALAR_TAGS: dict[str, str] = {
     SUMMARY_AUC: "summary.json's auc, the normalised area under eval/return_mean, one point at a "
     "finished run's last step (an HParams metric)",
     SUMMARY_IS_WEIGHT_MEAN: "summary.json's is_weight_mean, the mean of the logged "
-    "per/is_weight_mean, one point at a finished run's last step (weighted memories only; an "
-    "HParams metric)",
+    "per/is_weight_mean, one point at a finished run's last step (1 for uniform replay, whose "
+    "weights are all 1, as scores.csv says; an HParams metric)",
 }
 
 # The HParams tab's metrics: (scalar tag, the column's name).
@@ -94,17 +94,24 @@ HPARAMS_METRICS = (
     (SUMMARY_IS_WEIGHT_MEAN, "mean IS weight"),
 )
 
-# The Custom Scalars tab's layout: the charts that compare tags on one scale. Tags are regular
-# expressions there, hence the anchors.
+# The Custom Scalars tab's layout: one chart per quantity, each with every run's line (TensorBoard
+# colours a chart's lines by run and tells two tags of one run apart only by the marker's shape,
+# so sampled and memory-mean priority on one chart read as one line), and the ratio of the two,
+# which is the comparison itself: 1 under uniform sampling. Tags are regular expressions there,
+# hence the anchors.
 CUSTOM_SCALARS_LAYOUT = {
     "PER": {
-        "priority: sampled vs memory mean": [
-            "Multiline", [f"^{PER_SAMPLED_PRIORITY}$", f"^{PER_MEAN_PRIORITY}$"],
+        "sampled / memory mean priority (1: no prioritisation)": [
+            "Multiline", [f"^{PER_PRIORITY_RATIO}$"],
         ],
-        "loss: IS-weighted vs unweighted": [
-            "Multiline", [f"^{TRAIN_LOSS}$", f"^{TRAIN_LOSS_UNWEIGHTED}$"],
-        ],
-    }
+        "priority of the sampled batches": ["Multiline", [f"^{PER_SAMPLED_PRIORITY}$"]],
+        "mean priority of the memory": ["Multiline", [f"^{PER_MEAN_PRIORITY}$"]],
+        "IS weights: batch mean": ["Multiline", [f"^{PER_IS_WEIGHT_MEAN}$"]],
+    },
+    "loss": {
+        "TD loss, IS-weighted (what is minimised)": ["Multiline", [f"^{TRAIN_LOSS}$"]],
+        "TD loss, unweighted": ["Multiline", [f"^{TRAIN_LOSS_UNWEIGHTED}$"]],
+    },
 }  # fmt: skip
 
 # Tags only a prioritized memory has.

@@ -8,6 +8,7 @@ docs/api.md's Python blocks are run by tests/test_docs.py."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -149,7 +150,7 @@ def test_the_tags_reference_has_every_tag_and_the_tabs():
         assert f"| `{tag}` |" in page
     for _, name in tags.HPARAMS_METRICS:
         assert f"| {name} |" in page
-    assert "`per/sampled_priority`, `per/mean_priority`" in page
+    assert "| PER | priority of the sampled batches | `per/sampled_priority` |" in page
 
 
 # --- the commands shown ---------------------------------------------------------------------------
@@ -223,11 +224,11 @@ def test_a_command_shown_failing_fails_with_the_lines_shown(tmp_path, where, com
     """Each command the docs show failing, run as shown: exit 2, every ``error:`` line shown
     printed as shown (the README's examples of bad input stay true), nothing created."""
     assert shown_commands(failing=True), "the docs show no failing command"
-    per_dqn = Path(sys.executable).with_name("per-dqn")
+    # As the docs show it: `per-dqn` on PATH (an activated venv).
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     done = subprocess.run(
-        [str(per_dqn), *shlex.split(command)[1:]], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+        shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     for line in errors:
         assert line in done.stderr.splitlines(), (where, line, done.stderr)

@@ -304,12 +304,21 @@ def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
             "number_value": field.number_value,
             "string_value": field.string_value,
         }[field.WhichOneof("kind")]
-        assert got == value, key
+        # Integers as their text: TensorBoard shows a number as 3.0000.
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        assert got == (str(value) if is_int else value), key
     assert start.hparams["agent.hidden_sizes"].string_value == "[32, 32]"
     assert start.hparams["replay.kind"].string_value == "proportional"
+    assert start.hparams["run.seed"].string_value == "0"
+    assert start.hparams["replay.alpha"].number_value == pytest.approx(0.6)
+    assert start.group_name == "run"  # the run's name, not a hash of its values
     experiment = hparams_metadata.parse_experiment_plugin_data(
         content[hparams_metadata.EXPERIMENT_TAG]
     )
+    # A run of no sweep: what an ablation varies first, marked as differing (shown first).
+    names = [info.name for info in experiment.hparam_infos]
+    assert names[:3] == ["replay.kind", "run.seed", "env.id"] and set(names) == set(flat)
+    assert [info.differs for info in experiment.hparam_infos[:4]] == [True, True, True, False]
     logged = [info.name.tag for info in experiment.metric_infos]
     assert logged == [tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_AUC, tags.SUMMARY_IS_WEIGHT_MEAN]
     summary, curves = summary_of(full), read_scalars(full)
@@ -327,19 +336,24 @@ def test_flatten_config_by_hand():
     }  # fmt: skip
 
 
-def test_custom_scalars_layout_puts_sampled_and_mean_priority_on_one_chart(full):
+def test_custom_scalars_give_each_quantity_its_chart_and_the_ratio_one(full):
+    """Pins the Custom Scalars tab drawing a run's sampled and memory-mean priority on one chart
+    (issue 26), where TensorBoard told the two lines apart only by the marker's shape: each
+    quantity has its own chart now, every run's line on it, and the comparison is a chart of
+    its own, ``per/priority_ratio`` (1 under uniform sampling). Every chart's tag is one the run
+    logs."""
     (record,) = events(full).Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout()
     layout.ParseFromString(record.tensor_proto.string_val[0])
     charts = {chart.title: list(chart.multiline.tag) for c in layout.category for chart in c.chart}
-    assert charts["priority: sampled vs memory mean"] == [
-        "^per/sampled_priority$", "^per/mean_priority$"
-    ]  # fmt: skip
-    assert charts["loss: IS-weighted vs unweighted"] == ["^train/loss$", "^train/loss_unweighted$"]
-    # The regexes match the tags the run logs.
-    assert {tags.PER_SAMPLED_PRIORITY, tags.PER_MEAN_PRIORITY, tags.TRAIN_LOSS_UNWEIGHTED} <= set(
-        read_scalars(full)
-    )
+    assert all(len(patterns) == 1 for patterns in charts.values())
+    assert charts["sampled / memory mean priority (1: no prioritisation)"] == [
+        "^per/priority_ratio$"
+    ]
+    assert charts["priority of the sampled batches"] == ["^per/sampled_priority$"]
+    assert charts["mean priority of the memory"] == ["^per/mean_priority$"]
+    logged = set(read_scalars(full))
+    assert {p.strip("^$") for patterns in charts.values() for p in patterns} <= logged
 
 
 # --- Weights & Biases -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from support import (
     TINY,
+    TINY_RUN_DIRS,
     assert_bad_input,
     assert_no_duplicated_steps,
     curves,
@@ -33,7 +34,7 @@ from support import (
 from typer.testing import CliRunner
 
 from per_dqn import checkpoint as ckpt
-from per_dqn import fileio, rundir
+from per_dqn import fileio, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
 from per_dqn.provenance import redact_argv
@@ -701,3 +702,40 @@ def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
         "uniform/s100", "rank/s100", "uniform/s101", "rank/s101"
     ]  # fmt: skip
     assert sweep.record["seeds"] == [100, 101]
+
+
+def test_the_hparams_tab_names_each_run_and_shows_the_sweep_s_axes_first(tiny_sweep):
+    """Pins the HParams tab of a sweep (issue 26): rows were named by hashes of the values
+    (two runs of one config and seed merged), the columns shown first were keys equal in every
+    run, uniform runs had no mean IS weight (dropped from the parallel-coordinates and scatter
+    views) and seeds read 1.0000. Read back from each run's event file: the session is named by
+    the run's path in its sweep, the sweep's axes (``sweep.json``) come first and are marked as
+    differing, the seed is ``"1"``, and a uniform run's ``summary/is_weight_mean`` is 1."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+    axes = json.loads((tiny_sweep / "sweep.json").read_text())["axes"]
+    assert axes[:3] == ["env.id", "replay.kind", "run.seed"]
+    names = set()
+    for rel in TINY_RUN_DIRS:
+        acc = EventAccumulator(str(tiny_sweep / rel), size_guidance={"tensors": 0, "scalars": 0})
+        acc.Reload()
+        content = acc.PluginTagToContent("hparams")
+        start = hparams_metadata.parse_session_start_info_plugin_data(
+            content[hparams_metadata.SESSION_START_INFO_TAG]
+        )
+        assert start.group_name == f"{tiny_sweep.name}/{rel}"
+        names.add(start.group_name)
+        assert start.hparams["run.seed"].string_value == rel[-1]
+        experiment = hparams_metadata.parse_experiment_plugin_data(
+            content[hparams_metadata.EXPERIMENT_TAG]
+        )
+        infos = experiment.hparam_infos
+        shown = [info.name for info in infos if info.differs]
+        assert shown == [info.name for info in infos[: len(shown)]] == axes
+        ((_, weight),) = [(e.step, e.value) for e in acc.Scalars(tags.SUMMARY_IS_WEIGHT_MEAN)]
+        if rel.startswith("uniform/"):
+            assert weight == 1.0
+        else:
+            assert 0 < weight < 1
+    assert len(names) == len(TINY_RUN_DIRS)
