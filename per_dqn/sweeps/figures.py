@@ -12,8 +12,11 @@ here are only the axes, colours and file formats.
   fraction of runs x games with a normalised score above tau, with 95% stratified bootstrap bands;
 - ``sensitivity.png``/``.svg``: final score and AUC against each numeric grid key.
 
-A figure carries no date, and SVG ids come from a fixed salt, so the same run dirs give the same
-bytes.
+Every figure of a report gives an arm one colour and one line style (``arm_styles``: the three
+kinds' own colours where an arm is a kind alone, then a fixed palette in the sweep's arm order),
+so a line hidden under another (a one-seed arm on top of a five-seed one) still shows as a
+dashed or dotted edge; legends sit below the axes, outside the data. A figure carries no date,
+and SVG ids come from a fixed salt, so the same run dirs give the same bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +51,44 @@ SENSITIVITY_SVG = "sensitivity.svg"
 FIGURE_DPI = 200
 PROFILE_POINTS = 101
 _ARM_COLORS = {"uniform": "#4c72b0", "proportional": "#dd8452", "rank": "#55a868"}
+# The colours of arms that are not a kind alone (seaborn's "deep" palette after its first three,
+# which are the kinds'), in the sweep's arm order; past them, matplotlib's cycle.
+_PALETTE = ("#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+_LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def arm_styles(arms: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``arm -> (colour, line style)``, the same in every figure of a report: a kind alone
+    (``uniform``, ``proportional``, ``rank``) in its own colour, other arms (a kind with settings,
+    ``proportional/alpha=0.4``) in the palette's next unused colour, in ``arms``' order; line
+    styles cycle in that order, so overlapping lines stay apart."""
+    styles: dict[str, tuple[str, str]] = {}
+    palette = iter((*_PALETTE, *(f"C{i}" for i in range(10, 100))))
+    for k, arm in enumerate(arms):
+        color = _ARM_COLORS.get(arm) or next(palette)
+        styles[arm] = (color, _LINE_STYLES[k % len(_LINE_STYLES)])
+    return styles
+
+
+def _legend_below(fig, axes) -> None:
+    """One legend for the figure, below its axes (outside the data), from the first panel that
+    has labelled lines."""
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                       fontsize="small", frameon=False)  # fmt: skip
+            return
+
+
+def _seeds_note(counts: dict[str, int]) -> str:
+    """``5 seeds`` when every arm has the same count, else ``uniform 5, rank 1 seeds``."""
+    if not counts:
+        return "no runs"
+    if len(set(counts.values())) == 1:
+        n = next(iter(counts.values()))
+        return f"{n} seed{'s' * (n != 1)} per arm"
+    return ", ".join(f"{arm} {n}" for arm, n in counts.items()) + " seeds"
 
 
 def _new_figure(width: float, height: float):
@@ -74,34 +115,33 @@ def figure_bytes(fig, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def _arm_color(arm: str, k: int) -> str:
-    return _ARM_COLORS.get(arm, f"C{k}")
-
-
 def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | None]):
     """Evaluation return against env steps: one panel per env, one line per arm (IQM over
     seeds) with its 95% stratified bootstrap band; the threshold dashed."""
-    fig = _new_figure(6.4 * len(sweep.envs), 4.2)
+    fig = _new_figure(6.4 * len(sweep.envs), 4.6)
     axes = fig.subplots(1, len(sweep.envs), squeeze=False)[0]
+    styles = arm_styles(sweep.arms)
     for ax, env in zip(axes, sweep.envs, strict=True):
-        for k, arm in enumerate(sweep.arms):
+        counts = {}
+        for arm in sweep.arms:
             curves = [r.run.curve for r in cells[(env, arm)] if r.run.curve]
             if not curves:
                 continue
+            counts[arm] = len(curves)
             steps, centre, low, high = curve_band(curves)
-            color = _arm_color(arm, k)
-            ax.plot(steps, centre, marker="o", markersize=3, color=color,
-                    label=f"{arm} ({len(curves)} seeds)")  # fmt: skip
+            color, style = styles[arm]
+            ax.plot(steps, centre, marker="o", markersize=3, color=color, linestyle=style,
+                    label=arm)  # fmt: skip
             ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
         threshold = thresholds.get(env)
         if threshold is not None:
             ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8,
-                       label=f"threshold {threshold:g}")  # fmt: skip
-        ax.set_title(env)
+                       label="threshold")  # fmt: skip
+        ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
         ax.set_xlabel("env steps")
         ax.set_ylabel("evaluation return (IQM over seeds, 95% CI)")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="small")
+    _legend_below(fig, axes)
     return fig
 
 
@@ -115,8 +155,9 @@ def profile_taus(matrices: Sequence[np.ndarray]) -> np.ndarray:
 def plot_profiles(sweep: SweepRuns, cells: Cells, norm: Normalization):
     """Performance profiles of the final score and the AUC on the normalised scale: per arm, the
     fraction of runs x games above each tau, with its 95% stratified bootstrap band."""
-    fig = _new_figure(12.8, 4.2)
+    fig = _new_figure(12.8, 4.6)
     axes = fig.subplots(1, len(METRICS), squeeze=False)[0]
+    styles = arm_styles(sweep.arms)
     for ax, (metric, label) in zip(axes, METRICS.items(), strict=True):
         envs = norm.envs(metric, sweep.envs)
         matrices = {}
@@ -125,25 +166,24 @@ def plot_profiles(sweep: SweepRuns, cells: Cells, norm: Normalization):
             if matrix:
                 matrices[arm] = np.stack(list(matrix.values()))
         taus = profile_taus(list(matrices.values()))
-        for k, arm in enumerate(sweep.arms):
+        for arm in sweep.arms:
             if arm not in matrices:
                 continue
             profile, low, high = stats.performance_profile_bands(
                 matrices[arm], taus, reps=BOOTSTRAP_REPS, confidence=CONFIDENCE,
                 seed=BOOTSTRAP_SEED,
             )  # fmt: skip
-            color = _arm_color(arm, k)
-            ax.plot(taus, profile, color=color,
-                    label=f"{arm} ({matrices[arm].shape[0]} seeds)")  # fmt: skip
+            color, style = styles[arm]
+            ax.plot(taus, profile, color=color, linestyle=style, label=arm)
             ax.fill_between(taus, low, high, color=color, alpha=0.2, linewidth=0)
         games = f"{len(envs)} game{'s' * (len(envs) != 1)}"
-        ax.set_title(f"{label} ({games})")
+        seeds = _seeds_note({arm: m.shape[0] for arm, m in matrices.items()})
+        ax.set_title(f"{label} ({games}; {seeds})", fontsize="medium")
         ax.set_xlabel(f"{norm.scale_name} tau")
         ax.set_ylabel("fraction of runs with score > tau")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        if matrices:
-            ax.legend(loc="upper right", fontsize="small")
+    _legend_below(fig, axes)
     return fig
 
 
@@ -151,21 +191,28 @@ def plot_sensitivity(sweep: SweepRuns, measured: Sequence[RunMetrics], keys: Seq
     """Final score and AUC against each numeric grid key, one row per env and key, one line per
     series (IQM over seeds with 95% CI bars), as the PER paper drew its alpha and beta sweeps."""
     rows = [(env, key) for key in keys for env in sweep.envs]
-    fig = _new_figure(12.8, 4.2 * len(rows))
+    fig = _new_figure(12.8, 4.2 * len(rows) + 0.4)
     axes = fig.subplots(len(rows), len(METRICS), squeeze=False)
+    by_row = {
+        (env, key, metric): sensitivity(measured, env, key, metric)
+        for env, key in rows for metric in METRICS
+    }  # fmt: skip
+    # A series that is an arm keeps its colour; the others follow, in the order first drawn.
+    names = list(dict.fromkeys(name for series in by_row.values() for name in series))
+    styles = arm_styles([*sweep.arms, *(n for n in names if n not in sweep.arms)])
     for (env, key), row in zip(rows, axes, strict=True):
         for ax, (metric, name) in zip(row, METRICS.items(), strict=True):
-            for k, (series, points) in enumerate(sensitivity(measured, env, key, metric).items()):
+            for series, points in by_row[(env, key, metric)].items():
                 xs = np.array([x for x, _, _ in points])
                 centre = np.array([i.value for _, i, _ in points])
                 below = centre - np.array([i.low for _, i, _ in points])
                 above = np.array([i.high for _, i, _ in points]) - centre
+                color, style = styles[series]
                 ax.errorbar(xs, centre, yerr=np.stack((below, above)), marker="o", capsize=3,
-                            color=_arm_color(series.split("/")[0], k), label=series)  # fmt: skip
-            ax.set_title(f"{env}: {name} against {key}")
+                            color=color, linestyle=style, label=series)  # fmt: skip
+            ax.set_title(f"{env}: {name} against {key}", fontsize="medium")
             ax.set_xlabel(key)
             ax.set_ylabel(f"{name} (IQM over seeds, 95% CI)")
             ax.grid(alpha=0.3)
-            if ax.has_data():
-                ax.legend(fontsize="small")
+    _legend_below(fig, axes.ravel())
     return fig

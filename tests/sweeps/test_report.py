@@ -992,3 +992,40 @@ def test_report_tells_its_stages_as_it_goes(cartpole_sweep):
         *[("writing", i, written) for i in range(written + 1)],
     ]  # fmt: skip
     assert seen.index(("reading runs", 9, 9)) < seen.index(("statistics", 0, 1))
+
+
+def test_an_arm_keeps_one_colour_and_legends_sit_outside_the_data(cartpole_sweep):
+    """Pins the figures' blemishes (issue 26): legends drawn over the data, an arm's colour
+    changing from one figure to the next (arms other than a bare kind took the colour of their
+    index, which differed between figures), and a one-seed line hidden under another. Now one
+    legend per figure, below every panel, an arm's (colour, line style) the same in each figure,
+    and no two arms with the same style."""
+    from matplotlib.lines import Line2D
+
+    sweep = runs.collect(cartpole_sweep)
+    arms = ["uniform", "proportional/alpha=0.4", "rank", "proportional/alpha=0.8"]
+    styles = figures.arm_styles(arms)
+    assert styles["uniform"][0] == "#4c72b0" and styles["rank"][0] == "#55a868"
+    assert len(set(styles.values())) == len(arms)
+    assert figures.arm_styles(arms[:2]) == {a: styles[a] for a in arms[:2]}  # order, not count
+    measured = [measure.measure(r, 475.0) for r in sweep.runs]
+    cells = measure.group_cells(sweep, measured)
+    norm = measure.normalization(sweep, cells)
+    drawn = {}
+    for fig in (figures.plot_curves(sweep, cells, {"CartPole-v1": 475.0}),
+                figures.plot_profiles(sweep, cells, norm)):  # fmt: skip
+        fig.canvas.draw()
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+        legend_box = fig.legends[0].get_window_extent()
+        for ax in fig.axes:
+            assert not legend_box.overlaps(ax.get_window_extent())
+            assert legend_box.y1 <= ax.get_window_extent().y0
+            for line in ax.get_lines():
+                if isinstance(line, Line2D) and line.get_label() in sweep.arms:
+                    drawn.setdefault(line.get_label(), set()).add(
+                        (line.get_color(), line.get_linestyle())
+                    )
+    expected = figures.arm_styles(sweep.arms)
+    assert set(drawn) == {"uniform", "proportional"}
+    for arm, seen in drawn.items():
+        assert seen == {expected[arm]}
