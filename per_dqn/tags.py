@@ -47,10 +47,13 @@ CONFIG_TEXT = "config"
 # "averaged over the log interval" are means over every update since the previous write.
 SCALAR_TAGS: dict[str, str] = {
     PER_SAMPLED_PRIORITY: "mean priority of the sampled batches (proportional: p_i^alpha; "
-    "rank: |delta|), averaged over the log interval",
-    PER_MEAN_PRIORITY: "mean priority over the whole memory, same units as sampled_priority",
-    PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with)",
-    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to replay.beta_end (1)",
+    "rank: |delta|), averaged over the log interval (prioritized memories only)",
+    PER_MEAN_PRIORITY: "mean priority over the whole memory, same units as sampled_priority "
+    "(prioritized memories only)",
+    PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with; "
+    "prioritized memories only)",
+    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to replay.beta_end (1; "
+    "prioritized memories only)",
     PER_IS_WEIGHT_MEAN: "mean IS weight of the sampled batches",
     PER_IS_WEIGHT_MIN: "smallest IS weight of the sampled batches",
     PER_IS_WEIGHT_ESS: "effective sample size of a batch's IS weights, (sum w)^2 / sum w^2 / B "
@@ -61,8 +64,8 @@ SCALAR_TAGS: dict[str, str] = {
     PER_TREE_DRIFT: "relative gap between the sum tree's root and an exact sum of its leaves "
     "(proportional only, checked every few log points)",
     PER_PRIORITY_RATIO: "sampled_priority / mean_priority at the log point: 1 under uniform "
-    "sampling, above 1 when high-priority transitions are drawn more often (weighted memories "
-    "only)",
+    "sampling, above 1 when high-priority transitions are drawn more often (prioritized "
+    "memories only)",
     TRAIN_LOSS: "IS-weighted TD loss",
     TRAIN_LOSS_UNWEIGHTED: "the same per-sample TD losses, plainly averaged (no IS weights): "
     "equal to train/loss under uniform replay",

@@ -233,3 +233,17 @@ def test_a_command_shown_failing_fails_with_the_lines_shown(tmp_path, where, com
     for line in errors:
         assert line in done.stderr.splitlines(), (where, line, done.stderr)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_shipped_config_list_names_every_shipped_config():
+    """Pins the shipped-config list omitting ``minatar.yaml`` (issue 26): where the docs list
+    the configs ``--config`` takes by name, every top-level shipped config is there, and the
+    published setups' folder."""
+    top = [name for name in shipped_config_names() if "/" not in name]
+    assert "minatar.yaml" in top
+    for page in ("quickstart.md", "guides/training.md"):
+        text = " ".join((DOCS / page).read_text().split())
+        listed = text.split("the name of a shipped config (", 1)[1].split(")", 1)[0]
+        for name in top:
+            assert f"`{name}`" in listed, (page, name)
+        assert "`literature/<name>.yaml`" in listed

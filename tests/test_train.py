@@ -85,6 +85,12 @@ def test_other_memories_log_what_they_have(tmp_path, kind):
     if kind == "uniform":
         assert not set(tags.PRIORITY_TAGS) & set(scalars)
         assert all(v == 1.0 for _, v in scalars[tags.PER_IS_WEIGHT_ESS])
+        # Pins the tag table promising priority tags for uniform runs (issue 26): every tag a
+        # uniform run does not log says so in its meaning, save the optional two.
+        optional = {tags.TRAIN_GRAD_NORM, tags.TRAIN_LEARNING_RATE}
+        for tag in set(tags.SCALAR_TAGS) - set(scalars) - optional:
+            meaning = tags.SCALAR_TAGS[tag]
+            assert "prioritized memories only" in meaning or "proportional only" in meaning, tag
     else:
         assert set(tags.PRIORITY_TAGS) <= set(scalars)
 
