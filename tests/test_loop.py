@@ -178,6 +178,8 @@ def test_a_step_where_every_sub_env_only_resets_counts_nothing_and_draws_nothing
     assert loop.step() == []
     assert loop.state.env_steps == 2 and len(loop.memory) == 2
     assert loop.envs.train.actions[1].tolist() == [0, 0]
+    # Integers, as every step's: ale-py's vector env asserts on a float action array.
+    assert loop.envs.train.actions[1].dtype == np.int64
     assert loop.state.rng.bit_generator.state == rng_before
     assert loop.state.autoreset.tolist() == [F, F]
     loop.step()
@@ -501,3 +503,36 @@ def test_a_saved_cuda_generator_state_is_restored_where_cuda_is(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     loop.state.load_state_dict({**saved, "cuda_rng": states})
     assert len(applied) == 1 and loop.state.cuda_rng is states
+
+
+def test_a_loop_state_s_arrays_are_taken_in_the_loop_s_dtypes():
+    """Pins ``LoopState.load_state_dict``'s conversions: per-sub-env values that come as plain
+    lists or other dtypes (JSON-like trees, an edited and resealed checkpoint) are taken as
+    bool autoreset flags, float64 returns and int64 lengths, and CUDA generator states as uint8;
+    without them an int return array made the next step's float reward fail to add, and an int
+    autoreset flag was bit-inverted (``~1 == -2``) instead of negated."""
+    rows = [([0.5, 1.5], [F, F], [F, F])]
+    loop = make_loop(rows)
+    saved = loop.state.state_dict()
+    loop.state.load_state_dict(
+        {**saved, "autoreset": [1, 0], "ep_return": [2, 3], "ep_length": [4.0, 5.0]}
+    )
+    state = loop.state
+    assert (state.autoreset.dtype, state.ep_return.dtype, state.ep_length.dtype) == (
+        np.dtype(np.bool_), np.dtype(np.float64), np.dtype(np.int64)
+    )
+    assert loop.step() == [] and state.env_steps == 1  # sub-env 0 only reset
+    assert state.ep_return.tolist() == [2.0, 4.5] and state.ep_length.tolist() == [4, 6]
+
+
+def test_cuda_generator_states_given_as_lists_are_restored_as_bytes(monkeypatch):
+    """The CUDA half of the dtype conversions: states that come as lists of ints reach
+    ``torch.cuda.set_rng_state_all`` as uint8 tensors (torch refuses any other dtype). torch's
+    CUDA calls are the only stand-ins: this machine has no GPU."""
+    loop = make_loop([])
+    applied: list = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", applied.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    loop.state.load_state_dict({**loop.state.state_dict(), "cuda_rng": [[1, 2, 255]]})
+    ((state,),) = applied
+    assert state.dtype == torch.uint8 and state.tolist() == [1, 2, 255]

@@ -111,7 +111,9 @@ def collect(paths: list[str], equivalent: dict[str, str]) -> tuple[list[Row], li
                 continue
             seen.add(key)
             row.total += 1
-            if code is None:
+            if code is None and key in equivalent:
+                row.equivalent += 1  # explained; run_args runs it, to confirm it survives
+            elif code is None:
                 row.unchecked += 1
             elif code in KILLED or code in TIMEOUT:
                 row.killed += code in KILLED
@@ -154,7 +156,8 @@ def run_args(paths: list[str], equivalent: dict[str, str]) -> list[str]:
     """What `make mutation` gives ``mutmut run``: without results in ``mutants/``, every mutant
     (``run_patterns``); with them, every one in scope that was not run (a long run stopped part
     way) or not caught (a survivor, or one without tests: tests may have been added since), but
-    the documented equivalents; nothing when none is left."""
+    the documented equivalents once run (a documented one not yet run is run, to confirm that it
+    survives); nothing when none is left."""
     names = []
     for path in paths:
         meta = ROOT / "mutants" / f"{path}.meta"
@@ -163,7 +166,8 @@ def run_args(paths: list[str], equivalent: dict[str, str]) -> list[str]:
         codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
         for key, code in codes.items():
             caught = code in KILLED or code in TIMEOUT
-            if in_scope(path, key) and not caught and key not in equivalent:
+            explained = key in equivalent and code is not None
+            if in_scope(path, key) and not caught and not explained:
                 names.append(key)
     return names
 
