@@ -519,7 +519,9 @@ def test_a_loop_state_s_arrays_are_taken_in_the_loop_s_dtypes():
     )
     state = loop.state
     assert (state.autoreset.dtype, state.ep_return.dtype, state.ep_length.dtype) == (
-        np.dtype(np.bool_), np.dtype(np.float64), np.dtype(np.int64)
+        np.dtype(np.bool_),
+        np.dtype(np.float64),
+        np.dtype(np.int64),
     )
     assert loop.step() == [] and state.env_steps == 1  # sub-env 0 only reset
     assert state.ep_return.tolist() == [2.0, 4.5] and state.ep_length.tolist() == [4, 6]
