@@ -27,13 +27,14 @@ display shows.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
 from per_dqn.console import PLAIN_PROGRESS_INTERVAL_S, LiveOrPlainDisplay, format_duration
+from per_dqn.tags import PERF_SPS
 
 # A terminal's display lists this many running runs at most (a cluster may run hundreds).
 MAX_RUNS_SHOWN = 20
@@ -60,6 +61,23 @@ class RunProgress:
         if math.isnan(self.sps):
             return "starting"
         return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
+
+
+class ProgressReporter:
+    """A run's callback (``per_dqn.run.Callback``) that tells the sweep's display the run's
+    steps and SPS, once at its start and at every log point, through ``send(run_dir,
+    RunProgress)``, which must not wait: a local worker's queue ``put``, a Ray actor's
+    ``report.remote``. Both backends use it; only ``send`` differs."""
+
+    def __init__(
+        self, send: Callable[[str, RunProgress], Any], run_dir: str, total: int, pack: str = ""
+    ) -> None:
+        self.send, self.run_dir, self.total, self.pack = send, run_dir, total, pack
+        self.send(run_dir, RunProgress(0, total, pack=pack))
+
+    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
+        sps = values.get(PERF_SPS, math.nan)
+        self.send(self.run_dir, RunProgress(env_steps, self.total, sps, self.pack))
 
 
 class SweepProgress(LiveOrPlainDisplay):

@@ -167,3 +167,19 @@ def test_the_report_display_prints_its_stage_off_a_terminal():
     assert re.fullmatch(r"progress: report: reading runs 37/150  elapsed 0:00:00", lines[0])
     assert lines[1] == "progress: report: figures  elapsed 0:00:00"
     assert len(lines) == 2
+
+
+def test_a_run_s_reporter_sends_its_start_and_each_log_point():
+    """``ProgressReporter``, both backends' run callback: ``(run dir, RunProgress)`` at the
+    start (steps 0, no SPS yet: "starting") and at each log point with the logged SPS, its pack
+    named in each."""
+    from per_dqn.sweeps.progress import ProgressReporter
+
+    sent: list = []
+    reporter = ProgressReporter(lambda *a: sent.append(a), "uniform/s0", 500, "pack 1/2")
+    reporter.on_log(100, {"perf/sps": 250.0, "train/loss": 0.1})
+    reporter.on_log(200, {})
+    assert sent[0] == ("uniform/s0", RunProgress(0, 500, pack="pack 1/2"))
+    assert sent[0][1].text() == "starting"
+    assert sent[1] == ("uniform/s0", RunProgress(100, 500, 250.0, "pack 1/2"))
+    assert sent[2][1].env_steps == 200 and math.isnan(sent[2][1].sps)

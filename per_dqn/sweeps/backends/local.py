@@ -16,7 +16,6 @@ changed) and stops its run the same way, so no orphan keeps writing into a run d
 from __future__ import annotations
 
 import ctypes
-import math
 import multiprocessing as mp
 import os
 import queue
@@ -41,8 +40,7 @@ from per_dqn.sweeps.job import (
     run_jobs,
 )
 from per_dqn.sweeps.plan import Job, Sweep, check_workers, start_sweep
-from per_dqn.sweeps.progress import RunProgress, SweepProgress
-from per_dqn.tags import PERF_SPS
+from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
 
 # The ``backends.Options`` fields this backend takes.
 OPTIONS = frozenset({"workers", "pack"})
@@ -120,17 +118,13 @@ def _die_with_parent(parent_pid: int) -> None:
         pass
 
 
-class _Reporter:
-    """A run's callback (``per_dqn.run.Callback``) that tells the sweep's process its steps and SPS
-    at every log point, through a queue, without waiting."""
+def _queue_sender(progress: Any) -> Callable[[str, RunProgress], None]:
+    """``ProgressReporter``'s ``send`` through a worker's progress queue."""
 
-    def __init__(self, progress: Any, run_dir: str, total: int, pack: str) -> None:
-        self.progress, self.run_dir, self.total, self.pack = progress, run_dir, total, pack
-        self.progress.put((run_dir, RunProgress(0, total, pack=pack)))
+    def send(run_dir: str, run: RunProgress) -> None:
+        progress.put((run_dir, run))
 
-    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
-        sps = values.get(PERF_SPS, math.nan)
-        self.progress.put((self.run_dir, RunProgress(env_steps, self.total, sps, self.pack)))
+    return send
 
 
 def _worker(
@@ -189,8 +183,9 @@ def _take_jobs(
             hooks = None
             if progress is not None:
                 totals = [job_config(one).train.total_env_steps for one in pack]
+                send = _queue_sender(progress)
                 hooks = [
-                    (_Reporter(progress, one.run_dir, total, label),)
+                    (ProgressReporter(send, one.run_dir, total, label),)
                     for one, total in zip(pack, totals, strict=True)
                 ]
             with signals.watching(signal.SIGINT):

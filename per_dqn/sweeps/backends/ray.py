@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import math
 import os
 import signal
 import socket
@@ -72,8 +71,7 @@ from per_dqn.sweeps.job import (
     run_jobs,
 )
 from per_dqn.sweeps.plan import Job, Sweep, start_sweep
-from per_dqn.sweeps.progress import RunProgress, SweepProgress
-from per_dqn.tags import PERF_SPS
+from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
 
 # What a user without the extra is told, in full.
 MISSING_RAY = (
@@ -697,19 +695,6 @@ class _Board:
         return dict(self.runs)
 
 
-class _Reporter:
-    """A run's callback (``per_dqn.run.Callback``) that tells the board its steps and SPS at
-    every log point, without waiting for an answer."""
-
-    def __init__(self, board: Any, run_dir: str, total: int) -> None:
-        self.board, self.run_dir, self.total = board, run_dir, total
-        self.board.report.remote(run_dir, RunProgress(0, total))
-
-    def on_log(self, env_steps: int, values: dict[str, float]) -> None:
-        sps = values.get(PERF_SPS, math.nan)
-        self.board.report.remote(self.run_dir, RunProgress(env_steps, self.total, sps))
-
-
 def _where_this_runs() -> dict[str, Any]:
     """The Ray node this task runs on, for its run's provenance: ``node_ip`` and ``node_id`` as
     ``ray.nodes()`` names it (``NodeManagerAddress``, ``NodeID``), and ``attempt``, 0 on the
@@ -747,7 +732,11 @@ def _run_task(
     own_argv, sys.argv = sys.argv, list(argv)
     try:
         reporters = [
-            (_Reporter(board, job.run_dir, job_config(job).train.total_env_steps),)
+            (
+                ProgressReporter(
+                    board.report.remote, job.run_dir, job_config(job).train.total_env_steps
+                ),
+            )
             for job in members
         ]
         with provenance.recorded(ray=_where_this_runs()):
