@@ -21,10 +21,11 @@ def test_shipped_cartpole_config_solves_held_out_seeds(tmp_path):
     final greedy evaluations' 40 episodes average at least CartPole-v1's threshold of 475, the
     mean over episodes that the threshold is defined on.
 
-    One seed's score is not portable: on another CPU type or torch build the floats, and so the
-    trajectory, differ. On the CPU docs/results/cartpole.md's first table was measured on, every
-    held-out seed scored at least 490.6; on a Sapphire Rapids class one, seed 1019 scored 474.15
-    (1018: 500.0), which failed this check when it asked seed 1019 alone for 475.
+    One seed's score is not portable: on another CPU type, torch build or update arithmetic the
+    floats, and so the trajectory, differ. On the CPU docs/results/cartpole.md's table was
+    measured on, seeds 1018 and 1019 both scored 500 at commit fc887e0 (17 of the 20 held-out
+    seeds reached 475); on a Sapphire Rapids class one, at an earlier commit, seed 1019 scored
+    474.15 (1018: 500.0), which failed this check when it asked seed 1019 alone for 475.
     """
     procs = {}
     for seed in SEEDS:
