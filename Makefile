@@ -52,7 +52,7 @@ docs: $(TEST_STAMP)
 	@echo "the site: build/site/index.html"
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 # The inner loop's tier: everything but the tests marked slow (over ~5 s each, the full CartPole
 # result among them), ray (real Ray clusters) and kill (real processes signalled or killed);
