@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,15 @@ def start_cli(
         if sigint_ignored
         else None,
     )
+
+
+def cli_as_started() -> str:
+    """How the processes ``start_cli`` starts name per-dqn in the commands their hints print
+    (``per_dqn.cli.common.invoked_as``): ``python -m per_dqn.cli``, with the interpreter's path
+    where ``python`` on PATH is another one."""
+    python = shutil.which("python")
+    same = python is not None and os.path.samefile(python, sys.executable)
+    return f"{'python' if same else sys.executable} -m per_dqn.cli"
 
 
 @dataclass(frozen=True)

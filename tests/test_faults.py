@@ -22,6 +22,7 @@ from support import (
     RESUMABLE,
     assert_same_run,
     cartpole_config,
+    cli_as_started,
     resume,
     run_trainer,
     start_cli,
@@ -178,7 +179,7 @@ def test_a_signal_stops_between_steps_with_a_checkpoint(reference, tmp_path, sig
     assert summary["interrupted"] and 300 <= stopped < 1500
     assert "Traceback" not in err
     assert err.splitlines()[-1] == (
-        f"stopped at env step {stopped:,}; resume with: per-dqn train --resume {run_dir}"
+        f"stopped at env step {stopped:,}; resume with: {cli_as_started()} train --resume {run_dir}"
     )
     newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
     assert newest.name == ckpt.checkpoint_name(stopped)
@@ -271,7 +272,7 @@ def test_disk_full_mid_run_stops_with_one_line_and_resumes(reference, small_disk
     match = re.fullmatch(
         rf"error: ({where}/\S+): (No space left on device|torch could not write it \(.*\)); "
         rf"stopped \(the last checkpoint, ({where}/checkpoints/step_\d+), is intact; once it can "
-        rf"be written, resume with: per-dqn train --resume {where}\)",
+        rf"be written, resume with: {re.escape(cli_as_started())} train --resume {where}\)",
         line,
     )
     assert match, line
@@ -311,7 +312,8 @@ def test_a_video_on_a_full_disk_gets_one_line(reference, small_disk):
     fill(small_disk / "filler")
     result = runner.invoke(app, ["eval", str(run_dir), "--episodes", "1", "--video"])
     assert result.exit_code == 1, result.output
-    (line,) = result.stderr.splitlines()
+    playing, line = result.stderr.splitlines()  # what it played, then the one error line
+    assert playing.startswith(f"playing {run_dir}/")
     assert line.startswith(f"error: {run_dir / 'videos'}")
     assert line.endswith(": No space left on device")
 

@@ -821,7 +821,7 @@ def step_of(path_text: str) -> str | None:
     return match.group(1) if match else None
 
 
-CLI_PREFIXES = ("error: ", "warning: ", "note: ", "resuming ")
+CLI_PREFIXES = ("error: ", "warning: ", "note: ", "resuming ", "playing ", "progress: ")
 
 
 @pytest.mark.slow

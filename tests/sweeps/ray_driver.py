@@ -27,12 +27,12 @@ from per_dqn import tags
 from per_dqn.config import parse_override
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
-from per_dqn.sweeps.progress import SweepProgress
+from per_dqn.sweeps.progress import ProgressReporter, SweepProgress
 
 
 def board_lines(ray) -> list[str]:
     """What the display shows of runs that report through a real board actor, as the tasks'
-    ``_Reporter`` does, with no race against the driver's polls: the Reporter's first report
+    ``ProgressReporter`` does, with no race against the driver's polls: the reporter's first report
     (``starting``) and a log point's steps and SPS, then the same board after a run's task has
     returned (gone from the display, whatever the board last heard). Calls from one process to
     one actor run in order, so the snapshot sees both reports. The elapsed time is cut off.
@@ -47,8 +47,9 @@ def board_lines(ray) -> list[str]:
     try:
         with SweepProgress(4, done=1, console=console, plain_interval_s=0.0) as progress:
             shown = ray_backend.Shown(board, progress, done=1)
-            ray_backend._Reporter(board, "proportional/s1", 600)
-            ray_backend._Reporter(board, "uniform/s0", 600).on_log(300, {tags.PERF_SPS: 1234.4})
+            send = board.report.remote  # what a task's reporter sends through
+            ProgressReporter(send, "proportional/s1", 600)
+            ProgressReporter(send, "uniform/s0", 600).on_log(300, {tags.PERF_SPS: 1234.4})
             shown.refresh(ray, {"proportional/s1", "uniform/s0"})
             shown.done = 2
             shown.refresh(ray, {"proportional/s1"})
