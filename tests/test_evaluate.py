@@ -202,7 +202,8 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(run_dir, tmp_path):
     result = evaluate(str(copy), "--episodes", "1")
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(f"warning: checkpoint {newest}: agent.pt has 1,000 bytes")
-    assert len(result.stderr.splitlines()) == 1
+    warned, playing = result.stderr.splitlines()  # the warning, then what it plays
+    assert warned.startswith("warning: ") and playing.startswith("playing ")
     assert result.stdout.startswith(f"weights: {newest.parent / 'step_000000500'}")
     # Named explicitly, a damaged checkpoint is an error, not a fallback.
     result = evaluate(str(newest))

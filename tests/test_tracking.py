@@ -248,13 +248,16 @@ def test_auc_and_is_weight_mean_survive_a_resume(full, tmp_path):
 
 def test_uniform_has_no_is_weight_mean_nor_ratio_and_equal_losses(tmp_path):
     """Uniform replay: summary is_weight_mean is null, no per/priority_ratio, and the
-    IS-weighted loss equals the unweighted one at every log point (all weights are 1)."""
+    IS-weighted loss equals the unweighted one at every log point (all weights are 1). The
+    HParams tab's ``summary/is_weight_mean`` is 1 (issue 26: without it TensorBoard dropped
+    uniform runs from its parallel-coordinates and scatter views)."""
     run = per_dqn.train(
         "cartpole", overrides={**SHORT, "replay.kind": "uniform"}, run_dir=tmp_path / "run"
     )
     assert run.summary["is_weight_mean"] is None and run.summary["auc"] is not None
     curves = read_scalars(tmp_path / "run")
-    assert tags.PER_PRIORITY_RATIO not in curves and tags.SUMMARY_IS_WEIGHT_MEAN not in curves
+    assert tags.PER_PRIORITY_RATIO not in curves
+    assert curves[tags.SUMMARY_IS_WEIGHT_MEAN] == [(1500, 1.0)]
     assert len(curves[tags.TRAIN_LOSS]) == 6
     assert curves[tags.TRAIN_LOSS] == curves[tags.TRAIN_LOSS_UNWEIGHTED]
 
