@@ -106,10 +106,14 @@ def plot(runs: list[RunCurves], out: Path) -> None:
         ax.set_xlabel("env steps")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
+    # One legend below the panels, outside the data, as the report's figures have it.
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                   fontsize="small", frameon=False)  # fmt: skip
     title = {r.summary["env_id"] for r in runs} | {r.summary["config"] for r in runs}
     fig.suptitle(", ".join(sorted(title)) + ": agent.precision fp32 against bf16")
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, dpi=200)
 
 
 def table(runs: list[RunCurves]) -> str:

@@ -349,14 +349,21 @@ def test_atari_smoke_runs_every_section_with_the_installed_peers():
 
 @pytest.mark.slow
 @pytest.mark.bench_smoke
-def test_precision_curves_smoke_reads_an_fp32_and_a_bf16_run():
-    out = run_script("precision_curves.py", "--smoke")
+def test_precision_curves_smoke_reads_an_fp32_and_a_bf16_run(tmp_path):
+    """The figure is drawn as the report's are (issue 26): at 200 dpi, its legend below the
+    panels."""
+    from PIL import Image
+
+    png = tmp_path / "curves.png"
+    out = run_script("precision_curves.py", "--smoke", "--out", str(png))
     _, rows = table_with(out, "precision")
     assert list(rows) == ["fp32", "bf16"]
     for cells in rows.values():
         assert_numbers([cells[0], cells[3]])  # seed, SPS
     curves = re.search(r"Curves: (.+\.png)", out)
-    assert curves is not None
+    assert curves is not None and Path(curves.group(1)) == png
+    with Image.open(png) as image:
+        assert min(image.info["dpi"]) >= 199.5 and image.size == (2560, 1520)
 
 
 @pytest.mark.bench_smoke
