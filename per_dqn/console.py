@@ -98,7 +98,12 @@ class LiveOrPlainDisplay:
         return time.monotonic() - self._started
 
     def plain_lines(self) -> list[str]:
-        """What one plain printout says, line by line."""
+        """What one plain printout says, line by line: by default ``progress: `` and
+        ``plain_line()``."""
+        return [f"progress: {self.plain_line()}"]
+
+    def plain_line(self) -> str:
+        """The one plain progress line of a one-line display (without its prefix)."""
         raise NotImplementedError
 
     def _tick(self) -> None:
@@ -219,10 +224,6 @@ class ConsoleProgress(LiveOrPlainDisplay):
             f"beta {_number(self.beta, '.3f')}"
         )
 
-    def plain_lines(self) -> list[str]:
-        """One line: ``progress: `` and ``plain_line()``."""
-        return [f"progress: {self.plain_line()}"]
-
     def plain_line(self) -> str:
         """The plain progress line (without its ``progress:`` prefix)."""
         share = 100.0 * self.env_steps / self.total if self.total else 100.0
@@ -234,7 +235,6 @@ class ConsoleProgress(LiveOrPlainDisplay):
 
     def __rich__(self) -> Any:
         from rich.console import Group
-        from rich.progress_bar import ProgressBar
         from rich.text import Text
 
         label = "eval " if self.eval_state is not None else "train"
@@ -243,15 +243,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
             f"{steps}  {_number(self.sps, ',.0f')} SPS  elapsed {self._elapsed()}  "
             f"ETA {self._eta()}"
         )
-        top = Table.grid(padding=(0, 1), expand=True)
-        top.add_column(no_wrap=True)
-        top.add_column(ratio=1)
-        top.add_column(no_wrap=True)
-        top.add_row(
-            Text(label, style="bold"),
-            ProgressBar(total=max(self.total, 1), completed=min(self.env_steps, self.total)),
-            Text(right),
-        )
+        top = _bar_row(label, self.env_steps, self.total, right)
         second = self._eval_text() if self.eval_state is not None else self._learning_text()
         return Group(top, Text(second, no_wrap=True, overflow="ellipsis"))
 
@@ -273,16 +265,9 @@ class EvalDisplay(LiveOrPlainDisplay):
     """
 
     repeat_on_exit = True
-
-    def __init__(
-        self,
-        console: Console | None = None,
-        enabled: bool = True,
-        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
-    ) -> None:
-        super().__init__(console, enabled, plain_interval_s)
-        self.done = self.total = self.steps = 0
-        self.return_sum, self.returns = 0.0, 0
+    # Episodes done and asked for, agent steps, and the returns so far (set by the feeds).
+    done = total = steps = returns = 0
+    return_sum = 0.0
 
     def start(self, line: str) -> None:
         """Prints what is about to be played, at once (above the display)."""
@@ -309,27 +294,30 @@ class EvalDisplay(LiveOrPlainDisplay):
             f"{self.steps:,} agent steps  elapsed {format_duration(self.elapsed_s())}"
         )
 
-    def plain_lines(self) -> list[str]:
-        return [f"progress: {self.plain_line()}"]
-
     def __rich__(self) -> Any:
-        from rich.progress_bar import ProgressBar
-        from rich.text import Text
-
         right = (
             f"{self.done}/{self.total} episodes  mean return {self._mean()}  "
             f"elapsed {format_duration(self.elapsed_s())}"
         )
-        row = Table.grid(padding=(0, 1), expand=True)
-        row.add_column(no_wrap=True)
-        row.add_column(ratio=1)
-        row.add_column(no_wrap=True)
-        row.add_row(
-            Text("eval", style="bold"),
-            ProgressBar(total=max(self.total, 1), completed=min(self.done, self.total)),
-            Text(right),
-        )
-        return row
+        return _bar_row("eval", self.done, self.total, right)
+
+
+def _bar_row(label: str, done: int, total: int, right: str) -> Any:
+    """One row of a live display: ``label``, a bar of ``done`` of ``total`` taking what the text
+    leaves, and ``right``."""
+    from rich.progress_bar import ProgressBar
+    from rich.text import Text
+
+    row = Table.grid(padding=(0, 1), expand=True)
+    row.add_column(no_wrap=True)
+    row.add_column(ratio=1)
+    row.add_column(no_wrap=True)
+    row.add_row(
+        Text(label, style="bold"),
+        ProgressBar(total=max(total, 1), completed=min(done, total)),
+        Text(right),
+    )
+    return row
 
 
 def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:

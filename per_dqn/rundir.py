@@ -292,10 +292,18 @@ def display_name(run_dir: Path) -> str:
     levels above holds ``sweep.json``), its path from the sweep dir's parent:
     ``ablate__MinAtar-Breakout-v1__minatar/proportional/alpha=0.4/s0``."""
     run_dir = Path(os.path.abspath(run_dir))
-    for parent in list(run_dir.parents)[:4]:
+    sweep = _enclosing_sweep(run_dir)
+    return run_dir.name if sweep is None else run_dir.relative_to(sweep.parent).as_posix()
+
+
+def _enclosing_sweep(run_dir: Path) -> Path | None:
+    """The sweep dir a run dir lies in: the nearest of the four dirs above it that holds
+    ``sweep.json`` (a sweep's run dirs are ``<env>/<arm>/<settings>/s<seed>`` at most below it);
+    None for a run of no sweep."""
+    for parent in list(Path(os.path.abspath(run_dir)).parents)[:4]:
         if (parent / SWEEP_FILE).is_file():
-            return run_dir.relative_to(parent.parent).as_posix()
-    return run_dir.name
+            return parent
+    return None
 
 
 # What a sweep's record may weigh when a run reads its axes (a big sweep's is a few MB).
@@ -306,17 +314,16 @@ def sweep_axes(run_dir: Path) -> list[str] | None:
     """The config keys a run's sweep varies (``sweep.json``'s ``axes``: env, replay kind, seed,
     arm settings and grid keys), for a run of a sweep (as ``display_name`` finds it); None for a
     run of no sweep, or a record whose axes cannot be read (it is data: never trusted)."""
-    run_dir = Path(os.path.abspath(run_dir))
-    for parent in list(run_dir.parents)[:4]:
-        if (parent / SWEEP_FILE).is_file():
-            try:
-                record = json.loads(read_regular(parent / SWEEP_FILE, _SWEEP_FILE_MAX_BYTES))
-            except (OSError, ValueError, RecursionError):
-                return None
-            axes = record.get("axes") if isinstance(record, dict) else None
-            if isinstance(axes, list) and all(isinstance(a, str) for a in axes):
-                return list(axes)
-            return None
+    sweep = _enclosing_sweep(run_dir)
+    if sweep is None:
+        return None
+    try:
+        record = json.loads(read_regular(sweep / SWEEP_FILE, _SWEEP_FILE_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    axes = record.get("axes") if isinstance(record, dict) else None
+    if isinstance(axes, list) and all(isinstance(a, str) for a in axes):
+        return list(axes)
     return None
 
 

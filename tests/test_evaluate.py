@@ -842,3 +842,23 @@ def test_the_eval_display_prints_plain_progress_off_a_terminal():
     assert lines[1].startswith("progress: 2/4 episodes  mean return 15.0  30 agent steps  elapsed ")
     assert lines[2] == lines[1]  # where it ended
     assert len(lines) == 3
+
+
+def test_the_eval_display_draws_one_bar_row_in_80_columns():
+    """On a terminal the eval display is one row: ``eval``, a bar of the episodes done, and the
+    episodes with the mean return so far and the elapsed time, within 80 columns."""
+    import io
+
+    from rich.console import Console
+
+    from per_dqn.console import EvalDisplay
+
+    display = EvalDisplay(console=Console(file=io.StringIO()), enabled=False)
+    display.progress(3, 10, 1_234)
+    for ret in (100.0, 120.0, 150.4):
+        display.episode(ret, 100)
+    buffer = io.StringIO()
+    Console(file=buffer, width=80, force_terminal=True, color_system=None).print(display)
+    (line,) = buffer.getvalue().splitlines()
+    assert len(line) <= 80 and line.startswith("eval ")
+    assert "3/10 episodes  mean return 123.5  elapsed 0:00:0" in line

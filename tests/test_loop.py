@@ -16,7 +16,7 @@ from support import cartpole_config
 
 from per_dqn.build import make_agent, make_memory
 from per_dqn.envs import EnvSpec
-from per_dqn.loop import ACT, LEARN, Loop, LoopState, serve, upgrade_format_2
+from per_dqn.loop import ACT, Loop, LoopState, serve, upgrade_format_2
 from per_dqn.seeding import RunSeeds, restart_seed
 
 # --- the format-2 upgrade -------------------------------------------------------------------------
@@ -423,7 +423,6 @@ def test_serve_raises_the_agent_s_error_in_the_generator_which_may_go_on():
     assert raised == [error]
     with pytest.raises(KeyboardInterrupt):
         serve(_requests([]), _Agent(KeyboardInterrupt()))
-    assert LEARN != ACT
 
 
 def test_a_resume_without_env_states_restarts_the_envs_from_the_checkpoint_s_seed():

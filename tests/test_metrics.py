@@ -270,6 +270,23 @@ def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_swee
     assert display_name(run) == "ablate__x/rank/alpha=0.7/s3"
 
 
+def test_a_run_reads_its_sweep_s_axes_and_takes_a_damaged_record_as_none(tmp_path):
+    """``sweep_axes`` (what the HParams tab shows first): the enclosing ``sweep.json``'s axes;
+    None for a run of no sweep and for a record that is not JSON, not an object, or whose axes
+    are not a list of names (a sweep dir is data: it never stops a run)."""
+    from per_dqn.rundir import sweep_axes
+
+    run = tmp_path / "ablate__x" / "rank" / "alpha=0.7" / "s3"
+    run.mkdir(parents=True)
+    assert sweep_axes(run) is None
+    record = tmp_path / "ablate__x" / "sweep.json"
+    record.write_text('{"axes": ["env.id", "replay.kind", "run.seed", "replay.alpha"]}')
+    assert sweep_axes(run) == ["env.id", "replay.kind", "run.seed", "replay.alpha"]
+    for text in ("{not json", "[1, 2]", '{"axes": "env.id"}', '{"axes": ["a", 3]}'):
+        record.write_text(text)
+        assert sweep_axes(run) is None, text
+
+
 def _learner_metric_names() -> set[str]:
     """Every key ``agent.learn``'s metrics can hold: one gradient step without and one with
     gradient clipping (``grad_norm``, the one optional metric), on a batch from a real memory."""

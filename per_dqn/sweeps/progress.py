@@ -185,30 +185,20 @@ class ReportProgress(LiveOrPlainDisplay):
     if any was printed). Fed by ``report.write_report``'s ``on_stage``."""
 
     repeat_on_exit = True
-
-    def __init__(
-        self,
-        console: Console | None = None,
-        enabled: bool = True,
-        plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
-    ) -> None:
-        super().__init__(console, enabled, plain_interval_s)
-        self.stage_name, self.done, self.total = "starting", 0, 0
+    # The stage, and how far it is (set by ``stage``).
+    stage_name, done, total = "starting", 0, 0
 
     def stage(self, name: str, done: int, total: int) -> None:
         """``done`` of ``total`` of stage ``name``."""
         self.stage_name, self.done, self.total = name, done, total
         self._tick()
 
-    def line(self) -> str:
+    def plain_line(self) -> str:
         """What the display says."""
         count = f" {self.done}/{self.total}" if self.total > 1 else ""
         return f"report: {self.stage_name}{count}  elapsed {format_duration(self.elapsed_s())}"
 
-    def plain_lines(self) -> list[str]:
-        return [f"progress: {self.line()}"]
-
     def __rich__(self) -> Any:
         from rich.text import Text
 
-        return Text(self.line(), no_wrap=True, overflow="ellipsis")
+        return Text(self.plain_line(), no_wrap=True, overflow="ellipsis")
