@@ -50,6 +50,7 @@ from per_dqn.config import (
 )
 from per_dqn.console import EvalDisplay
 from per_dqn.families import ignored_env_keys
+from per_dqn.families import of as _family_of
 from per_dqn.fileio import WriteError, inside
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
 from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
@@ -75,6 +76,7 @@ __all__ = [
     "check_name_lengths",
     "check_run_code",
     "describe_memory_plan",
+    "env_family_title",
     "evaluate_run",
     "ignored_env_keys",
     "list_checkpoints",
@@ -281,6 +283,12 @@ def memory_plan(config: Config) -> Any:
     from per_dqn import plan
 
     return plan.memory_plan(config)
+
+
+def env_family_title(env_id: str) -> str:
+    """The name for people of ``env_id``'s env family: ``CartPole-like``, ``Atari``,
+    ``MinAtar``."""
+    return _family_of(env_id).title
 
 
 def check_env(config: Config) -> None:

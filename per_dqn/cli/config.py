@@ -28,16 +28,18 @@ def config_show(
 
 
 def mark_ignored_env_keys(text: str, env_id: str) -> str:
-    """The config YAML with ``# ignored by <env id>`` after each ``env`` key that ``env_id``'s
-    family does not read (``families.ignored_env_keys``)."""
-    ignored = api.ignored_env_keys(env_id)
+    """The config YAML with ``# not read by <family> envs`` after each ``env`` key that
+    ``env_id``'s family ignores (``families.ignored_env_keys``). The comment names the family,
+    not the id: an id given with ``--set`` may hold any character, and a comment must not break
+    the YAML that ``config show`` prints."""
+    ignored, family = api.ignored_env_keys(env_id), api.env_family_title(env_id)
     lines, section = [], None
     for line in text.splitlines():
         if line and not line.startswith(" "):
             section = line.rstrip(":")
         key = line.strip().split(":", 1)[0]
         if section == "env" and line.startswith("  ") and key in ignored:
-            line = f"{line}  # ignored by {env_id}"
+            line = f"{line}  # not read by {family} envs"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
