@@ -68,6 +68,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -166,17 +167,24 @@ def _strays(root: Path, newer_than: Path | None) -> list[str]:
         match = _NAME.fullmatch(path.name)
         if match and int(match.group(1)) > least and not path.is_dir():
             what = _entry_kind(path)
-            found.append((int(match.group(1)), f"{path}: not a directory but {what}"))
+            if what is not None:
+                found.append((int(match.group(1)), f"{path}: not a directory but {what}"))
     return [line for _, line in sorted(found, reverse=True)]
 
 
-def _entry_kind(path: Path) -> str:
-    """What a directory entry that is not a directory is, in words."""
-    if path.is_symlink() and not path.exists():
-        return "a dangling symlink"
-    if path.is_fifo():
+def _entry_kind(path: Path) -> str | None:
+    """What a directory entry that is not a directory is, in words, from one ``stat``; None when it
+    is gone (a writer beside the reader rotated it away since the listing: no stray, nothing to
+    report, where asking ``is_file`` and the rest one after another called it a special file)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # gone, a dangling link or a loop of links
+        return "a dangling symlink" if path.is_symlink() else None
+    if stat.S_ISDIR(mode):  # made since the listing: a checkpoint, no stray
+        return None
+    if stat.S_ISFIFO(mode):
         return "a FIFO"
-    if path.is_file():
+    if stat.S_ISREG(mode):
         return "a file"
     return "a special file"
 

@@ -365,6 +365,32 @@ def test_read_latest_beside_a_writer_that_rotates(tmp_path):
     assert reads == sorted(reads) and len(set(reads)) > 10
 
 
+def test_a_checkpoint_rotated_away_since_the_listing_is_no_stray(tmp_path, monkeypatch):
+    """Pins a race that the rotating-writer test above found with two pytest workers loading the
+    machine: ``read_latest`` listed a newer checkpoint that the writer then rotated away, and
+    warned that it was "not a directory but a special file" (each of ``is_dir``, ``is_fifo`` and
+    ``is_file`` failed on the missing entry). The listing is replayed here with the entry gone: no
+    warning, the newest checkpoint still there is read. A stray that is there is still named."""
+    ckpt.write_checkpoint(tmp_path, 41, write_bytes({"a": b"41"}), keep_last=1)
+    gone = tmp_path / ckpt.checkpoint_name(42)
+    real_iterdir = Path.iterdir
+
+    def listing_with_the_rotated_entry(self):
+        entries = list(real_iterdir(self))
+        return iter([*entries, gone] if self == tmp_path else entries)
+
+    monkeypatch.setattr(Path, "iterdir", listing_with_the_rotated_entry)
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert read.path == tmp_path / ckpt.checkpoint_name(41) and read.warnings == []
+    assert read.files["a"] == b"41"
+    stray = tmp_path / ckpt.checkpoint_name(43)
+    stray.write_bytes(b"")
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert read.path == tmp_path / ckpt.checkpoint_name(41)
+    assert read.warnings == [f"checkpoint {stray}: not a directory but a file; using the previous "
+                             f"one, {ckpt.checkpoint_name(41)}"]  # fmt: skip
+
+
 class Plant:
     """Unpickled, it creates ``marker``: stands in for any code a hostile file would run."""
 
