@@ -304,3 +304,93 @@ def test_an_env_state_number_numpy_cannot_take_is_one_line_not_a_traceback():
     finally:
         envs.close()
         breakout.close()
+
+
+def test_each_refusal_of_an_env_state_names_what_differs(tmp_path):
+    """Pins the lines ``check_env_state`` refuses with (mutation testing left them unchecked: a
+    message dropped or naming the wrong thing survived): a single env's state against a vector
+    env and the reverse, each naming both kinds; a vector state whose sub-env list and autoreset
+    flags disagree with ``num_envs``, naming the counts; a state without its env's physics
+    fields, naming them. Each is one ``ValueError`` line, before anything changes."""
+    envs, single = cartpole_envs(2), gym.make("CartPole-v1", disable_env_checker=True)
+    try:
+        envs.train.reset(seed=1)
+        single.reset(seed=2)
+        vector_state = through_files(env_state(envs.train), tmp_path)
+        single_state = env_state(single)
+        with pytest.raises(
+            ValueError, match=r"^the checkpoint's env is a CartPoleEnv, this run's a SyncVectorEnv$"
+        ):
+            check_env_state(envs.train, single_state)
+        outer = type(single).__name__
+        with pytest.raises(
+            ValueError, match=rf"^the checkpoint's env is a SyncVectorEnv, this run's a {outer}$"
+        ):
+            check_env_state(single, vector_state)
+        one_sub = {**vector_state, "envs": vector_state["envs"][:1]}  # two autoreset flags
+        three_flags = {**vector_state, "autoreset": np.zeros(3, dtype=np.bool_)}
+        for bad, subs in ((one_sub, 1), (three_flags, 2)):
+            with pytest.raises(
+                ValueError,
+                match=rf"^the checkpoint has {subs} sub-envs, this run 2 \(env.num_envs\)$",
+            ):
+                check_env_state(envs.train, bad)
+        no_steps = copy.deepcopy(single_state)
+        del no_steps["physics"]["steps_beyond_terminated"]
+        with pytest.raises(
+            ValueError,
+            match=r"^the CartPoleEnv state must hold \['state', 'steps_beyond_terminated'\]$",
+        ):
+            check_env_state(single, no_steps)
+    finally:
+        envs.close()
+        single.close()
+
+
+def test_a_restored_env_keeps_its_seed_and_an_unseeded_one_stays_unseeded():
+    """Pins the RNG part of a restore (mutation testing left it unchecked): the restored env
+    reports the seed the saved one was reset with (``np_random_seed``), and the state of an env
+    never reset (no RNG yet, as an eval env before its first episode) leaves the restored env
+    without one, so that its next reset draws a fresh one and plays, as the saved env's would,
+    rather than failing on an RNG that is not one."""
+    seeded, fresh = (gym.make("CartPole-v1", disable_env_checker=True) for _ in range(2))
+    target = gym.make("CartPole-v1", disable_env_checker=True)
+    try:
+        seeded.reset(seed=7)
+        target.reset(seed=3)
+        load_env_state(target, env_state(seeded))
+        assert target.unwrapped.np_random_seed == 7
+        state = env_state(fresh)
+        assert state["rng"] is None
+        load_env_state(target, state)
+        assert target.unwrapped._np_random is None
+        obs, _ = target.reset()
+        assert obs.shape == (4,) and target.step(0)[0].shape == (4,)
+    finally:
+        for env in (seeded, fresh, target):
+            env.close()
+
+
+def test_a_cartpole_past_its_end_restores_its_count_of_steps_beyond():
+    """Pins the integer physics field (mutation testing found it unchecked: saving it as None
+    survived): CartPole's ``steps_beyond_terminated`` is an int once the pole has fallen, and a
+    restored env continues from it as the saved one does, the step after the end paying 0 and
+    counting on, rather than paying 1 as if the pole had just fallen."""
+    saved, restored = (gym.make("CartPole-v1", disable_env_checker=True) for _ in range(2))
+    try:
+        saved.reset(seed=0)
+        restored.reset(seed=1)
+        terminated = False
+        while not terminated:
+            terminated = saved.step(0)[2]
+        state = env_state(saved)
+        assert state["physics"]["steps_beyond_terminated"] == 0
+        load_env_state(restored, state)
+        with pytest.warns(UserWarning, match="already returned terminated = True"):
+            outputs = [env.step(0) for env in (saved, restored)]
+        assert [out[1] for out in outputs] == [0.0, 0.0]
+        assert saved.unwrapped.steps_beyond_terminated == 1
+        assert restored.unwrapped.steps_beyond_terminated == 1
+    finally:
+        saved.close()
+        restored.close()
