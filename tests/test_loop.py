@@ -16,7 +16,7 @@ from support import cartpole_config
 
 from per_dqn.build import make_agent, make_memory
 from per_dqn.envs import EnvSpec
-from per_dqn.loop import ACT, Loop, LoopState, serve, upgrade_format_2
+from per_dqn.loop import ACT, DivergedError, Loop, LoopState, serve, upgrade_format_2
 from per_dqn.seeding import RunSeeds, restart_seed
 
 # --- the format-2 upgrade -------------------------------------------------------------------------
@@ -537,3 +537,64 @@ def test_cuda_generator_states_given_as_lists_are_restored_as_bytes(monkeypatch)
     loop.state.load_state_dict({**loop.state.state_dict(), "cuda_rng": [[1, 2, 255]]})
     ((state,),) = applied
     assert state.dtype == torch.uint8 and state.tolist() == [1, 2, 255]
+
+
+def test_a_loop_state_with_a_damaged_run_record_is_refused_before_anything_changes():
+    """Pins the run-record check of ``LoopState.check_state_dict``: a record whose evaluation
+    steps and returns differ in number is refused by the check itself, so ``Loop.load_state_dict``
+    raises before the loop's state or its envs are touched (without it, the state was half
+    loaded, its counters from the checkpoint, when the record's own load raised)."""
+    loop = make_loop([])
+    state, seeds = loop.state.state_dict(), list(loop.envs.train.seeds)
+    bad = {**state, "env_steps": 99, "record": {**state["record"], "eval_steps": [10]}}
+    with pytest.raises(ValueError) as caught:
+        LoopState.check_state_dict(bad)
+    assert str(caught.value) == "its run record has 1 evaluation steps but 0 returns"
+    with pytest.raises(ValueError, match="^its run record has 1 evaluation steps"):
+        loop.load_state_dict(bad, {"train": None, "eval": None})
+    assert loop.state.env_steps == 0 and loop.envs.train.seeds == seeds
+
+
+def test_a_restart_without_life_loss_keeps_no_lives():
+    """Pins ``prev_lives`` as None on a restart of envs that report lives (ale-py's) when the
+    run does not end transitions on a lost life: the loop state holds lives only for
+    ``env.terminal_on_life_loss``, as a fresh run's does."""
+    rows = [([0, 0], [F, F], [F, F])] * 2
+    lives = [[3, 3]] * 3
+    source = make_loop(rows, lives=lives)
+    assert source.state.prev_lives is None
+    source.step()
+    saved = source.state.state_dict()
+    target = make_loop(rows, lives=lives)
+    assert target.load_state_dict(saved, {"train": None, "eval": None}) is False
+    assert target.state.prev_lives is None and target.state.state_dict()["prev_lives"] is None
+
+
+def _scale_weights(loop: Loop, largest: float) -> None:
+    """Sets the online network's first weight to ``largest`` and every other weight of both
+    networks to 0, so that the largest |weight| is exactly ``largest``."""
+    with torch.no_grad():
+        for p in [*loop.agent.online.parameters(), *loop.agent.target.parameters()]:
+            p.zero_()
+        next(loop.agent.online.parameters()).view(-1)[0] = largest
+
+
+@pytest.mark.parametrize(
+    ("scale", "largest", "diverged"),
+    [(0.5, 501.0, True), (0.5, 500.0, False), (0.5, 499.0, False), (2.0, 600.0, False),
+     (2.0, 2001.0, True), (2.0, float("nan"), True)],
+)  # fmt: skip
+def test_weights_diverge_past_a_thousand_times_the_largest_before(scale, largest, diverged):
+    """Pins ``Loop.check_weights``'s bound, by hand: diverged when the largest |weight| is
+    non-finite or more than 1000x ``weight_scale`` (1000 x 0.5 = 500: 501 is past it, 500 is not;
+    1000 x 2 = 2000: 600 is within it); a check that passes raises the scale to what it saw."""
+    loop = make_loop([])
+    loop.state.weight_scale = scale
+    _scale_weights(loop, largest)
+    if diverged:
+        with pytest.raises(DivergedError, match=r"training diverged$"):
+            loop.check_weights()
+        assert loop.state.weight_scale == scale
+    else:
+        loop.check_weights()
+        assert loop.state.weight_scale == max(scale, largest)
