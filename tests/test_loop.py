@@ -598,3 +598,81 @@ def test_weights_diverge_past_a_thousand_times_the_largest_before(scale, largest
     else:
         loop.check_weights()
         assert loop.state.weight_scale == max(scale, largest)
+
+
+# --- the feeds of the health panel and the learning-rate schedule ---------------------------------
+
+
+def test_the_health_panel_records_the_slots_each_step_added_and_each_update_set():
+    """Pins the slots the loop hands the health panel: each transition's slot gets the env step
+    it was added at, and a gradient step's priority update marks only the slots it set (a slot
+    array lost to None marked every slot of the memory, the empty ones included, and so skewed
+    the panel's age and staleness tags). One sub-env, learning from env step 3, batches of 2,
+    on a proportional memory of 64 slots."""
+    rows = [([0], [F], [F])] * 4
+    loop = make_loop(rows, "replay.kind=proportional", "train.learning_starts=3",
+                     "train.replay_period=1", "train.batch_size=2", num_envs=1)  # fmt: skip
+    updated: list[tuple[int, list[int]]] = []
+    update = loop.memory.update
+
+    def kept(priority_update):
+        updated.append((loop.state.env_steps, sorted(set(priority_update.indices.tolist()))))
+        return update(priority_update)
+
+    loop.memory.update = kept
+    for _ in rows:
+        loop.step()
+    health = loop.state.health
+    assert health.added_at[:4].tolist() == [1, 2, 3, 4]
+    assert [step for step, _ in updated] == [3, 4]
+    expected = [1, 2, 3, 4]
+    for step, slots in updated:
+        for slot in slots:
+            expected[slot] = step
+    assert health.priority_set_at[:4].tolist() == expected
+    assert health.added_at[4:].tolist() == [0] * 60  # the empty slots: as the panel began
+    assert health.priority_set_at[4:].tolist() == [0] * 60
+
+
+def test_a_learning_rate_schedule_sets_each_gradient_step_s_rate():
+    """Pins ``agent.learning_rate_end``: from ``learning_starts`` (2) to the run's end (12) the
+    step size moves linearly from 0.01 to 0.001, and each gradient step learns at the value of
+    its env step, by hand: 0.01 at 2, 0.0091 at 3, 0.0082 at 4."""
+    rows = [([0], [F], [F])] * 4
+    loop = make_loop(rows, "agent.learning_rate=0.01", "agent.learning_rate_end=0.001",
+                     "train.total_env_steps=12", "train.learning_starts=2",
+                     "train.replay_period=1", "train.batch_size=1", num_envs=1)  # fmt: skip
+    rates: list[tuple[int, float]] = []
+    learn = loop.agent.learn
+
+    def kept(batch):
+        rates.append((loop.state.env_steps, loop.agent.optimizer.param_groups[0]["lr"]))
+        return learn(batch)
+
+    loop.agent.learn = kept
+    for _ in rows:
+        loop.step()
+    assert [step for step, _ in rates] == [2, 3, 4]
+    np.testing.assert_allclose([lr for _, lr in rates], [0.01, 0.0091, 0.0082], rtol=1e-12)
+
+
+def test_keep_torch_rng_keeps_the_cuda_generators_only_where_cuda_is(monkeypatch):
+    """Pins ``LoopState.keep_torch_rng``'s CUDA half: with CUDA, each device's generator state is
+    kept (as bytes) for the run's checkpoints; without it, None, and torch's CUDA generators are
+    not asked for (they raise in a build without CUDA). torch's CUDA calls are the only
+    stand-ins: this machine has no GPU."""
+    loop = make_loop([])
+    device_states = [torch.tensor([1, 2, 255], dtype=torch.uint8), torch.tensor([7]).byte()]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: device_states)
+    loop.state.keep_torch_rng()
+    assert [s.tolist() for s in loop.state.cuda_rng] == [[1, 2, 255], [7]]
+    assert all(isinstance(s, np.ndarray) and s.dtype == np.uint8 for s in loop.state.cuda_rng)
+
+    def no_cuda():
+        raise AssertionError("asked for CUDA generators without CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", no_cuda)
+    loop.state.keep_torch_rng()
+    assert loop.state.cuda_rng is None

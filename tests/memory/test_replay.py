@@ -491,3 +491,49 @@ def test_tie_break_pass_matches_a_full_sort(data, n):
     copy = before.copy()
     assert not break_ties_newest_first(copy, keys, gapped, newest)
     np.testing.assert_array_equal(copy, before)
+
+
+def _same_tree(a, b) -> bool:
+    """Whether two ``state_dict`` trees hold equal values (arrays of one dtype, bit for bit)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_tree, a, b))
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("cls", KINDS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_one_transition_through_add_is_a_batch_of_one(cls, data):
+    """The loop stores a step's single transition with ``add`` and several with ``add_batch``
+    (``Loop.steps``: ``add`` costs a third as much). The property: any sequence of steps, with
+    priority updates between them, leaves a memory fed that way and one fed only through
+    ``add_batch`` in the same state (contents, priorities, sampler and RNG), with the same
+    slots returned and the same next batch drawn."""
+    capacity = data.draw(st.integers(1, 6), label="capacity")
+    one, batched = (cls(capacity=capacity, obs_shape=(2,), seed=3) for _ in range(2))
+    t = 0
+    for _ in range(data.draw(st.integers(1, 8), label="steps")):
+        n = data.draw(st.integers(1, 3), label="transitions")
+        obs = np.arange(t, t + n, dtype=np.float32)[:, None].repeat(2, axis=1)
+        actions, rewards = np.arange(t, t + n) % 3, np.arange(t, t + n) * 0.5
+        terminated = np.arange(t, t + n) % 4 == 3
+        t += n
+        if n == 1:
+            slots = [one.add(obs[0], actions[0], rewards[0], obs[0] + 1, terminated[0])]
+        else:
+            slots = one.add_batch(obs, actions, rewards, obs + 1, terminated).tolist()
+        assert slots == batched.add_batch(obs, actions, rewards, obs + 1, terminated).tolist()
+        indices = data.draw(st.lists(st.integers(0, len(one) - 1), max_size=3), label="updated")
+        errors = data.draw(
+            st.lists(st.floats(0, 10), min_size=len(indices), max_size=len(indices)), label="td"
+        )
+        for mem in (one, batched):
+            mem.update_priorities(np.array(indices, dtype=np.int64), errors)
+    assert _same_tree(one.state_dict(), batched.state_dict())
+    size = min(len(one), 2)
+    a, b = one.sample(size, beta=0.5), batched.sample(size, beta=0.5)
+    assert a.indices.tolist() == b.indices.tolist() and a.weights.tolist() == b.weights.tolist()
