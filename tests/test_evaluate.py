@@ -426,6 +426,23 @@ def test_caps_cut_episodes_and_the_whole_evaluation_by_hand():
         play(Balancer(), env, 1, 0.0, seed=3, max_total_steps=0)
 
 
+def test_caps_of_one_step_are_allowed_and_a_cap_of_zero_is_named():
+    """Pins the caps' lower bound, 1 included: a one-step episode cap cuts every episode after
+    its first step, a one-step budget stops the evaluation after one episode of one step; a cap
+    of 0 is refused in a line that names that cap (the check named both alike)."""
+    from per_dqn.evaluate import play
+
+    env = gym.make("CartPole-v1")
+    each = play(Balancer(), env, 2, 0.0, seed=3, max_episode_steps=1)
+    assert each.lengths.tolist() == [1, 1] and each.truncated.tolist() == [True, True]
+    budget = play(Balancer(), env, 3, 0.0, seed=3, max_total_steps=1)
+    assert budget.lengths.tolist() == [1] and budget.reached_total_cap
+    for name in ("max_episode_steps", "max_total_steps"):
+        with pytest.raises(ValueError) as caught:
+            play(Balancer(), env, 1, 0.0, seed=3, **{name: 0})
+        assert str(caught.value) == f"`{name}` must be >= 1 or None, got 0"
+
+
 def test_training_s_final_evaluation_is_capped_and_warns(tmp_path):
     """Bug pinned: a 1,500-step Breakout smoke run spent 17 minutes in its final evaluation, an
     untrained agent playing every episode to the time limit. The final evaluation stops at

@@ -676,3 +676,30 @@ def test_keep_torch_rng_keeps_the_cuda_generators_only_where_cuda_is(monkeypatch
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", no_cuda)
     loop.state.keep_torch_rng()
     assert loop.state.cuda_rng is None
+
+
+def test_the_schedules_edges_an_interval_of_one_and_learning_from_step_one():
+    """Pins the loop's schedules at their smallest settings, by hand: evaluations every env step
+    (``eval_interval=1``) are due from step 1, not never; learning from env step 1 (the least the
+    config allows: ``learning_starts >= batch_size >= 1``) first learns on step 1, not 2."""
+    every = make_loop([], "train.eval_interval=1", "train.total_env_steps=3",
+                      "train.learning_starts=1", "train.batch_size=1")  # fmt: skip
+    every.state.env_steps = 1
+    assert every.state.next_eval == 1 and every.eval_due()
+    rows = [([0], [F], [F])] * 2
+    early = make_loop(rows, "train.learning_starts=1", "train.replay_period=1",
+                      "train.batch_size=1", num_envs=1)  # fmt: skip
+    calls = count_learns(early)
+    for _ in rows:
+        early.step()
+    assert calls == [1, 2]
+
+
+def test_a_fresh_loop_state_holds_the_dtypes_a_resumed_one_does():
+    """Pins the fresh loop state's per-sub-env arrays in the dtypes ``load_state_dict`` gives a
+    resumed one (bool flags, float64 returns, int64 lengths), so that a checkpoint holds the
+    same whether or not its run was resumed before."""
+    state = make_loop([]).state
+    assert (state.autoreset.dtype, state.ep_return.dtype, state.ep_length.dtype) == (
+        np.dtype(np.bool_), np.dtype(np.float64), np.dtype(np.int64),
+    )  # fmt: skip
