@@ -5,6 +5,7 @@ one-line errors for a truncated, corrupt or planted ``model.pt``."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -879,3 +880,35 @@ def test_the_eval_display_draws_one_bar_row_in_80_columns():
     (line,) = buffer.getvalue().splitlines()
     assert len(line) <= 80 and line.startswith("eval ")
     assert "3/10 episodes  mean return 123.5  elapsed 0:00:0" in line
+
+
+class _ResetSeeds(gym.Wrapper):
+    """Keeps the seed of every reset."""
+
+    def __init__(self, env) -> None:
+        super().__init__(env)
+        self.seeds: list = []
+
+    def reset(self, *, seed=None, options=None):
+        self.seeds.append(seed)
+        return self.env.reset(seed=seed, options=options)
+
+
+def test_run_episodes_seeds_the_first_reset_only_and_a_greedy_one_draws_nothing():
+    """Pins ``run_episodes``' contract with its caller: only the first episode's reset takes
+    ``first_reset_seed`` (the later ones go on from the env's own RNG, as a run's evaluations
+    do); at epsilon 0 the exploration generator, the caller's, is left as it was (a greedy step
+    drew from it and moved the run's evaluation stream); ``truncated`` is a bool array (an
+    episode's flag is negated with ``~`` as numpy bools)."""
+    from per_dqn.evaluate import run_episodes
+
+    env = _ResetSeeds(gym.make("CartPole-v1"))
+    rng = np.random.default_rng(5)
+    before = copy.deepcopy(rng.bit_generator.state)
+    played = run_episodes(Balancer(), env, 3, 0.0, rng, first_reset_seed=11, max_episode_steps=5)
+    assert env.seeds == [11, None, None]
+    assert rng.bit_generator.state == before
+    assert played.truncated.dtype == np.bool_ and played.truncated.tolist() == [True] * 3
+    explored = run_episodes(Balancer(), env, 1, 0.5, rng, max_episode_steps=5)
+    assert env.seeds == [11, None, None, None] and explored.lengths.tolist() == [5]
+    assert rng.bit_generator.state != before
