@@ -912,3 +912,71 @@ def test_run_episodes_seeds_the_first_reset_only_and_a_greedy_one_draws_nothing(
     explored = run_episodes(Balancer(), env, 1, 0.5, rng, max_episode_steps=5)
     assert env.seeds == [11, None, None, None] and explored.lengths.tolist() == [5]
     assert rng.bit_generator.state != before
+
+
+def test_progress_comes_every_progress_interval_inside_an_episode(monkeypatch):
+    """Pins ``run_episodes``' progress inside an episode, by hand, with the interval set to 40
+    agent steps: two episodes cut at 100 steps report (0, 2, 0) at the start, (0, 2, 40) and
+    (0, 2, 80) inside the first, (1, 2, 100) at its end, (1, 2, 120) and (1, 2, 160) inside the
+    second and (2, 2, 200) at the end; a step that ends an episode on the interval (step 200
+    here) reports only the end. Without a progress callback nothing is called."""
+    import per_dqn.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "PROGRESS_EVERY_STEPS", 40)
+    env = gym.make("CartPole-v1")
+    seen = []
+    evaluate.play(Balancer(), env, 2, 0.0, seed=3, max_episode_steps=100,
+                  on_progress=lambda *a: seen.append(a))  # fmt: skip
+    assert seen == [(0, 2, 0), (0, 2, 40), (0, 2, 80), (1, 2, 100), (1, 2, 120), (1, 2, 160),
+                    (2, 2, 200)]  # fmt: skip
+    quiet = evaluate.play(Balancer(), env, 2, 0.0, seed=3, max_episode_steps=100)
+    assert quiet.lengths.tolist() == [100, 100]
+
+
+def test_a_film_keeps_at_most_the_frame_limit(monkeypatch):
+    """Pins the film's length limit: with ``VIDEO_MAX_FRAMES`` at 5, a 20-step episode keeps 5
+    frames (the reset's and four steps'), not 6."""
+    import per_dqn.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "VIDEO_MAX_FRAMES", 5)
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    filmed = evaluate.play(Balancer(), env, 1, 0.0, seed=3, film=True, max_episode_steps=20)
+    assert filmed.lengths.tolist() == [20] and len(filmed.frames) == 5
+
+
+def test_a_budget_met_exactly_by_the_last_episode_s_own_end_is_no_cut():
+    """Pins the step budget against an episode that ends by itself on the budget's last step:
+    the evaluation played every episode asked, so it did not reach the budget and nothing is
+    cut or warned (the check read "not both ended", and so cut a finished game)."""
+    from per_dqn.evaluate import play
+
+    env = gym.make("CartPole-v1")
+    natural = play(Balancer(), env, 1, 0.0, seed=3, max_episode_steps=30)
+    length = int(natural.lengths[0])
+    exact = play(Balancer(), env, 1, 0.0, seed=3, max_episode_steps=30, max_total_steps=length)
+    assert exact.lengths.tolist() == [length] and not exact.reached_total_cap
+    assert exact.reached_episode_cap == 1 and exact.truncated.tolist() == [True]
+
+
+class _EndsBothWays(gym.Env):
+    """A one-step game whose only step both terminates and truncates (a game that ends on the
+    time limit's own step)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 1.0, True, True, {}
+
+
+def test_an_episode_that_terminates_on_its_time_limit_s_step_is_not_cut():
+    """Pins the truncation flag: an episode the game ended counts as terminated even when the
+    time limit fell on the same step (``truncated and not terminated``)."""
+    from per_dqn.evaluate import play
+
+    played = play(Balancer(), _EndsBothWays(), 2, 0.0, seed=3)
+    assert played.lengths.tolist() == [1, 1] and played.truncated.tolist() == [False, False]
