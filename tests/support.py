@@ -406,6 +406,17 @@ def saved_bytes(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
+def assert_same_state(a: Any, b: Any) -> None:
+    """Two state dicts (nested dicts of arrays and scalars, as memories and samplers give) are
+    equal, bit for bit, keys in the same order and arrays of the same dtype."""
+    assert list(a) == list(b)
+    for key in a:
+        if isinstance(a[key], dict):
+            assert_same_state(a[key], b[key])
+        else:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key, strict=True)
+
+
 def assert_same_modules(a: Any, b: Any) -> None:
     """Two modules hold the same tensors, bit for bit."""
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):

@@ -218,14 +218,14 @@ def test_a_lost_life_ends_the_learning_transition_but_not_the_episode():
     assert stored(plain)["terminated"].tolist() == [F, F, F, F, T, F, F, F, F]
 
 
-def count_learns(loop: Loop) -> list[int]:
+def count_learns(loop: Loop, seen=None) -> list:
     """Wraps the loop's agent's ``learn`` (what ``Loop.step`` asks for each gradient step) with a
-    counter; returns the list it appends the env step to."""
-    calls: list[int] = []
+    counter; returns the list it appends the env step to, or ``seen()`` when given."""
+    calls: list = []
     learn = loop.agent.learn
 
     def counted(batch):
-        calls.append(loop.state.env_steps)
+        calls.append(loop.state.env_steps if seen is None else seen())
         return learn(batch)
 
     loop.agent.learn = counted
@@ -550,7 +550,7 @@ def test_a_loop_state_with_a_damaged_run_record_is_refused_before_anything_chang
     with pytest.raises(ValueError) as caught:
         LoopState.check_state_dict(bad)
     assert str(caught.value) == "its run record has 1 evaluation steps but 0 returns"
-    with pytest.raises(ValueError, match="^its run record has 1 evaluation steps"):
+    with pytest.raises(ValueError, match=r"^its run record has 1 evaluation steps"):
         loop.load_state_dict(bad, {"train": None, "eval": None})
     assert loop.state.env_steps == 0 and loop.envs.train.seeds == seeds
 
@@ -642,14 +642,9 @@ def test_a_learning_rate_schedule_sets_each_gradient_step_s_rate():
     loop = make_loop(rows, "agent.learning_rate=0.01", "agent.learning_rate_end=0.001",
                      "train.total_env_steps=12", "train.learning_starts=2",
                      "train.replay_period=1", "train.batch_size=1", num_envs=1)  # fmt: skip
-    rates: list[tuple[int, float]] = []
-    learn = loop.agent.learn
-
-    def kept(batch):
-        rates.append((loop.state.env_steps, loop.agent.optimizer.param_groups[0]["lr"]))
-        return learn(batch)
-
-    loop.agent.learn = kept
+    rates = count_learns(
+        loop, lambda: (loop.state.env_steps, loop.agent.optimizer.param_groups[0]["lr"])
+    )
     for _ in rows:
         loop.step()
     assert [step for step, _ in rates] == [2, 3, 4]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import assert_same_state
 
 from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay
 
@@ -493,17 +494,6 @@ def test_tie_break_pass_matches_a_full_sort(data, n):
     np.testing.assert_array_equal(copy, before)
 
 
-def _same_tree(a, b) -> bool:
-    """Whether two ``state_dict`` trees hold equal values (arrays of one dtype, bit for bit)."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_tree(a[k], b[k]) for k in a)
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, list | tuple):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same_tree, a, b))
-    return type(a) is type(b) and a == b
-
-
 @pytest.mark.parametrize("cls", KINDS)
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
@@ -533,7 +523,7 @@ def test_one_transition_through_add_is_a_batch_of_one(cls, data):
         )
         for mem in (one, batched):
             mem.update_priorities(np.array(indices, dtype=np.int64), errors)
-    assert _same_tree(one.state_dict(), batched.state_dict())
+    assert_same_state(one.state_dict(), batched.state_dict())
     size = min(len(one), 2)
     a, b = one.sample(size, beta=0.5), batched.sample(size, beta=0.5)
     assert a.indices.tolist() == b.indices.tolist() and a.weights.tolist() == b.weights.tolist()

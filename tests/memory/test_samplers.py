@@ -7,6 +7,7 @@ import typing
 
 import numpy as np
 import pytest
+from support import assert_same_state
 
 from per_dqn.memory import (
     KINDS,
@@ -38,16 +39,6 @@ def filled(kind, capacity=40, n=50, seed=0, frames=False, **kw):
             obs, nxt = np.full(2, i, np.float32), np.full(2, i + 1, np.float32)
         mem.add(obs, i % 3, float(i), nxt, i % 7 == 0)
     return mem
-
-
-def assert_same_state(a, b):
-    """Two state dicts (nested dicts of arrays and scalars) are equal, bit for bit."""
-    assert list(a) == list(b)
-    for key in a:
-        if isinstance(a[key], dict):
-            assert_same_state(a[key], b[key])
-        else:
-            np.testing.assert_array_equal(a[key], b[key])
 
 
 def test_one_list_of_kinds_drives_config_cli_and_factory():
