@@ -83,6 +83,32 @@ def _linears(net: QNetwork) -> list[tuple[str, list[nn.Linear]]]:
     return [*layers, ("head", head)]
 
 
+class _StackedLinear(torch.autograd.Function):
+    """``h @ weight^T + bias`` over a pack, ``(K, B, in)`` by ``(K, out, in)``, whose backward
+    gives the weight's gradient as ``grad^T @ h``, ``(K, out, in)`` in the weight's own layout.
+
+    Autograd's backward of the same ``baddbmm`` computes ``h^T @ grad`` (``(K, in, out)``, a
+    slower product here) and hands its transpose to the leaf, which copies it into the weight's
+    layout. On MinAtar's fc layer (1024 in, 128 out, K = 5, batch 32, one thread) the layer's
+    forward and backward took 4.9 ms that way against 1.8 ms this way, and a pack of 5 trained
+    MinAtar Breakout (``minatar.yaml``, 12k env steps) in 60 s against 86 s. Each slice of both
+    products is bit-equal across pack sizes (``tests/agent/test_pack.py``), as the forward's is.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(h, weight)
+        return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, weight = ctx.saved_tensors
+        grad_h = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), h) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(dim=1) if ctx.needs_input_grad[2] else None
+        return grad_h, grad_weight, grad_bias
+
+
 @dataclass
 class _Stack:
     """One stacked linear layer: ``weight`` ``(K, out, in)`` and ``bias`` ``(K, out)``."""
@@ -237,12 +263,19 @@ class Pack:
         """A member's stem (its convolutions) on its prepared input, flattened ``(B, F)``."""
         return getattr(self.agents[slot], which).stem(x)
 
+    def _linear(self, s: _Stack, h: torch.Tensor) -> torch.Tensor:
+        """One stacked linear layer on ``(K', B, in)``: through ``_StackedLinear`` where autograd
+        records it (the weights' gradient in their layout), else a plain ``baddbmm``. Under bf16
+        autocast autograd's own backward runs (autocast casts the product's inputs)."""
+        if torch.is_grad_enabled() and s.weight.requires_grad and self.precision != "bf16":
+            return _StackedLinear.apply(h, s.weight, s.bias)
+        return torch.baddbmm(s.bias.unsqueeze(1), h, s.weight.transpose(1, 2))
+
     def _q(self, layers: list[_Stack], h: torch.Tensor) -> torch.Tensor:
         """Q-values ``(K', B, A)`` from stacked features ``(K', B, F)``."""
         for s in layers[:-1]:
-            h = torch.relu(torch.baddbmm(s.bias.unsqueeze(1), h, s.weight.transpose(1, 2)))
-        head = layers[-1]
-        out = torch.baddbmm(head.bias.unsqueeze(1), h, head.weight.transpose(1, 2))
+            h = torch.relu(self._linear(s, h))
+        out = self._linear(layers[-1], h)
         if not self.dueling:
             return out
         advantage, value = out[..., : self.num_actions], out[..., self.num_actions :]
@@ -252,10 +285,8 @@ class Pack:
         """The head's advantage outputs (the Q-values without dueling): what the greedy action
         needs, as ``V`` and ``mean A`` shift every action alike."""
         for s in layers[:-1]:
-            h = torch.relu(torch.baddbmm(s.bias.unsqueeze(1), h, s.weight.transpose(1, 2)))
-        head = layers[-1]
-        out = torch.baddbmm(head.bias.unsqueeze(1), h, head.weight.transpose(1, 2))
-        return out[..., : self.num_actions]
+            h = torch.relu(self._linear(s, h))
+        return self._linear(layers[-1], h)[..., : self.num_actions]
 
     def _host_obs(self, obs: np.ndarray) -> torch.Tensor:
         obs = obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)

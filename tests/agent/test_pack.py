@@ -199,3 +199,37 @@ def test_a_member_s_state_dict_continues_identically_in_an_agent_alone():
 def test_members_of_different_shapes_cannot_share_a_pack():
     with pytest.raises(ValueError, match="cannot share a pack"):
         Pack([agent(0, MLP), agent(1, {**MLP, "hidden_sizes": (32, 32)})])
+
+
+@pytest.mark.parametrize("members, inputs, outputs", [(1, 1024, 128), (5, 1024, 128), (3, 4, 7)])
+def test_the_stacked_linear_layer_has_autograd_s_gradients_in_the_weight_s_layout(
+    members, inputs, outputs
+):
+    """The pack's linear layer computes its weight's gradient as ``grad^T @ h``: the values of
+    autograd's backward of the same ``baddbmm`` (float64, to 1e-12), and already in the weight's
+    ``(K, out, in)`` layout, so the leaf takes it without the transposing copy autograd's own
+    backward needed (a pack of 5 trained MinAtar Breakout 1.4x faster without it)."""
+    from per_dqn.agent.pack import _StackedLinear
+
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(members, 32, inputs, generator=gen, dtype=torch.float64)
+    weight = torch.randn(members, outputs, inputs, generator=gen, dtype=torch.float64)
+    bias = torch.randn(members, outputs, generator=gen, dtype=torch.float64)
+    grad = torch.randn(members, 32, outputs, generator=gen, dtype=torch.float64)
+    ours = [t.clone().requires_grad_() for t in (h, weight, bias)]
+    _StackedLinear.apply(*ours).backward(grad)
+    theirs = [t.clone().requires_grad_() for t in (h, weight, bias)]
+    torch.baddbmm(theirs[2].unsqueeze(1), theirs[0], theirs[1].transpose(1, 2)).backward(grad)
+    for mine, reference in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-12, atol=1e-12)
+    # The gradient as the backward hands it over (before a leaf's layout contract copies it).
+    leaf = weight.clone().requires_grad_()
+    (mine,) = torch.autograd.grad(_StackedLinear.apply(h, leaf, bias), leaf, grad)
+    (autograds,) = torch.autograd.grad(
+        torch.baddbmm(bias.unsqueeze(1), h, leaf.transpose(1, 2)), leaf, grad
+    )
+    assert mine.is_contiguous() and not autograds.is_contiguous()
+    # Without input gradient wanted (the first layer of an MLP), none is computed.
+    ours = [h, weight.clone().requires_grad_(), bias.clone().requires_grad_()]
+    _StackedLinear.apply(*ours).backward(grad)
+    assert ours[0].grad is None and ours[1].grad is not None
