@@ -33,6 +33,15 @@ def report(
             "proportional/weight_normalization=global) instead of uniform.",
         ),
     ] = None,
+    published: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="FILE",
+            help="A CSV of published training curves (env_id,label,step,mean,sd,seeds), "
+            "repeatable: report.md sets them beside the runs' training-return EMA at the last "
+            "published step and training.png draws them; docs/results/published/ holds one.",
+        ),
+    ] = None,
 ) -> None:
     """Write report.md, scores.csv and the figures (curves, performance profiles; PNG and SVG)
     into a sweep dir, from its run dirs alone.
@@ -41,14 +50,21 @@ def report(
     report.md; exit 0 if any run was reported, 2 if none could be."""
     from per_dqn.sweeps import report as reports
     from per_dqn.sweeps.progress import ReportProgress
+    from per_dqn.sweeps.published import read_published
 
     try:
         thresholds = reports.parse_thresholds(threshold or [])
+        points = [p for path in published or [] for p in read_published(path)]
         # Reading a large sweep's event files takes minutes: the stage and the runs read so far
         # show on stderr meanwhile.
         with ReportProgress() as progress:
             files = reports.write_report(
-                sweep_dir, thresholds, baseline, warn=warning, on_stage=progress.stage
+                sweep_dir,
+                thresholds,
+                baseline,
+                warn=warning,
+                on_stage=progress.stage,
+                published=points,
             )
     except ValueError as exc:
         fail([str(exc)])

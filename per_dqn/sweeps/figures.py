@@ -10,7 +10,10 @@ here are only the axes, colours and file formats.
   over seeds of each arm with its 95% band (``measure.curve_band``);
 - ``profiles.png``/``.svg``: *performance profiles* on the normalised scale: for each tau, the
   fraction of runs x games with a normalised score above tau, with 95% stratified bootstrap bands;
-- ``sensitivity.png``/``.svg``: final score and AUC against each numeric grid key.
+- ``sensitivity.png``/``.svg``: final score and AUC against each numeric grid key;
+- ``training.png``/``.svg`` (with ``--published``): the training-return EMA against env steps,
+  the mean over seeds of each arm with a band of one sd, beside each published curve (its mean
+  and sd band, in black and greys), the measure the published MinAtar curves take.
 
 Every figure of a report gives an arm one colour and one line style (``arm_styles``: the three
 kinds' own colours where an arm is a kind alone, then a fixed palette in the sweep's arm order),
@@ -39,6 +42,7 @@ from per_dqn.sweeps.measure import (
     normalized_matrix,
     sensitivity,
 )
+from per_dqn.sweeps.published import Point, ema_at, steps_for
 from per_dqn.sweeps.runs import SweepRuns
 
 # The figures' file names in the sweep dir (report.md links them by these names).
@@ -48,6 +52,8 @@ PROFILES_FILE = "profiles.png"
 PROFILES_SVG = "profiles.svg"
 SENSITIVITY_FILE = "sensitivity.png"
 SENSITIVITY_SVG = "sensitivity.svg"
+TRAINING_FILE = "training.png"
+TRAINING_SVG = "training.svg"
 FIGURE_DPI = 200
 PROFILE_POINTS = 101
 _ARM_COLORS = {"uniform": "#4c72b0", "proportional": "#dd8452", "rank": "#55a868"}
@@ -140,6 +146,49 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
         ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
         ax.set_xlabel("env steps")
         ax.set_ylabel("evaluation return (IQM over seeds, 95% CI)")
+        ax.grid(alpha=0.3)
+    _legend_below(fig, axes)
+    return fig
+
+
+def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
+    """The training-return EMA against env steps, one panel per env: each arm's mean over seeds
+    with a band of one sd, read at the published steps (``published.steps_for``), and each
+    published curve of that env up to the runs' last step, with its sd band."""
+    fig = _new_figure(6.4 * len(sweep.envs), 4.6)
+    axes = fig.subplots(1, len(sweep.envs), squeeze=False)[0]
+    styles = arm_styles(sweep.arms)
+    labels = list(dict.fromkeys(p.label for p in points))
+    greys = {label: ("black", ("-", "--", ":", "-.")[k % 4]) for k, label in enumerate(labels)}
+    for ax, env in zip(axes, sweep.envs, strict=True):
+        runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
+        last = min((r.run.env_steps for r in runs), default=0)
+        steps = steps_for(env, points, last)
+        counts = {}
+        for arm in sweep.arms:
+            curves = [ema_at(r.run.train_returns, steps) for r in cells[(env, arm)]]
+            if not curves:
+                continue
+            counts[arm] = len(curves)
+            values = np.asarray(curves)
+            centre = values.mean(axis=0)
+            spread = values.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(centre)
+            color, style = styles[arm]
+            ax.plot(steps, centre, color=color, linestyle=style, label=f"{arm} (this tool)")
+            ax.fill_between(steps, centre - spread, centre + spread, color=color, alpha=0.2,
+                            linewidth=0)  # fmt: skip
+        for label in labels:
+            curve = sorted((p.step, p.mean, p.sd or 0.0) for p in points
+                           if p.env_id == env and p.label == label and p.step <= last)  # fmt: skip
+            if not curve:
+                continue
+            at, mean, sd = (np.asarray(c, dtype=float) for c in zip(*curve, strict=True))
+            color, style = greys[label]
+            ax.plot(at, mean, color=color, linestyle=style, linewidth=1.2, label=label)
+            ax.fill_between(at, mean - sd, mean + sd, color="grey", alpha=0.15, linewidth=0)
+        ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("training return, EMA 0.99 (mean over seeds, +-1 sd)")
         ax.grid(alpha=0.3)
     _legend_below(fig, axes)
     return fig

@@ -40,6 +40,8 @@ from per_dqn.sweeps.figures import (
     PROFILES_SVG,
     SENSITIVITY_FILE,
     SENSITIVITY_SVG,
+    TRAINING_FILE,
+    TRAINING_SVG,
 )
 from per_dqn.sweeps.measure import (
     BASELINE_ARM,
@@ -59,6 +61,7 @@ from per_dqn.sweeps.measure import (
     sensitivity,
     sensitivity_keys,
 )
+from per_dqn.sweeps.published import Point, ema_at
 from per_dqn.sweeps.runs import SweepRuns
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -133,9 +136,10 @@ def render_markdown(
     norm: Normalization,
     given: dict[str, float] | None = None,
     baseline: str | None = None,
+    published: Sequence[Point] = (),
 ) -> str:
     """The report: what was run, which runs are missing, one table per env, the comparison
-    across games, the figures."""
+    across games, the published curves (where given), the figures."""
     record = sweep.record or {}
     name = record.get("config_name") or "sweep"
     seeds = sorted({r.seed for r in sweep.runs})
@@ -190,6 +194,8 @@ def render_markdown(
         lines += _across_games_table(sweep, cells, baselines, norm, versus)
     measured = [r for runs in cells.values() for r in runs]
     lines += _training_returns_table(sweep, cells)
+    if published:
+        lines += _published_table(sweep, cells, published)
     for key in sensitivity_keys(sweep):
         lines += _sensitivity_table(sweep, measured, key)
     lines += [
@@ -364,6 +370,46 @@ def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
                 f"| {env} | {arm} | {len(runs)} | {cell([r.train_ema for r in runs])} | "
                 f"{cell([r.train_last100 for r in runs])} |"
             )
+    lines.append("")
+    return lines
+
+
+def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) -> list[str]:
+    """Each env's published values beside the runs' EMA at the same step: the last published
+    step within the env's runs (mean (sd) over seeds, and how many)."""
+
+    def cell(mean: float, sd: float | None, n: int | str) -> str:
+        return f"{mean:.2f}" + ("" if sd is None else f" ({sd:.2f})") + f" | {n}"
+
+    lines = [
+        "## Beside the published curves",
+        "",
+        "The training-return EMA (as above) at the last published step within the runs, "
+        "beside the published value there; mean (sd) over seeds. "
+        f"![training return EMA against env steps, beside the published curves]({TRAINING_FILE}) "
+        f"([SVG]({TRAINING_SVG})).",
+        "",
+        "| env | step | curve | EMA | seeds |",
+        "|---|--:|---|--:|--:|",
+    ]
+    for env in sweep.envs:
+        runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
+        last = min((r.run.env_steps for r in runs), default=0)
+        here = [p for p in points if p.env_id == env and p.step <= last]
+        if not here:
+            continue
+        step = max(p.step for p in here)
+        for p in here:
+            if p.step == step:
+                seeds = p.seeds if p.seeds is not None else "?"
+                lines.append(f"| {env} | {step:,} | {p.label} (published) | "
+                             f"{cell(p.mean, p.sd, seeds)} |")  # fmt: skip
+        for arm in sweep.arms:
+            values = [ema_at(r.run.train_returns, [step])[0] for r in cells[(env, arm)]]
+            if values:
+                sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
+                lines.append(f"| {env} | {step:,} | {arm} | "
+                             f"{cell(float(np.mean(values)), sd, len(values))} |")  # fmt: skip
     lines.append("")
     return lines
 

@@ -21,7 +21,8 @@ parsing of its ``--threshold`` options; each step has its own home:
 - ``per_dqn.sweeps.stats``: the estimators (IQM, stratified bootstrap, probability of
   improvement, performance profiles; Agarwal et al., 2021);
 - ``per_dqn.sweeps.markdown``: ``report.md`` and ``scores.csv``;
-- ``per_dqn.sweeps.figures``: ``curves``, ``profiles`` and ``sensitivity`` (PNG and SVG).
+- ``per_dqn.sweeps.figures``: ``curves``, ``profiles``, ``sensitivity`` and, with published
+  curves (``per_dqn.sweeps.published``), ``training`` (PNG and SVG).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from per_dqn.sweeps.measure import (
     resolve_thresholds,
     sensitivity_keys,
 )
+from per_dqn.sweeps.published import Point
 from per_dqn.sweeps.runs import Skipped, collect
 
 REPORT_FILE = "report.md"
@@ -87,10 +89,13 @@ class ReportFiles:
     profiles_svg: Path
     sensitivity: Path | None = None
     sensitivity_svg: Path | None = None
+    training: Path | None = None
+    training_svg: Path | None = None
 
     def __str__(self) -> str:
         paths = (self.report, self.scores, self.curves, self.curves_svg, self.profiles,
-                 self.profiles_svg, self.sensitivity, self.sensitivity_svg)  # fmt: skip
+                 self.profiles_svg, self.sensitivity, self.sensitivity_svg, self.training,
+                 self.training_svg)  # fmt: skip
         return ", ".join(str(p) for p in paths if p is not None)
 
 
@@ -100,6 +105,7 @@ def write_report(
     baseline: str | None = None,
     warn: Callable[[str], None] | None = None,
     on_stage: Callable[[str, int, int], None] | None = None,
+    published: Sequence[Point] = (),
 ) -> ReportFiles:
     """Reads the sweep dir ``out`` and writes the report's files into it.
 
@@ -116,6 +122,8 @@ def write_report(
         on_stage: called with (stage, done, total) as the work goes on: ``reading runs``
             (runs looked at of those to read), ``statistics`` and ``figures`` (0 of 1, then
             1 of 1), ``writing`` (files written).
+        published: published curve points (``published.read_published``): with any, report.md
+            sets them beside the runs' training returns and ``training.png``/``.svg`` draws them.
 
     Raises:
         ValueError: see ``runs.collect`` (no run could be reported included); a threshold for an
@@ -168,7 +176,7 @@ def write_report(
     contents = {
         files.scores: markdown.scores_csv(measured).encode("utf-8"),
         files.report: markdown.render_markdown(
-            sweep, cells, env_thresholds, norm, thresholds or {}, baseline
+            sweep, cells, env_thresholds, norm, thresholds or {}, baseline, published
         ).encode("utf-8"),
     }
     stage("statistics", 1, 1)
@@ -186,6 +194,12 @@ def write_report(
                         sensitivity_svg=out / figures.SENSITIVITY_SVG)  # fmt: skip
         contents[files.sensitivity] = figures.figure_bytes(figure, "png")
         contents[files.sensitivity_svg] = figures.figure_bytes(figure, "svg")
+    if published:
+        figure = figures.plot_training(sweep, cells, published)
+        files = replace(files, training=out / figures.TRAINING_FILE,
+                        training_svg=out / figures.TRAINING_SVG)  # fmt: skip
+        contents[files.training] = figures.figure_bytes(figure, "png")
+        contents[files.training_svg] = figures.figure_bytes(figure, "svg")
     stage("figures", 1, 1)
     for written, (path, data) in enumerate(contents.items()):
         stage("writing", written, len(contents))

@@ -1,0 +1,143 @@
+"""Published training curves, read from a CSV file, and the runs' own curve at the same steps.
+
+``per-dqn report SWEEP --published FILE`` draws a source's curve beside the sweep's runs, under
+the source's measure: the EMA of training-episode returns (``measure.train_return_ema``) that the
+MinAtar curves of the literature report. The file (``docs/results/published/`` holds one,
+reducible-loss's released MinAtar curves) has one row per source curve and step::
+
+    # comment lines start with '#'
+    env_id,label,step,mean,sd,seeds
+    MinAtar/Breakout-v1,reducible-loss DQN,1000000,7.87,0.55,5
+
+``env_id`` names the env as a run's config does; ``label`` names the curve in the figure's legend
+(one label is one curve: a method of a source); ``step`` is an env step (MinAtar has no frame
+skip, so a frame); ``mean`` the value published at it, ``sd`` its spread over the source's seeds
+(empty where not known) and ``seeds`` how many seeds it is over (empty where not known).
+
+A run's curve at those steps (``ema_at``): at step ``s``, the EMA after the last training episode
+that ended at or before ``s``, 0 before its first (the EMA starts at 0, as the sources' does).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from per_dqn.sweeps.measure import train_return_ema
+
+COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds")
+REQUIRED = ("env_id", "label", "step", "mean")
+MAX_BYTES = 10 * 1024 * 1024  # a published curve file is kilobytes; refuse anything huge
+# The bin of the runs' curve on an env that no published point covers.
+BIN_STEPS = 50_000
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published value: the curve ``label`` on ``env_id`` at env step ``step``."""
+
+    env_id: str
+    label: str
+    step: int
+    mean: float
+    sd: float | None = None
+    seeds: int | None = None
+
+
+def read_published(path: Path) -> tuple[Point, ...]:
+    """The points of a published-curve file (see the module docstring), in file order.
+
+    Raises:
+        ValueError: one line naming the file (and the line and column) for a missing or unreadable
+            file, a missing column, a value that is not a number, a negative step, or two
+            values for one label, env and step.
+    """
+    where = f"--published {path}"
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise ValueError(f"{where}: larger than {MAX_BYTES // (1024 * 1024)} MB")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: cannot be read ({type(exc).__name__})") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1)
+             if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
+    if not lines:
+        raise ValueError(f"{where}: no header and no rows")
+    header_line, header = lines[0][0], next(csv.reader([lines[0][1]]))
+    header = [h.strip() for h in header]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ValueError(f"{where}: line {header_line}: no column {missing[0]!r} (columns: "
+                         + ", ".join(COLUMNS) + ")")  # fmt: skip
+    points, seen = [], set()
+    for n, line in lines[1:]:
+        values = next(csv.reader([line]))
+        if len(values) != len(header):
+            raise ValueError(f"{where}: line {n}: {len(values)} values for {len(header)} columns")
+        row = dict(zip(header, (v.strip() for v in values), strict=True))
+        seeds = _optional(row, "seeds", where, n, integer=True)
+        point = Point(
+            env_id=_text(row, "env_id", where, n),
+            label=_text(row, "label", where, n),
+            step=int(_number(row, "step", where, n, integer=True)),
+            mean=_number(row, "mean", where, n),
+            sd=_optional(row, "sd", where, n),
+            seeds=None if seeds is None else int(seeds),
+        )
+        key = (point.env_id, point.label, point.step)
+        if key in seen:
+            raise ValueError(f"{where}: line {n}: a second value for {point.label!r} on "
+                             f"{point.env_id} at step {point.step}")  # fmt: skip
+        seen.add(key)
+        points.append(point)
+    return tuple(points)
+
+
+def _text(row: dict[str, str], column: str, where: str, n: int) -> str:
+    value = row[column]
+    if not value or not value.isprintable():
+        raise ValueError(f"{where}: line {n}: {column}: {value!r} is not a name")
+    return value
+
+
+def _number(row: dict[str, str], column: str, where: str, n: int, integer: bool = False) -> float:
+    text = row[column]
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise ValueError(f"{where}: line {n}: {column}: {text!r} is not {kind}") from None
+    if not math.isfinite(value) or (column in ("step", "sd", "seeds") and value < 0):
+        raise ValueError(f"{where}: line {n}: {column}: {text!r} is out of range")
+    return value
+
+
+def _optional(row: dict[str, str], column: str, where: str, n: int, integer: bool = False):
+    if not row.get(column):
+        return None
+    return _number(row, column, where, n, integer)
+
+
+def ema_at(returns: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[float]:
+    """A run's training-return EMA at each of ``steps`` (ascending): its value after the last
+    episode that ended at or before the step, 0 before the first episode."""
+    ema = train_return_ema(returns)
+    out, i, value = [], 0, 0.0
+    for step in steps:
+        while i < len(ema) and ema[i][0] <= step:
+            value = ema[i][1]
+            i += 1
+        out.append(value)
+    return out
+
+
+def steps_for(env_id: str, points: Sequence[Point], last_step: int) -> list[int]:
+    """Where the runs of ``env_id`` (trained ``last_step`` env steps) are read: the published
+    steps for that env up to ``last_step``, or every ``BIN_STEPS`` where none is published."""
+    published = sorted({p.step for p in points if p.env_id == env_id and p.step <= last_step})
+    return published or list(range(0, last_step + 1, BIN_STEPS))

@@ -1,0 +1,168 @@
+"""Published training curves beside a sweep's runs (``per-dqn report --published``): the file
+read or refused with one line, each run's EMA read at the published steps by hand, the table
+and the figure in the report, and the shipped file of reducible-loss's curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_report import fake_run, sweep_record
+from typer.testing import CliRunner
+
+from per_dqn import fileio, metrics, tags
+from per_dqn.cli import app
+from per_dqn.sweeps import published, report
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "docs" / "results" / "published" / "reducible_loss_minatar.csv"
+ENV = "MinAtar/Breakout-v1"
+runner = CliRunner()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_file_is_read_in_order_with_comments_and_optional_columns(tmp_path):
+    path = write(tmp_path / "p.csv", "# a source\nenv_id,label,step,mean,sd,seeds\n"
+                 f"{ENV},DQN,0,0.0,,\n\n{ENV},DQN,50000,1.5,0.25,5\n"
+                 f"# between rows\nMinAtar/Asterix-v1,PER,50000,-2,0,3\n")  # fmt: skip
+    assert published.read_published(path) == (
+        published.Point(ENV, "DQN", 0, 0.0, None, None),
+        published.Point(ENV, "DQN", 50_000, 1.5, 0.25, 5),
+        published.Point("MinAtar/Asterix-v1", "PER", 50_000, -2.0, 0.0, 3),
+    )
+    # sd and seeds may be left out as columns too.
+    path = write(tmp_path / "q.csv", f"label,env_id,mean,step\nDQN,{ENV},3,100\n")
+    assert published.read_published(path) == (published.Point(ENV, "DQN", 100, 3.0),)
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("", "no header and no rows"),
+        (
+            "env_id,label,mean\n",
+            "line 1: no column 'step' (columns: env_id, label, step, mean, sd, seeds)",
+        ),
+        (f"env_id,label,step,mean\n{ENV},DQN,1e5,1\n", "line 2: step: '1e5' is not a whole number"),
+        (f"env_id,label,step,mean\n{ENV},DQN,-1,1\n", "line 2: step: '-1' is out of range"),
+        (f"env_id,label,step,mean\n{ENV},DQN,1,nan\n", "line 2: mean: 'nan' is out of range"),
+        (f"env_id,label,step,mean\n{ENV},DQN,1,x\n", "line 2: mean: 'x' is not a number"),
+        (f"env_id,label,step,mean,sd\n{ENV},DQN,1,1,-0.5\n", "line 2: sd: '-0.5' is out of range"),
+        (f"env_id,label,step,mean\n{ENV},,1,1\n", "line 2: label: '' is not a name"),
+        (f"env_id,label,step,mean\n{ENV},DQN,1\n", "line 2: 3 values for 4 columns"),
+        (
+            f"env_id,label,step,mean\n{ENV},DQN,1,1\n{ENV},DQN,1,2\n",
+            "line 3: a second value for 'DQN' on MinAtar/Breakout-v1 at step 1",
+        ),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_where(tmp_path, text, line):
+    path = write(tmp_path / "p.csv", text)
+    with pytest.raises(ValueError) as info:
+        published.read_published(path)
+    assert str(info.value) == f"--published {path}: {line}"
+
+
+def test_a_missing_or_binary_file_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^--published .*nope\.csv: no such file$"):
+        published.read_published(tmp_path / "nope.csv")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match=r"cannot be read \(UnicodeDecodeError\)$"):
+        published.read_published(tmp_path / "bin.csv")
+
+
+def test_the_ema_at_given_steps_by_hand():
+    """The EMA after the last episode that ended at or before each step, 0 before the first:
+    episodes of 10, 20, 0 ending at 10k, 40k, 60k give 0.1, 0.299, 0.29601."""
+    returns = [(10_000, 10.0), (40_000, 20.0), (60_000, 0.0)]
+    got = published.ema_at(returns, [0, 9_999, 10_000, 50_000, 60_000, 100_000])
+    assert got == pytest.approx([0.0, 0.0, 0.1, 0.299, 0.29601, 0.29601])
+    assert published.ema_at([], [0, 50_000]) == [0.0, 0.0]
+
+
+def test_the_runs_are_read_at_the_published_steps_or_every_50k():
+    points = [published.Point(ENV, "DQN", s, 1.0) for s in (0, 50_000, 100_000, 150_000)]
+    assert published.steps_for(ENV, points, 120_000) == [0, 50_000, 100_000]
+    assert published.steps_for("MinAtar/Asterix-v1", points, 120_000) == [0, 50_000, 100_000]
+    assert published.steps_for("MinAtar/Asterix-v1", points, 40_000) == [0]
+
+
+def breakout_sweep(out: Path) -> Path:
+    """Two uniform runs of 100k steps: seed 0's episodes return 1, seed 1's 3, one every 1,000
+    steps from step 1,000."""
+    planned = []
+    for seed, g in enumerate((1.0, 3.0)):
+        rel = f"uniform/s{seed}"
+        planned.append((ENV, "uniform", seed, rel))
+        fake_run(out, rel, ENV, "uniform", seed, 5.0, [(50_000, 4.0), (100_000, 5.0)])
+        logger = metrics.TensorBoardLogger(out / rel)
+        for i in range(100):
+            logger.scalars({tags.EPISODE_RETURN: g}, (i + 1) * 1000)
+        logger.close()
+    fileio.write_json(out / "sweep.json", sweep_record(planned, [ENV], ["uniform"]))
+    return out
+
+
+def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_step(tmp_path):
+    """At 50k steps (the last published step within the runs' 100k) each run has had 50
+    episodes of constant return G: EMA G (1 - 0.99 ** 50); the table gives their mean (sd)."""
+    out = breakout_sweep(tmp_path / "sweep")
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
+                 f"{ENV},src DQN,50000,2.5,0.5,5\n{ENV},src DQN,200000,9,1,5\n"
+                 f"MinAtar/Asterix-v1,src DQN,50000,7,1,5\n")  # fmt: skip
+    result = runner.invoke(app, ["report", str(out), "--published", str(path)])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    emas = [g * (1 - 0.99**50) for g in (1.0, 3.0)]
+    assert f"| {ENV} | 50,000 | src DQN (published) | 2.50 (0.50) | 5 |" in text
+    ours = f"{np.mean(emas):.2f} ({np.std(emas, ddof=1):.2f})"
+    assert f"| {ENV} | 50,000 | uniform | {ours} | 2 |" in text
+    assert "Asterix" not in text  # a published env the sweep does not have is left out
+    with Image.open(out / "training.png") as image:
+        assert image.format == "PNG" and image.width > 1000
+    assert (out / "training.svg").read_bytes().startswith(b"<?xml")
+    assert "training.png" in result.output
+
+
+def test_without_published_curves_there_is_no_training_figure(tmp_path):
+    out = breakout_sweep(tmp_path / "sweep")
+    report.write_report(out)
+    assert not (out / "training.png").exists()
+    assert "Beside the published" not in (out / "report.md").read_text()
+
+
+def test_a_bad_published_file_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    out = breakout_sweep(tmp_path / "sweep")
+    before = sorted(p.name for p in out.iterdir())
+    result = runner.invoke(app, ["report", str(out), "--published", str(tmp_path / "none.csv")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].endswith("none.csv: no such file")
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_the_shipped_file_holds_reducible_loss_s_published_numbers():
+    """docs/results/literature.md's table of reducible-loss's curves (mean (sd) over 5 seeds at
+    500k and 1M frames) is what the shipped file holds."""
+    points = {(p.env_id, p.label, p.step): p for p in published.read_published(SHIPPED)}
+    table = {
+        ("Asterix", 500_000): (2.41, 0.79, 3.18, 0.26),
+        ("Asterix", 1_000_000): (12.76, 1.33, 2.51, 0.58),
+        ("Breakout", 1_000_000): (7.87, 0.55, 10.40, 0.70),
+        ("SpaceInvaders", 500_000): (27.59, 2.42, 19.55, 1.29),
+        ("Seaquest", 1_000_000): (3.10, 0.53, 0.49, 0.06),
+    }  # fmt: skip
+    for (game, step), (dqn, dqn_sd, per, per_sd) in table.items():
+        env = f"MinAtar/{game}-v1"
+        for label, mean, sd in (("DQN", dqn, dqn_sd), ("DQN+PER", per, per_sd)):
+            point = points[(env, f"reducible-loss {label}", step)]
+            assert (round(point.mean, 2), round(point.sd, 2), point.seeds) == (mean, sd, 5)
+    steps = sorted({s for e, _, s in points if e == "MinAtar/Breakout-v1"})
+    assert steps == list(range(0, 5_000_001, 50_000))
+    assert json.dumps(sorted({e for e, _, _ in points})).count("MinAtar/") == 5
