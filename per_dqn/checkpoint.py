@@ -650,11 +650,18 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
 
 
 def _dir_stamp(root: Path) -> tuple[int, int] | None:
-    """The dir's inode and modification time: any entry renamed in or out changes it."""
+    """The dir's inode and modification time: any entry renamed in or out changes it.
+
+    Raises:
+        CheckpointError: ``root`` is there but cannot be looked at (a link that loops, a dir
+            without search permission): no checkpoint in it can be read.
+    """
     try:
         st = os.stat(root)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise CheckpointError(f"{root}: cannot be read ({exc.strerror})") from None
     return st.st_ino, st.st_mtime_ns
 
 

@@ -148,6 +148,27 @@ def test_a_checkpoints_link_to_another_run_is_refused_and_that_run_is_untouched(
     assert snapshot(run_a) == before_a
 
 
+def test_a_checkpoints_link_that_loops_onto_itself_is_refused_with_one_line(two):
+    """Pins a bug the fuzz test found in a clean-clone `make test`: with ``checkpoints`` a link
+    to itself, ``per_dqn.load`` raised ``OSError`` (ELOOP, from the stat of the checkpoints dir)
+    instead of refusing. Now load and eval refuse it with one line naming the dir, resume with
+    its own line (a run with no checkpoint to resume from), and nothing in the run changes."""
+    run_a, _ = two
+    link = run_a / ckpt.CHECKPOINTS_DIR
+    shutil.rmtree(link)
+    link.symlink_to(link)
+    before = snapshot(run_a)
+    expected = f"{link}: cannot be read (Too many levels of symbolic links)"
+    with pytest.raises(ValueError) as info:
+        per_dqn.load(run_a)
+    assert str(info.value) == expected
+    assert one_error(evaluate(str(run_a))) == expected
+    assert one_error(resume(run_a, "--steps", "1500")) == (
+        f"{run_a}: nothing to resume from: it has no checkpoint"
+    )
+    assert snapshot(run_a) == before
+
+
 def test_a_checkpoint_dir_linked_to_another_run_s_is_skipped_and_its_target_kept(two):
     """Issue 23 item 2: a step dir in A that is a link to B's checkpoint is not A's: it is
     skipped with a warning naming it, A resumes from its older checkpoint, and the rotation that
