@@ -732,7 +732,10 @@ def damage(run: Path, outside: Path, what: tuple) -> str:
         )
         if not path.is_file() or path.is_symlink():
             return ""
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:  # an earlier swap put a binary file there: nothing to grow
+            return ""
         if fill == "comments":
             text += ("# " + "x" * 78 + "\n") * (3 * MAX_CONFIG_BYTES // 80)
         else:
