@@ -42,7 +42,7 @@ from per_dqn.sweeps.measure import (
     normalized_matrix,
     sensitivity,
 )
-from per_dqn.sweeps.published import Point, ema_at, steps_for
+from per_dqn.sweeps.published import Point, ema_at, in_reach, steps_for
 from per_dqn.sweeps.runs import SweepRuns
 
 # The figures' file names in the sweep dir (report.md links them by these names).
@@ -143,12 +143,17 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
         if threshold is not None:
             ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8,
                        label="threshold")  # fmt: skip
-        ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("evaluation return (IQM over seeds, 95% CI)")
-        ax.grid(alpha=0.3)
+        _label_panel(ax, env, counts, "evaluation return (IQM over seeds, 95% CI)")
     _legend_below(fig, axes)
     return fig
+
+
+def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
+    """A panel of curves against env steps: its env and seeds as the title, its axes, a grid."""
+    ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
 
 
 def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
@@ -162,8 +167,8 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
     greys = {label: ("black", ("-", "--", ":", "-.")[k % 4]) for k, label in enumerate(labels)}
     for ax, env in zip(axes, sweep.envs, strict=True):
         runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
-        last = min((r.run.env_steps for r in runs), default=0)
-        steps = steps_for(env, points, last)
+        last, reached = in_reach(env, points, [r.run.env_steps for r in runs])
+        steps = steps_for(reached, last)
         counts = {}
         for arm in sweep.arms:
             curves = [ema_at(r.run.train_returns, steps) for r in cells[(env, arm)]]
@@ -178,18 +183,14 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
             ax.fill_between(steps, centre - spread, centre + spread, color=color, alpha=0.2,
                             linewidth=0)  # fmt: skip
         for label in labels:
-            curve = sorted((p.step, p.mean, p.sd or 0.0) for p in points
-                           if p.env_id == env and p.label == label and p.step <= last)  # fmt: skip
+            curve = sorted((p.step, p.mean, p.sd or 0.0) for p in reached if p.label == label)
             if not curve:
                 continue
             at, mean, sd = (np.asarray(c, dtype=float) for c in zip(*curve, strict=True))
             color, style = greys[label]
             ax.plot(at, mean, color=color, linestyle=style, linewidth=1.2, label=label)
             ax.fill_between(at, mean - sd, mean + sd, color="grey", alpha=0.15, linewidth=0)
-        ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("training return, EMA 0.99 (mean over seeds, +-1 sd)")
-        ax.grid(alpha=0.3)
+        _label_panel(ax, env, counts, "training return, EMA 0.99 (mean over seeds, +-1 sd)")
     _legend_below(fig, axes)
     return fig
 

@@ -61,7 +61,7 @@ from per_dqn.sweeps.measure import (
     sensitivity,
     sensitivity_keys,
 )
-from per_dqn.sweeps.published import Point, ema_at
+from per_dqn.sweeps.published import Point, ema_at, in_reach
 from per_dqn.sweeps.runs import SweepRuns
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -394,8 +394,7 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
     ]
     for env in sweep.envs:
         runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
-        last = min((r.run.env_steps for r in runs), default=0)
-        here = [p for p in points if p.env_id == env and p.step <= last]
+        _, here = in_reach(env, points, [r.run.env_steps for r in runs])
         if not here:
             continue
         step = max(p.step for p in here)

@@ -136,8 +136,16 @@ def ema_at(returns: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[f
     return out
 
 
-def steps_for(env_id: str, points: Sequence[Point], last_step: int) -> list[int]:
-    """Where the runs of ``env_id`` (trained ``last_step`` env steps) are read: the published
-    steps for that env up to ``last_step``, or every ``BIN_STEPS`` where none is published."""
-    published = sorted({p.step for p in points if p.env_id == env_id and p.step <= last_step})
-    return published or list(range(0, last_step + 1, BIN_STEPS))
+def in_reach(
+    env_id: str, points: Sequence[Point], env_steps: Sequence[int]
+) -> tuple[int, list[Point]]:
+    """The last env step that every run of ``env_id`` reached (``env_steps``: each run's; 0
+    without runs), and the published points of that env up to it."""
+    last = min(env_steps, default=0)
+    return last, [p for p in points if p.env_id == env_id and p.step <= last]
+
+
+def steps_for(reached: Sequence[Point], last_step: int) -> list[int]:
+    """Where runs that trained ``last_step`` env steps are read: the steps of the published
+    points within reach (``in_reach``), or every ``BIN_STEPS`` where there are none."""
+    return sorted({p.step for p in reached}) or list(range(0, last_step + 1, BIN_STEPS))

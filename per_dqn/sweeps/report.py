@@ -187,19 +187,20 @@ def write_report(
                      files.curves_svg: figures.figure_bytes(curves, "svg"),
                      files.profiles: figures.figure_bytes(profiles, "png"),
                      files.profiles_svg: figures.figure_bytes(profiles, "svg")})  # fmt: skip
+    # The figures a report has only when there is something to draw: (field, PNG, SVG, figure).
+    optional = []
     keys = sensitivity_keys(sweep)
     if keys:
-        figure = figures.plot_sensitivity(sweep, measured, keys)
-        files = replace(files, sensitivity=out / figures.SENSITIVITY_FILE,
-                        sensitivity_svg=out / figures.SENSITIVITY_SVG)  # fmt: skip
-        contents[files.sensitivity] = figures.figure_bytes(figure, "png")
-        contents[files.sensitivity_svg] = figures.figure_bytes(figure, "svg")
+        optional.append(("sensitivity", figures.SENSITIVITY_FILE, figures.SENSITIVITY_SVG,
+                         figures.plot_sensitivity(sweep, measured, keys)))  # fmt: skip
     if published:
-        figure = figures.plot_training(sweep, cells, published)
-        files = replace(files, training=out / figures.TRAINING_FILE,
-                        training_svg=out / figures.TRAINING_SVG)  # fmt: skip
-        contents[files.training] = figures.figure_bytes(figure, "png")
-        contents[files.training_svg] = figures.figure_bytes(figure, "svg")
+        optional.append(("training", figures.TRAINING_FILE, figures.TRAINING_SVG,
+                         figures.plot_training(sweep, cells, published)))  # fmt: skip
+    for field, png_name, svg_name, figure in optional:
+        png, svg = out / png_name, out / svg_name
+        files = replace(files, **{field: png, f"{field}_svg": svg})
+        contents[png] = figures.figure_bytes(figure, "png")
+        contents[svg] = figures.figure_bytes(figure, "svg")
     stage("figures", 1, 1)
     for written, (path, data) in enumerate(contents.items()):
         stage("writing", written, len(contents))

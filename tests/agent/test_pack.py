@@ -208,7 +208,7 @@ def test_the_stacked_linear_layer_has_autograd_s_gradients_in_the_weight_s_layou
     """The pack's linear layer computes its weight's gradient as ``grad^T @ h``: the values of
     autograd's backward of the same ``baddbmm`` (float64, to 1e-12), and already in the weight's
     ``(K, out, in)`` layout, so the leaf takes it without the transposing copy autograd's own
-    backward needed (a pack of 5 trained MinAtar Breakout 1.4x faster without it)."""
+    backward needed."""
     from per_dqn.agent.pack import _StackedLinear
 
     gen = torch.Generator().manual_seed(0)
