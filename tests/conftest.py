@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,17 @@ def workdir(tmp_path, monkeypatch) -> Path:
     """An empty working directory, made the cwd: runs and sweeps would land in its runs/."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def pytest_sessionstart(session) -> None:
+    """Under xdist each worker computes on one torch thread, as every run the project starts does
+    (`run.torch_threads`). torch's default is one thread per core, so two workers on a two-core
+    machine ran four threads, and the tests that build agents directly (the pack exactness tests
+    among them: about 3 s alone, 15-51 s in `make test`) spent their time contending."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 # The marks of the tests that take longest (each over ~5 s); xdist hands them out first.
