@@ -78,13 +78,18 @@ def arm_styles(arms: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 def _legend_below(fig, axes) -> None:
     """One legend for the figure, below its axes (outside the data), from the first panel that
-    has labelled lines."""
+    has labelled lines: as many entries a row as fit the figure's width (at most 4)."""
     for ax in axes:
         handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-                       fontsize="small", frameon=False)  # fmt: skip
-            return
+        if not handles:
+            continue
+        renderer = fig.canvas.get_renderer()
+        for ncols in range(min(len(labels), 4), 0, -1):
+            legend = fig.legend(handles, labels, loc="outside lower center", ncols=ncols,
+                                fontsize="small", frameon=False)  # fmt: skip
+            if ncols == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+                return
+            legend.remove()
 
 
 def _seeds_note(counts: dict[str, int]) -> str:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from per_dqn import fileio, metrics, tags
 from per_dqn.cli import app
-from per_dqn.sweeps import published, report
+from per_dqn.sweeps import figures, measure, published, report, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "docs" / "results" / "published" / "reducible_loss_minatar.csv"
@@ -134,6 +134,28 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
         assert image.format == "PNG" and image.width > 1000
     assert (out / "training.svg").read_bytes().startswith(b"<?xml")
     assert "training.png" in result.output
+
+
+def test_a_legend_too_wide_for_one_row_takes_more_rows_inside_the_figure(tmp_path):
+    """Pins a clipped legend: the training figure of a one-env sweep set its entries in one row
+    whatever their length, and the row, wider than the figure, lost its first and last entries
+    at the edges (the Seaquest runs' figure: two arms and reducible-loss's two curves). Now the
+    legend takes as many entries a row as fit, inside the figure and below the panel."""
+    out = breakout_sweep(tmp_path / "sweep")
+    long = "reducible-loss DQN on MinAtar 1.0.10 (5 seeds)"
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
+                 f"{ENV},{long},50000,2.5,0.5,5\n{ENV},{long} + PER,50000,2,0.5,5\n")  # fmt: skip
+    sweep = runs.collect(out)
+    cells = measure.group_cells(sweep, [measure.measure(r, None) for r in sweep.runs])
+    fig = figures.plot_training(sweep, cells, published.read_published(path))
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    texts = legend.get_texts()
+    assert [t.get_text() for t in texts] == ["uniform (this tool)", long, f"{long} + PER"]
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    assert box.y1 <= fig.axes[0].get_window_extent().y0
+    assert len({round(t.get_window_extent().y0) for t in texts}) > 1  # rows
 
 
 def test_without_published_curves_there_is_no_training_figure(tmp_path):
