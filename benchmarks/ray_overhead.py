@@ -12,8 +12,10 @@ cluster all included), each into its own fresh sweep dir under a temp dir:
   --workers W --out DIR --set run.device=cpu`` (what ``per-dqn ablate`` runs, with this
   checkout's code): W worker processes;
 * ray: the same with ``--backend ray``: a single-node Ray cluster of W CPUs that the command starts
-  on loopback, the storage check, each run a Ray task holding one CPU, and the cluster shut down
-  at the end. Ray's temp dir is a fresh short dir under /tmp (``RAY_TMPDIR``), removed after.
+  on loopback (no dashboard, as ``ablate`` starts none unless asked; ``--dashboard`` here adds
+  ``ablate --dashboard`` on the Ray side), the storage check, each run a Ray task holding one CPU,
+  and the cluster shut down at the end. Ray's temp dir is a fresh short dir under /tmp
+  (``RAY_TMPDIR``), removed after.
 
 W is ``--workers`` (default: one per core), the shipped config's full budget per run unless
 ``--steps`` is given, on CPU. Repeats alternate which side goes first. The table gives each side's
@@ -101,6 +103,8 @@ def ablate_command(args: argparse.Namespace, side: str, out: Path) -> list[str]:
         command += ["--steps", str(args.steps)]
     if args.pack is not None:
         command += ["--pack", str(args.pack)]
+    if args.dashboard and side == "ray":
+        command.append("--dashboard")
     for item in args.set:
         command += ["--set", item]
     return command
@@ -317,6 +321,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="sweeps a side (2; smoke 1)")
     parser.add_argument("--pack", type=int, help="ablate's --pack on both sides (none)")
     parser.add_argument(
+        "--dashboard", action="store_true", help="ablate's --dashboard on the Ray side (off)"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a config override for every run, as ablate's --set (repeatable)",
     )  # fmt: skip
@@ -345,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
     steps = f"{args.steps:,} env steps" if args.steps is not None else "the config's env steps"
     if args.pack is not None:
         steps += f", --pack {args.pack}"
+    if args.dashboard:
+        steps += ", --dashboard on the Ray side"
     print(
         f"# per-dqn ablate --config {args.config} --replay {args.replay} --seeds {args.seeds}: "
         f"{steps} a run, --workers {args.workers}, CPU, {args.repeats} repeat(s); load "

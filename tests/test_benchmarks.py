@@ -218,7 +218,8 @@ def test_minatar_vs_sb3_smoke_times_each_side_and_states_the_goal_and_target():
 def test_ray_overhead_smoke_times_both_backends_and_checks_their_runs_agree():
     """Both sides' sweeps run through the CLI, the ratio is stated against the goal, the
     breakdown has every phase, the runs are identical across the backends, and nothing of the
-    Ray side's cluster outlives its command (the script says so on stderr otherwise)."""
+    Ray side's cluster outlives its command (the script says so on stderr otherwise). The
+    local cluster starts no dashboard by default."""
     proc = run("ray_overhead.py", "--smoke")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning:" not in proc.stderr, proc.stderr
@@ -243,8 +244,14 @@ def test_ray_overhead_smoke_times_both_backends_and_checks_their_runs_agree():
     assert list(rows) == labels
     for cells in rows.values():
         assert_numbers(cells)
-    assert re.search(r"Ray's fixed cost: its `ray: \.\.\.` line came [\d.]+ s into [\d.]+ s; "
-                     r".*\(ray: a local Ray cluster at 127\.0\.0\.1:\d+: 1 node", out)  # fmt: skip
+    fixed = re.search(
+        r"Ray's fixed cost: its `ray: \.\.\.` line came [\d.]+ s into [\d.]+ s; "
+        r".*\(ray: a local Ray cluster at 127\.0\.0\.1:\d+: 1 node.*",
+        out,
+    )
+    assert fixed is not None
+    # Off by default: the cluster that ablate starts runs no dashboard unless asked (--dashboard).
+    assert "dashboard" not in fixed.group(0)
     assert (
         "Summaries agree: final_eval_return_mean and model.pt identical for all 2 runs, on both "
         "backends, in each of 1 repeat(s)." in out

@@ -100,6 +100,14 @@ def ablate(
             help="--backend ray: GPUs each Ray task (one pack) holds; 0.25 puts 4 on a GPU."
         ),
     ] = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard",
+            help="--backend ray: start the local cluster with Ray's dashboard, on 127.0.0.1 "
+            "(off by default: on a small machine its processes slow the runs).",
+        ),
+    ] = False,
     retries: Annotated[
         int | None,
         typer.Option(
@@ -122,7 +130,9 @@ def ablate(
 
     if pack is not None and pack < 1:
         fail([f"--pack must be >= 1, got {pack}"])
-    options = backends.Options(workers, address, cpus_per_run, gpus_per_run, retries, pack)
+    options = backends.Options(
+        workers, address, cpus_per_run, gpus_per_run, retries, pack, dashboard or None
+    )
     try:
         runner = backends.create(backend.value, options)
     except backends.OptionError as exc:

@@ -1,7 +1,8 @@
 """The driver side of test_ray_backend's local-cluster test, run in a process of its own.
 
 ``python tests/sweeps/ray_driver.py OUT`` plans the tiny sweep (uniform and proportional, seeds
-0 and 1, 600 steps, on CPU) into OUT, starts a local 2-CPU Ray cluster with ``connect``, checks
+0 and 1, 600 steps, on CPU) into OUT, starts a local 2-CPU Ray cluster with its dashboard with
+``connect`` and asks the dashboard for its page, checks
 its storage, runs the sweep on it with the progress display off a terminal, shows runs through a
 real board actor (``board_lines``), shuts the cluster down, and prints what it saw as one JSON
 object. The test asserts on that object.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import urllib.request
 from pathlib import Path
 
 from rich.console import Console
@@ -66,12 +68,15 @@ def main(out: Path) -> dict:
     )
     sweep.out.mkdir()
     seen: dict = {}
-    with ray_backend.connect(ray_backend.RayOptions(local_cpus=2)) as cluster:
+    with ray_backend.connect(ray_backend.RayOptions(local_cpus=2, dashboard=True)) as cluster:
         nodes = ray.nodes()
         seen["nodes"] = [[n["NodeManagerAddress"], n["NodeID"]] for n in nodes]
         seen["address"] = cluster.address
         seen["started"] = cluster.started
         seen["describe"] = cluster.describe()
+        seen["dashboard"] = cluster.dashboard_url
+        with urllib.request.urlopen(f"http://{cluster.dashboard_url}/", timeout=30) as page:
+            seen["dashboard_status"] = page.status
         cluster.check_storage(sweep.out)
         seen["after_storage_check"] = sorted(p.name for p in sweep.out.iterdir())
         text = io.StringIO()

@@ -104,6 +104,11 @@ def test_the_local_backend_never_imports_ray(tmp_path):
          "--address 127.0.0.1:1: no Ray cluster answers there (Connection refused)"),
         (["--retries", "2"],
          "--retries cannot be used with --backend local (they are --backend ray's)"),
+        (["--dashboard"],
+         "--dashboard cannot be used with --backend local (they are --backend ray's)"),
+        (["--backend", "ray", "--address", "auto", "--dashboard"],
+         "--dashboard starts the dashboard of the local Ray cluster; with --address the "
+         "cluster's own dashboard is shown where it was started with one"),
     ],
 )  # fmt: skip
 def test_bad_ray_options_get_one_line_and_exit_2(workdir, args, line):
@@ -132,7 +137,8 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     ray_env, local_reference, tmp_path
 ):
     """With no --address, the cluster started for the sweep has one node, on 127.0.0.1 (Ray
-    2.60 would put it on the host's interface address otherwise); its storage check passes; the
+    2.60 would put it on the host's interface address otherwise), and so does its dashboard
+    (``--dashboard``), which answers there; its storage check passes; the
     tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt; its
     progress display, off a terminal, shows runs running with their steps and SPS, as the tasks
     report them, and then all four done; each run's provenance names that node and the task's
@@ -149,6 +155,10 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     assert node_ip == "127.0.0.1"
     assert seen["address"].startswith("127.0.0.1:") and seen["started"]
     assert seen["describe"].startswith(f"a local Ray cluster at {seen['address']}: 1 node")
+    dashboard = seen["dashboard"]
+    assert dashboard.startswith("127.0.0.1:")
+    assert seen["describe"].endswith(f"; dashboard http://{dashboard}")
+    assert seen["dashboard_status"] == 200
     assert seen["after_storage_check"] == []  # the marker is gone
     assert not seen["initialized_after"]
     assert seen["failed"] == 0 and not seen["interrupted"] and seen["outcomes"] == 4

@@ -55,6 +55,7 @@ class Options:
         retries: ``--retries``: how often a Ray task whose worker died is retried.
         pack: ``--pack``: runs per pack at most (``per_dqn.packs``): a local worker, or a Ray
             task, runs a pack at a time.
+        dashboard: ``--dashboard``: the local Ray cluster starts Ray's dashboard.
     """
 
     workers: int | None = None
@@ -63,6 +64,7 @@ class Options:
     gpus_per_run: float | None = None
     retries: int | None = None
     pack: int | None = None
+    dashboard: bool | None = None
 
 
 class OptionError(ValueError):
