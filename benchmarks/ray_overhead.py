@@ -350,13 +350,14 @@ def main(argv: list[str] | None = None) -> None:
     log = progress_log()
     print(f"# {machine_line({'torch': version('torch'), 'ray': version('ray')})}")
     steps = f"{args.steps:,} env steps" if args.steps is not None else "the config's env steps"
+    steps += " a run"
     if args.pack is not None:
         steps += f", --pack {args.pack}"
     if args.dashboard:
         steps += ", --dashboard on the Ray side"
     print(
         f"# per-dqn ablate --config {args.config} --replay {args.replay} --seeds {args.seeds}: "
-        f"{steps} a run, --workers {args.workers}, CPU, {args.repeats} repeat(s); load "
+        f"{steps}, --workers {args.workers}, CPU, {args.repeats} repeat(s); load "
         f"{load_averages()}; command `{command_line()}`"
     )
     runs: dict[str, list[Timed]] = {side: [] for side in SIDES}
