@@ -123,8 +123,8 @@ class RayOptions:
         pack: runs per task at most.
         dashboard: start the local cluster with Ray's dashboard, on 127.0.0.1; only without
             ``address`` (an existing cluster has the dashboard it was started with). Off by
-            default: on a 2-core machine its processes took 10.4% more wall time from a packed
-            CartPole sweep against 6.6% without (docs/guides/ray.md).
+            default: on a 2-core machine a packed CartPole sweep took 13.8% more wall time on Ray
+            than on the local backend with it, 3.2% without (docs/guides/ray.md).
     """
 
     address: str | None = None
