@@ -108,6 +108,15 @@ def ablate(
             "(off by default: on a small machine its processes slow the runs).",
         ),
     ] = False,
+    reuse: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="DIR",
+            help="Take each planned run that a finished run under DIR already is (the same "
+            "config) from there instead of running it: copied whole into the sweep dir. "
+            "Repeatable; a run dir the sweep has started is resumed, never replaced.",
+        ),
+    ] = None,
     retries: Annotated[
         int | None,
         typer.Option(
@@ -148,6 +157,7 @@ def ablate(
             overrides,
             out,
             sweeps.parse_grid(grid or []),
+            reuse or (),
         )
         todo = sweep.pending()
         runner.check(sweep, todo)
@@ -190,8 +200,10 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
 
     total = len(sweep.jobs)
     workers_text = f" on {runner.describe(todo)}" if todo else ""
+    taken = f"{len(sweep.reuse)} to take from --reuse, " if sweep.reuse else ""
+    finished = total - len(todo) - len(sweep.reuse)
     typer.echo(
-        f"sweep {sweep.out}: {total} runs, {total - len(todo)} finished, {len(todo)} to run"
+        f"sweep {sweep.out}: {total} runs, {finished} finished, {taken}{len(todo)} to run"
         + workers_text
     )
     done = [total - len(todo)]

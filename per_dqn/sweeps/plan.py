@@ -42,7 +42,7 @@ import itertools
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,10 @@ from per_dqn.config import (
     resolve_config_path,
 )
 from per_dqn.fileio import write_json
-from per_dqn.metrics import flatten_config
 from per_dqn.provenance import provenance
+from per_dqn.sweeps import reuse as reuse_runs
 from per_dqn.sweeps import runs
-from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, settings_label
+from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, config_differences, settings_label
 
 # The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
 SWEEP_AXES = ("env.id", "replay.kind", "run.seed")
@@ -118,15 +118,23 @@ class Sweep:
         out: the sweep dir.
         record: what ``sweep.json`` will hold: this plan merged with the record already there.
         jobs: the runs this plan asks for, seed first, then env, arm and grid point.
+        reuse: runs to take from other dirs (``ablate --reuse``; ``per_dqn.sweeps.reuse``):
+            run dir -> the finished run of its config found there; ``start_sweep`` copies them.
     """
 
     out: Path
     record: dict[str, Any]
     jobs: tuple[Job, ...]
+    reuse: tuple[tuple[str, Path], ...] = ()
 
     def pending(self) -> list[Job]:
-        """The runs not finished yet."""
-        return [j for j in self.jobs if not runs.is_finished(self.out / j.run_dir)]
+        """The runs not finished yet, and not to be taken from elsewhere."""
+        taken = {run_dir for run_dir, _ in self.reuse}
+        return [
+            j
+            for j in self.jobs
+            if j.run_dir not in taken and not runs.is_finished(self.out / j.run_dir)
+        ]
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -327,6 +335,7 @@ def plan_sweep(
     overrides: Sequence[Override] = (),
     out: Path | None = None,
     grid: Sequence[tuple[str, Sequence[Any]]] = (),
+    reuse: Sequence[Path] = (),
 ) -> Sweep:
     """Resolves and validates every run's config and checks the sweep dir; writes nothing.
 
@@ -339,6 +348,8 @@ def plan_sweep(
         out: the sweep dir; default ``<run.runs_root>/ablate__<envs>__<config name>``.
         grid: ``(key, values)`` pairs (``parse_grid``), crossed with everything else; an
             ``env.id`` grid is the sweep's envs.
+        reuse: dirs to take finished runs of this sweep's configs from, instead of running
+            them (``per_dqn.sweeps.reuse``), in the order given.
 
     Raises:
         ConfigError: a config problem, one line each.
@@ -436,8 +447,10 @@ def plan_sweep(
         "resolved_config": base,
         "runs": [_run_entry(j) for j in jobs],
     }
-    sweep = Sweep(out, record, tuple(jobs))
-    return check_out_dir(sweep)
+    sources = reuse_runs.check_sources([Path(r) for r in reuse], out)
+    sweep = check_out_dir(Sweep(out, record, tuple(jobs)))
+    found = reuse_runs.match(sweep.jobs, out, sources)
+    return replace(sweep, reuse=tuple(found.items()))
 
 
 def _run_entry(job: Job) -> dict[str, Any]:
@@ -450,20 +463,6 @@ def _run_entry(job: Job) -> dict[str, Any]:
         "seed": job.seed,
         "run_dir": job.run_dir,
     }
-
-
-def _config_differences(old: Any, new: Any) -> list[str]:
-    """``key: old -> new`` for each config key both have with different values.
-
-    A config key only one side has is not a difference: a newer per-dqn added it with a default
-    that keeps the old behaviour, and refusing would strand every sweep across upgrades.
-    """
-    old_cfg, new_cfg = flatten_config(old or {}), flatten_config(new or {})
-    return [
-        f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
-        for key in sorted(set(old_cfg) & set(new_cfg))
-        if old_cfg[key] != new_cfg[key]
-    ]
 
 
 def _union(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
@@ -489,7 +488,7 @@ def merge_records(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "axes": axes,
         "resolved_config": _blank(new["resolved_config"], axes),
         "runs": [*old["runs"], *(r for r in new["runs"] if r["run_dir"] not in by_dir)],
-        **{k: old[k] for k in ("provenance", "grown") if k in old},
+        **{k: old[k] for k in ("provenance", "grown", "reused") if k in old},
     }
 
 
@@ -522,7 +521,7 @@ def check_out_dir(sweep: Sweep) -> Sweep:
         for key in ("config_name",)
         if old.get(key) != sweep.record[key]
     ]
-    diffs += _config_differences(
+    diffs += config_differences(
         _blank(old.get("resolved_config"), axes), _blank(sweep.record["resolved_config"], axes)
     )
     if diffs:
@@ -596,7 +595,7 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
             held = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
         except (OSError, ConfigError):
             return  # unreadable: run_job clears an unfinished run dir; a finished one is kept
-        diffs = _config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
+        diffs = config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
         if diffs:
             raise ValueError(
                 f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "
@@ -659,5 +658,10 @@ def start_sweep(sweep: Sweep) -> list[Job]:
         grown = {"runs_added": len(record["runs"]) - len(old["runs"]), **provenance()}
         record["grown"] = [*old.get("grown", []), grown]
     if record != old:
+        write_json(out / SWEEP_FILE, record)
+    # After the record: a sweep dir with runs in it always has its sweep.json.
+    taken = reuse_runs.copy_in(out, dict(sweep.reuse))
+    if taken:
+        record["reused"] = [*record.get("reused", []), *taken]
         write_json(out / SWEEP_FILE, record)
     return [job for job in sweep.jobs if not runs.is_finished(out / job.run_dir)]

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from per_dqn.memory import KINDS
+from per_dqn.metrics import flatten_config
 from per_dqn.rundir import SWEEP_FILE
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -69,6 +70,20 @@ def settings_label(pairs: Sequence[tuple[str, Any]]) -> str:
     """``[("replay.alpha", 0.4), ("agent.n_step", 3)]`` -> ``"alpha=0.4,n=3"``."""
     short = short_keys([k for k, _ in pairs])
     return ",".join(f"{short[k]}={format_value(v)}" for k, v in pairs)
+
+
+def config_differences(old: Any, new: Any) -> list[str]:
+    """``key: old -> new`` for each config key both have with different values.
+
+    A config key only one side has is not a difference: a newer per-dqn added it with a default
+    that keeps the old behaviour, and refusing would strand every sweep across upgrades.
+    """
+    old_cfg, new_cfg = flatten_config(old or {}), flatten_config(new or {})
+    return [
+        f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
+        for key in sorted(set(old_cfg) & set(new_cfg))
+        if old_cfg[key] != new_cfg[key]
+    ]
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:

@@ -249,6 +249,21 @@ def test_bad_arguments_get_one_line_and_exit_2(workdir, args, line):
     assert list(workdir.iterdir()) == []  # nothing created
 
 
+def test_a_reuse_dir_that_is_missing_or_inside_the_sweep_is_one_line(workdir):
+    assert_bad_input(
+        runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--reuse", "old"]),
+        "--reuse old: no such directory",
+    )
+    assert list(workdir.iterdir()) == []
+    (workdir / "sw" / "old").mkdir(parents=True)
+    for reuse in ("sw", "sw/old"):
+        assert_bad_input(
+            runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--out", "sw", "--reuse", reuse]),
+            f"--reuse {reuse}: is in the sweep dir itself (--out sw)",
+        )
+    assert [p.name for p in (workdir / "sw").iterdir()] == ["old"]
+
+
 def test_refuses_a_dir_that_is_not_a_sweep(workdir):
     (workdir / "mine").mkdir()
     (workdir / "mine" / "keep.txt").write_text("precious")
@@ -512,6 +527,56 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     assert [g["runs_added"] for g in record["grown"]] == [5]
     assert "rank/alpha=0.5" in (out / "report.md").read_text()
     assert "Runs used: 9 of 9 planned; missing: none." in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_reuse_takes_the_finished_runs_of_the_same_config_and_runs_the_rest(tiny_sweep, tmp_path):
+    """``--reuse DIR``: a planned run that a finished run under DIR already is (the same config)
+    is copied in whole instead of run; an unfinished run there, and runs of other configs, are
+    run; sweep.json says what was taken from where, and the report covers every run. Planning
+    alone: a config that differs in one key takes nothing, and a run dir the sweep already has
+    is never replaced."""
+    source = tmp_path / "old"
+    shutil.copytree(tiny_sweep, source)
+    unfinished = source / "proportional/s1"
+    data = summary_of(unfinished) | {"interrupted": True, "final_eval_return_mean": None}
+    fileio.write_json(unfinished / "summary.json", data)
+    out = tmp_path / "new"
+    args = tiny_args(out, workers=1)
+    args[args.index("--replay") + 1] = "uniform,proportional,rank"
+    result = runner.invoke(app, [*args, "--reuse", str(source)])
+    assert result.exit_code == 0, result.output
+    assert "6 runs, 0 finished, 3 to take from --reuse, 3 to run on 1 worker\n" in result.stdout
+    taken = ["uniform/s0", "proportional/s0", "uniform/s1"]  # the plan's order: seed first
+    for run_dir in taken:
+        files = {k: data for k, (_, data) in tree(out / run_dir).items()}
+        held = {k: data for k, (_, data) in tree(source / run_dir).items()}
+        assert rundir.LOCK_FILE not in files
+        assert files == {k: v for k, v in held.items() if k != rundir.LOCK_FILE}
+    ran = ["proportional/s1", "rank/s0", "rank/s1"]
+    assert all(summary_of(out / d)["interrupted"] is False for d in ran)
+    # the one run that ran here again is the same run, bit for bit
+    assert (out / "proportional/s1/model.pt").read_bytes() == (
+        tiny_sweep / "proportional/s1/model.pt"
+    ).read_bytes()
+    record = json.loads((out / "sweep.json").read_text())
+    assert record["reused"] == [{"run_dir": d, "from": str(source / d)} for d in taken]
+    assert "Runs used: 6 of 6 planned; missing: none." in (out / "report.md").read_text()
+    assert not list(out.rglob(".reuse-*"))
+    again = runner.invoke(app, [*args, "--reuse", str(source)])
+    assert again.exit_code == 0, again.output
+    assert "6 runs, 6 finished, 0 to run\n" in again.stdout
+
+    def planned(out: Path, *sets_: str) -> plan.Sweep:
+        overrides = [parse_override(t) for t in [*TINY, *sets_]]
+        return plan.plan_sweep(
+            "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600, overrides, out,
+            reuse=[tiny_sweep],
+        )  # fmt: skip
+
+    assert sorted(d for d, _ in planned(tmp_path / "same").reuse) == sorted(TINY_RUN_DIRS)
+    assert planned(tmp_path / "other", "agent.learning_rate=0.001").reuse == ()
+    assert planned(out).reuse == ()  # every run dir exists there
 
 
 @pytest.mark.kill

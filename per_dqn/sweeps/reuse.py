@@ -1,0 +1,138 @@
+"""``ablate --reuse DIR``: finished runs from elsewhere taken into a sweep instead of run again.
+
+A sweep can name other sweep dirs (or any dir of run dirs) to take runs from. A planned run is
+taken from there when a finished run (its ``summary.json`` says ``interrupted: false``) has the
+planned run's config: the same values for every key both configs have, the rule a sweep applies
+when it resumes a run dir (``runs.config_differences``; a key only one side has is one a newer
+per-dqn added with a default that keeps the old behaviour). A run's outcome depends on its config
+alone, never on its pack-mates or its sweep (issue 24's exactness: ``tests/test_packs.py``), so
+that run is the one this sweep would make, bit for bit.
+
+Only a run dir that does not exist yet is filled: a run this sweep has started is resumed, not
+replaced. The run is copied whole (event file, checkpoints, ``model.pt``, its summary with the
+provenance of the command that made it, its run id), without its lock file, into a hidden temp
+dir beside its place, synced to the device and then renamed into place: a copy cut short leaves
+no run dir that could pass for a finished run, and the next start clears the temp dir and copies
+again. A source run dir that holds a symbolic link is not taken. ``sweep.json`` lists what was
+taken, and from where (``reused``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from per_dqn.config import ConfigError, parse_yaml
+from per_dqn.fileio import fsync_path
+from per_dqn.rundir import LOCK_FILE
+from per_dqn.sweeps import runs
+
+if TYPE_CHECKING:
+    from per_dqn.sweeps.plan import Job
+
+CONFIG_FILE = "config.yaml"
+TEMP_PREFIX = ".reuse-"
+
+
+def check_sources(sources: Sequence[Path], out: Path) -> tuple[Path, ...]:
+    """The ``--reuse`` dirs, checked.
+
+    Raises:
+        ValueError: one line: a dir that does not exist, or the sweep dir or a dir inside it.
+    """
+    checked = []
+    for source in sources:
+        if not source.is_dir():
+            raise ValueError(f"--reuse {source}: no such directory")
+        resolved, own = source.resolve(), out.resolve()
+        if resolved == own or own in resolved.parents:
+            raise ValueError(f"--reuse {source}: is in the sweep dir itself (--out {out})")
+        checked.append(source)
+    return tuple(checked)
+
+
+def _finished_runs(source: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each finished run dir under ``source`` (``source`` itself included) and its config."""
+    for directory, dirs, files in os.walk(source):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if CONFIG_FILE not in files:
+            continue
+        run_dir = Path(directory)
+        if not runs.is_finished(run_dir):
+            continue
+        try:
+            config = parse_yaml((run_dir / CONFIG_FILE).read_text(encoding="utf-8"), directory)
+        except (OSError, ConfigError):
+            continue
+        if isinstance(config, dict):
+            yield run_dir, config
+
+
+def _has_links(run_dir: Path) -> bool:
+    for directory, dirs, files in os.walk(run_dir):
+        if any((Path(directory) / name).is_symlink() for name in [*dirs, *files]):
+            return True
+    return False
+
+
+def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, Path]:
+    """For each job whose run dir under ``out`` does not exist, a finished run of its config
+    from ``sources`` (the first found, sources in order): run dir -> the source's run dir, in
+    the plan's order. Reads, writes nothing."""
+    wanted = [job for job in jobs if not (out / job.run_dir).exists()]
+    if not wanted or not sources:
+        return {}
+    found: dict[str, Path] = {}
+    own = out.resolve()
+    for source in sources:
+        for run_dir, config in _finished_runs(source):
+            if own == run_dir.resolve() or own in run_dir.resolve().parents:
+                continue  # a source that holds this sweep: never its own runs
+            for job in wanted:
+                if job.run_dir in found:
+                    continue
+                planned = parse_yaml(job.config_yaml, job.run_dir)
+                if _same_run(config, planned) and not _has_links(run_dir):
+                    found[job.run_dir] = run_dir
+                    break
+    return {job.run_dir: found[job.run_dir] for job in wanted if job.run_dir in found}
+
+
+def _same_run(held: dict[str, Any], planned: dict[str, Any]) -> bool:
+    """The same run: the same env and seed (checked first: cheap, and never a missing key), and
+    no key whose values differ."""
+    for section, key in (("env", "id"), ("run", "seed")):
+        if (held.get(section) or {}).get(key) != (planned.get(section) or {}).get(key):
+            return False
+    return not runs.config_differences(held, planned)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Every file and dir under ``root`` on the device, before the rename makes it a run dir."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(Path(directory) / name)
+        fsync_path(Path(directory))
+
+
+def copy_in(out: Path, found: dict[str, Path]) -> list[dict[str, str]]:
+    """Copies each found run into its place under ``out`` (see the module docstring), skipping
+    one whose place exists by now or whose source is no longer finished. Returns what was
+    copied, as ``sweep.json`` lists it: ``{"run_dir": ..., "from": ...}``."""
+    taken = []
+    for run_dir, source in found.items():
+        target = out / run_dir
+        if target.exists() or not runs.is_finished(source):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.parent / f"{TEMP_PREFIX}{target.name}"
+        shutil.rmtree(temp, ignore_errors=True)  # one a killed copy left
+        shutil.copytree(source, temp, symlinks=True, ignore=shutil.ignore_patterns(LOCK_FILE))
+        _fsync_tree(temp)
+        os.replace(temp, target)
+        fsync_path(target.parent)
+        taken.append({"run_dir": run_dir, "from": str(source)})
+    return taken
