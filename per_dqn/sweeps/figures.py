@@ -43,7 +43,7 @@ from per_dqn.sweeps.measure import (
     sensitivity,
 )
 from per_dqn.sweeps.published import Point, ema_at, in_reach, steps_for
-from per_dqn.sweeps.runs import SweepRuns
+from per_dqn.sweeps.runs import SweepRuns, env_label
 
 # The figures' file names in the sweep dir (report.md links them by these names).
 CURVES_FILE = "curves.png"
@@ -148,13 +148,16 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
         if threshold is not None:
             ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8,
                        label="threshold")  # fmt: skip
-        _label_panel(ax, env, counts, "evaluation return (IQM over seeds, 95% CI)")
+        _label_panel(
+            ax, env_label(sweep.runs, env), counts, "evaluation return (IQM over seeds, 95% CI)"
+        )
     _legend_below(fig, axes)
     return fig
 
 
 def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
-    """A panel of curves against env steps: its env and seeds as the title, its axes, a grid."""
+    """A panel of curves against env steps: its env (``runs.env_label``: with its game's release)
+    and seeds as the title, its axes, a grid."""
     ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
     ax.set_xlabel("env steps")
     ax.set_ylabel(ylabel)
@@ -195,7 +198,8 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
             color, style = greys[label]
             ax.plot(at, mean, color=color, linestyle=style, linewidth=1.2, label=label)
             ax.fill_between(at, mean - sd, mean + sd, color="grey", alpha=0.15, linewidth=0)
-        _label_panel(ax, env, counts, "training return, EMA 0.99 (mean over seeds, +-1 sd)")
+        label = env_label(sweep.runs, env)
+        _label_panel(ax, label, counts, "training return, EMA 0.99 (mean over seeds, +-1 sd)")
     _legend_below(fig, axes)
     return fig
 
@@ -265,7 +269,7 @@ def plot_sensitivity(sweep: SweepRuns, measured: Sequence[RunMetrics], keys: Seq
                 color, style = styles[series]
                 ax.errorbar(xs, centre, yerr=np.stack((below, above)), marker="o", capsize=3,
                             color=color, linestyle=style, label=series)  # fmt: skip
-            ax.set_title(f"{env}: {name} against {key}", fontsize="medium")
+            ax.set_title(f"{env_label(sweep.runs, env)}: {name} against {key}", fontsize="medium")
             ax.set_xlabel(key)
             ax.set_ylabel(f"{name} (IQM over seeds, 95% CI)")
             ax.grid(alpha=0.3)

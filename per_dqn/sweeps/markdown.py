@@ -62,7 +62,7 @@ from per_dqn.sweeps.measure import (
     sensitivity_keys,
 )
 from per_dqn.sweeps.published import Point, ema_at, in_reach
-from per_dqn.sweeps.runs import SweepRuns
+from per_dqn.sweeps.runs import SweepRuns, env_label
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
@@ -231,7 +231,15 @@ def _env_table(
     if compare:
         head += [f"P(> {versus}), final", f"P(> {versus}), AUC"]
     head.append("IS weight")
-    lines = [f"## {env}", "", "| " + " | ".join(head) + " |"]
+    lines = [f"## {env_label(sweep.runs, env)}", ""]
+    games = sorted({r.game for r in sweep.runs if r.env_id == env and r.game is not None})
+    if len(games) > 1:
+        lines += [
+            f"Its runs played {len(games)} releases of the game ({', '.join(games)}): their "
+            "scores are not all of one game.",
+            "",
+        ]
+    lines.append("| " + " | ".join(head) + " |")
     lines.append("|---|" + "--:|" * (len(head) - 1))
     for arm in sweep.arms:
         runs = cells[(env, arm)]
@@ -438,7 +446,8 @@ def _sensitivity_table(sweep: SweepRuns, measured: Sequence[RunMetrics], key: st
         aucs = sensitivity(measured, env, key, "auc")
         if not finals:
             continue
-        lines += [f"### {env}", "", f"| series | {key} | runs | final score IQM | AUC IQM |",
+        lines += [f"### {env_label(sweep.runs, env)}", "",
+                  f"| series | {key} | runs | final score IQM | AUC IQM |",
                   "|---|--:|--:|--:|--:|"]  # fmt: skip
         for name, points in finals.items():
             auc_at = {x: interval for x, interval, _ in aucs.get(name, [])}

@@ -222,6 +222,9 @@ class Run:
             IS weight), None if it logged none.
         train_returns: the ``episode/return`` points: each finished training episode's return
             at the env step it ended (what the literature's training curves are made of).
+        game: the package and version of the game's code the run played, as its summary's
+            provenance records them (``minatar 1.0.15``; ``GAME_PACKAGES``); None for other envs
+            or where the summary does not say.
     """
 
     env_id: str
@@ -239,6 +242,33 @@ class Run:
     point: tuple[tuple[str, Any], ...] = ()
     is_weight_mean: float | None = None
     train_returns: tuple[tuple[int, float], ...] = ()
+    game: str | None = None
+
+
+# Env id prefix -> the distribution whose code is the game: a release can change the game itself
+# (MinAtar 1.0.11 fixed Seaquest's oxygen bar; ale-py's releases bring the ROMs and the emulator).
+GAME_PACKAGES = {"MinAtar/": "minatar", "ALE/": "ale-py"}
+
+
+def _game(env_id: str, summary: dict[str, Any]) -> str | None:
+    """``Run.game`` from the summary's ``provenance.versions``."""
+    name = next((pkg for prefix, pkg in GAME_PACKAGES.items() if env_id.startswith(prefix)), None)
+    found = (summary.get("provenance") or {}).get("versions") or {}
+    version = found.get(name) if name is not None and isinstance(found, dict) else None
+    return f"{name} {version}" if isinstance(version, str) else None
+
+
+def env_label(runs: Sequence[Run], env: str) -> str:
+    """``env``, with the game releases its runs played where the summaries say
+    (``MinAtar/Seaquest-v1, minatar 1.0.15``; two releases are both named, ``minatar 1.0.10
+    and 1.0.15``: the runs did not all play one game)."""
+    games = sorted({r.game for r in runs if r.env_id == env and r.game is not None})
+    if not games:
+        return env
+    name = games[0].split(" ")[0]
+    versions = [g.split(" ", 1)[1] for g in games]
+    listed = versions[0] if len(versions) == 1 else f"{', '.join(versions[:-1])} and {versions[-1]}"
+    return f"{env}, {name} {listed}"
 
 
 @dataclass(frozen=True)
@@ -413,6 +443,7 @@ def _read_run(
         point=tuple(planned.get("point", {}).items()),
         is_weight_mean=sum(weights) / len(weights) if weights else None,
         train_returns=tuple(curves[EPISODE_RETURN]),
+        game=_game(env_id, summary),
     )
 
 

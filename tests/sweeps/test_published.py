@@ -4,6 +4,7 @@ and the figure in the report, and the shipped file of reducible-loss's curves.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -194,3 +195,39 @@ def test_the_shipped_file_holds_reducible_loss_s_published_numbers():
     assert steps == list(range(0, 5_000_001, 50_000))
     games = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
     assert {e for e, _, _ in points} == {f"MinAtar/{game}-v1" for game in games}
+
+
+def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_differ(tmp_path):
+    """A MinAtar release can change the game (1.0.11 fixed Seaquest's oxygen), so the report
+    names the release each env's runs recorded in their summaries' provenance: in the table's
+    heading and the figures' titles; a sweep whose runs played two releases of one game says so.
+    A run whose summary records none (an older per-dqn) adds nothing."""
+    out = breakout_sweep(tmp_path / "sweep")
+    for seed, version in ((0, "1.0.10"), (1, "1.0.15")):
+        summary = out / f"uniform/s{seed}" / "summary.json"
+        data = json.loads(summary.read_text()) | {
+            "provenance": {"versions": {"minatar": version, "torch": "2.13.0"}}
+        }
+        fileio.write_json(summary, data)
+    sweep = runs.collect(out)
+    assert [r.game for r in sweep.runs] == ["minatar 1.0.10", "minatar 1.0.15"]
+    assert runs.env_label(sweep.runs, ENV) == f"{ENV}, minatar 1.0.10 and 1.0.15"
+    assert runs.env_label(sweep.runs[1:], ENV) == f"{ENV}, minatar 1.0.15"
+    assert runs.env_label(sweep.runs, "CartPole-v1") == "CartPole-v1"
+    cells = measure.group_cells(sweep, [measure.measure(r, None) for r in sweep.runs])
+    fig = figures.plot_curves(sweep, cells, {ENV: None})
+    assert fig.axes[0].get_title() == f"{ENV}, minatar 1.0.10 and 1.0.15 (2 seeds per arm)"
+    report.write_report(out)
+    text = (out / "report.md").read_text()
+    assert f"## {ENV}, minatar 1.0.10 and 1.0.15\n" in text
+    assert (
+        "Its runs played 2 releases of the game (minatar 1.0.10, minatar 1.0.15): their scores "
+        "are not all of one game." in text
+    )
+    fileio.write_json(out / "uniform/s0/summary.json", {
+        k: v for k, v in json.loads((out / "uniform/s0/summary.json").read_text()).items()
+        if k != "provenance"
+    })  # fmt: skip
+    report.write_report(out)
+    text = (out / "report.md").read_text()
+    assert f"## {ENV}, minatar 1.0.15\n" in text and "releases of the game" not in text
