@@ -2,8 +2,9 @@
 
 One module per command group, each a Typer app added here to the root one (``main``): ``train``
 (and ``train --resume``), ``evaluate`` (``eval``), ``plan``, ``config`` (``show``, ``validate``),
-``ablate`` and ``report``; ``common`` holds what they share. They reach the package only through
-``per_dqn.api``, ``per_dqn.config``, ``per_dqn.sweeps`` and ``per_dqn.stopping``
+``ablate``, ``report`` and ``archive`` (``archive``, ``unarchive``); ``common`` holds what they
+share. They reach the package only through ``per_dqn.api``, ``per_dqn.config``,
+``per_dqn.sweeps`` and ``per_dqn.stopping``
 (tests/test_architecture.py).
 
 Exit codes: 0 done; 2 bad input (a bad option value, an unknown or missing option, config file,
@@ -18,7 +19,7 @@ gone), or (``ablate``) a run failed; 3 the loss became NaN or infinite, or the w
 run stops; its last checkpoint is left as it was).
 """
 
-from per_dqn.cli import ablate, config, evaluate, plan, report, train
+from per_dqn.cli import ablate, archive, config, evaluate, plan, report, train
 from per_dqn.cli.main import app
 
 __all__ = ["app"]
@@ -29,4 +30,5 @@ app.add_typer(evaluate.app)
 app.add_typer(plan.app)
 app.add_typer(ablate.app)
 app.add_typer(report.app)
+app.add_typer(archive.app)
 app.add_typer(config.app, name="config")

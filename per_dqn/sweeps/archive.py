@@ -1,0 +1,203 @@
+"""A sweep's results in one small file, and a sweep dir rebuilt from it.
+
+``per-dqn archive DIR FILE`` keeps what a report reads of each finished run: its ``config.yaml``,
+``summary.json`` and ``run.json``, and the scalar points of the tags the report measures
+(``ARCHIVED_TAGS``: the evaluation curve, the batches' mean IS weight, every training episode's
+return) as ``scalars.csv``; with the sweep's ``sweep.json``. No weights, checkpoints or other
+tags. The file is a ``.tar.xz``, written atomically; the same runs give the same bytes.
+
+``per-dqn unarchive FILE DIR`` rebuilds the sweep dir: each run dir gets its files back and an
+event file holding those points, so ``per-dqn report DIR`` writes the same ``report.md``,
+``scores.csv`` and figures as from the original runs (the points are stored as the float32
+values the event file held; ``tests/sweeps/test_archive.py`` checks the files byte for byte),
+and ``per-dqn ablate`` with the sweep's command counts the runs finished and runs only the ones
+the archive lacks. What such a run dir cannot do is be evaluated or loaded: it has no
+``model.pt``. The dir is built beside its place and renamed into place, so a rebuild cut short
+leaves nothing behind.
+
+What it is for: results that outlive the run dirs (shipped beside a results page, as
+``docs/results/`` does, so that its figures can be redrawn), and a long study carried from one
+machine to another without its weights.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from per_dqn.fileio import write_bytes_atomic
+from per_dqn.rundir import SWEEP_FILE
+from per_dqn.sweeps import runs
+from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
+
+ARCHIVED_TAGS = (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN)
+RUN_FILES = ("config.yaml", runs.SUMMARY_FILE, "run.json")
+SCALARS_FILE = "scalars.csv"
+# The most a member may unpack to: a run's scalars are tens of kB; this refuses a bomb.
+MAX_MEMBER_BYTES = 256 * 2**20
+
+
+def _finished_run_dirs(out: Path) -> list[Path]:
+    """Every finished run dir under ``out`` (``runs.is_finished``), in path order."""
+    found = []
+    for directory, dirs, files in os.walk(out):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if runs.SUMMARY_FILE in files and runs.is_finished(Path(directory)):
+            found.append(Path(directory))
+    return sorted(found)
+
+
+def _scalars_csv(run_dir: Path) -> bytes:
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["tag", "step", "value"])
+    for tag, points in runs.read_curves(run_dir, ARCHIVED_TAGS).items():
+        for step, value in points:
+            writer.writerow([tag, step, repr(value)])
+    return text.getvalue().encode("utf-8")
+
+
+def write_archive(out: Path, dest: Path) -> int:
+    """Writes ``dest`` (a ``.tar.xz``) from the sweep dir ``out``; returns the runs archived.
+
+    Raises:
+        ValueError: one line: ``out`` is not a dir or holds no finished run, ``dest`` does not
+            end in ``.tar.xz`` or lies inside ``out``, or an event file is damaged.
+    """
+    if not out.is_dir():
+        raise ValueError(f"{out}: no such sweep dir")
+    if not dest.name.endswith(".tar.xz"):
+        raise ValueError(f"{dest}: the archive's name must end in .tar.xz")
+    if out.resolve() in dest.resolve().parents:
+        raise ValueError(f"{dest}: the archive cannot go inside the sweep dir {out}")
+    run_dirs = _finished_run_dirs(out)
+    if not run_dirs:
+        raise ValueError(f"{out}: holds no finished run to archive")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)  # mtime 0, no owner: the same runs give the same bytes
+            tar.addfile(info, io.BytesIO(data))
+
+        if (out / SWEEP_FILE).is_file():
+            add(SWEEP_FILE, (out / SWEEP_FILE).read_bytes())
+        for run_dir in run_dirs:
+            rel = run_dir.relative_to(out).as_posix()
+            for name in RUN_FILES:
+                if (run_dir / name).is_file():
+                    add(f"{rel}/{name}" if rel != "." else name, (run_dir / name).read_bytes())
+            try:
+                scalars = _scalars_csv(run_dir)
+            except runs.EventDataLoss as exc:
+                raise ValueError(str(exc)) from None
+            add(f"{rel}/{SCALARS_FILE}" if rel != "." else SCALARS_FILE, scalars)
+    write_bytes_atomic(dest, buffer.getvalue())
+    return len(run_dirs)
+
+
+def _member_path(name: str, source: Path) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError(f"{source}: member {name!r} would leave the sweep dir")
+    return path
+
+
+def _read_members(source: Path) -> dict[PurePosixPath, bytes]:
+    """The archive's files by path, checked: regular files only, none leaving the dir."""
+    try:
+        tar = tarfile.open(source, mode="r:xz")
+    except FileNotFoundError:
+        raise ValueError(f"{source}: no such file") from None
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ValueError(f"{source}: not a per-dqn archive (.tar.xz): {exc}") from None
+    members: dict[PurePosixPath, bytes] = {}
+    with tar:
+        try:
+            for info in tar:
+                path = _member_path(info.name, source)
+                if not info.isfile():
+                    raise ValueError(f"{source}: member {info.name!r} is not a regular file")
+                if info.size > MAX_MEMBER_BYTES:
+                    raise ValueError(f"{source}: member {info.name!r} is too large")
+                handle = tar.extractfile(info)
+                assert handle is not None  # a regular file
+                members[path] = handle.read()
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise ValueError(f"{source}: damaged archive: {exc}") from None
+    return members
+
+
+def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    if not rows or rows[0] != ["tag", "step", "value"]:
+        raise ValueError(f"{where}: not a scalars file (header tag,step,value)")
+    points = []
+    for number, row in enumerate(rows[1:], start=2):
+        try:
+            tag, step, value = row
+            points.append((tag, int(step), float(value)))
+        except ValueError:
+            raise ValueError(f"{where}: line {number}: expected tag,step,value") from None
+        if tag not in ARCHIVED_TAGS:
+            raise ValueError(f"{where}: line {number}: unknown tag {tag!r}")
+    return points
+
+
+def _write_events(run_dir: Path, points: list[tuple[str, int, float]]) -> None:
+    """One event file holding ``points``, a step's tags in one record as the trainer logs them."""
+    from per_dqn.metrics import TensorBoardLogger
+
+    by_step: dict[int, dict[str, float]] = {}
+    for tag, step, value in points:
+        by_step.setdefault(step, {})[tag] = value
+    logger = TensorBoardLogger(run_dir)
+    try:
+        for step in sorted(by_step):
+            logger.scalars(by_step[step], step)
+    finally:
+        logger.close()
+
+
+def restore_archive(source: Path, out: Path) -> int:
+    """Rebuilds the sweep dir ``out`` from the archive ``source``; returns the runs restored.
+
+    Raises:
+        ValueError: one line: a missing, damaged or foreign archive, a member that would leave
+            the dir, or an ``out`` that exists and is not empty.
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: exists and is not empty; choose a new dir to unarchive into")
+    members = _read_members(source)
+    run_dirs = sorted({p.parent for p in members if p.name == SCALARS_FILE})
+    if not run_dirs:
+        raise ValueError(f"{source}: holds no run (no {SCALARS_FILE})")
+    parsed = {
+        d: _parse_scalars(members[d / SCALARS_FILE], f"{source}: {d / SCALARS_FILE}")
+        for d in run_dirs
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{out.name}.unarchive-", dir=out.parent))
+    try:
+        for path, data in members.items():
+            if path.name == SCALARS_FILE:
+                continue
+            target = temp / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        for run_dir, points in parsed.items():
+            (temp / run_dir).mkdir(parents=True, exist_ok=True)
+            _write_events(temp / run_dir, points)
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(temp, out)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return len(run_dirs)

@@ -1,0 +1,137 @@
+"""``per-dqn archive`` and ``unarchive``: a real tiny sweep kept in one file and rebuilt from it,
+its report written again byte for byte and its command finding every run finished; bad input
+in one line."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from support import assert_bad_input, tiny_args
+from typer.testing import CliRunner
+
+from per_dqn.cli import app
+from per_dqn.sweeps import archive, runs
+
+runner = CliRunner()
+REPORT_FILES = ("report.md", "scores.csv", "curves.svg", "profiles.svg")
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> Path:
+    """The tiny sweep: 2 arms x 2 seeds x 600 steps, through the CLI."""
+    out = tmp_path_factory.mktemp("archive") / "sweep"
+    result = runner.invoke(app, tiny_args(out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.slow
+def test_a_sweep_rebuilt_from_its_archive_reports_the_same_and_counts_its_runs_finished(
+    swept, tmp_path
+):
+    original = tmp_path / "original"
+    shutil.copytree(swept, original)
+    file = tmp_path / "study.tar.xz"
+    result = runner.invoke(app, ["archive", str(original), str(file)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"archive: {file} (4 runs, ")
+    # the same runs give the same bytes
+    again = tmp_path / "again.tar.xz"
+    assert runner.invoke(app, ["archive", str(original), str(again)]).exit_code == 0
+    assert again.read_bytes() == file.read_bytes()
+    with tarfile.open(file) as tar:
+        names = set(tar.getnames())
+    assert "sweep.json" in names and "uniform/s0/scalars.csv" in names
+    assert not any(n.endswith((".pt", ".lock")) or "checkpoints" in n for n in names)
+
+    rebuilt = tmp_path / "rebuilt"
+    result = runner.invoke(app, ["unarchive", str(file), str(rebuilt)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"unarchive: {rebuilt} (4 runs)\n"
+    for rel in ("uniform/s0", "proportional/s1"):
+        for name in ("config.yaml", "summary.json", "run.json"):
+            assert (rebuilt / rel / name).read_bytes() == (original / rel / name).read_bytes()
+        assert runs.read_curves(rebuilt / rel, archive.ARCHIVED_TAGS) == runs.read_curves(
+            original / rel, archive.ARCHIVED_TAGS
+        )
+        assert not (rebuilt / rel / "model.pt").exists()
+    for sweep_dir in (original, rebuilt):
+        assert runner.invoke(app, ["report", str(sweep_dir)]).exit_code == 0
+    for name in REPORT_FILES:
+        assert (rebuilt / name).read_bytes() == (original / name).read_bytes(), name
+    # the sweep's command finds every run finished there, and grows it with the runs it lacks
+    args = tiny_args(rebuilt, workers=1)
+    assert "4 runs, 4 finished, 0 to run\n" in runner.invoke(app, args).stdout
+    args[args.index("--seeds") + 1] = "3"
+    grown = runner.invoke(app, args)
+    assert grown.exit_code == 0, grown.output
+    assert "6 runs, 4 finished, 2 to run on 1 worker\n" in grown.stdout
+    assert runs.is_finished(rebuilt / "uniform/s2")
+
+
+@pytest.mark.slow
+def test_only_finished_runs_are_archived(swept, tmp_path):
+    out = tmp_path / "sweep"
+    shutil.copytree(swept, out)
+    (out / "uniform/s1/summary.json").unlink()  # a run killed before its summary
+    file = tmp_path / "a.tar.xz"
+    assert archive.write_archive(out, file) == 3
+    with tarfile.open(file) as tar:
+        assert not any(n.startswith("uniform/s1/") for n in tar.getnames())
+
+
+def _tar(path: Path, members: dict[str, bytes], link: str | None = None) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if link is not None:
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return path
+
+
+def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
+    (workdir / "empty").mkdir()
+    (workdir / "full").mkdir()
+    (workdir / "full" / "keep.txt").write_text("mine")
+    scalars = b"tag,step,value\neval/return_mean,100,1.0\n"
+    _tar(workdir / "escape.tar.xz", {"../evil/scalars.csv": scalars})
+    _tar(workdir / "link.tar.xz", {"r/scalars.csv": scalars}, link="r/summary.json")
+    _tar(workdir / "norun.tar.xz", {"sweep.json": b"{}"})
+    _tar(workdir / "badrow.tar.xz", {"r/scalars.csv": b"tag,step,value\neval/return_mean,x,1\n"})
+    _tar(workdir / "badtag.tar.xz", {"r/scalars.csv": b"tag,step,value\nloss,1,1\n"})
+    (workdir / "junk.tar.xz").write_bytes(b"not an archive")
+    cases = [
+        (["archive", "nope", "a.tar.xz"], "nope: no such sweep dir"),
+        (["archive", "empty", "a.zip"], "a.zip: the archive's name must end in .tar.xz"),
+        (["archive", "empty", "empty/a.tar.xz"],
+         "empty/a.tar.xz: the archive cannot go inside the sweep dir empty"),
+        (["archive", "empty", "a.tar.xz"], "empty: holds no finished run to archive"),
+        (["unarchive", "missing.tar.xz", "new"], "missing.tar.xz: no such file"),
+        (["unarchive", "escape.tar.xz", "full"],
+         "full: exists and is not empty; choose a new dir to unarchive into"),
+        (["unarchive", "escape.tar.xz", "new"],
+         "escape.tar.xz: member '../evil/scalars.csv' would leave the sweep dir"),
+        (["unarchive", "link.tar.xz", "new"],
+         "link.tar.xz: member 'r/summary.json' is not a regular file"),
+        (["unarchive", "norun.tar.xz", "new"], "norun.tar.xz: holds no run (no scalars.csv)"),
+        (["unarchive", "badrow.tar.xz", "new"],
+         "badrow.tar.xz: r/scalars.csv: line 2: expected tag,step,value"),
+        (["unarchive", "badtag.tar.xz", "new"],
+         "badtag.tar.xz: r/scalars.csv: line 2: unknown tag 'loss'"),
+    ]  # fmt: skip
+    before = sorted(p.relative_to(workdir).as_posix() for p in workdir.rglob("*"))
+    for args, line in cases:
+        assert_bad_input(runner.invoke(app, args), line)
+    junk = runner.invoke(app, ["unarchive", "junk.tar.xz", "new"])
+    assert junk.exit_code == 2 and junk.stdout == ""
+    assert junk.stderr.startswith("error: junk.tar.xz: not a per-dqn archive (.tar.xz): ")
+    assert junk.stderr.count("\n") == 1
+    assert sorted(p.relative_to(workdir).as_posix() for p in workdir.rglob("*")) == before
