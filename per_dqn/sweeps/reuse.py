@@ -85,6 +85,7 @@ def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, 
     wanted = [job for job in jobs if not (out / job.run_dir).exists()]
     if not wanted or not sources:
         return {}
+    planned = {job.run_dir: parse_yaml(job.config_yaml, job.run_dir) for job in wanted}
     found: dict[str, Path] = {}
     own = out.resolve()
     for source in sources:
@@ -94,8 +95,7 @@ def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, 
             for job in wanted:
                 if job.run_dir in found:
                     continue
-                planned = parse_yaml(job.config_yaml, job.run_dir)
-                if _same_run(config, planned) and not _has_links(run_dir):
+                if _same_run(config, planned[job.run_dir]) and not _has_links(run_dir):
                     found[job.run_dir] = run_dir
                     break
     return {job.run_dir: found[job.run_dir] for job in wanted if job.run_dir in found}
