@@ -37,7 +37,8 @@ def report(
         list[Path] | None,
         typer.Option(
             metavar="FILE",
-            help="A CSV of published training curves (env_id,label,step,mean,sd,seeds), "
+            help="A CSV of published training curves (env_id,label,step,mean[,sd,seeds,"
+            "exploration]), "
             "repeatable: report.md sets them beside the runs' training-return EMA at the last "
             "published step and training.png draws them; docs/results/published/ holds one.",
         ),

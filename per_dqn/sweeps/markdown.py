@@ -393,12 +393,14 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
         "## Beside the published curves",
         "",
         "The training-return EMA (as above) at the last published step within the runs, "
-        "beside the published value there; mean (sd) over seeds. "
+        "beside the published value there; mean (sd) over seeds. Training returns are measured "
+        "under exploration, so each curve's exploration after its decay is named (the "
+        "published file's, where it gives it). "
         f"![training return EMA against env steps, beside the published curves]({TRAINING_FILE}) "
         f"([SVG]({TRAINING_SVG})).",
         "",
-        "| env | step | curve | EMA | seeds |",
-        "|---|--:|---|--:|--:|",
+        "| env | step | curve | exploration | EMA | seeds |",
+        "|---|--:|---|---|--:|--:|",
     ]
     for env in sweep.envs:
         runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
@@ -410,12 +412,14 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
             if p.step == step:
                 seeds = p.seeds if p.seeds is not None else "?"
                 lines.append(f"| {env} | {step:,} | {p.label} (published) | "
+                             f"{p.exploration or 'not given'} | "
                              f"{cell(p.mean, p.sd, seeds)} |")  # fmt: skip
         for arm in sweep.arms:
             values = [ema_at(r.run.train_returns, [step])[0] for r in cells[(env, arm)]]
             if values:
                 sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
-                lines.append(f"| {env} | {step:,} | {arm} | "
+                kinds = sorted({r.run.exploration or "not known" for r in cells[(env, arm)]})
+                lines.append(f"| {env} | {step:,} | {arm} | {'; '.join(kinds)} | "
                              f"{cell(float(np.mean(values)), sd, len(values))} |")  # fmt: skip
     lines.append("")
     return lines

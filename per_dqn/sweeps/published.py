@@ -6,13 +6,16 @@ MinAtar curves of the literature report. The file (``docs/results/published/`` h
 reducible-loss's released MinAtar curves) has one row per source curve and step::
 
     # comment lines start with '#'
-    env_id,label,step,mean,sd,seeds
-    MinAtar/Breakout-v1,reducible-loss DQN,1000000,7.87,0.55,5
+    env_id,label,step,mean,sd,seeds,exploration
+    MinAtar/Breakout-v1,reducible-loss DQN,1000000,7.87,0.55,5,epsilon 0.1 from 105k
 
 ``env_id`` names the env as a run's config does; ``label`` names the curve in the figure's legend
 (one label is one curve: a method of a source); ``step`` is an env step (MinAtar has no frame
 skip, so a frame); ``mean`` the value published at it, ``sd`` its spread over the source's seeds
-(empty where not known) and ``seeds`` how many seeds it is over (empty where not known).
+(empty where not known), ``seeds`` how many seeds it is over (empty where not known) and
+``exploration`` the exploration the source's training returns were measured under (free text,
+empty where not known): training returns depend on it as much as on the agent, so the report
+names it beside the runs' own.
 
 A run's curve at those steps (``ema_at``): at step ``s``, the EMA after the last training episode
 that ended at or before ``s``, 0 before its first (the EMA starts at 0, as the sources' does).
@@ -28,7 +31,7 @@ from pathlib import Path
 
 from per_dqn.sweeps.measure import train_return_ema
 
-COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds")
+COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds", "exploration")
 REQUIRED = ("env_id", "label", "step", "mean")
 MAX_BYTES = 10 * 1024 * 1024  # a published curve file is kilobytes; refuse anything huge
 # The bin of the runs' curve on an env that no published point covers.
@@ -45,6 +48,7 @@ class Point:
     mean: float
     sd: float | None = None
     seeds: int | None = None
+    exploration: str | None = None
 
 
 def read_published(path: Path) -> tuple[Point, ...]:
@@ -88,6 +92,7 @@ def read_published(path: Path) -> tuple[Point, ...]:
             mean=_number(row, "mean", where, n),
             sd=_optional(row, "sd", where, n),
             seeds=None if seeds is None else int(seeds),
+            exploration=_text(row, "exploration", where, n) if row.get("exploration") else None,
         )
         key = (point.env_id, point.label, point.step)
         if key in seen:

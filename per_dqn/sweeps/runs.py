@@ -225,6 +225,8 @@ class Run:
         game: the package and version of the game's code the run played, as its summary's
             provenance records them (``minatar 1.0.15``; ``GAME_PACKAGES``); None for other envs
             or where the summary does not say.
+        exploration: its exploration after the decay, from its ``config.yaml``: ``epsilon 0.01
+            from 250k`` (``exploration_text``); None where the config cannot be read.
     """
 
     env_id: str
@@ -243,6 +245,32 @@ class Run:
     is_weight_mean: float | None = None
     train_returns: tuple[tuple[int, float], ...] = ()
     game: str | None = None
+    exploration: str | None = None
+
+
+def exploration_text(train: dict[str, Any]) -> str | None:
+    """A config's ``train`` section's exploration after its decay: ``epsilon 0.01 from 250k``,
+    the floor and the env step it is reached at (``epsilon_decay_steps``, after
+    ``learning_starts`` where the decay starts there). None where a key is missing."""
+    try:
+        floor, steps = float(train["epsilon_end"]), int(train["epsilon_decay_steps"])
+        if train.get("epsilon_decay_from", "start") == "learning_starts":
+            steps += int(train["learning_starts"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    at = f"{steps // 1000}k" if steps % 1000 == 0 and steps else f"{steps:,}"
+    return f"epsilon {floor:g} from {at}"
+
+
+def _exploration(run_dir: Path) -> str | None:
+    from per_dqn.config import ConfigError, parse_yaml
+
+    try:
+        config = parse_yaml((run_dir / "config.yaml").read_text(encoding="utf-8"), str(run_dir))
+    except (OSError, ConfigError):
+        return None
+    train = config.get("train") if isinstance(config, dict) else None
+    return exploration_text(train) if isinstance(train, dict) else None
 
 
 # Env id prefix -> the distribution whose code is the game: a release can change the game itself
@@ -444,6 +472,7 @@ def _read_run(
         is_weight_mean=sum(weights) / len(weights) if weights else None,
         train_returns=tuple(curves[EPISODE_RETURN]),
         game=_game(env_id, summary),
+        exploration=_exploration(run_dir),
     )
 
 

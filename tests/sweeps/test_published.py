@@ -48,7 +48,7 @@ def test_a_file_is_read_in_order_with_comments_and_optional_columns(tmp_path):
         ("", "no header and no rows"),
         (
             "env_id,label,mean\n",
-            "line 1: no column 'step' (columns: env_id, label, step, mean, sd, seeds)",
+            "line 1: no column 'step' (columns: env_id, label, step, mean, sd, seeds, exploration)",
         ),
         (f"env_id,label,step,mean\n{ENV},DQN,1e5,1\n", "line 2: step: '1e5' is not a whole number"),
         (f"env_id,label,step,mean\n{ENV},DQN,-1,1\n", "line 2: step: '-1' is out of range"),
@@ -127,9 +127,10 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
     assert result.exit_code == 0, result.output
     text = (out / "report.md").read_text()
     emas = [g * (1 - 0.99**50) for g in (1.0, 3.0)]
-    assert f"| {ENV} | 50,000 | src DQN (published) | 2.50 (0.50) | 5 |" in text
+    assert f"| {ENV} | 50,000 | src DQN (published) | not given | 2.50 (0.50) | 5 |" in text
     ours = f"{np.mean(emas):.2f} ({np.std(emas, ddof=1):.2f})"
-    assert f"| {ENV} | 50,000 | uniform | {ours} | 2 |" in text
+    # the fake runs have no config.yaml to say how they explored
+    assert f"| {ENV} | 50,000 | uniform | not known | {ours} | 2 |" in text
     assert "Asterix" not in text  # a published env the sweep does not have is left out
     with Image.open(out / "training.png") as image:
         assert image.format == "PNG" and image.width > 1000
@@ -231,3 +232,38 @@ def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_d
     report.write_report(out)
     text = (out / "report.md").read_text()
     assert f"## {ENV}, minatar 1.0.15\n" in text and "releases of the game" not in text
+
+
+def test_the_published_table_names_each_curve_s_exploration(tmp_path):
+    """Training returns depend on exploration as much as on the agent (Seaquest 1.0.10: EMA 3.10
+    at epsilon 0.01, 2.22 at 0.1), so each row of the published table names its curve's: the
+    runs' from their config.yaml (the floor, and the env step it is reached at), the source's
+    from the file's optional column. By hand: the decay's length, after learning_starts where
+    the decay starts there."""
+    assert runs.exploration_text({"epsilon_end": 0.01, "epsilon_decay_steps": 250_000}) == (
+        "epsilon 0.01 from 250k"
+    )
+    assert runs.exploration_text({
+        "epsilon_end": 0.1, "epsilon_decay_steps": 100_000,
+        "epsilon_decay_from": "learning_starts", "learning_starts": 5_000,
+    }) == "epsilon 0.1 from 105k"  # fmt: skip
+    assert runs.exploration_text({"epsilon_end": 0.05, "epsilon_decay_steps": 1_500}) == (
+        "epsilon 0.05 from 1,500"
+    )
+    assert runs.exploration_text({"epsilon_end": 0.05}) is None
+    out = breakout_sweep(tmp_path / "sweep")
+    for seed in (0, 1):
+        (out / f"uniform/s{seed}/config.yaml").write_text(
+            "train:\n  epsilon_end: 0.01\n  epsilon_decay_steps: 250000\n"
+        )
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds,exploration\n"
+                 f"{ENV},src DQN,50000,2.5,0.5,5,epsilon 0.1 from 105k\n")  # fmt: skip
+    (point,) = published.read_published(path)
+    assert point.exploration == "epsilon 0.1 from 105k"
+    assert runner.invoke(app, ["report", str(out), "--published", str(path)]).exit_code == 0
+    text = (out / "report.md").read_text()
+    source = "src DQN (published) | epsilon 0.1 from 105k | 2.50 (0.50) | 5"
+    assert f"| {ENV} | 50,000 | {source} |" in text
+    assert f"| {ENV} | 50,000 | uniform | epsilon 0.01 from 250k | " in text
+    shipped = published.read_published(SHIPPED)
+    assert {p.exploration for p in shipped} == {"epsilon 0.1 from 105k"}
