@@ -165,6 +165,18 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: Path, recurse: bool = True) -> None:
+    """Every file and dir under ``root`` (``root`` alone where ``recurse`` is False) on the
+    device: before a rename makes a tree built in a temp dir the real one."""
+    if not recurse:
+        fsync_path(root)
+        return
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(Path(directory) / name)
+        fsync_path(Path(directory))
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Replaces ``path`` with ``text`` so that a crash leaves either the old or the new file."""
     write_bytes_atomic(path, text.encode("utf-8"))

@@ -11,13 +11,14 @@ event file holding those points, so ``per-dqn report DIR`` writes the same ``rep
 ``scores.csv`` and figures as from the original runs (the points are stored as the float32
 values the event file held; ``tests/sweeps/test_archive.py`` checks the files byte for byte),
 and ``per-dqn ablate`` with the sweep's command counts the runs finished and runs only the ones
-the archive lacks. What such a run dir cannot do is be evaluated or loaded: it has no
-``model.pt``. The dir is built beside its place and renamed into place, so a rebuild cut short
-leaves nothing behind.
+the archive lacks. What such a run dir cannot do is be evaluated, loaded or taken by
+``ablate --reuse``: it has no ``model.pt``. The dir is built in a hidden temp dir beside its
+place, synced to the device and renamed into place: a rebuild that fails leaves nothing, and
+one killed midway leaves only that temp dir (``.<name>.unarchive-*``), never a partial sweep dir.
 
-What it is for: results that outlive the run dirs (shipped beside a results page, as
-``docs/results/`` does, so that its figures can be redrawn), and a long study carried from one
-machine to another without its weights.
+What it is for: results that outlive the run dirs (shipped beside a results page, so that its
+figures can be redrawn), and a long study carried from one machine to another without its
+weights.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from per_dqn.fileio import write_bytes_atomic
+from per_dqn.fileio import fsync_tree, inside, read_regular, write_bytes_atomic, writing
 from per_dqn.rundir import SWEEP_FILE
 from per_dqn.sweeps import runs
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
@@ -38,8 +39,13 @@ from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 ARCHIVED_TAGS = (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN)
 RUN_FILES = ("config.yaml", runs.SUMMARY_FILE, "run.json")
 SCALARS_FILE = "scalars.csv"
-# The most a member may unpack to: a run's scalars are tens of kB; this refuses a bomb.
+# The most a member, and all of them, may unpack to, and the most members: a run's scalars are
+# tens of kB; this refuses a bomb.
 MAX_MEMBER_BYTES = 256 * 2**20
+MAX_TOTAL_BYTES = 2**30
+MAX_MEMBERS = 100_000
+# The most a run's own small file (config, summary, run id) may hold.
+MAX_RUN_FILE_BYTES = 16 * 2**20
 
 
 def _finished_run_dirs(out: Path) -> list[Path]:
@@ -75,6 +81,8 @@ def write_archive(out: Path, dest: Path) -> int:
         raise ValueError(f"{dest}: the archive's name must end in .tar.xz")
     if out.resolve() in dest.resolve().parents:
         raise ValueError(f"{dest}: the archive cannot go inside the sweep dir {out}")
+    if not dest.parent.is_dir():
+        raise ValueError(f"{dest}: no such directory {dest.parent}")
     run_dirs = _finished_run_dirs(out)
     if not run_dirs:
         raise ValueError(f"{out}: holds no finished run to archive")
@@ -86,19 +94,28 @@ def write_archive(out: Path, dest: Path) -> int:
             info.size = len(data)  # mtime 0, no owner: the same runs give the same bytes
             tar.addfile(info, io.BytesIO(data))
 
-        if (out / SWEEP_FILE).is_file():
-            add(SWEEP_FILE, (out / SWEEP_FILE).read_bytes())
+        def read(directory: Path, name: str) -> bytes:
+            # A run's file, refused if it is a link leaving the sweep dir or not a regular file.
+            try:
+                path = inside(out, (directory / name).relative_to(out))
+                return read_regular(path, MAX_RUN_FILE_BYTES)
+            except OSError as exc:
+                raise ValueError(f"{directory / name}: {exc.strerror or exc}") from None
+
+        if (out / SWEEP_FILE).exists():
+            add(SWEEP_FILE, read(out, SWEEP_FILE))
         for run_dir in run_dirs:
             rel = run_dir.relative_to(out).as_posix()
             for name in RUN_FILES:
-                if (run_dir / name).is_file():
-                    add(f"{rel}/{name}" if rel != "." else name, (run_dir / name).read_bytes())
+                if (run_dir / name).exists() or (run_dir / name).is_symlink():
+                    add(f"{rel}/{name}" if rel != "." else name, read(run_dir, name))
             try:
                 scalars = _scalars_csv(run_dir)
             except runs.EventDataLoss as exc:
                 raise ValueError(str(exc)) from None
             add(f"{rel}/{SCALARS_FILE}" if rel != "." else SCALARS_FILE, scalars)
-    write_bytes_atomic(dest, buffer.getvalue())
+    with writing(dest):
+        write_bytes_atomic(dest, buffer.getvalue())
     return len(run_dirs)
 
 
@@ -118,24 +135,35 @@ def _read_members(source: Path) -> dict[PurePosixPath, bytes]:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ValueError(f"{source}: not a per-dqn archive (.tar.xz): {exc}") from None
     members: dict[PurePosixPath, bytes] = {}
+    total = 0
     with tar:
         try:
             for info in tar:
                 path = _member_path(info.name, source)
                 if not info.isfile():
                     raise ValueError(f"{source}: member {info.name!r} is not a regular file")
-                if info.size > MAX_MEMBER_BYTES:
+                total += info.size
+                if info.size > MAX_MEMBER_BYTES or total > MAX_TOTAL_BYTES:
                     raise ValueError(f"{source}: member {info.name!r} is too large")
+                if path in members or len(members) >= MAX_MEMBERS:
+                    raise ValueError(f"{source}: member {info.name!r} is one too many")
                 handle = tar.extractfile(info)
                 assert handle is not None  # a regular file
                 members[path] = handle.read()
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ValueError(f"{source}: damaged archive: {exc}") from None
+    for path in members:
+        for parent in path.parents:
+            if parent in members:
+                raise ValueError(f"{source}: member {str(parent)!r} is a file and a directory")
     return members
 
 
 def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
-    rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: not a UTF-8 CSV file ({exc})") from None
     if not rows or rows[0] != ["tag", "step", "value"]:
         raise ValueError(f"{where}: not a scalars file (header tag,step,value)")
     points = []
@@ -151,16 +179,14 @@ def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
 
 
 def _write_events(run_dir: Path, points: list[tuple[str, int, float]]) -> None:
-    """One event file holding ``points``, a step's tags in one record as the trainer logs them."""
+    """One event file holding ``points``, each its own record: a tag may have several points
+    at one step (training episodes of several envs that end together)."""
     from per_dqn.metrics import TensorBoardLogger
 
-    by_step: dict[int, dict[str, float]] = {}
-    for tag, step, value in points:
-        by_step.setdefault(step, {})[tag] = value
     logger = TensorBoardLogger(run_dir)
     try:
-        for step in sorted(by_step):
-            logger.scalars(by_step[step], step)
+        for tag, step, value in sorted(points, key=lambda point: point[1]):
+            logger.scalars({tag: value}, step)
     finally:
         logger.close()
 
@@ -178,12 +204,19 @@ def restore_archive(source: Path, out: Path) -> int:
     run_dirs = sorted({p.parent for p in members if p.name == SCALARS_FILE})
     if not run_dirs:
         raise ValueError(f"{source}: holds no run (no {SCALARS_FILE})")
+    for run_dir in run_dirs:
+        for name in ("config.yaml", runs.SUMMARY_FILE):
+            if run_dir / name not in members:
+                raise ValueError(f"{source}: run {run_dir} has no {name}")
     parsed = {
         d: _parse_scalars(members[d / SCALARS_FILE], f"{source}: {d / SCALARS_FILE}")
         for d in run_dirs
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{out.name}.unarchive-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temp, 0o777 & ~umask)  # mkdtemp's 0700 would keep the sweep from its group
     try:
         for path, data in members.items():
             if path.name == SCALARS_FILE:
@@ -194,9 +227,11 @@ def restore_archive(source: Path, out: Path) -> int:
         for run_dir, points in parsed.items():
             (temp / run_dir).mkdir(parents=True, exist_ok=True)
             _write_events(temp / run_dir, points)
+        fsync_tree(temp)
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(temp, out)
+        fsync_tree(out.parent, recurse=False)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

@@ -62,7 +62,7 @@ from per_dqn.sweeps.measure import (
     sensitivity_keys,
 )
 from per_dqn.sweeps.published import Point, ema_at, in_reach
-from per_dqn.sweeps.runs import SweepRuns, env_label
+from per_dqn.sweeps.runs import SweepRuns, env_games, env_label
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
@@ -232,7 +232,7 @@ def _env_table(
         head += [f"P(> {versus}), final", f"P(> {versus}), AUC"]
     head.append("IS weight")
     lines = [f"## {env_label(sweep.runs, env)}", ""]
-    games = sorted({r.game for r in sweep.runs if r.env_id == env and r.game is not None})
+    games = env_games(sweep.runs, env)
     if len(games) > 1:
         lines += [
             f"Its runs played {len(games)} releases of the game ({', '.join(games)}): their "

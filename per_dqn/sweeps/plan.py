@@ -659,9 +659,12 @@ def start_sweep(sweep: Sweep) -> list[Job]:
         record["grown"] = [*old.get("grown", []), grown]
     if record != old:
         write_json(out / SWEEP_FILE, record)
-    # After the record: a sweep dir with runs in it always has its sweep.json.
-    taken = reuse_runs.copy_in(out, dict(sweep.reuse))
-    if taken:
-        record["reused"] = [*record.get("reused", []), *taken]
+    # After the record: a sweep dir with runs in it always has its sweep.json; each run taken
+    # from elsewhere is listed in it as soon as it is in place.
+
+    def copied(entry: dict[str, str]) -> None:
+        record["reused"] = [*record.get("reused", []), entry]
         write_json(out / SWEEP_FILE, record)
+
+    reuse_runs.copy_in(out, dict(sweep.reuse), copied)
     return [job for job in sweep.jobs if not runs.is_finished(out / job.run_dir)]

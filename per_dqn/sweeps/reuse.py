@@ -1,12 +1,14 @@
 """``ablate --reuse DIR``: finished runs from elsewhere taken into a sweep instead of run again.
 
 A sweep can name other sweep dirs (or any dir of run dirs) to take runs from. A planned run is
-taken from there when a finished run (its ``summary.json`` says ``interrupted: false``) has the
-planned run's config: the same values for every key both configs have, the rule a sweep applies
-when it resumes a run dir (``runs.config_differences``; a key only one side has is one a newer
-per-dqn added with a default that keeps the old behaviour). A run's outcome depends on its config
-alone, never on its pack-mates or its sweep (issue 24's exactness: ``tests/test_packs.py``), so
-that run is the one this sweep would make, bit for bit.
+taken from there when a finished run (its ``summary.json`` says ``interrupted: false``, and it
+has its ``model.pt``: not a run rebuilt by ``per-dqn unarchive``) has the planned run's config,
+key for key: the same keys with the same values (``runs.config_differences`` both ways, and no
+key only one side has: a run of an older per-dqn, which lacks a key added since, is not taken).
+A run's outcome depends on its config alone, never on its pack-mates or its sweep (issue 24's
+exactness: ``tests/test_packs.py``), so that run is the one this sweep would make, bit for bit
+on the same kind of device (``run.device: auto`` is resolved when a run starts: a run made on a
+GPU has other floats than one made on a CPU).
 
 Only a run dir that does not exist yet is filled: a run this sweep has started is resumed, not
 replaced. The run is copied whole (event file, checkpoints, ``model.pt``, its summary with the
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from per_dqn.config import ConfigError, parse_yaml
-from per_dqn.fileio import fsync_path
+from per_dqn.fileio import WriteError, fsync_path, fsync_tree
+from per_dqn.metrics import flatten_config
 from per_dqn.rundir import LOCK_FILE
 from per_dqn.sweeps import runs
 
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from per_dqn.sweeps.plan import Job
 
 CONFIG_FILE = "config.yaml"
+MODEL_FILE = "model.pt"
 TEMP_PREFIX = ".reuse-"
 
 
@@ -45,8 +49,10 @@ def check_sources(sources: Sequence[Path], out: Path) -> tuple[Path, ...]:
     """
     checked = []
     for source in sources:
-        if not source.is_dir():
+        if not source.exists():
             raise ValueError(f"--reuse {source}: no such directory")
+        if not source.is_dir():
+            raise ValueError(f"--reuse {source}: not a directory")
         resolved, own = source.resolve(), out.resolve()
         if resolved == own or own in resolved.parents:
             raise ValueError(f"--reuse {source}: is in the sweep dir itself (--out {out})")
@@ -55,10 +61,11 @@ def check_sources(sources: Sequence[Path], out: Path) -> tuple[Path, ...]:
 
 
 def _finished_runs(source: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Each finished run dir under ``source`` (``source`` itself included) and its config."""
+    """Each finished run dir under ``source`` (``source`` itself included) that has its weights,
+    and its config."""
     for directory, dirs, files in os.walk(source):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if CONFIG_FILE not in files:
+        if CONFIG_FILE not in files or MODEL_FILE not in files:
             continue
         run_dir = Path(directory)
         if not runs.is_finished(run_dir):
@@ -102,27 +109,27 @@ def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, 
 
 
 def _same_run(held: dict[str, Any], planned: dict[str, Any]) -> bool:
-    """The same run: the same env and seed (checked first: cheap, and never a missing key), and
-    no key whose values differ."""
+    """The same run: the same env and seed (checked first: cheap), the same keys, and no key
+    whose values differ."""
     for section, key in (("env", "id"), ("run", "seed")):
         if (held.get(section) or {}).get(key) != (planned.get(section) or {}).get(key):
             return False
-    return not runs.config_differences(held, planned)
+    held_keys, planned_keys = flatten_config(held), flatten_config(planned)
+    return held_keys.keys() == planned_keys.keys() and not runs.config_differences(held, planned)
 
 
-def _fsync_tree(root: Path) -> None:
-    """Every file and dir under ``root`` on the device, before the rename makes it a run dir."""
-    for directory, _, files in os.walk(root, topdown=False):
-        for name in files:
-            fsync_path(Path(directory) / name)
-        fsync_path(Path(directory))
-
-
-def copy_in(out: Path, found: dict[str, Path]) -> list[dict[str, str]]:
+def copy_in(out: Path, found: dict[str, Path], on_copied: Callable[[dict[str, str]], None]) -> int:
     """Copies each found run into its place under ``out`` (see the module docstring), skipping
-    one whose place exists by now or whose source is no longer finished. Returns what was
-    copied, as ``sweep.json`` lists it: ``{"run_dir": ..., "from": ...}``."""
-    taken = []
+    one whose place exists by now or whose source is no longer finished. ``on_copied`` is told
+    of each run as soon as it is in place, as ``sweep.json`` lists it (``{"run_dir": ...,
+    "from": ...}``), so that a copy cut short later loses no record of the earlier ones. Returns
+    how many were copied.
+
+    Raises:
+        WriteError: a run could not be copied (one line naming its place); its temp dir is
+            removed.
+    """
+    taken = 0
     for run_dir, source in found.items():
         target = out / run_dir
         if target.exists() or not runs.is_finished(source):
@@ -130,9 +137,17 @@ def copy_in(out: Path, found: dict[str, Path]) -> list[dict[str, str]]:
         target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.parent / f"{TEMP_PREFIX}{target.name}"
         shutil.rmtree(temp, ignore_errors=True)  # one a killed copy left
-        shutil.copytree(source, temp, symlinks=True, ignore=shutil.ignore_patterns(LOCK_FILE))
-        _fsync_tree(temp)
-        os.replace(temp, target)
-        fsync_path(target.parent)
-        taken.append({"run_dir": run_dir, "from": str(source)})
+        try:
+            shutil.copytree(source, temp, symlinks=True, ignore=shutil.ignore_patterns(LOCK_FILE))
+            fsync_tree(temp)
+            os.replace(temp, target)
+            fsync_path(target.parent)
+        except BaseException as exc:
+            shutil.rmtree(temp, ignore_errors=True)
+            if isinstance(exc, shutil.Error | OSError):
+                reason = getattr(exc, "strerror", None) or "the copy failed"
+                raise WriteError(None, f"copying {source} in: {reason}", str(target)) from exc
+            raise
+        on_copied({"run_dir": run_dir, "from": str(source)})
+        taken += 1
     return taken

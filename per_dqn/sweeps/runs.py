@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -286,11 +287,21 @@ def _game(env_id: str, summary: dict[str, Any]) -> str | None:
     return f"{name} {version}" if isinstance(version, str) else None
 
 
+def env_games(runs: Sequence[Run], env: str) -> list[str]:
+    """The game releases ``env``'s runs recorded (``Run.game``), oldest first."""
+
+    def key(game: str) -> tuple[tuple[int, int | str], ...]:
+        parts = re.split(r"[.\-+]", game.split(" ", 1)[-1])
+        return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+    return sorted({r.game for r in runs if r.env_id == env and r.game is not None}, key=key)
+
+
 def env_label(runs: Sequence[Run], env: str) -> str:
     """``env``, with the game releases its runs played where the summaries say
     (``MinAtar/Seaquest-v1, minatar 1.0.15``; two releases are both named, ``minatar 1.0.10
     and 1.0.15``: the runs did not all play one game)."""
-    games = sorted({r.game for r in runs if r.env_id == env and r.game is not None})
+    games = env_games(runs, env)
     if not games:
         return env
     name = games[0].split(" ")[0]

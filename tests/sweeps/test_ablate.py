@@ -579,6 +579,29 @@ def test_reuse_takes_the_finished_runs_of_the_same_config_and_runs_the_rest(tiny
     assert planned(out).reuse == ()  # every run dir exists there
 
 
+@pytest.mark.slow
+def test_reuse_takes_no_run_without_weights_or_with_a_key_only_one_side_has(tiny_sweep, tmp_path):
+    """Not taken: a run without model.pt (one rebuilt by `per-dqn unarchive`: a copy would pass
+    for a whole run), and a run whose config lacks a key the planned one has (an older per-dqn's,
+    which ran that key's default, whatever the plan sets it to) or has one more. The others are."""
+    source = tmp_path / "src"
+    shutil.copytree(tiny_sweep, source)
+    (source / "uniform/s0/model.pt").unlink()
+    for rel, edit in (("uniform/s1", "drop"), ("proportional/s0", "add")):
+        path = source / rel / "config.yaml"
+        data = yaml.safe_load(path.read_text())
+        if edit == "drop":
+            del data["replay"]["alpha"]
+        else:
+            data["replay"]["extra"] = 1
+        path.write_text(yaml.safe_dump(data))
+    sweep = plan.plan_sweep(
+        "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600,
+        [parse_override(t) for t in TINY], tmp_path / "new", reuse=[source],
+    )  # fmt: skip
+    assert [d for d, _ in sweep.reuse] == ["proportional/s1"]
+
+
 @pytest.mark.kill
 @pytest.mark.parametrize(
     ("to_group", "signum", "code", "sigint_ignored"),

@@ -5,14 +5,17 @@ in one line."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 from support import assert_bad_input, tiny_args
+from test_report import fake_run
 from typer.testing import CliRunner
 
+from per_dqn import metrics, tags
 from per_dqn.cli import app
 from per_dqn.sweeps import archive, runs
 
@@ -105,8 +108,15 @@ def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
     _tar(workdir / "escape.tar.xz", {"../evil/scalars.csv": scalars})
     _tar(workdir / "link.tar.xz", {"r/scalars.csv": scalars}, link="r/summary.json")
     _tar(workdir / "norun.tar.xz", {"sweep.json": b"{}"})
-    _tar(workdir / "badrow.tar.xz", {"r/scalars.csv": b"tag,step,value\neval/return_mean,x,1\n"})
-    _tar(workdir / "badtag.tar.xz", {"r/scalars.csv": b"tag,step,value\nloss,1,1\n"})
+    run = {"r/config.yaml": b"env: {}\n", "r/summary.json": b"{}"}
+    _tar(
+        workdir / "badrow.tar.xz",
+        {**run, "r/scalars.csv": b"tag,step,value\neval/return_mean,x,1\n"},
+    )
+    _tar(workdir / "badtag.tar.xz", {**run, "r/scalars.csv": b"tag,step,value\nloss,1,1\n"})
+    _tar(workdir / "both.tar.xz", {"r": b"", "r/scalars.csv": scalars})
+    _tar(workdir / "bare.tar.xz", {"r/scalars.csv": scalars})
+    _tar(workdir / "latin.tar.xz", {**run, "r/scalars.csv": b"tag,step,value\n\xff\n"})
     (workdir / "junk.tar.xz").write_bytes(b"not an archive")
     cases = [
         (["archive", "nope", "a.tar.xz"], "nope: no such sweep dir"),
@@ -114,6 +124,7 @@ def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
         (["archive", "empty", "empty/a.tar.xz"],
          "empty/a.tar.xz: the archive cannot go inside the sweep dir empty"),
         (["archive", "empty", "a.tar.xz"], "empty: holds no finished run to archive"),
+        (["archive", "empty", "nodir/a.tar.xz"], "nodir/a.tar.xz: no such directory nodir"),
         (["unarchive", "missing.tar.xz", "new"], "missing.tar.xz: no such file"),
         (["unarchive", "escape.tar.xz", "full"],
          "full: exists and is not empty; choose a new dir to unarchive into"),
@@ -126,12 +137,59 @@ def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
          "badrow.tar.xz: r/scalars.csv: line 2: expected tag,step,value"),
         (["unarchive", "badtag.tar.xz", "new"],
          "badtag.tar.xz: r/scalars.csv: line 2: unknown tag 'loss'"),
+        (["unarchive", "both.tar.xz", "new"], "both.tar.xz: member 'r' is a file and a directory"),
+        (["unarchive", "bare.tar.xz", "new"], "bare.tar.xz: run r has no config.yaml"),
     ]  # fmt: skip
     before = sorted(p.relative_to(workdir).as_posix() for p in workdir.rglob("*"))
     for args, line in cases:
         assert_bad_input(runner.invoke(app, args), line)
+    latin = runner.invoke(app, ["unarchive", "latin.tar.xz", "new"])
+    assert latin.exit_code == 2 and latin.stderr.count("\n") == 1
+    assert latin.stderr.startswith("error: latin.tar.xz: r/scalars.csv: not a UTF-8 CSV file (")
     junk = runner.invoke(app, ["unarchive", "junk.tar.xz", "new"])
     assert junk.exit_code == 2 and junk.stdout == ""
     assert junk.stderr.startswith("error: junk.tar.xz: not a per-dqn archive (.tar.xz): ")
     assert junk.stderr.count("\n") == 1
     assert sorted(p.relative_to(workdir).as_posix() for p in workdir.rglob("*")) == before
+
+
+def _one_run(sweep: Path, episodes: list[tuple[int, float]]) -> Path:
+    """A finished run dir as the trainer leaves it (``test_report.fake_run``), with its config and
+    these training-episode returns."""
+    fake_run(sweep, "uniform/s0", "CartPole-v1", "uniform", 0, 9.0, [(100, 1.0), (200, 2.0)])
+    run_dir = sweep / "uniform/s0"
+    (run_dir / "config.yaml").write_text("env:\n  id: CartPole-v1\n")
+    logger = metrics.TensorBoardLogger(run_dir)
+    for step, value in episodes:
+        logger.scalars({tags.EPISODE_RETURN: value}, step)
+    logger.close()
+    return run_dir
+
+
+def test_episodes_that_end_at_one_step_all_come_back(tmp_path):
+    """Pins a lost point: with several envs, training episodes can end at the same env step, each
+    logged there; the rebuilt event file kept one value per tag and step."""
+    run_dir = _one_run(tmp_path / "sweep", [(8, 10.0), (8, 12.0), (9, 3.0)])
+    file = tmp_path / "a.tar.xz"
+    archive.write_archive(tmp_path / "sweep", file)
+    archive.restore_archive(file, tmp_path / "back")
+    back = runs.read_curves(tmp_path / "back/uniform/s0", archive.ARCHIVED_TAGS)
+    assert back[tags.EPISODE_RETURN] == [(8, 10.0), (8, 12.0), (9, 3.0)]
+    assert back == runs.read_curves(run_dir, archive.ARCHIVED_TAGS)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "back").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_a_run_file_that_leaves_the_sweep_dir_is_not_archived(tmp_path):
+    """A run's config.yaml that is a link out of the sweep dir (to any file the user can read)
+    is refused in one line, as the report refuses such a file; nothing is written."""
+    run_dir = _one_run(tmp_path / "sweep", [(8, 1.0)])
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the sweep's")
+    (run_dir / "config.yaml").unlink()
+    (run_dir / "config.yaml").symlink_to(secret)
+    result = runner.invoke(app, ["archive", str(tmp_path / "sweep"), str(tmp_path / "a.tar.xz")])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"error: {run_dir / 'config.yaml'}: leads outside ")
+    assert not (tmp_path / "a.tar.xz").exists()

@@ -232,6 +232,11 @@ def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_d
     report.write_report(out)
     text = (out / "report.md").read_text()
     assert f"## {ENV}, minatar 1.0.15\n" in text and "releases of the game" not in text
+    # releases in version order, not as text ("1.0.15" < "1.0.9")
+    summary = out / "uniform/s0/summary.json"
+    data = json.loads(summary.read_text()) | {"provenance": {"versions": {"minatar": "1.0.9"}}}
+    fileio.write_json(summary, data)
+    assert runs.env_label(runs.collect(out).runs, ENV) == f"{ENV}, minatar 1.0.9 and 1.0.15"
 
 
 def test_the_published_table_names_each_curve_s_exploration(tmp_path):

@@ -107,8 +107,8 @@ def test_the_local_backend_never_imports_ray(tmp_path):
         (["--dashboard"],
          "--dashboard cannot be used with --backend local (they are --backend ray's)"),
         (["--backend", "ray", "--address", "auto", "--dashboard"],
-         "--dashboard starts the dashboard of the local Ray cluster; with --address the "
-         "cluster's own dashboard is shown where it was started with one"),
+         "--dashboard cannot be used with --address: it starts the local cluster's "
+         "dashboard, and a cluster at an address has the one it was started with"),
     ],
 )  # fmt: skip
 def test_bad_ray_options_get_one_line_and_exit_2(workdir, args, line):

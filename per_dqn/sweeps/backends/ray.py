@@ -164,8 +164,8 @@ def check_options(options: RayOptions) -> RayOptions:
         )
     if options.address is not None and options.dashboard:
         raise ValueError(
-            "--dashboard starts the dashboard of the local Ray cluster; with --address the "
-            "cluster's own dashboard is shown where it was started with one"
+            "--dashboard cannot be used with --address: it starts the local cluster's "
+            "dashboard, and a cluster at an address has the one it was started with"
         )
     if options.local_cpus is not None and options.local_cpus < 1:
         raise ValueError(f"--workers must be >= 1, got {options.local_cpus}")
