@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn import checkpoint as ckpt
+from per_dqn.asking import ACT, Request, serve
 from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
 from per_dqn.fileio import inside, read_regular
 from per_dqn.seeding import RunSeeds
@@ -274,7 +275,37 @@ def run_episodes(
     on_progress: EvalProgress | None = None,
     on_episode: EvalEpisode | None = None,
 ) -> Episodes:
-    """The episode loop behind ``play`` and the training loop's evaluations.
+    """``episode_requests`` answered by ``agent`` alone (``agent``: anything with
+    ``greedy_actions(obs_batch)`` and ``num_actions``, a ``DQNAgent``); the arguments are
+    ``episode_requests``'."""
+    return serve(
+        episode_requests(
+            agent.num_actions, env, episodes, epsilon, rng, first_reset_seed, film,
+            max_episode_steps=max_episode_steps, max_total_steps=max_total_steps,
+            on_progress=on_progress, on_episode=on_episode,
+        ),
+        agent,
+    )  # fmt: skip
+
+
+def episode_requests(
+    num_actions: int,
+    env: Any,
+    episodes: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    first_reset_seed: int | None = None,
+    film: bool = False,
+    *,
+    max_episode_steps: int | None = None,
+    max_total_steps: int | None = None,
+    on_progress: EvalProgress | None = None,
+    on_episode: EvalEpisode | None = None,
+) -> Generator[Request, Any, Episodes]:
+    """The episode loop behind ``play`` and the training loop's evaluations, as a generator
+    that asks for each greedy action (``(ACT, obs[None])``, answered with an array of one
+    action) instead of computing it: ``run_episodes`` answers alone, and a pack answers its runs'
+    evaluations together with its other requests, in one forward pass (``per_dqn.packs``).
 
     Two caps keep an evaluation bounded: an untrained Breakout agent that never serves plays
     every episode to Atari's time limit, and a 30-episode final evaluation then took 17 minutes
@@ -284,7 +315,7 @@ def run_episodes(
     says which cap was reached (``Episodes.cap_warning``).
 
     Args:
-        agent: anything with ``greedy_actions(obs_batch)`` and ``num_actions``.
+        num_actions: the agent's number of actions (an exploring step draws one).
         env: a single gymnasium env.
         episodes: how many.
         epsilon: probability of a uniformly random action, drawn from ``rng``.
@@ -323,9 +354,9 @@ def run_episodes(
         done = False
         while not done:
             if epsilon > 0 and rng.random() < epsilon:
-                action = int(rng.integers(agent.num_actions))
+                action = int(rng.integers(num_actions))
             else:
-                action = int(agent.greedy_actions(obs[None])[0])
+                action = int((yield ACT, obs[None])[0])
             obs, reward, terminated, truncated, _ = env.step(action)
             returns[episode] += float(reward)
             lengths[episode] += 1

@@ -25,13 +25,14 @@ import math
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.dqn import LearnResult, sample_losses
+from per_dqn.asking import ACT, LEARN, Request, serve
 from per_dqn.config import Config
 from per_dqn.envs import Envs
 from per_dqn.health import MeanAccumulator, ReplayHealth
@@ -46,31 +47,6 @@ from per_dqn.summary import RunRecord
 DIVERGED_WEIGHT_GROWTH = 1_000.0
 # Episode returns the "recent return" of the progress display averages.
 RECENT_EPISODES = 20
-
-T = TypeVar("T")
-
-
-# What ``Loop.steps`` asks of the agent: greedy actions for observations, or a gradient step.
-ACT = "act"
-LEARN = "learn"
-Request = tuple[str, Any]
-
-
-def serve(steps: Generator[Request, Any, T], agent: DQNAgent) -> T:
-    """Runs a generator of ``Loop.steps``' kind to its end, answering each request with
-    ``agent`` alone; returns what the generator returns. What the agent raises (a
-    ``KeyboardInterrupt`` included) is raised in the generator, at the request."""
-    try:
-        kind, payload = next(steps)
-        while True:
-            try:
-                answer = agent.greedy_actions(payload) if kind == ACT else agent.learn(payload)
-            except BaseException as exc:
-                kind, payload = steps.throw(exc)
-                continue
-            kind, payload = steps.send(answer)
-    except StopIteration as end:
-        return end.value
 
 
 class DivergedError(RuntimeError):

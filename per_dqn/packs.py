@@ -5,7 +5,9 @@ resumed from its own checkpoint or fresh) and runs them together. Each run is th
 ``Trainer.run`` would drive alone (``_Session.play``, around ``Loop.steps``): it asks for greedy
 actions and for gradient steps instead of computing them. The pack answers:
 
-- every run that asks to act, in one forward pass of the pack (``Pack.greedy_actions``);
+- every run that asks to act, in one forward pass of the pack (``Pack.greedy_actions``), one
+  per shape of observation batch: training acts on a batch of one observation per sub-env, and
+  an evaluation (``Trainer``'s, every member's at the same env step) on one observation;
 - once every run still going asks to learn, every one of them in one batched update
   (``Pack.learn``). A run that is due to learn waits for the others, which keep stepping until
   they are due too: none of its own numbers depends on when it waits.
@@ -28,7 +30,7 @@ from typing import Any
 
 from per_dqn import provenance
 from per_dqn.agent.pack import Pack
-from per_dqn.loop import ACT
+from per_dqn.asking import ACT
 
 __all__ = ["MemberResult", "run_pack"]
 
@@ -121,18 +123,25 @@ def _drive(live: list[_Member], pack: Any) -> None:
         if len(live) < pack.size:
             # Re-stacked without the runs that ended: the copies hold the same numbers.
             pack = Pack([m.trainer.agent for m in live])
-        asking = [m for m in live if m.request[0] == ACT] or live
-        try:
-            if asking[0].request[0] == ACT:
-                answers = pack.greedy_actions({_slot(m): m.request[1] for m in asking})
+        acting = [m for m in live if m.request[0] == ACT]
+        # One forward pass per shape (and dtype) of observation batch: a run's evaluation asks
+        # for one observation, its training for one per sub-env.
+        by_shape: dict[tuple[Any, ...], list[_Member]] = {}
+        for member in acting:
+            obs = member.request[1]
+            by_shape.setdefault((obs.shape, obs.dtype), []).append(member)
+        for asking in by_shape.values() if acting else [live]:
+            try:
+                if asking[0].request[0] == ACT:
+                    answers = pack.greedy_actions({_slot(m): m.request[1] for m in asking})
+                else:
+                    answers = pack.learn({_slot(m): m.request[1] for m in asking})
+            except Exception as exc:  # raised in each asking run, at its request, as alone
+                for member in asking:
+                    _advance(member, None, error=exc)
             else:
-                answers = pack.learn({_slot(m): m.request[1] for m in asking})
-        except Exception as exc:  # raised in each asking run, at its request, as alone
-            for member in asking:
-                _advance(member, None, error=exc)
-        else:
-            for member in asking:
-                _advance(member, answers[_slot(member)])
+                for member in asking:
+                    _advance(member, answers[_slot(member)])
         live = [m for m in live if m.request is not None]
 
 

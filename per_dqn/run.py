@@ -27,13 +27,14 @@ import torch
 
 from per_dqn import checkpoint as ckpt
 from per_dqn import tags, tracking
+from per_dqn.asking import Request, serve
 from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
 from per_dqn.console import ConsoleProgress
 from per_dqn.envs import Envs
-from per_dqn.evaluate import Episodes, run_episodes
+from per_dqn.evaluate import Episodes, episode_requests
 from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
-from per_dqn.loop import DivergedError, Loop, Request, serve, upgrade_format_2
+from per_dqn.loop import DivergedError, Loop, upgrade_format_2
 from per_dqn.metrics import (
     DEFAULT_VARYING,
     TensorBoardLogger,
@@ -397,7 +398,7 @@ class _Session:
             if self._stopping():
                 raise StopRequested
             self.loop.check_weights()
-            return False, False, self._final_eval()
+            return False, False, (yield from self._final_eval())
         except KeyboardInterrupt as exc:
             return True, isinstance(exc, StopRequested), None
 
@@ -509,7 +510,7 @@ class _Session:
                 self._write_log()
             if loop.eval_due():
                 loop.check_weights()
-                result = self._evaluate(
+                result = yield from self._evaluate(
                     train.eval_episodes, f"the evaluation at env step {state.env_steps:,}"
                 )
                 self._call("on_eval", state.env_steps, result.returns)
@@ -524,12 +525,14 @@ class _Session:
                 self.saved_at = state.env_steps
                 self._call("on_checkpoint", state.env_steps, path)
 
-    def _evaluate(self, episodes: int, what: str) -> Episodes:
-        """Plays an evaluation within ``train``'s caps, shown on the progress display; logs it,
-        and warns (one line naming the cap and its key) when a cap cut it."""
+    def _evaluate(self, episodes: int, what: str) -> Generator[Request, Any, Episodes]:
+        """Plays an evaluation within ``train``'s caps, shown on the progress display, asking
+        for its greedy actions as training does (so that a pack answers its runs' evaluations
+        together); logs it, and warns (one line naming the cap and its key) when a cap cut it."""
         loop, train, progress = self.loop, self.config.train, self.progress
-        result = run_episodes(
-            loop.agent, loop.envs.eval, episodes, train.eval_epsilon, loop.state.eval_rng,
+        result = yield from episode_requests(
+            loop.agent.num_actions, loop.envs.eval, episodes, train.eval_epsilon,
+            loop.state.eval_rng,
             max_episode_steps=train.eval_max_episode_steps,
             max_total_steps=train.eval_max_total_steps,
             on_progress=None if progress is None else progress.evaluating,
@@ -595,8 +598,9 @@ class _Session:
             last_eval=self.last_eval,
         )
 
-    def _final_eval(self) -> Episodes:
+    def _final_eval(self) -> Generator[Request, Any, Episodes]:
         """The final evaluation, logged at the last env step."""
         if self.progress is not None:
             self._update_progress()
-        return self._evaluate(self.config.train.final_eval_episodes, "the final evaluation")
+        episodes = self.config.train.final_eval_episodes
+        return (yield from self._evaluate(episodes, "the final evaluation"))

@@ -75,6 +75,8 @@ FORBIDDEN = {
 # console know no part of a run.
 ONLY = {
     "per_dqn.tags": set(),
+    # What a run asks of its agent: shared by the loop, the evaluation and the pack.
+    "per_dqn.asking": set(),
     "per_dqn.health": {"numpy", "per_dqn.tags"},
     "per_dqn.summary": {"numpy", "per_dqn.tags"},
     "per_dqn.fileio": set(),

@@ -14,9 +14,10 @@ import pytest
 import torch
 from support import cartpole_config
 
+from per_dqn.asking import ACT, serve
 from per_dqn.build import make_agent, make_memory
 from per_dqn.envs import EnvSpec
-from per_dqn.loop import ACT, DivergedError, Loop, LoopState, serve, upgrade_format_2
+from per_dqn.loop import DivergedError, Loop, LoopState, upgrade_format_2
 from per_dqn.seeding import RunSeeds, restart_seed
 
 # --- the format-2 upgrade -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from support import VARYING, assert_no_duplicated_steps, read_scalars, summary_o
 import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn import packing, tags
+from per_dqn.agent.pack import Pack
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.loop import DivergedError
 from per_dqn.packs import run_pack
@@ -97,6 +98,39 @@ def test_a_minatar_pack_gives_each_run_what_it_gives_alone(workdir):
             "minatar", overrides={**small, "run.seed": r.seed}, run_dir=f"runs/alone/s{r.seed}"
         )
         assert_same_files(r.run_dir, alone.run_dir)
+
+
+def test_a_pack_s_evaluations_act_in_one_forward_pass_per_step(workdir, monkeypatch):
+    """The members of a pack evaluate at the same env steps, and each step of their evaluations
+    is one forward pass of the pack for every member still playing (issue 24: acting is one
+    forward pass for all K runs), not one per member. Training here never asks the network
+    (epsilon 1 throughout), so every forward pass the pack makes is an evaluation's: as many as
+    the longest member's evaluation steps, evaluation by evaluation. The runs are those they are
+    alone (the whole files: ``test_train_many_gives_each_run_what_train_gives_it``)."""
+    calls = []
+    greedy = Pack.greedy_actions
+
+    def counted(self, obs):
+        calls.append(sorted(obs))
+        return greedy(self, obs)
+
+    monkeypatch.setattr(Pack, "greedy_actions", counted)
+    overrides = {**SMALL, "train.epsilon_start": 1.0, "train.epsilon_end": 1.0,
+                 "train.eval_epsilon": 0.0}  # fmt: skip
+    many = per_dqn.train_many("cartpole", seeds=[0, 1, 2], overrides=overrides, out="runs/many",
+                              pack=3)  # fmt: skip
+    assert [r.error for r in many] == [None, None, None]
+    episodes = overrides["train.eval_episodes"]
+    assert overrides["train.final_eval_episodes"] == episodes
+    # Each member's agent steps per evaluation, in the order it evaluated.
+    steps = [
+        [round(mean * episodes) for _, mean in read_scalars(r.run_dir)[tags.EVAL_LENGTH_MEAN]]
+        for r in many
+    ]
+    assert len({len(s) for s in steps}) == 1 and len(steps[0]) >= 3
+    longest = sum(max(column) for column in zip(*steps, strict=True))
+    assert len(calls) == longest < sum(map(sum, steps))
+    assert sum(len(slots) == 3 for slots in calls) >= min(map(min, steps)) * len(steps[0])
 
 
 def test_a_member_that_diverges_stops_alone(workdir):
