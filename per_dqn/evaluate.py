@@ -305,7 +305,7 @@ def episode_requests(
     """The episode loop behind ``play`` and the training loop's evaluations, as a generator
     that asks for each greedy action (``(ACT, obs[None])``, answered with an array of one
     action) instead of computing it: ``run_episodes`` answers alone, and a pack answers its runs'
-    evaluations together with its other requests, in one forward pass (``per_dqn.packs``).
+    requests of one observation shape in one forward pass (``per_dqn.packs``).
 
     Two caps keep an evaluation bounded: an untrained Breakout agent that never serves plays
     every episode to Atari's time limit, and a 30-episode final evaluation then took 17 minutes
@@ -331,7 +331,7 @@ def episode_requests(
         on_episode: called with (return, length) as each episode ends, cut ones included.
 
     Raises:
-        ValueError: a cap below 1.
+        ValueError: a cap below 1 (at the generator's first step).
     """
     caps = {"max_episode_steps": max_episode_steps, "max_total_steps": max_total_steps}
     for name, cap in caps.items():

@@ -5,9 +5,11 @@ resumed from its own checkpoint or fresh) and runs them together. Each run is th
 ``Trainer.run`` would drive alone (``_Session.play``, around ``Loop.steps``): it asks for greedy
 actions and for gradient steps instead of computing them. The pack answers:
 
-- every run that asks to act, in one forward pass of the pack (``Pack.greedy_actions``), one
-  per shape of observation batch: training acts on a batch of one observation per sub-env, and
-  an evaluation (``Trainer``'s, every member's at the same env step) on one observation;
+- every run that asks to act, in one forward pass of the pack (``Pack.greedy_actions``) per
+  shape of observation batch: training acts on a batch of one observation per sub-env, an
+  evaluation on one observation. Runs of one config evaluate at the same env steps, so their
+  evaluations share passes (and share them with training's where the shapes match; a greedy
+  step asks, an exploring one does not);
 - once every run still going asks to learn, every one of them in one batched update
   (``Pack.learn``). A run that is due to learn waits for the others, which keep stepping until
   they are due too: none of its own numbers depends on when it waits.
@@ -53,6 +55,7 @@ class _Member:
     play: Any
     result: MemberResult
     request: tuple[str, Any] | None = None
+    ctrl_c: bool = False  # it ended on a KeyboardInterrupt of its own
 
 
 def run_pack(
@@ -97,6 +100,8 @@ def run_pack(
             member = _Member(trainer, run_dir, opened, session, session.play(), result=result)
             members.append(member)
             _advance(member, None, first=True)
+        if any(m.ctrl_c for m in members):
+            raise KeyboardInterrupt
         _drive([m for m in members if m.request is not None], pack)
     except KeyboardInterrupt:
         for member in members:
@@ -142,6 +147,8 @@ def _drive(live: list[_Member], pack: Any) -> None:
             else:
                 for member in asking:
                     _advance(member, answers[_slot(member)])
+            if any(m.ctrl_c for m in asking):
+                raise KeyboardInterrupt
         live = [m for m in live if m.request is not None]
 
 
@@ -190,6 +197,10 @@ def _advance(
         _close(member, exc)
         return
     _close(member, None)
+    interrupted, stopped_between_steps, _ = outcome
+    # A KeyboardInterrupt raised in this run's own code (a Ctrl-C that reached the process, not
+    # a stop asked between two steps) stops the whole pack, as it stops a run alone.
+    member.ctrl_c = interrupted and not stopped_between_steps
 
 
 def _interrupt(member: _Member) -> None:

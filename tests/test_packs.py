@@ -225,6 +225,32 @@ def test_a_single_run_s_checkpoint_resumes_inside_a_pack_exactly(tmp_path):
     assert_no_duplicated_steps(tmp_path / "resumed")
 
 
+def test_a_ctrl_c_in_one_member_s_code_stops_the_whole_pack(tmp_path):
+    """A ``KeyboardInterrupt`` raised inside one run's own code (here its callback at the log
+    point of step 400; a Ctrl-C lands wherever the process is) ends every run of the pack as it
+    ends a run alone, interrupted, not only the run it landed in. Pins a bug: the run it landed
+    in caught it and ended, and its pack-mates trained on to their budget."""
+
+    class CtrlC:
+        def on_log(self, env_steps, values):
+            if env_steps >= 400:
+                raise KeyboardInterrupt
+
+    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
+    dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
+    try:
+        results = run_pack(trainers, dirs, callbacks=[(), (CtrlC(),), ()])
+    finally:
+        for trainer in trainers:
+            trainer.close()
+    total = SMALL["train.total_env_steps"]
+    for result in results:
+        assert result.error is None and result.summary is not None
+        assert result.summary["interrupted"] is True
+        assert result.summary["env_steps"] < total
+    assert results[1].summary["env_steps"] == 400
+
+
 def test_runs_of_other_shapes_go_to_other_packs():
     """Seeds, replay kinds, replay keys, the learning rate, n-step and the exploration schedule
     share a pack; network sizes, the batch size, the env and its sub-env count do not."""

@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "eval-greedy", "per_dqn/run.py",
-        "loop.agent, loop.envs.eval, episodes, train.eval_epsilon, loop.state.eval_rng,",
-        "loop.agent, loop.envs.eval, episodes, 0.0, loop.state.eval_rng,",
+        "loop.agent.num_actions, loop.envs.eval, episodes, train.eval_epsilon,",
+        "loop.agent.num_actions, loop.envs.eval, episodes, 0.0,",
         ("tests/test_train.py",),
         "the periodic evaluation ignores train.eval_epsilon",
     ),
