@@ -32,6 +32,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import find_highest_version, parse_env_id
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from per_dqn import families
@@ -123,6 +124,7 @@ def _make_gym(config: EnvConfig, render_mode: str | None = None, **extra: Any) -
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
     _import_env_module(config.id)
+    _check_versioned(config.id)
     try:
         # The passive checker costs a few microseconds per step and only re-checks what
         # `describe` verifies once.
@@ -132,6 +134,31 @@ def _make_gym(config: EnvConfig, render_mode: str | None = None, **extra: Any) -
         raise ValueError(
             f"env.id: cannot make {config.id!r}: {' '.join(str(exc).split())}"
         ) from None
+
+
+def _check_versioned(env_id: str) -> None:
+    """Refuses an id without its version where gymnasium has the env only under versioned ids
+    (``CartPole`` for ``CartPole-v1``): ``gym.make`` would take the latest with a warning, and
+    runs of one env would then name it two ways, which a sweep's report counts as two envs.
+
+    Raises:
+        ValueError: one line naming the versioned id to write.
+    """
+    name = env_id.partition(":")[2] or env_id
+    if name in gym.registry:
+        return
+    try:
+        namespace, base, version = parse_env_id(name)
+    except gym.error.Error:
+        return  # a malformed id: gym.make says what is wrong with it
+    latest = find_highest_version(namespace, base) if version is None else None
+    if latest is not None:
+        prefix = env_id[: len(env_id) - len(name)]
+        versioned = f"{prefix}{namespace + '/' if namespace else ''}{base}-v{latest}"
+        raise ValueError(
+            f"env.id: {env_id!r} names no version; write {versioned!r} (the latest registered), "
+            "so that every run names the env one way"
+        )
 
 
 def _import_env_module(env_id: str) -> None:

@@ -59,6 +59,14 @@ def test_describe_cartpole():
         ("NoSuchEnv-v0", "cannot make 'NoSuchEnv-v0'"),
         ("ALE/Pongg-v5", "ale-py ships no ROM for 'pongg'"),
         ("Pendulum-v1", "DQN needs a Discrete action space"),
+        # Pins a bug: an id without its version was made (gymnasium takes the latest, with a
+        # warning), so runs of one env could name it two ways and a report count two envs.
+        ("CartPole", "'CartPole' names no version; write 'CartPole-v1'"),
+        ("MinAtar/Breakout", "'MinAtar/Breakout' names no version; write 'MinAtar/Breakout-v1'"),
+        (
+            "gymnasium.envs.classic_control:Acrobot",
+            "write 'gymnasium.envs.classic_control:Acrobot-v1'",
+        ),
     ],
 )
 def test_unusable_envs_name_the_key(env_id, message):

@@ -65,7 +65,8 @@ class EnvConfig(_Section):
     observation. The ``atari``-only keys below are ignored by other envs.
 
     Attributes:
-        id: gymnasium id, e.g. ``CartPole-v1`` or ``ALE/Pong-v5``.
+        id: gymnasium id with its version, e.g. ``CartPole-v1`` or ``ALE/Pong-v5`` (``CartPole``
+            alone is refused, naming the versioned id: runs of one env name it one way).
         num_envs: copies stepped together by one vector env; each step adds ``num_envs`` env steps.
         max_episode_steps: override of the id's registered time limit in env (agent) steps (None
             keeps it; Atari: 27,000, i.e. 108,000 frames).
