@@ -299,17 +299,24 @@ def _across_games_table(
             "games; this gives every game the same weight, and compares the arms of this report, "
             "not numbers across reports)"
         )
+    # A game without a finished run yet (a sweep under way) is left out, not a pool of none.
+    played = [env for env in sweep.envs if any(cells[(env, arm)] for arm in sweep.arms)]
+    notes = [
+        *(f"{env} is left out: it has no finished run yet." for env in sweep.envs
+          if env not in played),
+        *norm.notes,
+    ]  # fmt: skip
     lines = [
         title,
         "",
         f"Scale: {scale}. Aggregates pool seeds x games, resampling seeds within each game; only "
         f"seeds finished on every game are used, and P(> {versus}) pairs them across games.",
         "",
-        *[f"- {note}" for note in norm.notes],
-        *([""] if norm.notes else []),
+        *[f"- {note}" for note in notes],
+        *([""] if notes else []),
     ]
     matrices = {
-        (arm, metric): normalized_matrix(cells, norm, norm.envs(metric, sweep.envs), arm, metric)
+        (arm, metric): normalized_matrix(cells, norm, norm.envs(metric, played), arm, metric)
         for arm in sweep.arms
         for metric in METRICS
     }

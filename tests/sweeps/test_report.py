@@ -383,6 +383,25 @@ def make_minatar_sweep(out: Path, games: dict[str, dict[str, list[float]]]) -> P
     return out
 
 
+def test_a_game_without_finished_runs_is_left_out_of_the_pool_and_said_so(tmp_path):
+    """A sweep under way: Freeway has no finished run yet. The pool across games is Breakout's
+    alone (as a sweep of Breakout would give it), and a line says Freeway is left out. Pins a
+    bug: the heading counted Freeway among the pooled games with no word that it had no runs
+    (seen on the MinAtar study at 70 of 150 runs)."""
+    out = make_minatar_sweep(tmp_path / "minatar", {
+        "MinAtar/Breakout-v1": {"uniform": [0, 2, 4, 6, 8], "proportional": [2, 4, 6, 8, 10]},
+        "MinAtar/Freeway-v1": {"uniform": [], "proportional": []},
+    })  # fmt: skip
+    text = R.write_report(out).report.read_text()
+    section = text.split("## Across games: min-max normalised scores (2 games)")[1]
+    assert "- MinAtar/Freeway-v1 is left out: it has no finished run yet." in section
+    uniform = np.array([[0.0], [0.2], [0.4], [0.6], [0.8]])
+    proportional = np.array([[0.2], [0.4], [0.6], [0.8], [1.0]])
+    rows = table_rows(section)
+    assert rows["uniform"][:3] == ["5", ci_text(uniform, 2), ci_text(uniform, 2)]
+    assert rows["proportional"][:3] == ["5", ci_text(proportional, 2), ci_text(proportional, 2)]
+
+
 @pytest.mark.slow
 def test_threshold_for_an_env_without_one(tmp_path):
     """MinAtar's games have no reward_threshold: no steps column until --threshold gives one.
