@@ -52,6 +52,8 @@ TREE_DRIFT_EVERY_LOGS = 10
 # Env steps between progress-display refreshes: often enough to look live, rare enough to cost
 # nothing.
 PROGRESS_INTERVAL_STEPS = 250
+# The summary's and each checkpoint's wall time over every call of the run (``Trainer.run``).
+WALL_TOTAL_KEY = "wall_seconds_total"
 
 
 class StopRequested(KeyboardInterrupt):
@@ -98,6 +100,13 @@ def upgrade_parts(checkpoint: ckpt.RunCheckpoint) -> dict[str, Any]:
     return checkpoint.parts
 
 
+def _seconds(value: Any) -> float | None:
+    """A checkpoint's ``wall_seconds_total`` if it is a time (a finite number >= 0), else None:
+    a manifest from before the total, or one edited, leaves the total unknown, not wrong."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and value >= 0 else None
+
+
 class Trainer:
     """Everything a run needs, built (and checked) before anything is written to disk.
 
@@ -125,6 +134,11 @@ class Trainer:
         self.agent = make_agent(config, self.spec, self.device)
         self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)
         self._resumed_from: int | None = None
+        # Wall seconds the run took before this call, over every earlier segment (the resumed
+        # checkpoint's ``wall_seconds_total``); None where an earlier segment went untimed.
+        self._wall_before: float | None = 0.0
+        # ``time.perf_counter()`` when this call's session opened (``session`` sets it).
+        self._segment_start: float | None = None
         # The run dir's id (``rundir.ensure_run_id``), set by ``run``: every checkpoint carries it.
         self.run_id: str | None = None
 
@@ -203,7 +217,16 @@ class Trainer:
                 "seeded from run.seed and the env step, so this resume is not exact"
             )
         self._resumed_from = env_steps
+        self._wall_before = _seconds(checkpoint.manifest.get(WALL_TOTAL_KEY))
         return notes
+
+    def wall_seconds_total(self) -> float | None:
+        """Wall seconds the run has taken so far, summed over its calls: the resumed checkpoint's
+        total and this call's time. None where the checkpoint predates the total (or came from
+        no ``session``)."""
+        if self._wall_before is None or self._segment_start is None:
+            return None
+        return self._wall_before + time.perf_counter() - self._segment_start
 
     def state_dict(self) -> dict[str, Any]:
         """The run's state by part: what a checkpoint holds (the memory only when
@@ -240,6 +263,7 @@ class Trainer:
                     "final": final,
                     "config_name": self.config_name,
                     ckpt.RUN_ID_KEY: self.run_id,
+                    WALL_TOTAL_KEY: self.wall_seconds_total(),
                 },
             )
 
@@ -270,7 +294,10 @@ class Trainer:
 
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
-            ``sps`` cover this call only.
+            ``sps`` cover this call only, ``wall_seconds_total`` every call of the run (the
+            segments before a resume, as its checkpoint recorded them; None where that
+            checkpoint predates the total). Work done after the resumed checkpoint and lost with
+            a kill is not counted.
 
         Raises:
             DivergedError: a non-finite loss or diverged weights; nothing is written after it (no
@@ -315,6 +342,7 @@ class Trainer:
             # The checkpoint was written after every point of its step was logged.
             logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
             start = time.perf_counter()
+            self._segment_start = start
             try:
                 if fresh:
                     logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
@@ -447,6 +475,7 @@ class _Session:
         if final is not None and self.checkpoints:
             trainer._save_checkpoint(self.run_dir, self.logger, final=True)
         wall = time.perf_counter() - start
+        wall_total = None if trainer._wall_before is None else trainer._wall_before + wall
         # Atomic: `eval` beside this run reads the old file or the new one, never half.
         buffer = io.BytesIO()
         # Copies: a packed agent's tensors are views into its pack's.
@@ -461,6 +490,7 @@ class _Session:
             "update_steps": trainer.agent.update_steps,
             "wall_seconds": wall,
             "sps": (state.env_steps - start_steps) / wall if wall > 0 else 0.0,
+            WALL_TOTAL_KEY: wall_total,
             "replay": config.replay.kind,
             "seed": config.run.seed,
             "env_id": config.env.id,

@@ -62,7 +62,7 @@ from per_dqn.sweeps.measure import (
     sensitivity_keys,
 )
 from per_dqn.sweeps.published import Point, ema_at, in_reach
-from per_dqn.sweeps.runs import SweepRuns, env_games, env_label
+from per_dqn.sweeps.runs import SweepRuns, compute_seconds, env_games, env_label
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
@@ -169,6 +169,7 @@ def render_markdown(
         + "; missing: " + (", ".join(sweep.missing) if sweep.missing else "none") + ".",
         *([f"- Runs skipped, their files damaged: {'; '.join(map(str, sweep.skipped))}."]
           if sweep.skipped else []),
+        *_compute_line(sweep),
         "",
         "Final score of a run: the mean return of its final greedy evaluation, at the last env "
         f"step. AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "
@@ -208,6 +209,29 @@ def render_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def _compute_line(sweep: SweepRuns) -> list[str]:
+    """What the runs used cost in wall time (``runs.compute_seconds``), as one line."""
+    if not sweep.runs:
+        return []
+    seconds, processes, untimed = compute_seconds(sweep.runs)
+    hours = seconds / 3600
+    line = (
+        f"- Compute: {hours:,.1f} process-hours"
+        if hours >= 1
+        else f"- Compute: {seconds / 60:,.1f} process-minutes"
+    ) + (
+        f" of wall time in {processes} process{'es' * (processes != 1)} (a pack of runs is one "
+        "process, as long as its longest run; each run's `wall_seconds_total`)"
+    )
+    if untimed:
+        line += (
+            f"; at least: {untimed} run{'s' * (untimed != 1)} record{'s' * (untimed == 1)} no "
+            "time for sessions before a resume (`wall_seconds_total` null or absent), so only "
+            "their last session counts"
+        )
+    return [line + "."]
 
 
 def _steps_text(sweep: SweepRuns) -> str:

@@ -214,7 +214,7 @@ class Run:
         score_std: the standard deviation of those returns.
         eval_episodes: episodes of the final evaluation.
         env_steps: env steps trained.
-        wall_seconds: wall time of the run.
+        wall_seconds: wall time of the run's last session.
         curve: the ``eval/return_mean`` points, by env step.
         kind: its replay kind.
         settings: its arm's own settings, ``(dotted key, value)`` pairs.
@@ -228,6 +228,10 @@ class Run:
             or where the summary does not say.
         exploration: its exploration after the decay, from its ``config.yaml``: ``epsilon 0.01
             from 250k`` (``exploration_text``); None where the config cannot be read.
+        wall_seconds_total: wall time of all its sessions (its summary's ``wall_seconds_total``);
+            None where an earlier session went untimed or the summary predates the field.
+        pack: the run dirs of the pack it ran in, relative to the sweep dir and sorted (its
+            summary's ``provenance.pack``); its own path alone for a run that ran alone.
     """
 
     env_id: str
@@ -247,6 +251,25 @@ class Run:
     train_returns: tuple[tuple[int, float], ...] = ()
     game: str | None = None
     exploration: str | None = None
+    wall_seconds_total: float | None = None
+    pack: tuple[str, ...] = ()
+
+
+def compute_seconds(runs: Sequence[Run]) -> tuple[float, int, int]:
+    """What ``runs`` cost, as ``(seconds, processes, untimed)``: the wall time of the processes
+    that ran them, summed. A pack is one process that lasts as long as its longest run, so each
+    pack counts once, by the largest ``wall_seconds_total`` of its runs here. A run whose total is
+    unknown counts its last session (``wall_seconds``) and is counted in ``untimed``: the sum is
+    then a lower bound."""
+    longest: dict[tuple[str, ...], float] = {}
+    untimed = 0
+    for run in runs:
+        seconds = run.wall_seconds_total
+        if seconds is None:
+            seconds, untimed = run.wall_seconds, untimed + 1
+        key = run.pack or (run.path,)
+        longest[key] = max(longest.get(key, 0.0), seconds)
+    return sum(longest.values()), len(longest), untimed
 
 
 def exploration_text(train: dict[str, Any]) -> str | None:
@@ -277,6 +300,22 @@ def _exploration(run_dir: Path) -> str | None:
 # Env id prefix -> the distribution whose code is the game: a release can change the game itself
 # (MinAtar 1.0.11 fixed Seaquest's oxygen bar; ale-py's releases bring the ROMs and the emulator).
 GAME_PACKAGES = {"MinAtar/": "minatar", "ALE/": "ale-py"}
+
+
+def _pack(path: str, summary: dict[str, Any]) -> tuple[str, ...]:
+    """``Run.pack``: the provenance's members (named relative to their common parent) joined to
+    the part of ``path`` above the run's own member name; ``(path,)`` where the summary names no
+    pack or none of its members is this run."""
+    origin = summary.get("provenance")
+    record = origin.get("pack") if isinstance(origin, dict) else None
+    members = record.get("members") if isinstance(record, dict) else None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        return (path,)
+    own = next((m for m in members if path == m or path.endswith("/" + m)), None)
+    if own is None:
+        return (path,)
+    root = path[: len(path) - len(own)]
+    return tuple(sorted(root + m for m in members))
 
 
 def _game(env_id: str, summary: dict[str, Any]) -> str | None:
@@ -484,6 +523,12 @@ def _read_run(
         train_returns=tuple(curves[EPISODE_RETURN]),
         game=_game(env_id, summary),
         exploration=_exploration(run_dir),
+        wall_seconds_total=(
+            None
+            if summary.get("wall_seconds_total") is None
+            else float(_field(summary, "wall_seconds_total", "number", where))
+        ),
+        pack=_pack(_rel(out, run_dir), summary),
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from support import TINY, read_scalars, sets, tree
+from support import TINY, read_scalars, sets, summary_of, tree
 from typer.testing import CliRunner
 
 from per_dqn import fileio, metrics, tags
@@ -36,9 +36,10 @@ def fake_run(
     curve: list[tuple[int, float]],
     interrupted: bool = False,
     is_weights: list[float] | None = None,
+    **more: object,
 ) -> None:
     """A run dir as ``Trainer.run`` leaves it: an event file with the eval curve (and the IS
-    weight means, at the curve's first steps) and a summary."""
+    weight means, at the curve's first steps) and a summary (with ``more`` of its fields)."""
     run_dir = out / rel
     run_dir.mkdir(parents=True)
     logger = metrics.TensorBoardLogger(run_dir)
@@ -64,6 +65,7 @@ def fake_run(
             "device": "cpu",
             "interrupted": interrupted,
             "run_dir": str(run_dir),
+            **more,
         },
     )
 
@@ -400,6 +402,37 @@ def test_a_game_without_finished_runs_is_left_out_of_the_pool_and_said_so(tmp_pa
     rows = table_rows(section)
     assert rows["uniform"][:3] == ["5", ci_text(uniform, 2), ci_text(uniform, 2)]
     assert rows["proportional"][:3] == ["5", ci_text(proportional, 2), ci_text(proportional, 2)]
+
+
+def test_the_compute_line_counts_each_pack_once_by_its_longest_run(tmp_path):
+    """Five runs: a pack of two (totals 100 s and 120 s: the process lasted 120 s), a pack of two
+    whose run of 50 s outlasts a run that records no total (30 s in its last session, counted as
+    such and said so), and a run alone (10 s): 120 + 50 + 10 = 180 s, 3.0 process-minutes in 3
+    processes. The packs' members are named as ``provenance.pack`` names them: relative to their
+    common parent, here the env's dir."""
+    out = tmp_path / "sweep"
+    pack_a, pack_b = ["uniform/s0", "proportional/s0"], ["uniform/s1", "proportional/s1"]
+    runs_ = [  # (arm, seed, wall_seconds, wall_seconds_total, pack members)
+        ("uniform", 0, 60.0, 100.0, pack_a), ("proportional", 0, 70.0, 120.0, pack_a),
+        ("uniform", 1, 50.0, 50.0, pack_b), ("proportional", 1, 30.0, None, pack_b),
+        ("uniform", 2, 10.0, 10.0, None),
+    ]  # fmt: skip
+    planned = []
+    for arm, seed, wall, total, members in runs_:
+        rel = f"CartPole-v1/{arm}/s{seed}"
+        pack = {} if members is None else {"pack": {"size": 2, "members": members}}
+        fake_run(out, rel, "CartPole-v1", arm, seed, 100.0, [(100, 1.0), (200, 2.0)],
+                 wall_seconds=wall, wall_seconds_total=total, provenance=pack)  # fmt: skip
+        planned.append(("CartPole-v1", arm, seed, rel))
+    fileio.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"],
+                                                      ["uniform", "proportional"]))  # fmt: skip
+    text = R.write_report(out).report.read_text()
+    assert (
+        "- Compute: 3.0 process-minutes of wall time in 3 processes (a pack of runs is one "
+        "process, as long as its longest run; each run's `wall_seconds_total`); at least: 1 run "
+        "records no time for sessions before a resume (`wall_seconds_total` null or absent), so "
+        "only their last session counts.\n"
+    ) in text
 
 
 @pytest.mark.slow
@@ -795,9 +828,13 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
         np.mean(weights)
     )
     assert 0 < np.mean(weights) < 1
-    table = table_rows((out / "report.md").read_text())
+    text = (out / "report.md").read_text()
+    table = table_rows(text)
     assert table["uniform"][-1] == "-"
     assert table["proportional"][-1] == f"{np.mean(weights):.3g}"
+    # Two runs alone, two processes, each timed whole.
+    seconds = sum(summary_of(out / arm / "s0")["wall_seconds_total"] for arm in rows)
+    assert f"- Compute: {seconds / 60:,.1f} process-minutes of wall time in 2 processes (" in text
 
 
 # --- sensitivity to a grid key ------------------------------------------------------------------
