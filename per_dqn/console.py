@@ -324,13 +324,17 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
     """The end-of-run table: where the run went and how it ended."""
     table = Table(show_header=False, box=None, pad_edge=False)
     final = summary.get("final_eval_return_mean")
+    # A resumed run's sessions together (``Trainer.run``), where its checkpoint timed the first.
+    whole = summary.get("wall_seconds_total")
+    resumed = summary.get("resumed_from_env_steps") is not None
+    total = f"; {whole:.1f} s over every session" if resumed and whole is not None else ""
     rows = [
         ("run dir", str(summary["run_dir"])),
         ("replay", str(summary["replay"])),
         ("seed", str(summary["seed"])),
         ("env steps", f"{summary['env_steps']:,}"),
         ("update steps", f"{summary['update_steps']:,}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s ({summary['sps']:,.0f} SPS)"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s ({summary['sps']:,.0f} SPS)" + total),
         (
             "final eval return",
             "not run (interrupted)"

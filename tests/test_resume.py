@@ -114,6 +114,7 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     before = ckpt.read_manifest(run_dir / "checkpoints/step_000000900")["wall_seconds_total"]
     assert before > 0
     assert summary["wall_seconds_total"] == before + summary["wall_seconds"]
+    assert f"; {summary['wall_seconds_total']:.1f} s over every session" in result.stdout
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert len(events.Tensors(f"{tags.CONFIG_TEXT}/text_summary")) == 1  # logged once, not again
