@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,10 @@ def run_pack(
     results = [MemberResult(run_dir) for run_dir in run_dirs]
     members: list[_Member] = []
     named = _pack_record(run_dirs)
+    pack_id = uuid.uuid4().hex  # the members' sessions are one process's time (``wall_sessions``)
     try:
         for trainer, run_dir, own, result in zip(trainers, run_dirs, hooks, results, strict=True):
-            opened = trainer.session(run_dir, None, should_stop, own)
+            opened = trainer.session(run_dir, None, should_stop, own, pack_id)
             try:
                 with provenance.recorded(**named):  # read when the session opens
                     session = opened.__enter__()

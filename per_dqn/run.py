@@ -17,6 +17,7 @@ import contextlib
 import io
 import math
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ from per_dqn.metrics import (
 from per_dqn.provenance import provenance
 from per_dqn.rundir import display_name, ensure_run_id, sweep_axes
 from per_dqn.seeding import RunSeeds
+from per_dqn.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
 
@@ -52,8 +54,6 @@ TREE_DRIFT_EVERY_LOGS = 10
 # Env steps between progress-display refreshes: often enough to look live, rare enough to cost
 # nothing.
 PROGRESS_INTERVAL_STEPS = 250
-# The summary's and each checkpoint's wall time over every call of the run (``Trainer.run``).
-WALL_TOTAL_KEY = "wall_seconds_total"
 
 
 class StopRequested(KeyboardInterrupt):
@@ -100,13 +100,6 @@ def upgrade_parts(checkpoint: ckpt.RunCheckpoint) -> dict[str, Any]:
     return checkpoint.parts
 
 
-def _seconds(value: Any) -> float | None:
-    """A checkpoint's ``wall_seconds_total`` if it is a time (a finite number >= 0), else None:
-    a manifest from before the total, or one edited, leaves the total unknown, not wrong."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) and value >= 0 else None
-
-
 class Trainer:
     """Everything a run needs, built (and checked) before anything is written to disk.
 
@@ -134,11 +127,11 @@ class Trainer:
         self.agent = make_agent(config, self.spec, self.device)
         self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)
         self._resumed_from: int | None = None
-        # Wall seconds the run took before this call, over every earlier segment (the resumed
-        # checkpoint's ``wall_seconds_total``); None where an earlier segment went untimed.
-        self._wall_before: float | None = 0.0
-        # ``time.perf_counter()`` when this call's session opened (``session`` sets it).
-        self._segment_start: float | None = None
+        # The sessions before this call (the resumed checkpoint's ``summary.SESSIONS_KEY``); None
+        # where one went untimed (a checkpoint from before the record).
+        self._sessions_before: list[dict[str, Any]] | None = []
+        # This call's session: its pack's id and ``time.perf_counter()`` when it opened.
+        self._session_clock: tuple[str, float] | None = None
         # The run dir's id (``rundir.ensure_run_id``), set by ``run``: every checkpoint carries it.
         self.run_id: str | None = None
 
@@ -217,16 +210,18 @@ class Trainer:
                 "seeded from run.seed and the env step, so this resume is not exact"
             )
         self._resumed_from = env_steps
-        self._wall_before = _seconds(checkpoint.manifest.get(WALL_TOTAL_KEY))
+        self._sessions_before = read_sessions(checkpoint.manifest.get(SESSIONS_KEY))
         return notes
 
-    def wall_seconds_total(self) -> float | None:
-        """Wall seconds the run has taken so far, summed over its calls: the resumed checkpoint's
-        total and this call's time. None where the checkpoint predates the total (or came from
-        no ``session``)."""
-        if self._wall_before is None or self._segment_start is None:
+    def wall_sessions(self, seconds: float | None = None) -> list[dict[str, Any]] | None:
+        """The run's sessions so far (``summary.SESSIONS_KEY``): the resumed checkpoint's, then
+        this call's, of ``seconds`` (default: since it opened). None where a session before went
+        untimed, or outside a session."""
+        if self._sessions_before is None or self._session_clock is None:
             return None
-        return self._wall_before + time.perf_counter() - self._segment_start
+        pack, start = self._session_clock
+        seconds = time.perf_counter() - start if seconds is None else seconds
+        return [*self._sessions_before, {"pack": pack, "seconds": seconds}]
 
     def state_dict(self) -> dict[str, Any]:
         """The run's state by part: what a checkpoint holds (the memory only when
@@ -263,7 +258,7 @@ class Trainer:
                     "final": final,
                     "config_name": self.config_name,
                     ckpt.RUN_ID_KEY: self.run_id,
-                    WALL_TOTAL_KEY: self.wall_seconds_total(),
+                    SESSIONS_KEY: self.wall_sessions(),
                 },
             )
 
@@ -294,10 +289,11 @@ class Trainer:
 
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and
-            ``sps`` cover this call only, ``wall_seconds_total`` every call of the run (the
-            segments before a resume, as its checkpoint recorded them; None where that
-            checkpoint predates the total). Work done after the resumed checkpoint and lost with
-            a kill is not counted.
+            ``sps`` cover this call only; ``wall_sessions`` lists every call of the run (those
+            before a resume as its checkpoint recorded them; None where that checkpoint
+            predates the record) and ``wall_seconds_total`` sums them. Work done after the
+            resumed checkpoint and lost with a kill is not counted, nor is building the trainer
+            or loading the checkpoint.
 
         Raises:
             DivergedError: a non-finite loss or diverged weights; nothing is written after it (no
@@ -316,10 +312,13 @@ class Trainer:
         progress: ConsoleProgress | None = None,
         should_stop: Callable[[], bool] | None = None,
         callbacks: Sequence[Any] = (),
+        pack_id: str | None = None,
     ) -> Iterator[_Session]:
         """The run opened (its tracker started, ``config.yaml`` and the run id written, the event
         file open) as a ``_Session``, whose ``play`` and ``wrap_up`` the caller drives; closed
-        however the block ends, the tracker told the summary's outcome."""
+        however the block ends, the tracker told the summary's outcome. ``pack_id`` names the
+        pack the session trains in, the same for each of its runs (``wall_sessions``); default:
+        a new id, a pack of one."""
         config_yaml = self.config.to_yaml()
         fresh = self._resumed_from is None
         # Read before anything else runs: the command, versions, commit, host and device.
@@ -342,7 +341,7 @@ class Trainer:
             # The checkpoint was written after every point of its step was logged.
             logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)
             start = time.perf_counter()
-            self._segment_start = start
+            self._session_clock = (pack_id or uuid.uuid4().hex, start)
             try:
                 if fresh:
                     logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
@@ -475,7 +474,7 @@ class _Session:
         if final is not None and self.checkpoints:
             trainer._save_checkpoint(self.run_dir, self.logger, final=True)
         wall = time.perf_counter() - start
-        wall_total = None if trainer._wall_before is None else trainer._wall_before + wall
+        sessions = trainer.wall_sessions(wall)
         # Atomic: `eval` beside this run reads the old file or the new one, never half.
         buffer = io.BytesIO()
         # Copies: a packed agent's tensors are views into its pack's.
@@ -490,7 +489,8 @@ class _Session:
             "update_steps": trainer.agent.update_steps,
             "wall_seconds": wall,
             "sps": (state.env_steps - start_steps) / wall if wall > 0 else 0.0,
-            WALL_TOTAL_KEY: wall_total,
+            WALL_TOTAL_KEY: None if sessions is None else sum(s["seconds"] for s in sessions),
+            SESSIONS_KEY: sessions,
             "replay": config.replay.kind,
             "seed": config.run.seed,
             "env_id": config.env.id,

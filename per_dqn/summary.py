@@ -1,6 +1,8 @@
 """What ``summary.json`` says about a whole run beyond its last step: the evaluation curve's
 normalised area (``normalized_auc``) and the mean of the logged IS weights, kept in the loop's
-checkpointed state (``RunRecord``) so that a resumed run reports what the uninterrupted one would.
+checkpointed state (``RunRecord``) so that a resumed run reports what the uninterrupted one would;
+and the run's sessions (``SESSIONS_KEY``, read back by ``read_sessions``), which each checkpoint
+carries so that a resumed run's summary times every session, not only its last.
 
 A module of its own, not ``run.py``: the loop carries the record (and must import no I/O module),
 and the sweep report computes the same AUC from event files (``sweeps/report.py``). numpy and the
@@ -16,6 +18,31 @@ from typing import Any
 import numpy as np
 
 from per_dqn.tags import PER_IS_WEIGHT_MEAN
+
+# A run's sessions (one per ``Trainer.run`` call or pack it trained in): ``[{"pack": id,
+# "seconds": s}, ...]``, in each checkpoint's manifest up to its step and in the summary whole;
+# ``pack`` is shared by the runs of one pack (one process), so a sweep's cost counts it once.
+SESSIONS_KEY = "wall_sessions"
+# Their sum, in the summary: the run's wall time over every session.
+WALL_TOTAL_KEY = "wall_seconds_total"
+
+
+def read_sessions(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a run's sessions (``SESSIONS_KEY``) if it is one: a list of ``{"pack": str,
+    "seconds": finite number >= 0}``; else None (a checkpoint or summary from before the record,
+    or one edited), so that a run's time is unknown rather than wrong."""
+    if not isinstance(value, list):
+        return None
+    sessions = []
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != {"pack", "seconds"}:
+            return None
+        pack, seconds = entry["pack"], entry["seconds"]
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if not isinstance(pack, str) or not (number and math.isfinite(seconds) and seconds >= 0):
+            return None
+        sessions.append({"pack": pack, "seconds": float(seconds)})
+    return sessions
 
 
 def normalized_auc(curve: list[tuple[int, float]] | tuple[tuple[int, float], ...]) -> float:

@@ -299,7 +299,7 @@ TINY = [
 # The tiny sweep's run dirs.
 TINY_RUN_DIRS = [f"{arm}/s{seed}" for arm in ("uniform", "proportional") for seed in (0, 1)]
 # Run-specific fields of a summary: everything else must match between the backends.
-VARYING = {"wall_seconds", "wall_seconds_total", "sps", "run_dir", "provenance"}
+VARYING = {"wall_seconds", "wall_seconds_total", "wall_sessions", "sps", "run_dir", "provenance"}
 
 
 def tiny_args(out: Path, workers: int = 2) -> list[str]:

@@ -259,6 +259,25 @@ def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
             normalized_auc(bad)
 
 
+def test_a_record_of_sessions_is_read_back_or_taken_as_unknown():
+    """``read_sessions``: a list of ``{"pack": str, "seconds": finite >= 0}`` comes back as it is
+    (integers as floats); anything else, one bad entry included, is None (unknown)."""
+    from per_dqn.summary import read_sessions
+
+    good = [{"pack": "a", "seconds": 1.5}, {"pack": "b", "seconds": 0}]
+    assert read_sessions(good) == [{"pack": "a", "seconds": 1.5}, {"pack": "b", "seconds": 0.0}]
+    assert read_sessions([]) == []
+    for bad in (
+        None, "1 hour", {"pack": "a", "seconds": 1.0}, [None],
+        [{"pack": "a"}], [{"pack": "a", "seconds": 1.0, "more": 0}],
+        [{"pack": 1, "seconds": 1.0}], [{"pack": "a", "seconds": "1"}],
+        [{"pack": "a", "seconds": True}], [{"pack": "a", "seconds": -0.5}],
+        [{"pack": "a", "seconds": float("nan")}], [{"pack": "a", "seconds": float("inf")}],
+        [*good, "c"],
+    ):  # fmt: skip
+        assert read_sessions(bad) is None, bad
+
+
 def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_sweep(tmp_path):
     """Inside a sweep every run dir is named s<seed>; a tracker needs the cell and the sweep."""
     from per_dqn.rundir import display_name

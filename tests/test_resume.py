@@ -111,9 +111,12 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     summary = summary_of(run_dir)
     assert summary["resumed_from_env_steps"] == 900 and not summary["interrupted"]
     # The whole run's wall time: the stopped session's up to its checkpoint, then this session's.
-    before = ckpt.read_manifest(run_dir / "checkpoints/step_000000900")["wall_seconds_total"]
-    assert before > 0
-    assert summary["wall_seconds_total"] == before + summary["wall_seconds"]
+    (first,) = ckpt.read_manifest(run_dir / "checkpoints/step_000000900")["wall_sessions"]
+    assert first["seconds"] > 0
+    (_, resumed) = summary["wall_sessions"]
+    assert summary["wall_sessions"][0] == first and resumed["pack"] != first["pack"]
+    assert resumed["seconds"] == summary["wall_seconds"]
+    assert summary["wall_seconds_total"] == first["seconds"] + summary["wall_seconds"]
     assert f"; {summary['wall_seconds_total']:.1f} s over every session" in result.stdout
     events = EventAccumulator(str(run_dir))
     events.Reload()
@@ -123,36 +126,51 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     ]  # fmt: skip
 
 
-def test_a_run_never_stopped_times_its_one_session_and_each_checkpoint_its_total(reference):
-    """``wall_seconds_total`` is ``wall_seconds`` for a run of one session, and the checkpoints'
-    totals grow with their step up to it."""
+def test_a_run_never_stopped_times_its_one_session_and_each_checkpoint_its_time(reference):
+    """A run of one session: ``wall_sessions`` holds that session, of ``wall_seconds``, which
+    ``wall_seconds_total`` is; each checkpoint holds the same session timed to its step."""
     summary = summary_of(reference)
-    assert summary["wall_seconds_total"] == summary["wall_seconds"] > 0
-    totals = [
-        ckpt.read_manifest(path)["wall_seconds_total"]
+    (session,) = summary["wall_sessions"]
+    assert session["seconds"] == summary["wall_seconds"] == summary["wall_seconds_total"] > 0
+    timed = [
+        ckpt.read_manifest(path)["wall_sessions"]
         for path in ckpt.list_checkpoints(ckpt.checkpoints_dir(reference))
     ]
-    assert len(totals) >= 2 and totals == sorted(totals)
-    assert 0 < totals[-1] <= summary["wall_seconds"]
+    assert len(timed) >= 2 and all(len(sessions) == 1 for sessions in timed)
+    assert {sessions[0]["pack"] for sessions in timed} == {session["pack"]}
+    seconds = [sessions[0]["seconds"] for sessions in timed]
+    assert seconds == sorted(seconds) and 0 < seconds[-1] <= session["seconds"]
 
 
-@pytest.mark.parametrize("recorded", [None, "1 hour", -1.0, True])
-def test_a_checkpoint_without_a_valid_total_leaves_the_run_s_total_unknown(
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        None,
+        "1 hour",
+        [{"pack": "p", "seconds": -1.0}],
+        [{"pack": "p", "seconds": True}],
+        [{"pack": 3, "seconds": 1.0}],
+        [{"pack": "p", "seconds": 1.0, "more": 1}],
+        [{"pack": "p", "seconds": 1.0}, "p"],
+    ],
+)
+def test_a_checkpoint_without_a_valid_record_of_its_sessions_leaves_the_run_s_time_unknown(
     interrupted, tmp_path, recorded
 ):
-    """A checkpoint from before ``wall_seconds_total`` (None here; a format 2 one has no key) or
-    one whose total was edited into no time at all: the resumed run's total is null, not this
-    session's time passed off as the whole run's."""
+    """A checkpoint from before ``wall_sessions`` (None here; a format 2 one has no key) or one
+    whose record was edited into something else: the resumed run's sessions and total are null,
+    not this session's time passed off as the whole run's."""
     run_dir = copy_of(interrupted, tmp_path)
     newest = run_dir / "checkpoints/step_000000900"
     manifest = json.loads((newest / "manifest.json").read_text())
-    manifest["wall_seconds_total"] = recorded
+    manifest["wall_sessions"] = recorded
     (newest / "manifest.json").write_text(json.dumps(manifest))
     reseal(newest)
     result = resume(run_dir)
     assert result.exit_code == 0, result.output
     summary = summary_of(run_dir)
-    assert summary["wall_seconds_total"] is None and summary["wall_seconds"] > 0
+    assert summary["wall_sessions"] is None and summary["wall_seconds_total"] is None
+    assert summary["wall_seconds"] > 0
 
 
 @pytest.mark.parametrize(
@@ -507,5 +525,5 @@ def test_a_format_2_checkpoint_from_before_the_redesign_resumes_exactly(tmp_path
     # rather than report the resumed part as the run's.
     summary = summary_of(run_dir)
     assert summary["auc"] is None and summary["is_weight_mean"] is None
-    assert summary["wall_seconds_total"] is None  # its checkpoint timed nothing
+    assert summary["wall_sessions"] is None and summary["wall_seconds_total"] is None
     assert summary["final_eval_return_mean"] is not None

@@ -212,24 +212,20 @@ def render_markdown(
 
 
 def _compute_line(sweep: SweepRuns) -> list[str]:
-    """What the runs used cost in wall time (``runs.compute_seconds``), as one line."""
+    """What training the runs used took (``runs.compute_seconds``), as one line."""
     if not sweep.runs:
         return []
-    seconds, processes, untimed = compute_seconds(sweep.runs)
-    hours = seconds / 3600
+    seconds, packs, untimed = compute_seconds(sweep.runs)
+    amount = f"{seconds / 3600:,.1f} hours" if seconds >= 3600 else f"{seconds / 60:,.1f} minutes"
     line = (
-        f"- Compute: {hours:,.1f} process-hours"
-        if hours >= 1
-        else f"- Compute: {seconds / 60:,.1f} process-minutes"
-    ) + (
-        f" of wall time in {processes} process{'es' * (processes != 1)} (a pack of runs is one "
-        "process, as long as its longest run; each run's `wall_seconds_total`)"
+        f"- Compute: {amount} of training time in {packs} pack session{'s' * (packs != 1)} (a "
+        "pack trains its runs in one process and counts once, by its longest run; a run alone "
+        "is a pack of one; start-up and checkpoint loading are not timed)"
     )
     if untimed:
         line += (
-            f"; at least: {untimed} run{'s' * (untimed != 1)} record{'s' * (untimed == 1)} no "
-            "time for sessions before a resume (`wall_seconds_total` null or absent), so only "
-            "their last session counts"
+            f"; a lower bound, as {untimed} run{'s were' if untimed != 1 else ' was'} resumed "
+            "from checkpoints that did not time the sessions before them"
         )
     return [line + "."]
 

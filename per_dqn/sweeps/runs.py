@@ -29,6 +29,7 @@ from typing import Any
 from per_dqn.memory import KINDS
 from per_dqn.metrics import flatten_config
 from per_dqn.rundir import SWEEP_FILE
+from per_dqn.summary import SESSIONS_KEY, read_sessions
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 SUMMARY_FILE = "summary.json"
@@ -228,10 +229,12 @@ class Run:
             or where the summary does not say.
         exploration: its exploration after the decay, from its ``config.yaml``: ``epsilon 0.01
             from 250k`` (``exploration_text``); None where the config cannot be read.
-        wall_seconds_total: wall time of all its sessions (its summary's ``wall_seconds_total``);
-            None where an earlier session went untimed or the summary predates the field.
-        pack: the run dirs of the pack it ran in, relative to the sweep dir and sorted (its
-            summary's ``provenance.pack``); its own path alone for a run that ran alone.
+        sessions: its sessions (its summary's ``wall_sessions``: the pack each trained in, and
+            its seconds); None where the summary does not record them (from before the record,
+            or resumed from a checkpoint that did not), or records them wrongly.
+        pack: the run dirs of the pack its last session ran in, relative to the sweep dir and
+            sorted (its summary's ``provenance.pack``); its own path alone for a run alone.
+        resumed: whether its last session resumed a checkpoint.
     """
 
     env_id: str
@@ -251,24 +254,31 @@ class Run:
     train_returns: tuple[tuple[int, float], ...] = ()
     game: str | None = None
     exploration: str | None = None
-    wall_seconds_total: float | None = None
+    sessions: tuple[tuple[str, float], ...] | None = None
     pack: tuple[str, ...] = ()
+    resumed: bool = False
 
 
 def compute_seconds(runs: Sequence[Run]) -> tuple[float, int, int]:
-    """What ``runs`` cost, as ``(seconds, processes, untimed)``: the wall time of the processes
-    that ran them, summed. A pack is one process that lasts as long as its longest run, so each
-    pack counts once, by the largest ``wall_seconds_total`` of its runs here. A run whose total is
-    unknown counts its last session (``wall_seconds``) and is counted in ``untimed``: the sum is
-    then a lower bound."""
+    """What training ``runs`` took, as ``(seconds, pack sessions, untimed)``: the wall time of
+    the pack sessions that trained them, summed. A pack trains its runs in one process, so each
+    pack session counts once, by the longest of its runs' sessions here (a run alone is a pack of
+    one). A run whose summary does not record its sessions counts its last one (``wall_seconds``,
+    in the pack its provenance names); if it was resumed, the earlier ones are missing, it is
+    counted in ``untimed``, and the sum is a lower bound."""
     longest: dict[tuple[str, ...], float] = {}
+
+    def count(key: tuple[str, ...], seconds: float) -> None:
+        longest[key] = max(longest.get(key, 0.0), seconds)
+
     untimed = 0
     for run in runs:
-        seconds = run.wall_seconds_total
-        if seconds is None:
-            seconds, untimed = run.wall_seconds, untimed + 1
-        key = run.pack or (run.path,)
-        longest[key] = max(longest.get(key, 0.0), seconds)
+        if run.sessions is not None:
+            for pack, seconds in run.sessions:
+                count(("session", pack), seconds)
+        else:
+            count(("pack", *(run.pack or (run.path,))), run.wall_seconds)
+            untimed += run.resumed
     return sum(longest.values()), len(longest), untimed
 
 
@@ -300,6 +310,12 @@ def _exploration(run_dir: Path) -> str | None:
 # Env id prefix -> the distribution whose code is the game: a release can change the game itself
 # (MinAtar 1.0.11 fixed Seaquest's oxygen bar; ale-py's releases bring the ROMs and the emulator).
 GAME_PACKAGES = {"MinAtar/": "minatar", "ALE/": "ale-py"}
+
+
+def _sessions(summary: dict[str, Any]) -> tuple[tuple[str, float], ...] | None:
+    """``Run.sessions``: a malformed record leaves the run's time unknown; its scores stand."""
+    sessions = read_sessions(summary.get(SESSIONS_KEY))
+    return None if sessions is None else tuple((s["pack"], s["seconds"]) for s in sessions)
 
 
 def _pack(path: str, summary: dict[str, Any]) -> tuple[str, ...]:
@@ -523,12 +539,9 @@ def _read_run(
         train_returns=tuple(curves[EPISODE_RETURN]),
         game=_game(env_id, summary),
         exploration=_exploration(run_dir),
-        wall_seconds_total=(
-            None
-            if summary.get("wall_seconds_total") is None
-            else float(_field(summary, "wall_seconds_total", "number", where))
-        ),
+        sessions=_sessions(summary),
         pack=_pack(_rel(out, run_dir), summary),
+        resumed=summary.get("resumed_from_env_steps") is not None,
     )
 
 

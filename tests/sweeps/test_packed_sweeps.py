@@ -58,14 +58,16 @@ def test_ablate_with_packs_gives_the_local_backend_s_runs(tmp_path, local_refere
     assert result.exit_code == 0, result.output
     assert "4 runs, 0 finished, 4 to run on 1 worker, 4 runs in 2 packs (3, 1)\n" in result.stdout
     assert_same_runs(out, local_reference)
-    # The report's cost counts the two packs, each once, by its longest run.
-    totals = {d: summary_of(out / d)["wall_seconds_total"] for d in TINY_RUN_DIRS}
-    packs = {tuple(summary_of(out / d)["provenance"].get("pack", {}).get("members", [d]))
-             for d in TINY_RUN_DIRS}  # fmt: skip
-    assert len(packs) == 2
-    seconds = sum(max(totals[d] for d in members) for members in packs)
+    # The report's cost counts the two packs, each once, by its longest run; the runs of one
+    # pack share its id.
+    sessions = {d: summary_of(out / d)["wall_sessions"] for d in TINY_RUN_DIRS}
+    longest: dict[str, float] = {}
+    for (session,) in sessions.values():
+        longest[session["pack"]] = max(longest.get(session["pack"], 0.0), session["seconds"])
+    assert len(longest) == 2
     text = (out / "report.md").read_text()
-    assert f"- Compute: {seconds / 60:,.1f} process-minutes of wall time in 2 processes (" in text
+    amount = f"{sum(longest.values()) / 60:,.1f} minutes"
+    assert f"- Compute: {amount} of training time in 2 pack sessions (" in text
 
 
 @pytest.mark.parametrize(

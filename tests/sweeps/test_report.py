@@ -404,34 +404,46 @@ def test_a_game_without_finished_runs_is_left_out_of_the_pool_and_said_so(tmp_pa
     assert rows["proportional"][:3] == ["5", ci_text(proportional, 2), ci_text(proportional, 2)]
 
 
-def test_the_compute_line_counts_each_pack_once_by_its_longest_run(tmp_path):
-    """Five runs: a pack of two (totals 100 s and 120 s: the process lasted 120 s), a pack of two
-    whose run of 50 s outlasts a run that records no total (30 s in its last session, counted as
-    such and said so), and a run alone (10 s): 120 + 50 + 10 = 180 s, 3.0 process-minutes in 3
-    processes. The packs' members are named as ``provenance.pack`` names them: relative to their
-    common parent, here the env's dir."""
+def test_the_compute_line_counts_each_pack_session_once_by_its_longest_run(tmp_path):
+    """A sweep stopped and resumed with other packs. Session 1: a, b and c in pack P1 (100 s;
+    a's own session 99 s) and d alone (P2, 30 s). Session 2: a and b in P3 (50 s), c and d in P4
+    (50 s): 100 + 30 + 50 + 50 = 230 s in 4 pack sessions, where the packs of the runs' last
+    sessions alone would count P1 twice and lose P2. Summaries from before ``wall_sessions``
+    count their one session in the pack their provenance names: e alone (10 s), g and h packed
+    (40 s and 45 s: 45); f was resumed (20 s in its last session), so the sum is a lower bound;
+    i's record is malformed (5 s, never resumed) and is read as unknown, its scores still used.
+    230 + 10 + 45 + 20 + 5 = 310 s, 5.2 minutes in 8 pack sessions."""
     out = tmp_path / "sweep"
-    pack_a, pack_b = ["uniform/s0", "proportional/s0"], ["uniform/s1", "proportional/s1"]
-    runs_ = [  # (arm, seed, wall_seconds, wall_seconds_total, pack members)
-        ("uniform", 0, 60.0, 100.0, pack_a), ("proportional", 0, 70.0, 120.0, pack_a),
-        ("uniform", 1, 50.0, 50.0, pack_b), ("proportional", 1, 30.0, None, pack_b),
-        ("uniform", 2, 10.0, 10.0, None),
-    ]  # fmt: skip
+    pack_gh = {"pack": {"size": 2, "members": ["uniform/s6", "uniform/s7"]}}
+    runs_ = {  # seed: (wall_seconds, more summary fields)
+        0: (50.0, {"wall_sessions": [{"pack": "P1", "seconds": 99.0},
+                                     {"pack": "P3", "seconds": 50.0}]}),
+        1: (50.0, {"wall_sessions": [{"pack": "P1", "seconds": 100.0},
+                                     {"pack": "P3", "seconds": 49.0}]}),
+        2: (50.0, {"wall_sessions": [{"pack": "P1", "seconds": 100.0},
+                                     {"pack": "P4", "seconds": 50.0}]}),
+        3: (50.0, {"wall_sessions": [{"pack": "P2", "seconds": 30.0},
+                                     {"pack": "P4", "seconds": 50.0}]}),
+        4: (10.0, {}),
+        5: (20.0, {"resumed_from_env_steps": 100}),
+        6: (40.0, {"provenance": pack_gh}),
+        7: (45.0, {"provenance": pack_gh}),
+        8: (5.0, {"wall_sessions": "garbage"}),
+    }  # fmt: skip
     planned = []
-    for arm, seed, wall, total, members in runs_:
-        rel = f"CartPole-v1/{arm}/s{seed}"
-        pack = {} if members is None else {"pack": {"size": 2, "members": members}}
-        fake_run(out, rel, "CartPole-v1", arm, seed, 100.0, [(100, 1.0), (200, 2.0)],
-                 wall_seconds=wall, wall_seconds_total=total, provenance=pack)  # fmt: skip
-        planned.append(("CartPole-v1", arm, seed, rel))
-    fileio.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"],
-                                                      ["uniform", "proportional"]))  # fmt: skip
+    for seed, (wall, more) in runs_.items():
+        rel = f"uniform/s{seed}"
+        fake_run(out, rel, "CartPole-v1", "uniform", seed, 100.0, [(100, 1.0), (200, 2.0)],
+                 wall_seconds=wall, **more)  # fmt: skip
+        planned.append(("CartPole-v1", "uniform", seed, rel))
+    fileio.write_json(out / "sweep.json", sweep_record(planned, ["CartPole-v1"], ["uniform"]))
     text = R.write_report(out).report.read_text()
+    assert "Runs used: 9 of 9 planned; missing: none." in text
     assert (
-        "- Compute: 3.0 process-minutes of wall time in 3 processes (a pack of runs is one "
-        "process, as long as its longest run; each run's `wall_seconds_total`); at least: 1 run "
-        "records no time for sessions before a resume (`wall_seconds_total` null or absent), so "
-        "only their last session counts.\n"
+        "- Compute: 5.2 minutes of training time in 8 pack sessions (a pack trains its runs in "
+        "one process and counts once, by its longest run; a run alone is a pack of one; start-up "
+        "and checkpoint loading are not timed); a lower bound, as 1 run was resumed from "
+        "checkpoints that did not time the sessions before them.\n"
     ) in text
 
 
@@ -832,9 +844,9 @@ def test_a_real_sweep_reports_what_its_event_files_hold(tmp_path):
     table = table_rows(text)
     assert table["uniform"][-1] == "-"
     assert table["proportional"][-1] == f"{np.mean(weights):.3g}"
-    # Two runs alone, two processes, each timed whole.
+    # Two runs alone: two pack sessions, each timed whole.
     seconds = sum(summary_of(out / arm / "s0")["wall_seconds_total"] for arm in rows)
-    assert f"- Compute: {seconds / 60:,.1f} process-minutes of wall time in 2 processes (" in text
+    assert f"- Compute: {seconds / 60:,.1f} minutes of training time in 2 pack sessions (" in text
 
 
 # --- sensitivity to a grid key ------------------------------------------------------------------
