@@ -24,6 +24,8 @@ reference.write(HERE / "reference")
 
 project = "per-dqn"
 author = "the per-dqn authors"
+# Furo prints it under every page ("Copyright ©" and nothing, without it).
+copyright = "the per-dqn authors; MIT license"
 release = __version__
 extensions = ["myst_parser"]
 source_suffix = {".md": "markdown"}
