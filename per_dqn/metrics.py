@@ -93,10 +93,18 @@ class TensorBoardLogger:
             WriteError: the event file could not be written (here or, earlier, in the writer's
                 background thread, whose failure surfaces at the next call).
         """
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
         kept = {tag: value for tag, value in values.items() if not math.isnan(value)}
-        with writing(self.path):
-            for tag, value in kept.items():
-                self._writer.add_scalar(tag, value, step)
+        if kept:
+            # One event holds the step's points, each as ``add_scalar`` writes it (a float32
+            # ``simple_value``): every event is a hand-off to the writer's thread, and with one
+            # event per tag those took 11% of a MinAtar pack's time in a profile on a busy machine.
+            point = Summary(
+                value=[Summary.Value(tag=tag, simple_value=float(x)) for tag, x in kept.items()]
+            )
+            with writing(self.path):
+                self._writer.file_writer.add_summary(point, step)
         if self.mirror is not None and kept:
             self.mirror.log(kept, step)
 
