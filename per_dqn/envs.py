@@ -52,8 +52,8 @@ def _register_minatar(env_id: str) -> None:
     Raises:
         ValueError: the extra is not installed.
     """
-    if env_id in gym.registry:
-        return
+    if env_id in gym.registry or _registered_under_a_version(env_id):
+        return  # registering again would make gymnasium warn once per env
     from per_dqn import minatar_gym
 
     try:
@@ -68,6 +68,15 @@ def _register_minatar(env_id: str) -> None:
     import minatar.gym
 
     minatar.gym.register_envs()
+
+
+def _registered_under_a_version(env_id: str) -> bool:
+    """Whether gymnasium has ``env_id``'s env under some version (an id given without one)."""
+    try:
+        namespace, base, _ = parse_env_id(env_id)
+    except gym.error.Error:
+        return False
+    return find_highest_version(namespace, base) is not None
 
 
 class ChannelFirst(gym.ObservationWrapper):

@@ -75,6 +75,18 @@ def test_unusable_envs_name_the_key(env_id, message):
     assert str(info.value).startswith("env.id: ")
 
 
+def test_an_unversioned_minatar_id_is_refused_again_without_registering_every_env_again():
+    """Pins a bug: each try of an unversioned MinAtar id registered MinAtar's ids again, and
+    gymnasium warned once per env (ten warning lines above the one-line error)."""
+    import warnings
+
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match="names no version; write 'MinAtar/Breakout-v1'"):
+                make_eval_env(EnvConfig(id="MinAtar/Breakout"))
+
+
 @pytest.mark.atari
 def test_atari_game_view_films_the_emulator_s_rgb_screen_in_lockstep():
     """Issue 13, part 3, item 5: `eval --video` filmed the agent's 84x84 grayscale view. The
