@@ -73,10 +73,10 @@ def _register_minatar(env_id: str) -> None:
 def _registered_under_a_version(env_id: str) -> bool:
     """Whether gymnasium has ``env_id``'s env under some version (an id given without one)."""
     try:
-        namespace, base, _ = parse_env_id(env_id)
+        namespace, base, version = parse_env_id(env_id)
     except gym.error.Error:
         return False
-    return find_highest_version(namespace, base) is not None
+    return version is None and find_highest_version(namespace, base) is not None
 
 
 class ChannelFirst(gym.ObservationWrapper):
