@@ -431,6 +431,8 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
     ]
     for env in sweep.envs:
         runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
+        if not runs:
+            continue  # no run to read a step from, nor an EMA to set beside it
         _, here = in_reach(env, points, [r.run.env_steps for r in runs])
         if not here:
             continue

@@ -138,6 +138,26 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
     assert "training.png" in result.output
 
 
+def test_an_env_without_finished_runs_gets_no_published_row(tmp_path):
+    """Pins a bug: a sweep under way whose SpaceInvaders pack had no finished run listed the
+    published SpaceInvaders curves at step 0 with a mean of 0.00, as if they were compared."""
+    out = breakout_sweep(tmp_path / "sweep")
+    record = json.loads((out / "sweep.json").read_text())
+    record["envs"].append("MinAtar/SpaceInvaders-v1")
+    record["runs"].append({"env_id": "MinAtar/SpaceInvaders-v1", "arm": "uniform", "seed": 0,
+                           "run_dir": "space/uniform/s0"})  # fmt: skip
+    fileio.write_json(out / "sweep.json", record)
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
+                 f"{ENV},src DQN,50000,2.5,0.5,5\n"
+                 "MinAtar/SpaceInvaders-v1,src DQN,0,0,0,5\n"
+                 "MinAtar/SpaceInvaders-v1,src DQN,50000,20,1,5\n")  # fmt: skip
+    result = runner.invoke(app, ["report", str(out), "--published", str(path)])
+    assert result.exit_code == 0, result.output
+    table = (out / "report.md").read_text().split("## Beside the published curves")[1]
+    assert f"| {ENV} | 50,000 | src DQN (published) |" in table
+    assert "SpaceInvaders" not in table
+
+
 def test_a_legend_too_wide_for_one_row_takes_more_rows_inside_the_figure(tmp_path):
     """Pins a clipped legend: the training figure of a one-env sweep set its entries in one row
     whatever their length, and the row, wider than the figure, lost its first and last entries
