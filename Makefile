@@ -52,7 +52,7 @@ docs: $(TEST_STAMP)
 	@echo "the site: build/site/index.html"
 
 # Two pytest-xdist workers, the long tests handed out first and the Ray tests on one worker
-# (tests/conftest.py): from a clean clone 13 min 4 s against 18 min 43 s in one process, 2 cores.
+# (tests/conftest.py); docs/testing.md gives the time measured from a clean clone on 2 cores.
 XDIST := -n 2 --dist loadgroup
 
 test: $(TEST_STAMP)

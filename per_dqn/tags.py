@@ -72,12 +72,12 @@ SCALAR_TAGS: dict[str, str] = {
     TRAIN_Q_MEAN: "mean Q(s, a) of the sampled batches",
     TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
     TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
-    TRAIN_LEARNING_RATE: "Adam's step size (only when agent.learning_rate_end anneals it)",
+    TRAIN_LEARNING_RATE: "the optimiser's step size (only when agent.learning_rate_end anneals it)",
     EXPLORE_EPSILON: "exploration epsilon",
     EPISODE_RETURN: "undiscounted return of each finished training episode",
     EPISODE_LENGTH: "length in env steps of each finished training episode",
-    EVAL_RETURN_MEAN: "mean return of the greedy evaluation episodes (the last point is the final "
-    "evaluation)",
+    EVAL_RETURN_MEAN: "mean return of the evaluation episodes, at train.eval_epsilon (0: "
+    "greedy; the last point is the final evaluation)",
     EVAL_RETURN_STD: "standard deviation of those returns",
     EVAL_LENGTH_MEAN: "mean length of those episodes",
     PERF_SPS: "env steps per second of wall time since the previous write, learning included",

@@ -87,7 +87,8 @@ def train(
         typer.Option(
             metavar="RUN_DIR",
             help="Continue the run in RUN_DIR from its newest checkpoint that passes its "
-            "checksums, with RUN_DIR/config.yaml; only --steps (to extend the run) may be added.",
+            "checksums, with RUN_DIR/config.yaml; of the settings, only --steps (to extend the "
+            "run) may be added.",
         ),
     ] = None,
     trust_code: TrustCodeOption = False,

@@ -263,7 +263,7 @@ class TrainConfig(_Section):
         epsilon_decay_from: where the decay starts: ``start`` (env step 0) or
             ``learning_starts`` (after the warm-up, as Dopamine and the MinAtar paper do; epsilon
             stays at ``epsilon_start`` until then).
-        eval_interval: env steps between greedy evaluations (0: only the final one).
+        eval_interval: env steps between evaluations (0: only the final one).
         eval_episodes: episodes per periodic evaluation.
         final_eval_episodes: episodes of the final evaluation.
         eval_epsilon: exploration epsilon during evaluation (0: greedy).

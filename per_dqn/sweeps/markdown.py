@@ -171,8 +171,9 @@ def render_markdown(
           if sweep.skipped else []),
         *_compute_line(sweep),
         "",
-        "Final score of a run: the mean return of its final greedy evaluation, at the last env "
-        f"step. AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "
+        "Final score of a run: the mean return of its final evaluation (at the config's "
+        "`train.eval_epsilon`: 0 is greedy), at the last env step. "
+        f"AUC: the area under its evaluation curve (`{EVAL_RETURN_MEAN}`) divided by the "
         "env steps the curve spans, its mean evaluation return over training. IQM: the "
         "interquartile mean over seeds. Brackets: 95% stratified bootstrap confidence intervals "
         f"({BOOTSTRAP_REPS:,} resamples, percentile method). P(> {versus}): the share of "
@@ -387,7 +388,7 @@ def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
     lines = [
         "## Training returns, as the literature reports them",
         "",
-        "Returns of the training episodes (under exploration), beside the greedy scores above: "
+        "Returns of the training episodes (under exploration), beside the evaluation scores above: "
         f"EMA, a moving average over episodes (`avg <- {TRAIN_EMA_DECAY} avg + "
         f"{1 - TRAIN_EMA_DECAY:.2f} G` from 0, MinAtar's `examples/dqn.py`) after the run's last "
         f"episode (reducible-loss's final scores); last {TRAIN_LAST_EPISODES}: the mean of the "

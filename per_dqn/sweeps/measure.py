@@ -8,7 +8,7 @@ always give the same numbers) and applies them to cells.
 
 What is measured per run (the rows of ``scores.csv``):
 
-- the *final score*: the mean return of its final greedy evaluation (``final_eval_return_mean``);
+- the *final score*: the mean return of its final evaluation (``final_eval_return_mean``);
 - the *AUC*: ``summary.normalized_auc`` of its ``eval/return_mean`` curve, the area under the
   curve over the env steps it spans, i.e. its mean evaluation return over training, in return
   units. Two arms that end level but learn at different speeds differ here;
@@ -18,7 +18,7 @@ What is measured per run (the rows of ``scores.csv``):
 - its *mean IS weight*: the mean of its logged ``per/is_weight_mean``, the factor by which PER's
   importance-sampling weights scale the step size on average;
 - its *training returns as the literature reports them* (``published_measures``), beside the
-  greedy score, from the returns of its training episodes (under exploration):
+  final score, from the returns of its training episodes (under exploration):
   the *EMA*: an exponential moving average over episodes, ``avg <- 0.99 avg + 0.01 G`` from 0, as
   the MinAtar paper's ``examples/dqn.py`` keeps it, at the run's end: the value after its last
   episode (what reducible-loss's `mean_scores.csv` takes, the last logged value; its binned curves
