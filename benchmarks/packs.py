@@ -15,6 +15,15 @@ A run's numbers do not depend on its pack, so the two sides' runs must be bit-id
 script checks every run's ``final_eval_return_mean`` and ``model.pt`` across both sides and every
 repeat, says so, and exits 1 where they differ. Repeats alternate which side goes first.
 
+Then, in this process and one torch thread, the learner alone: the milliseconds of one update per
+run (``Pack.learn``: the three forward passes, the loss, backward and the optimiser step; the
+memory's sampling not included) for K agents of the section's config learning alone (packs of
+one, as unpacked runs learn) and as one pack of K, on random batches of the config's batch size,
+in alternating rounds. From it, a ceiling: the runs per hour a packed sweep would reach if
+everything but its updates (the envs, acting, the memory, evaluations, start-up) cost nothing,
+over the unpacked sweep's measured runs per hour. A ratio above the ceiling cannot be reached
+without making the updates themselves cheaper.
+
     .venv/bin/python benchmarks/packs.py                      # both sections, the goals' sizes
     .venv/bin/python benchmarks/packs.py --section cartpole --seeds 10 --steps 20000
     .venv/bin/python benchmarks/packs.py --smoke              # tiny sizes; the figures mean nothing
@@ -34,6 +43,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+import numpy as np
+import torch
 from _common import (
     ROOT,
     add_mode_options,
@@ -46,7 +57,13 @@ from _common import (
     rotated,
 )
 
+from per_dqn.agent.pack import Pack
+from per_dqn.build import make_agent
 from per_dqn.config import load_config, resolve_config_path
+from per_dqn.config.loading import parse_override
+from per_dqn.envs import EnvSpec
+from per_dqn.memory import Batch
+from per_dqn.plan import env_spec
 
 
 @dataclass(frozen=True)
@@ -147,6 +164,98 @@ def render(name: str, section: Section, args: argparse.Namespace, runs: dict[str
     return "\n".join(lines)
 
 
+def random_batch(rng: np.random.Generator, spec: EnvSpec, size: int) -> Batch:
+    """A batch of ``size`` random transitions of ``spec``'s shapes (the values do not change what
+    an update computes, only which numbers)."""
+
+    def observations() -> np.ndarray:
+        shape = (size, *spec.obs_shape)
+        if spec.obs_dtype == np.bool_:
+            return rng.random(shape) < 0.1
+        if spec.obs_dtype == np.uint8:
+            return rng.integers(0, 256, shape, dtype=np.uint8)
+        return rng.standard_normal(shape).astype(spec.obs_dtype)
+
+    return Batch(
+        observations(), rng.integers(spec.num_actions, size=size),
+        rng.standard_normal(size).astype(np.float32), observations(), rng.random(size) < 0.05,
+        np.arange(size), np.ones(size, np.float32), np.ones(size, np.uint8),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Learner:
+    """Milliseconds of one update per run: alone (a pack of one each) and in one pack of K."""
+
+    alone_ms: float
+    packed_ms: float
+    updates: int  # per run of the sweep
+
+
+def time_learner(section: Section, args: argparse.Namespace) -> Learner:
+    """The learner alone, K agents of the section's config learning alone and as one pack, in
+    alternating rounds of ``args.learner_updates`` updates each; medians over the rounds."""
+    sets = [*args.set, "run.device=cpu", f"replay.kind={section.replay}"]
+    config = load_config(resolve_config_path(section.config), [parse_override(x) for x in sets])
+    torch.set_num_threads(config.run.torch_threads)
+    spec = env_spec(config)
+    cpu = torch.device("cpu")
+    alone = [make_agent(config, spec, cpu) for _ in range(args.pack)]
+    members = [make_agent(config, spec, cpu) for _ in range(args.pack)]
+    pack = Pack(members)  # slots 0..K-1, in this order
+    rng = np.random.default_rng(0)
+    batches = [random_batch(rng, spec, config.train.batch_size) for _ in range(args.pack)]
+    per_run = args.learner_updates * args.pack
+
+    def round_alone() -> float:
+        start = time.perf_counter()
+        for _ in range(args.learner_updates):
+            for agent, batch in zip(alone, batches, strict=True):
+                agent.learn(batch)
+        return (time.perf_counter() - start) * 1e3 / per_run
+
+    def round_packed() -> float:
+        start = time.perf_counter()
+        for _ in range(args.learner_updates):
+            pack.learn(dict(enumerate(batches)))
+        return (time.perf_counter() - start) * 1e3 / per_run
+
+    round_alone(), round_packed()  # warm-up
+    times: dict[str, list[float]] = {"alone": [], "packed": []}
+    for i in range(args.learner_rounds):
+        for side in rotated(("alone", "packed"), i):
+            times[side].append(round_alone() if side == "alone" else round_packed())
+    train = config.train
+    due = max(0, args.steps - train.learning_starts)
+    updates = -(-due // train.replay_period) * train.gradient_steps
+    return Learner(median(times["alone"]), median(times["packed"]), updates)
+
+
+def render_learner(args: argparse.Namespace, learner: Learner, unpacked_wall: float) -> str:
+    """The learner's table and the ceiling it sets on the sweep's ratio."""
+    rows = [
+        ["alone (a pack of one each)", f"{learner.alone_ms:.3f}", "1.00x"],
+        [f"one pack of {args.pack}", f"{learner.packed_ms:.3f}",
+         f"{learner.alone_ms / learner.packed_ms:.2f}x"],
+    ]  # fmt: skip
+    per_worker = -(-args.seeds // args.workers)  # runs a worker trains, in packs of K
+    floor = per_worker * learner.updates * learner.packed_ms / 1e3
+    lines = [
+        f"The learner alone ({args.learner_rounds} alternating rounds of {args.learner_updates} "
+        f"updates per run, medians; {learner.updates:,} updates per run of {args.steps:,} env "
+        "steps):",
+        "",
+        markdown_table(["learner", "ms per update per run", "speed-up"], rows),
+        "",
+        f"Ceiling: {per_worker} run{'s' * (per_worker != 1)} a worker x {learner.updates:,} "
+        "updates x "
+        f"{learner.packed_ms:.3f} ms = {floor:.1f} s, were all else free, against the unpacked "
+        f"sweep's {unpacked_wall:.1f} s: packs can give at most {unpacked_wall / floor:.2f}x "
+        "here unless the updates get cheaper.",
+    ]
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_mode_options(parser)
@@ -158,6 +267,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="sweeps a side (1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every run (repeatable)")  # fmt: skip
+    parser.add_argument("--learner-rounds", type=int, help="rounds of the learner alone (5)")
+    parser.add_argument("--learner-updates", type=int, help="updates a round (50; smoke 2)")
     return parser.parse_args(argv)
 
 
@@ -185,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
                     timed = run_ablate(section, run, side, Path(tmp) / f"{name}-{side}-{repeat}")
                     runs[side].append(timed)
                     log(f"{name} repeat {repeat + 1}: {side} {timed.wall:.1f} s")
+        run.learner_rounds = args.learner_rounds or (1 if args.smoke else 5)
+        run.learner_updates = args.learner_updates or (2 if args.smoke else 50)
+        learner = time_learner(section, run)
         print()
         print(render(name, section, run, runs))
         found = disagreements(runs)
@@ -194,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(f"Runs agree: final_eval_return_mean and model.pt identical for all {run.seeds} "
                   f"runs, packed and unpacked, in each of {run.repeats} repeat(s).")  # fmt: skip
+        print()
+        print(render_learner(run, learner, median([t.wall for t in runs["unpacked"]])))
     if failed:
         raise SystemExit("error: packed and unpacked runs differ (listed above)")
 

@@ -419,7 +419,8 @@ def test_benchmarks_use_no_private_per_dqn_names():
 @pytest.mark.bench_smoke
 def test_packs_smoke_times_both_sides_and_checks_their_runs_agree():
     """``packs.py``: the same sweep unpacked and with ``--pack``, the ratio stated against the
-    goal, and the two sides' runs checked to be identical (the script exits 1 otherwise)."""
+    goal, and the two sides' runs checked to be identical (the script exits 1 otherwise); then the
+    learner alone, and the ceiling it sets on the ratio, recomputed by hand."""
     out = run_script("packs.py", "--smoke", "--section", "cartpole")
     assert PACKAGE_LINE in out
     headers, rows = table_with(out, "sweep")
@@ -434,3 +435,21 @@ def test_packs_smoke_times_both_sides_and_checks_their_runs_agree():
         "Runs agree: final_eval_return_mean and model.pt identical for all 2 runs, packed and "
         "unpacked, in each of 1 repeat(s)." in out
     )
+    # The learner alone, and the ceiling it sets: 600 env steps, learning from step 200 (the smoke
+    # sets), an update every 4: 100 updates a run; 2 runs on 2 workers: 1 run a worker.
+    headers, rows = table_with(out, "learner")
+    assert headers == ["learner", "ms per update per run", "speed-up"]
+    assert list(rows) == ["alone (a pack of one each)", "one pack of 2"]
+    alone, packed = (float(cells[0]) for cells in rows.values())
+    assert rows["one pack of 2"][1] == f"{alone / packed:.2f}x"
+    ceiling = re.search(
+        r"Ceiling: 1 run a worker x 100 updates x ([\d.]+) ms = ([\d.]+) s, were all else free, "
+        r"against the unpacked sweep's ([\d.]+) s: packs can give at most ([\d.]+)x",
+        out,
+    )
+    assert ceiling, out
+    ms, floor, unpacked, most = map(float, ceiling.groups())
+    assert ms == packed
+    assert floor == pytest.approx(100 * ms / 1e3, abs=0.06)
+    assert unpacked == float(table_with(out, "sweep")[1]["--workers 2"][0])
+    assert most == pytest.approx(unpacked / (100 * ms / 1e3), rel=0.01)
