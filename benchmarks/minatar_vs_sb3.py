@@ -11,7 +11,8 @@ SPS is env steps over that wall time:
   --steps N --replay KIND --set train.eval_interval=N --set train.final_eval_episodes=E --set
   checkpoint.enabled=false``: the shipped config (one update every 4 env steps, batches of 32,
   Double DQN, the MinAtar network), with no periodic evaluation or checkpoint, so that it times
-  training, then a final greedy evaluation of E episodes, as SB3's side does;
+  training, then a final evaluation of E episodes (at the config's ``train.eval_epsilon``, 0.001),
+  as SB3's side does (greedy);
 * SB3: ``benchmarks/_sb3_minatar.py`` (its docstring lists the settings), ``learn`` for N steps
   and E greedy episodes. SB3 has no prioritised replay, so its row compares with per_dqn's uniform
   row; the proportional row shows what PER costs on top. SB3's DQN has no Double-DQN target, so a
@@ -211,7 +212,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--env-id", default="MinAtar/Breakout-v1")
     parser.add_argument("--steps", type=int, help="env steps each (100,000; smoke 1,500)")
     parser.add_argument("--repeats", type=int, help="runs each (2; smoke 1)")
-    parser.add_argument("--eval-episodes", type=int, help="final greedy episodes (10; smoke 2)")
+    parser.add_argument("--eval-episodes", type=int, help="final evaluation episodes (10; smoke 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
     parser.add_argument("--learner-fill", type=int, help="env steps before timing learn (5,000)")
     parser.add_argument("--learner-updates", type=int, help="timed updates (1,000; smoke 10)")

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -192,6 +193,22 @@ class Learner:
     updates: int  # per run of the sweep
 
 
+def updates_per_run(config: Any, steps: int) -> int:
+    """The gradient steps a run of ``steps`` env steps on one env makes, by the loop's rule
+    (``Loop.steps``): one due at ``max(learning_starts, 1)`` and every ``replay_period`` env steps
+    after, each skipped (and passed) while the memory holds fewer than ``batch_size``
+    transitions. The memory is taken to hold ``t - (n_step - 1)`` after env step ``t`` (an
+    n-step window fills before its first transition); episode ends can only add earlier ones, so
+    the count is never more than a run makes."""
+    train = config.train
+    first = max(train.learning_starts, 1)
+    while first - (config.agent.n_step - 1) < train.batch_size:
+        first += train.replay_period
+    if steps < first:
+        return 0
+    return ((steps - first) // train.replay_period + 1) * train.gradient_steps
+
+
 def time_learner(section: Section, args: argparse.Namespace) -> Learner:
     """The learner alone, K agents of the section's config learning alone and as one pack, in
     alternating rounds of ``args.learner_updates`` updates each; medians over the rounds."""
@@ -225,9 +242,7 @@ def time_learner(section: Section, args: argparse.Namespace) -> Learner:
     for i in range(args.learner_rounds):
         for side in rotated(("alone", "packed"), i):
             times[side].append(round_alone() if side == "alone" else round_packed())
-    train = config.train
-    due = max(0, args.steps - train.learning_starts)
-    updates = -(-due // train.replay_period) * train.gradient_steps
+    updates = updates_per_run(config, args.steps)
     return Learner(median(times["alone"]), median(times["packed"]), updates)
 
 
@@ -238,7 +253,9 @@ def render_learner(args: argparse.Namespace, learner: Learner, unpacked_wall: fl
         [f"one pack of {args.pack}", f"{learner.packed_ms:.3f}",
          f"{learner.alone_ms / learner.packed_ms:.2f}x"],
     ]  # fmt: skip
-    per_worker = -(-args.seeds // args.workers)  # runs a worker trains, in packs of K
+    # The busiest worker trains at least this many runs however the packs are handed out: a
+    # share of the runs, and never less than a whole pack.
+    per_worker = max(-(-args.seeds // args.workers), min(args.pack, args.seeds))
     floor = per_worker * learner.updates * learner.packed_ms / 1e3
     lines = [
         f"The learner alone ({args.learner_rounds} alternating rounds of {args.learner_updates} "
@@ -247,12 +264,16 @@ def render_learner(args: argparse.Namespace, learner: Learner, unpacked_wall: fl
         "",
         markdown_table(["learner", "ms per update per run", "speed-up"], rows),
         "",
-        f"Ceiling: {per_worker} run{'s' * (per_worker != 1)} a worker x {learner.updates:,} "
-        "updates x "
-        f"{learner.packed_ms:.3f} ms = {floor:.1f} s, were all else free, against the unpacked "
-        f"sweep's {unpacked_wall:.1f} s: packs can give at most {unpacked_wall / floor:.2f}x "
-        "here unless the updates get cheaper.",
     ]
+    if floor == 0:
+        lines.append("Ceiling: none, the runs make no update.")
+    else:
+        lines.append(
+            f"Ceiling: {per_worker} run{'s' * (per_worker != 1)} a worker x "
+            f"{learner.updates:,} updates x {learner.packed_ms:.3f} ms = {floor:.1f} s, were all "
+            f"else free, against the unpacked sweep's {unpacked_wall:.1f} s: packs can give at "
+            f"most {unpacked_wall / floor:.2f}x here unless the updates get cheaper."
+        )
     return "\n".join(lines)
 
 

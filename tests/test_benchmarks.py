@@ -435,21 +435,66 @@ def test_packs_smoke_times_both_sides_and_checks_their_runs_agree():
         "Runs agree: final_eval_return_mean and model.pt identical for all 2 runs, packed and "
         "unpacked, in each of 1 repeat(s)." in out
     )
-    # The learner alone, and the ceiling it sets: 600 env steps, learning from step 200 (the smoke
-    # sets), an update every 4: 100 updates a run; 2 runs on 2 workers: 1 run a worker.
+    # The learner alone, and the ceiling it sets. Updates by the loop's rule: due from env step
+    # 200 (the smoke sets' learning_starts), then every 4 (replay_period), through step 600: 200,
+    # 204, ..., 600, 101 of them (the memory holds 196 >= 64 transitions at the first). The 2 runs
+    # are one pack of 2, so one worker trains both.
     headers, rows = table_with(out, "learner")
     assert headers == ["learner", "ms per update per run", "speed-up"]
     assert list(rows) == ["alone (a pack of one each)", "one pack of 2"]
     alone, packed = (float(cells[0]) for cells in rows.values())
-    assert rows["one pack of 2"][1] == f"{alone / packed:.2f}x"
+    speedup = float(rows["one pack of 2"][1].removesuffix("x"))
+    assert speedup == pytest.approx(alone / packed, abs=0.011)  # printed ms are rounded
+    assert "101 updates per run of 600 env steps" in out
     ceiling = re.search(
-        r"Ceiling: 1 run a worker x 100 updates x ([\d.]+) ms = ([\d.]+) s, were all else free, "
+        r"Ceiling: 2 runs a worker x 101 updates x ([\d.]+) ms = ([\d.]+) s, were all else free, "
         r"against the unpacked sweep's ([\d.]+) s: packs can give at most ([\d.]+)x",
         out,
     )
     assert ceiling, out
     ms, floor, unpacked, most = map(float, ceiling.groups())
     assert ms == packed
-    assert floor == pytest.approx(100 * ms / 1e3, abs=0.06)
+    assert floor == pytest.approx(2 * 101 * ms / 1e3, abs=0.06)
     assert unpacked == float(table_with(out, "sweep")[1]["--workers 2"][0])
-    assert most == pytest.approx(unpacked / (100 * ms / 1e3), rel=0.01)
+    assert most == pytest.approx(unpacked / (2 * 101 * ms / 1e3), rel=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("steps", "sets", "exact"),
+    [
+        (600, {"train.learning_starts": 200}, True),  # the smoke run's
+        (603, {"train.learning_starts": 200, "train.replay_period": 5, "train.gradient_steps": 2},
+         True),
+        # Due from step 64, when the memory holds 64 only if an episode has just flushed its
+        # 5-step windows: counted from step 68, where it surely does (one update fewer, or none).
+        (400, {"train.learning_starts": 64}, False),
+    ],
+)  # fmt: skip
+def test_packs_counts_a_run_s_updates_as_the_loop_makes_them(
+    monkeypatch, tmp_path, steps, sets, exact
+):
+    """``packs.updates_per_run``, the count behind the ceiling, against the ``update_steps`` of
+    real CartPole runs of the same settings: exact where the memory is full enough when learning
+    is due, and never more than a run makes (a count too high would lower the ceiling below what
+    packs might reach)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    script = importlib.import_module("packs")
+    import per_dqn
+
+    overrides = {
+        **sets,
+        "train.total_env_steps": steps,
+        "train.eval_interval": 0,
+        "train.final_eval_episodes": 1,
+        "checkpoint.enabled": False,
+        "run.device": "cpu",
+    }
+    from per_dqn.config import load_config, resolve_config_path
+    from per_dqn.config.loading import parse_override
+
+    result = per_dqn.train("cartpole", overrides=overrides, run_dir=tmp_path / "run")
+    sets = [parse_override(f"{key}={value}") for key, value in overrides.items()]
+    config = load_config(resolve_config_path("cartpole.yaml"), sets)
+    counted, made = script.updates_per_run(config, steps), result.summary["update_steps"]
+    assert counted == made if exact else made - 1 <= counted <= made

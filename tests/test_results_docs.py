@@ -24,7 +24,8 @@ RESULTS = ROOT / "docs" / "results"
 PUBLISHED = RESULTS / "published" / "reducible_loss_minatar.csv"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 # A figure: an estimate with its interval, or a mean with its sd.
-FIGURE = re.compile(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]|\d+\.\d+ \(\d+\.\d+\)")
+NUMBER = r"-?\d+\.\d+"
+FIGURE = re.compile(rf"{NUMBER} \[{NUMBER}, {NUMBER}\]|{NUMBER} \(\d+\.\d+\)")
 
 runner = CliRunner()
 
@@ -39,51 +40,55 @@ def rebuilt_report(archive: Path, out: Path, *report_args: str) -> str:
 
 
 def section(text: str, heading: str) -> str:
-    """The text under ``heading`` up to the next heading of its level."""
+    """The text under the heading that starts with ``heading`` (``## The study``: its title may
+    go on to say how far it is) up to the next heading of its level."""
     level = heading.split(" ")[0]
-    start = text.index(heading + "\n")
-    end = text.find(f"\n{level} ", start + len(heading))
+    found = [line for line in text.splitlines() if line.startswith(heading)]
+    assert len(found) == 1, f"no one heading {heading!r}: {found}"
+    start = text.index(found[0] + "\n")
+    end = text.find(f"\n{level} ", start + len(found[0]))
     return text[start : end if end != -1 else len(text)]
 
 
 def lines_about(report: str, game: str) -> str:
     """The report's lines about ``game``: its own section, and every table row naming it."""
-    own = section(
-        report, next(h for h in report.splitlines() if h.startswith(f"## MinAtar/{game}-v1"))
-    )
+    own = section(report, f"## MinAtar/{game}-v1")
     rows = [line for line in report.splitlines() if f"MinAtar/{game}-v1" in line]
     return "\n".join([own, *rows])
 
 
 def game_of(text: str) -> str:
-    """The one game ``text`` (a bullet or a table row of a page) is about."""
-    named = [g for g in GAMES if re.search(rf"\b{g}\b", text)]
-    assert len(named) == 1, text
-    return named[0]
+    """The game ``text`` (a bullet or a table cell of a page) is about: the game it starts with."""
+    first = re.match(r"\w+", text.strip())
+    assert first and first[0] in GAMES, f"not about a game: {text[:80]!r}"
+    return first[0]
 
 
 @pytest.mark.slow
 def test_the_minatar_study_section_quotes_its_archive(tmp_path):
-    """docs/results/minatar.md, "The study with packs, under way": the runs it says are finished,
+    """docs/results/minatar.md, "The study with packs": the runs it says are finished,
     the report's ``Compute:`` line and every figure of its per-game bullets, against the report of
     ``docs/results/data/minatar-study.tar.xz``."""
     report = rebuilt_report(RESULTS / "data" / "minatar-study.tar.xz", tmp_path / "study")
-    page = section((RESULTS / "minatar.md").read_text(), "## The study with packs, under way")
+    page = section((RESULTS / "minatar.md").read_text(), "## The study with packs")
 
     used = re.search(r"- Runs used: (\d+) of (\d+) planned", report)
     assert used, report[:2000]
-    assert f"Its first {used[1]} runs are finished" in page
+    finished = re.search(r"(?:Its first|All) (\d+) runs are finished", page)
+    assert finished, "the section does not say how many runs are finished"
+    assert finished[1] == used[1]
     assert f"{used[2]} runs in one sweep dir" in page
     compute = re.search(r"- Compute: ([^(]+?) \(", report)
     assert compute
     assert f'"Compute: {compute[1]}"' in " ".join(page.split())
 
-    bullets = re.findall(r"^- (.+?)(?=^- |\Z)", page.split("So far")[1], re.S | re.M)
-    assert len(bullets) >= 2
+    # The per-game bullets: the list after "So far", up to its first blank line.
+    assert page.count("So far") == 1
+    listed = page.split("So far", 1)[1].split("\n\n", 1)[0]
+    bullets = [" ".join(b.split()) for b in re.split(r"^- ", listed, flags=re.M)[1:]]
+    assert sum(bool(FIGURE.search(b)) for b in bullets) >= 2, listed
     for bullet in bullets:
-        bullet = " ".join(bullet.split())
         figures = FIGURE.findall(bullet)
-        assert figures, bullet
         about = lines_about(report, game_of(bullet))
         missing = [f for f in figures if f not in about]
         assert missing == [], (game_of(bullet), missing)
@@ -95,28 +100,30 @@ def test_the_literature_comparison_rows_quote_their_archive(tmp_path):
     training-return EMA, the published value beside it, the greedy final score) and the MinAtar
     paper's last-100 measure quoted under the table, against the report of
     ``docs/results/data/literature-minatar_paper_dqn.tar.xz`` with the published curves."""
-    report = rebuilt_report(
-        RESULTS / "data" / "literature-minatar_paper_dqn.tar.xz",
-        tmp_path / "literature",
-        "--published",
-        str(PUBLISHED),
-    )
     page = (RESULTS / "literature.md").read_text()
-    rows = [
-        line
-        for line in page.splitlines()
-        if line.startswith("| `minatar_paper_dqn` |") and FIGURE.search(line)
-    ]
+    table = section(page, "## The comparison")
+    rows = [line for line in table.splitlines() if line.startswith("| `") and FIGURE.search(line)]
     assert len(rows) >= 2, "no row of ours in the comparison table"
+    reports: dict[str, str] = {}
     for row in rows:
-        about = lines_about(report, game_of(row.split("|")[2]))
+        preset = row.split("`")[1]
+        archive = RESULTS / "data" / f"literature-{preset}.tar.xz"
+        assert archive.is_file(), f"{row[:60]}: its runs are not archived in {archive.name}"
+        if preset not in reports:
+            out = tmp_path / preset
+            reports[preset] = rebuilt_report(archive, out, "--published", str(PUBLISHED))
+        about = lines_about(reports[preset], game_of(row.split("|")[2]))
         missing = [f for f in FIGURE.findall(row) if f not in about]
         assert missing == [], (row, missing)
+    report = reports["minatar_paper_dqn"]
 
     # "the mean of the last 100 training episodes, is 13.58 (1.89) on Asterix and ..."
-    last100 = re.search(r"last 100\s+training episodes, is (.+?)\)\.", " ".join(page.split()))
-    assert last100
-    for figure, game in re.findall(r"(\d+\.\d+ \(\d+\.\d+\)) on (\w+)", last100[1]):
+    last100 = re.search(r"last 100 training episodes, is ([^;]+?)\)\.", " ".join(page.split()))
+    assert last100, "no sentence quoting the last-100 measure"
+    quoted = re.findall(r"(\d+\.\d+ \(\d+\.\d+\)) on (\w+)", last100[1])
+    assert quoted, last100[0]
+    for figure, game in quoted:
+        assert game in GAMES, game
         row = next(
             line
             for line in report.splitlines()
