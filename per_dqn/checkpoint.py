@@ -161,7 +161,7 @@ def _strays(root: Path, newer_than: Path | None) -> list[str]:
     ``newer_than`` (all, when None): an older one changes nothing."""
     if not root.is_dir():
         return []
-    least = -1 if newer_than is None else _step(newer_than)
+    least = -1 if newer_than is None else checkpoint_step(newer_than)
     found = []
     for path in root.iterdir():
         match = _NAME.fullmatch(path.name)
@@ -278,7 +278,7 @@ def write_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     existing = list_checkpoints(root)
-    kept = [path for path in existing if _step(path) <= env_steps][-keep_last:]
+    kept = [path for path in existing if checkpoint_step(path) <= env_steps][-keep_last:]
     for path in existing:
         if path not in kept:
             _delete(path)
@@ -295,9 +295,10 @@ def _delete(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def _step(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
+    """The env steps in a checkpoint dir's name (``step_000050000``: 50,000)."""
     match = _NAME.fullmatch(path.name)
-    assert match is not None  # only called on list_checkpoints' output
+    assert match is not None  # a name list_checkpoints returned
     return int(match.group(1))
 
 
@@ -673,8 +674,10 @@ def _rotated_away(root: Path, path: Path, inode: int | None, rejected: Mapping[P
         return True
     if inode is not None and now != inode:
         return True  # renamed away and replaced by a new dir of the same step
-    step = _step(path)
-    return any(_step(other) > step and other not in rejected for other in list_checkpoints(root))
+    step = checkpoint_step(path)
+    return any(
+        checkpoint_step(other) > step and other not in rejected for other in list_checkpoints(root)
+    )
 
 
 # --- array trees: the replay memory and the loop ------------------------------------------------

@@ -1,5 +1,5 @@
 """Which runs may share a pack (``per_dqn.packs``), from their configs alone: no torch here, so
-that planning a sweep (``per_dqn.sweeps.plan.pack_jobs``) loads none.
+that planning a sweep (``per_dqn.sweeps.job.pack_jobs``) loads none.
 """
 
 from __future__ import annotations

@@ -62,15 +62,36 @@ def preflight(sweep: Sweep) -> None:
             raise ValueError(f"{sweep.record['config']}: {line}") from None
 
 
-def pack_jobs(jobs: Sequence[Job], size: int) -> list[list[Job]]:
+def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[list[Job]]:
     """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.group_into_packs``: runs
-    whose networks, batch size or env differ go to different packs), in sweep order."""
+    whose networks, batch size or env differ go to different packs), in sweep order; given the
+    sweep's ``out``, the packs a stopped sweep left checkpointed part-way come first, the furthest
+    on first (``checkpointed_steps``), so that a re-run finishes the runs it had begun before it
+    begins others."""
     if size <= 1:
-        return [[job] for job in jobs]
-    from per_dqn.packing import group_into_packs
+        packs = [[job] for job in jobs]
+    else:
+        from per_dqn.packing import group_into_packs
 
-    groups = group_into_packs([job_config(job) for job in jobs], size)
-    return [[jobs[i] for i in members] for members in groups]
+        groups = group_into_packs([job_config(job) for job in jobs], size)
+        packs = [[jobs[i] for i in members] for members in groups]
+    if out is None:
+        return packs
+    steps = [max(checkpointed_steps(out / job.run_dir) for job in members) for members in packs]
+    order = sorted(range(len(packs)), key=lambda i: -steps[i])  # stable: ties keep sweep order
+    return [packs[i] for i in order]
+
+
+def checkpointed_steps(run_dir: Path) -> int:
+    """The env steps of the run dir's newest checkpoint, by its name (0 with none): how far a
+    re-run will resume it from, if that checkpoint proves intact (nothing is read to know)."""
+    from per_dqn import checkpoint as ckpt
+
+    try:
+        found = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
+    except ckpt.CheckpointError:  # a link out of the run dir: never resumed from
+        return 0
+    return ckpt.checkpoint_step(found[-1]) if found else 0
 
 
 def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:

@@ -120,6 +120,42 @@ def test_pack_jobs_puts_runs_of_other_networks_batch_sizes_or_envs_in_other_pack
     ]
 
 
+def checkpointed(run_dir: Path, *steps: int) -> None:
+    """Checkpoint dirs named for ``steps`` in ``run_dir``, empty: ``pack_jobs`` reads names only."""
+    for step in steps:
+        (run_dir / "checkpoints" / f"step_{step:09d}").mkdir(parents=True)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_pack_jobs_given_the_sweep_dir_puts_packs_begun_first_the_furthest_on_first(tmp_path, size):
+    """Pins the order a re-run takes (issue 24: a re-run of the MinAtar study began new packs while
+    four it had checkpointed part-way waited): given ``out``, the packs with a checkpoint come
+    first, the one whose newest checkpoint is furthest on first (a pack's furthest member counts);
+    packs with none keep sweep order after them, as do packs that tie. A file under a
+    checkpoint's name is not a checkpoint."""
+    out = tmp_path / "sweep"
+    jobs = sweep_jobs(out, "uniform,proportional", seeds=(0, 1, 2, 3))
+    order = [j.run_dir for j in jobs]
+    assert order == [f"{kind}/s{seed}" for seed in range(4) for kind in ("uniform", "proportional")]
+    assert dirs(job.pack_jobs(jobs, size, out)) == dirs(job.pack_jobs(jobs, size))  # none begun
+    checkpointed(out / "uniform/s1", 100)
+    checkpointed(out / "proportional/s1", 100, 300)  # uniform/s1's packmate when size is 2
+    checkpointed(out / "proportional/s3", 200)
+    checkpointed(out / "uniform/s3", 200)
+    (out / "uniform/s2/checkpoints").mkdir(parents=True)
+    (out / "uniform/s2/checkpoints/step_000000900").write_text("not a checkpoint")
+    if size == 1:
+        assert dirs(job.pack_jobs(jobs, 1, out)) == [
+            ["proportional/s1"], ["uniform/s3"], ["proportional/s3"], ["uniform/s1"],
+            ["uniform/s0"], ["proportional/s0"], ["uniform/s2"], ["proportional/s2"],
+        ]  # fmt: skip
+    else:
+        assert dirs(job.pack_jobs(jobs, 2, out)) == [
+            ["uniform/s1", "proportional/s1"], ["uniform/s3", "proportional/s3"],
+            ["uniform/s0", "proportional/s0"], ["uniform/s2", "proportional/s2"],
+        ]  # fmt: skip
+
+
 def test_pack_jobs_puts_each_run_of_a_user_network_in_a_pack_of_its_own(tmp_path):
     """Pins the user's ``package.module:factory`` network: its runs cannot be stacked, so each is
     a pack of one, after the pack of the built-in network's runs (whose key came first)."""
@@ -321,6 +357,30 @@ def test_run_jobs_passes_should_stop_and_each_run_s_callbacks_and_a_stopped_pack
     resumed = job.run_jobs(jobs, out)
     assert resumed == [finished(j, out / j.run_dir) for j in jobs]
     assert [summary_of(out / j.run_dir)["resumed_from_env_steps"] for j in jobs] == at
+
+
+@pytest.mark.slow
+def test_a_re_run_local_sweep_finishes_the_pack_it_had_begun_before_it_begins_another(tmp_path):
+    """Pins the local backend's use of that order (issue 24: a re-run began new packs first): a
+    sweep of two packs whose second was stopped part-way, re-run on one worker, runs the second
+    first, resumed from its checkpoint, and the first after it from zero."""
+    from per_dqn.sweeps.backends import local
+
+    out = tmp_path / "sweep"
+    overrides = [parse_override(s) for s in (*SHARED, SMALL_NET)]
+    arms = plan.parse_arms("uniform,proportional")
+    sweep = plan.plan_sweep("cartpole.yaml", arms, (0, 1), STEPS, overrides, out, ())
+    first, second = job.pack_jobs(sweep.jobs, 2)
+    assert dirs([first, second]) == [["uniform/s0", "proportional/s0"],
+                                     ["uniform/s1", "proportional/s1"]]  # fmt: skip
+    stopped = job.run_jobs(second, out, StopAfter(300))
+    at = [summary_of(out / j.run_dir)["env_steps"] for j in second]
+    assert all(o.interrupted for o in stopped) and all(100 < s < STEPS for s in at)
+    result = local.run_sweep(sweep, workers=1, pack=2)
+    assert not result.failed and not result.interrupted
+    assert [o.job.run_dir for o in result.outcomes] == dirs([second, first])[0] + dirs([first])[0]
+    resumed = [summary_of(out / j.run_dir)["resumed_from_env_steps"] for j in (*second, *first)]
+    assert resumed == [*at, None, None]
 
 
 def test_run_jobs_a_run_that_cannot_start_or_that_diverges_is_its_own_outcome(tmp_path):

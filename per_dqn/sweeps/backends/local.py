@@ -216,7 +216,7 @@ def run_sweep(
         sweep: from ``plan.plan_sweep`` (whose checks this relies on).
         workers: processes at most (never more than there are packs to run).
         on_outcome: called in this process as each run ends.
-        pack: runs per pack at most (``plan.pack_jobs``): a worker runs a pack at a time.
+        pack: runs per pack at most (``job.pack_jobs``): a worker runs a pack at a time.
         progress: the display to keep up to date (the workers report each run's steps and SPS
             at its log points), or None.
 
@@ -237,7 +237,7 @@ def run_sweep(
     reports = ctx.Queue() if progress is not None else None
     # After Ctrl-C, jobs no worker took stay queued; exiting must not wait to flush them.
     jobs.cancel_join_thread()
-    packs = pack_jobs(todo, pack)
+    packs = pack_jobs(todo, pack, out)  # those begun before first
     count = min(workers, len(packs))
     for i, members in enumerate(packs):
         jobs.put((f"pack {i + 1}/{len(packs)}" if pack > 1 else "", members))

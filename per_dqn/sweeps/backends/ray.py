@@ -334,7 +334,7 @@ class Cluster:
         # One task per pack (``--pack``; a pack of one job by default).
         pending = {
             task.remote(members, str(out), str(stop_file), argv, board): members
-            for members in pack_jobs(todo, self.options.pack)
+            for members in pack_jobs(todo, self.options.pack, out)  # those begun before first
         }
         shown = Shown(board, progress, done)
 
