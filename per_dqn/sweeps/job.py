@@ -64,10 +64,15 @@ def preflight(sweep: Sweep) -> None:
 
 def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[list[Job]]:
     """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.group_into_packs``: runs
-    whose networks, batch size or env differ go to different packs), in sweep order; given the
-    sweep's ``out``, the packs a stopped sweep left checkpointed part-way come first, the furthest
-    on first (``checkpointed_steps``), so that a re-run finishes the runs it had begun before it
-    begins others."""
+    whose networks, batch size or env differ go to different packs), in sweep order.
+
+    Given the sweep's ``out``, the runs a stopped sweep left checkpointed part-way are grouped
+    first, the furthest on first (``checkpointed_steps``), and their packs run first, so that a
+    re-run finishes the runs it had begun before it begins others (a run's numbers do not depend
+    on its pack, so this reorders nothing but the work)."""
+    if out is not None:
+        steps = {job.run_dir: checkpointed_steps(out / job.run_dir) for job in jobs}
+        jobs = sorted(jobs, key=lambda job: -steps[job.run_dir])  # stable: ties keep sweep order
     if size <= 1:
         packs = [[job] for job in jobs]
     else:
@@ -77,21 +82,29 @@ def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[l
         packs = [[jobs[i] for i in members] for members in groups]
     if out is None:
         return packs
-    steps = [max(checkpointed_steps(out / job.run_dir) for job in members) for members in packs]
-    order = sorted(range(len(packs)), key=lambda i: -steps[i])  # stable: ties keep sweep order
-    return [packs[i] for i in order]
+    # Grouping by pack key may put a later key's begun runs after an earlier key's fresh ones.
+    furthest = [max(steps[job.run_dir] for job in members) for members in packs]
+    return [packs[i] for i in sorted(range(len(packs)), key=lambda i: -furthest[i])]
 
 
 def checkpointed_steps(run_dir: Path) -> int:
-    """The env steps of the run dir's newest checkpoint, by its name (0 with none): how far a
-    re-run will resume it from, if that checkpoint proves intact (nothing is read to know)."""
+    """The env steps a re-run will resume the run from: its newest checkpoint whose manifest
+    reads (a re-run passes over one that does not for an older one), 0 if that one is final (a
+    run killed between its final checkpoint and its summary is redone from zero) or if there is
+    none. Only manifests are read: a checkpoint's files are verified when it is loaded."""
     from per_dqn import checkpoint as ckpt
 
     try:
         found = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
-    except ckpt.CheckpointError:  # a link out of the run dir: never resumed from
+    except (ckpt.CheckpointError, OSError):  # a link out of the run dir, an unreadable dir
         return 0
-    return ckpt.checkpoint_step(found[-1]) if found else 0
+    for path in reversed(found):
+        try:
+            manifest = ckpt.read_manifest(path)
+        except (ckpt.CheckpointError, OSError):
+            continue
+        return 0 if manifest.get("final") else ckpt.checkpoint_step(path)
+    return 0
 
 
 def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:

@@ -120,30 +120,54 @@ def test_pack_jobs_puts_runs_of_other_networks_batch_sizes_or_envs_in_other_pack
     ]
 
 
-def checkpointed(run_dir: Path, *steps: int) -> None:
-    """Checkpoint dirs named for ``steps`` in ``run_dir``, empty: ``pack_jobs`` reads names only."""
+def checkpointed(run_dir: Path, *steps: int, final: bool = False) -> None:
+    """Checkpoints of ``steps`` in ``run_dir`` (the last one ``final`` if asked), each holding one
+    small file: ``pack_jobs`` reads their manifests only."""
+    from per_dqn import checkpoint as ckpt
+
     for step in steps:
-        (run_dir / "checkpoints" / f"step_{step:09d}").mkdir(parents=True)
+        meta = {"final": True} if final and step == steps[-1] else None
+        ckpt.write_checkpoint(ckpt.checkpoints_dir(run_dir), step,
+                              lambda d: (d / "state.bin").write_bytes(b"x"), keep_last=9,
+                              meta=meta)  # fmt: skip
+
+
+def test_checkpointed_steps_is_where_a_re_run_resumes_from(tmp_path):
+    """Pins ``checkpointed_steps``: the newest checkpoint's env steps; past a newer one whose
+    manifest is gone (a re-run resumes from the older); 0 with none, with a file under a
+    checkpoint's name, with a final checkpoint (a run killed before its summary is redone from
+    zero), and with a ``checkpoints`` link out of the run dir (never resumed from)."""
+    checkpointed(tmp_path / "a", 100, 300)
+    assert job.checkpointed_steps(tmp_path / "a") == 300
+    checkpointed(tmp_path / "b", 100, 200)
+    (tmp_path / "b/checkpoints/step_000000200/manifest.json").unlink()
+    assert job.checkpointed_steps(tmp_path / "b") == 100
+    checkpointed(tmp_path / "c", 100, 200, final=True)
+    assert job.checkpointed_steps(tmp_path / "c") == 0
+    (tmp_path / "d/checkpoints").mkdir(parents=True)
+    (tmp_path / "d/checkpoints/step_000000900").write_text("not a checkpoint")
+    assert job.checkpointed_steps(tmp_path / "d") == 0
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e/checkpoints").symlink_to(tmp_path / "a/checkpoints")
+    assert job.checkpointed_steps(tmp_path / "e") == 0
+    assert job.checkpointed_steps(tmp_path / "none") == 0
 
 
 @pytest.mark.parametrize("size", [1, 2])
 def test_pack_jobs_given_the_sweep_dir_puts_packs_begun_first_the_furthest_on_first(tmp_path, size):
     """Pins the order a re-run takes (issue 24: a re-run of the MinAtar study began new packs while
-    four it had checkpointed part-way waited): given ``out``, the packs with a checkpoint come
-    first, the one whose newest checkpoint is furthest on first (a pack's furthest member counts);
-    packs with none keep sweep order after them, as do packs that tie. A file under a
-    checkpoint's name is not a checkpoint."""
+    four it had checkpointed part-way waited): given ``out``, the runs with a checkpoint come
+    first, the furthest on first, and packs keep them together; runs that tie, and those not
+    begun, keep sweep order."""
     out = tmp_path / "sweep"
     jobs = sweep_jobs(out, "uniform,proportional", seeds=(0, 1, 2, 3))
     order = [j.run_dir for j in jobs]
     assert order == [f"{kind}/s{seed}" for seed in range(4) for kind in ("uniform", "proportional")]
     assert dirs(job.pack_jobs(jobs, size, out)) == dirs(job.pack_jobs(jobs, size))  # none begun
     checkpointed(out / "uniform/s1", 100)
-    checkpointed(out / "proportional/s1", 100, 300)  # uniform/s1's packmate when size is 2
-    checkpointed(out / "proportional/s3", 200)
-    checkpointed(out / "uniform/s3", 200)
-    (out / "uniform/s2/checkpoints").mkdir(parents=True)
-    (out / "uniform/s2/checkpoints/step_000000900").write_text("not a checkpoint")
+    checkpointed(out / "proportional/s1", 100, 300)
+    checkpointed(out / "proportional/s3", 250)
+    checkpointed(out / "uniform/s3", 250)
     if size == 1:
         assert dirs(job.pack_jobs(jobs, 1, out)) == [
             ["proportional/s1"], ["uniform/s3"], ["proportional/s3"], ["uniform/s1"],
@@ -151,9 +175,24 @@ def test_pack_jobs_given_the_sweep_dir_puts_packs_begun_first_the_furthest_on_fi
         ]  # fmt: skip
     else:
         assert dirs(job.pack_jobs(jobs, 2, out)) == [
-            ["uniform/s1", "proportional/s1"], ["uniform/s3", "proportional/s3"],
+            ["proportional/s1", "uniform/s3"], ["proportional/s3", "uniform/s1"],
             ["uniform/s0", "proportional/s0"], ["uniform/s2", "proportional/s2"],
         ]  # fmt: skip
+
+
+def test_pack_jobs_keeps_runs_begun_together_when_finished_runs_shift_the_packs(tmp_path):
+    """Pins the grouping of begun runs (a review of the first version: packs were cut from the
+    unfinished runs in sweep order, so when earlier runs had finished unevenly two begun runs
+    fell into two packs, each beside a fresh one, and both packs ran first with a fresh run
+    each): the two begun runs make one pack, run first."""
+    out = tmp_path / "sweep"
+    jobs = sweep_jobs(out, "uniform,proportional", seeds=(0, 1))
+    checkpointed(out / "proportional/s0", 300)
+    checkpointed(out / "uniform/s1", 300)
+    assert dirs(job.pack_jobs(jobs, 2)) == [["uniform/s0", "proportional/s0"],
+                                            ["uniform/s1", "proportional/s1"]]  # fmt: skip
+    assert dirs(job.pack_jobs(jobs, 2, out)) == [["proportional/s0", "uniform/s1"],
+                                                 ["uniform/s0", "proportional/s1"]]  # fmt: skip
 
 
 def test_pack_jobs_puts_each_run_of_a_user_network_in_a_pack_of_its_own(tmp_path):

@@ -65,7 +65,7 @@ class LocalBackend:
         self.workers = check_workers(self.requested)
         if todo:
             # The packs' memories first: nothing is allocated for that check.
-            for members in pack_jobs(todo, self.pack):
+            for members in pack_jobs(todo, self.pack, sweep.out):
                 refused = pack_memory_refusal(members) if len(members) > 1 else None
                 if refused is not None:
                     raise ValueError(refused)
@@ -76,7 +76,7 @@ class LocalBackend:
         return nullcontext([])
 
     def describe(self, todo: Sequence[Job]) -> str:
-        packs = pack_jobs(todo, self.pack)
+        packs = pack_jobs(todo, self.pack)  # how many and how large: the order does not matter
         used = min(self.workers, len(packs))
         where = f"{used} worker{'s' * (used > 1)}"
         return where if self.pack == 1 else f"{where}, {describe_packs(packs)}"
