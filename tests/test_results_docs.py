@@ -67,8 +67,8 @@ def game_of(text: str) -> str:
 @pytest.mark.slow
 def test_the_minatar_study_section_quotes_its_archive(tmp_path):
     """docs/results/minatar.md, "The study with packs": the runs it says are finished,
-    the report's ``Compute:`` line and every figure of its per-game bullets, against the report of
-    ``docs/results/data/minatar-study.tar.xz``."""
+    the report's ``Compute:`` line and every figure of its per-game bullets and of its tables,
+    against the report of ``docs/results/data/minatar-study.tar.xz``."""
     report = rebuilt_report(RESULTS / "data" / "minatar-study.tar.xz", tmp_path / "study")
     page = section((RESULTS / "minatar.md").read_text(), "## The study with packs")
 
@@ -82,9 +82,11 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
     assert compute
     assert f'"Compute: {compute[1]}"' in " ".join(page.split())
 
-    # The per-game bullets: the list after "So far", up to its first blank line.
-    assert page.count("So far") == 1
-    listed = page.split("So far", 1)[1].split("\n\n", 1)[0]
+    # The per-game bullets: the list after "So far" (or, once complete, "What 10 paired seeds
+    # resolve"), up to its first blank line.
+    marker = re.findall(r"So far|What 10 paired seeds resolve", page)
+    assert len(marker) == 1, marker
+    listed = page.split(marker[0], 1)[1].split("\n\n", 1)[0]
     bullets = [" ".join(b.split()) for b in re.split(r"^- ", listed, flags=re.M)[1:]]
     assert sum(bool(FIGURE.search(b)) for b in bullets) >= 2, listed
     for bullet in bullets:
@@ -92,6 +94,27 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
         about = lines_about(report, game_of(bullet))
         missing = [f for f in figures if f not in about]
         assert missing == [], (game_of(bullet), missing)
+
+    # Its tables, row by row: a row of a game and an arm has exactly the figures of the report's
+    # row of that arm under that game, in order; a row of an arm alone, those of its row across
+    # the games.
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    if marker[0] != "So far":
+        assert len(rows) >= 3 * len(GAMES), "the complete study's tables are missing"
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        game = re.match(r"(?:MinAtar/)?(\w+)", cells[0])
+        if game and game[1] in GAMES:
+            where, arm = section(report, f"## MinAtar/{game[1]}-v1"), cells[1]
+        else:
+            where, arm = section(report, "## Across games"), cells[0]
+        theirs = [
+            line
+            for line in where.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().split("/")[0] == arm
+        ]
+        assert len(theirs) == 1, (row, theirs)
+        assert FIGURE.findall(row) == FIGURE.findall(theirs[0]), (row, theirs[0])
 
 
 @pytest.mark.slow
