@@ -690,7 +690,9 @@ def test_a_damaged_sweep_is_reported_as_far_as_it_can_be(cartpole_sweep, tmp_pat
     result = runner.invoke(app, ["report", str(out)])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("report: ")
-    assert sorted(result.stderr.splitlines()) == sorted(
+    # A report that takes over ~30 s (a loaded machine) also prints progress lines off a terminal.
+    warnings = [line for line in result.stderr.splitlines() if not line.startswith("progress: ")]
+    assert sorted(warnings) == sorted(
         f"warning: {out}/{line}; run skipped"
         for line in [
             "uniform/s1/summary.json: no 'seed'",
