@@ -258,9 +258,11 @@ class Loop:
             train.epsilon_start, train.epsilon_end, train.epsilon_decay_steps, decay_begins
         )
         # Annealed over the whole run, reaching exactly beta_end (the paper's 1) on its last step
-        # (Schaul et al., 3.4); fixed where beta_end is beta0.
+        # (Schaul et al., 3.4), or over beta_anneal_steps where a config gives a schedule of its
+        # own; fixed where beta_end is beta0.
         replay = config.replay
-        self.beta = LinearSchedule(replay.beta0, replay.beta_end, train.total_env_steps)
+        anneal_steps = replay.beta_anneal_steps or train.total_env_steps
+        self.beta = LinearSchedule(replay.beta0, replay.beta_end, anneal_steps)
         self._priority_from_loss = replay.priority_from == "loss"
         agent_cfg, starts = config.agent, train.learning_starts
         self.learning_rate = (

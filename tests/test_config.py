@@ -77,6 +77,8 @@ def problems(tmp_path, text: str, overrides=()) -> list[str]:
     [
         ("replay:\n  alpha: -1\n", ["exp.yaml: replay.alpha: must be >= 0, got -1"]),
         ("replay:\n  beta0: 1.5\n", ["exp.yaml: replay.beta0: must be <= 1, got 1.5"]),
+        ("replay:\n  beta_anneal_steps: 0\n",
+         ["exp.yaml: replay.beta_anneal_steps: must be >= 1, got 0"]),
         ("agent:\n  gamma: 0\n", ["exp.yaml: agent.gamma: must be > 0, got 0"]),
         ("replay:\n  uniform_mix: 1.0\n", ["exp.yaml: replay.uniform_mix: must be < 1, got 1.0"]),
         ("train:\n  bach_size: 64\n", ["exp.yaml: train.bach_size: unknown key; did you mean "

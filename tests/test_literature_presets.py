@@ -104,6 +104,7 @@ REDUCIBLE_LOSS_PER = {
     "replay.uniform_mix": 0.0,
     "replay.beta0": 0.4,  # per_dqn.py:37
     "replay.beta_end": 1.0,  # per_dqn.py:255, 276-281
+    "replay.beta_anneal_steps": 5_000_000,  # NUM_FRAMES (per_dqn.py:26, 255)
     "replay.weight_normalization": "batch",  # per_buffer.py:228-235
 }
 

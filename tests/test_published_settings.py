@@ -133,6 +133,21 @@ def test_beta_can_be_fixed_or_end_below_one():
     assert [ramp.beta(s) for s in (0, 1000, 2000)] == [0.4, pytest.approx(0.6), 0.8]
 
 
+def test_beta_anneals_over_beta_anneal_steps_however_long_the_run():
+    """A 2,000-step run on a 10,000-step schedule (reducible-loss's 1M-frame rows on its 5M-frame
+    schedule, scaled) stops a fifth of the way: 0.4 + 0.6 / 5 = 0.52 at its last step, where
+    the default schedule would have reached 1. Pins the preset's 1M-step rows having annealed to
+    1 instead of the source's 0.52."""
+    short = make_loop("replay.beta_anneal_steps=10000", "train.total_env_steps=2000")
+    assert short.beta(0) == 0.4
+    assert [short.beta(s) for s in (1000, 2000)] == [pytest.approx(0.46), pytest.approx(0.52)]
+    assert short.beta(10_000) == short.beta(20_000) == 1.0
+    whole = make_loop("train.total_env_steps=2000")
+    assert whole.beta(2000) == 1.0
+    longer_run = make_loop("replay.beta_anneal_steps=1000", "train.total_env_steps=2000")
+    assert longer_run.beta(500) == pytest.approx(0.7) and longer_run.beta(1000) == 1.0
+
+
 @pytest.mark.parametrize("loss", ["huber", "mse"])
 def test_sample_losses_are_the_update_s_per_sample_losses(loss):
     """|delta| -> the unweighted per-sample loss torch computes in the update, around Huber's

@@ -208,9 +208,15 @@ class ReplayConfig(_Section):
         capacity: transitions kept.
         alpha: prioritisation exponent (proportional and rank; ignored by uniform).
         beta0: initial importance-sampling exponent, annealed linearly to ``beta_end`` over the
-            run.
-        beta_end: the importance-sampling exponent at the run's last step (the paper's 1.0);
-            equal to ``beta0``, beta is fixed (Dopamine's PER: 0.5).
+            run (or over ``beta_anneal_steps``).
+        beta_end: the importance-sampling exponent at the end of the anneal, the run's last step
+            unless ``beta_anneal_steps`` says otherwise (the paper's 1.0); equal to ``beta0``,
+            beta is fixed (Dopamine's PER: 0.5).
+        beta_anneal_steps: env steps, from step 0, over which beta moves from ``beta0`` to
+            ``beta_end`` (null: the whole run, ``train.total_env_steps``, the paper's). A run
+            shorter than that stops part-way along the schedule, so that a short run follows the
+            first steps of a longer published one (reducible-loss anneals over its 5M frames:
+            at 1M, beta is 0.52, not 1).
         priority_from: what a transition's priority is made of: ``td_error`` (the paper's
             ``|delta|``) or ``loss`` (its per-sample loss, Huber or squared as ``agent.loss``
             says; Dopamine's PER, whose priority ``sqrt(loss + 1e-10)`` is ``alpha`` 0.5 and
@@ -236,6 +242,7 @@ class ReplayConfig(_Section):
     alpha: float = Field(0.6, ge=0)
     beta0: float = Field(0.4, ge=0, le=1)
     beta_end: float = Field(1.0, ge=0, le=1)
+    beta_anneal_steps: int | None = Field(None, ge=1)
     priority_from: Literal["td_error", "loss"] = "td_error"
     priority_eps: float = Field(1e-6, gt=0)
     td_error_clip: float | None = Field(None, gt=0)

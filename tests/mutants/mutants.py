@@ -135,7 +135,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "beta-stuck", "per_dqn/loop.py",
-        "self.beta = LinearSchedule(replay.beta0, replay.beta_end, train.total_env_steps)",
+        "self.beta = LinearSchedule(replay.beta0, replay.beta_end, anneal_steps)",
         "self.beta = LinearSchedule(replay.beta0, replay.beta0, 1)",
         ("tests/test_train.py",),
         "beta never annealed to 1",
