@@ -383,7 +383,12 @@ def plan_sweep(
             raise ValueError(f"--grid {key} is also set by an arm's settings; give it once")
     axes = [*SWEEP_AXES, *arm_keys, *grid_keys]
     points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
+    # A run dir holds an env level when the sweep has several envs: this command's, or those of
+    # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs).
     several = env_list is not None and len(env_list) > 1
+    if not several and out is not None and out.is_dir():
+        old = runs.read_sweep(out)
+        several = old is not None and len(old.get("envs") or []) > 1
     jobs, problems = [], []
     base: dict[str, Any] | None = None
     runs_root, envs = "runs", list(env_list or [])

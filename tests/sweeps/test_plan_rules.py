@@ -148,6 +148,27 @@ def test_an_env_id_with_a_slash_is_one_run_dir_level():
     assert plan.env_slug("CartPole-v1") == "CartPole-v1"
 
 
+@pytest.mark.parametrize("how", ["--set", "--grid"])
+def test_a_rerun_naming_one_env_of_a_sweep_over_several_keeps_the_env_level(tmp_path, how):
+    """Pins the run dirs of a re-run that names one env of a sweep over several (to finish that
+    env's runs first): they keep the sweep's env level (``Acrobot-v1/uniform/s0``), so they are
+    the sweep's runs. The bug: the re-run named them ``uniform/s0``, and was refused as one run
+    under two run dirs."""
+    out = tmp_path / "sw"
+    plan.start_sweep(a_plan(out, sets=["env.id=[CartPole-v1, Acrobot-v1]"]))
+    if how == "--set":
+        one = a_plan(out, sets=["env.id=Acrobot-v1"])
+    else:
+        one = a_plan(out, grid=plan.parse_grid(["env.id=Acrobot-v1"]))
+    assert [j.run_dir for j in one.jobs] == ["Acrobot-v1/uniform/s0"]
+    assert [r["run_dir"] for r in one.record["runs"]] == [
+        "CartPole-v1/uniform/s0",
+        "Acrobot-v1/uniform/s0",
+    ]
+    alone = a_plan(tmp_path / "alone", sets=["env.id=Acrobot-v1"])
+    assert [j.run_dir for j in alone.jobs] == ["uniform/s0"]
+
+
 # --- a run dir recorded for another run ---------------------------------------------------------
 
 
