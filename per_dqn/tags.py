@@ -52,8 +52,8 @@ SCALAR_TAGS: dict[str, str] = {
     "(prioritized memories only)",
     PER_MAX_PRIORITY: "largest raw priority seen (what a new transition enters with; "
     "prioritized memories only)",
-    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to replay.beta_end (1; "
-    "prioritized memories only)",
+    PER_BETA: "importance-sampling exponent, annealed from replay.beta0 to replay.beta_end (1) "
+    "over replay.beta_anneal_steps or the run (prioritized memories only)",
     PER_IS_WEIGHT_MEAN: "mean IS weight of the sampled batches",
     PER_IS_WEIGHT_MIN: "smallest IS weight of the sampled batches",
     PER_IS_WEIGHT_ESS: "effective sample size of a batch's IS weights, (sum w)^2 / sum w^2 / B "

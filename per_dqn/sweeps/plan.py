@@ -384,11 +384,13 @@ def plan_sweep(
     axes = [*SWEEP_AXES, *arm_keys, *grid_keys]
     points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
     # A run dir holds an env level when the sweep has several envs: this command's, or those of
-    # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs).
+    # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs). The
+    # default --out names its envs, so only a given one can hold a sweep over others.
     several = env_list is not None and len(env_list) > 1
     if not several and out is not None and out.is_dir():
         old = runs.read_sweep(out)
-        several = old is not None and len(old.get("envs") or []) > 1
+        envs_before = old.get("envs") if old is not None else None
+        several = isinstance(envs_before, list) and len(envs_before) > 1
     jobs, problems = [], []
     base: dict[str, Any] | None = None
     runs_root, envs = "runs", list(env_list or [])

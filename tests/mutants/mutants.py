@@ -141,6 +141,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "beta never annealed to 1",
     ),
     Mutant(
+        "beta-schedule-ignored", "per_dqn/loop.py",
+        "anneal_steps = replay.beta_anneal_steps or train.total_env_steps",
+        "anneal_steps = train.total_env_steps",
+        ("tests/test_published_settings.py",),
+        "replay.beta_anneal_steps ignored: a short run of a long schedule anneals beta to 1",
+    ),
+    Mutant(
         "truncation-terminates", "per_dqn/loop.py",
         "obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active",
         "obs, actions, learn_rewards, next_obs, learn_terminated | truncated, truncated, active",
