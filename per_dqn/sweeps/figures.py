@@ -126,13 +126,22 @@ def figure_bytes(fig, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+def drawn_envs(sweep: SweepRuns, cells: Cells) -> list[str]:
+    """The envs a figure has a panel for: those with a finished run. A sweep under way leaves
+    out an env none of whose runs has finished, rather than draw empty axes; a sweep with no
+    finished run at all draws every env's (empty) panel."""
+    drawn = [env for env in sweep.envs if any(cells[(env, arm)] for arm in sweep.arms)]
+    return drawn or list(sweep.envs)
+
+
 def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | None]):
-    """Evaluation return against env steps: one panel per env, one line per arm (IQM over
-    seeds) with its 95% stratified bootstrap band; the threshold dashed."""
-    fig = _new_figure(6.4 * len(sweep.envs), 4.6)
-    axes = fig.subplots(1, len(sweep.envs), squeeze=False)[0]
+    """Evaluation return against env steps: one panel per env with runs (``drawn_envs``), one
+    line per arm (IQM over seeds) with its 95% stratified bootstrap band; the threshold dashed."""
+    envs = drawn_envs(sweep, cells)
+    fig = _new_figure(6.4 * len(envs), 4.6)
+    axes = fig.subplots(1, len(envs), squeeze=False)[0]
     styles = arm_styles(sweep.arms)
-    for ax, env in zip(axes, sweep.envs, strict=True):
+    for ax, env in zip(axes, envs, strict=True):
         counts = {}
         for arm in sweep.arms:
             curves = [r.run.curve for r in cells[(env, arm)] if r.run.curve]
@@ -165,15 +174,17 @@ def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
 
 
 def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
-    """The training-return EMA against env steps, one panel per env: each arm's mean over seeds
-    with a band of one sd, read at the published steps (``published.steps_for``), and each
-    published curve of that env up to the runs' last step, with its sd band."""
-    fig = _new_figure(6.4 * len(sweep.envs), 4.6)
-    axes = fig.subplots(1, len(sweep.envs), squeeze=False)[0]
+    """The training-return EMA against env steps, one panel per env with runs (``drawn_envs``):
+    each arm's mean over seeds with a band of one sd, read at the published steps
+    (``published.steps_for``), and each published curve of that env up to the runs' last step,
+    with its sd band."""
+    envs = drawn_envs(sweep, cells)
+    fig = _new_figure(6.4 * len(envs), 4.6)
+    axes = fig.subplots(1, len(envs), squeeze=False)[0]
     styles = arm_styles(sweep.arms)
     labels = list(dict.fromkeys(p.label for p in points))
     greys = {label: ("black", ("-", "--", ":", "-.")[k % 4]) for k, label in enumerate(labels)}
-    for ax, env in zip(axes, sweep.envs, strict=True):
+    for ax, env in zip(axes, envs, strict=True):
         runs = [r for arm in sweep.arms for r in cells[(env, arm)]]
         last, reached = in_reach(env, points, [r.run.env_steps for r in runs])
         steps = steps_for(reached, last)

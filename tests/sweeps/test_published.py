@@ -4,6 +4,7 @@ and the figure in the report, and the shipped file of reducible-loss's curves.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -156,6 +157,30 @@ def test_an_env_without_finished_runs_gets_no_published_row(tmp_path):
     table = (out / "report.md").read_text().split("## Beside the published curves")[1]
     assert f"| {ENV} | 50,000 | src DQN (published) |" in table
     assert "SpaceInvaders" not in table
+
+
+def test_an_env_without_finished_runs_gets_no_panel(tmp_path):
+    """Pins empty panels: the figures of a sweep whose Asterix pack alone had finished drew
+    Breakout and SpaceInvaders as panels with no line and made-up axes (-0.04 to 0.04). An env
+    with no finished run now gets no panel; the report's "Runs used" line names its runs."""
+    out = breakout_sweep(tmp_path / "sweep")
+    record = json.loads((out / "sweep.json").read_text())
+    record["envs"].append("MinAtar/SpaceInvaders-v1")
+    record["runs"].append({"env_id": "MinAtar/SpaceInvaders-v1", "arm": "uniform", "seed": 0,
+                           "run_dir": "space/uniform/s0"})  # fmt: skip
+    fileio.write_json(out / "sweep.json", record)
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
+                 f"{ENV},src DQN,50000,2.5,0.5,5\n")  # fmt: skip
+    sweep = runs.collect(out)
+    assert sweep.envs == (ENV, "MinAtar/SpaceInvaders-v1")
+    cells = measure.group_cells(sweep, [measure.measure(r, None) for r in sweep.runs])
+    assert figures.drawn_envs(sweep, cells) == [ENV]
+    for fig in (figures.plot_curves(sweep, cells, {}),
+                figures.plot_training(sweep, cells, published.read_published(path))):  # fmt: skip
+        assert [ax.get_title() for ax in fig.axes] == [f"{ENV} (2 seeds per arm)"]
+    nothing = dataclasses.replace(sweep, runs=[])
+    empty = measure.group_cells(nothing, [])
+    assert figures.drawn_envs(nothing, empty) == [ENV, "MinAtar/SpaceInvaders-v1"]
 
 
 def test_a_legend_too_wide_for_one_row_takes_more_rows_inside_the_figure(tmp_path):
