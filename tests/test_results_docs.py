@@ -152,3 +152,37 @@ def test_the_literature_comparison_rows_quote_their_archive(tmp_path):
             if line.startswith(f"| MinAtar/{game}-v1 | uniform |") and line.count("|") == 6
         )
         assert row.split("|")[5].strip() == figure, (game, row)
+
+
+@pytest.mark.slow
+def test_the_beta_schedule_contrast_quotes_its_archive(tmp_path):
+    """docs/results/literature.md, "Reducible-loss's PER on Asterix: beta's schedule": the row of
+    the runs whose beta was annealed over their own 1M steps quotes the report of their archive
+    (``literature-per-beta-over-1m.tar.xz``), cell by cell: the training-return EMA and last-100
+    mean of its "Training returns" row, and the final score of its Asterix table; the published
+    row, reducible-loss's DQN+PER at 1M."""
+    page = section((RESULTS / "literature.md").read_text(), "### Reducible-loss's PER on Asterix")
+    report = rebuilt_report(
+        RESULTS / "data" / "literature-per-beta-over-1m.tar.xz", tmp_path / "contrast",
+        "--published", str(PUBLISHED),
+    )  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): FIGURE.findall(line)
+        for line in page.splitlines()
+        if line.startswith("| ") and FIGURE.search(line)
+    }
+    training = next(
+        line for line in report.splitlines()
+        if line.startswith("| MinAtar/Asterix-v1 | proportional |") and line.count("|") == 6
+    )  # fmt: skip
+    final = next(
+        line
+        for line in section(report, "## MinAtar/Asterix-v1").splitlines()
+        if line.startswith("| proportional |")
+    )
+    ours = rows["the PER preset, beta annealed over the run's 1M steps (5 seeds)"]
+    assert ours == [*FIGURE.findall(training), FIGURE.findall(final)[0]], (ours, training, final)
+    published = rows["reducible-loss DQN+PER (published, 5 seeds)"]
+    assert published == ["2.51 (0.58)"]
+    assert "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |" in report
+    assert f"| {published[0]} | 5 |" in report.split("reducible-loss DQN+PER (published)")[1]
