@@ -383,13 +383,14 @@ def plan_sweep(
             raise ValueError(f"--grid {key} is also set by an arm's settings; give it once")
     axes = [*SWEEP_AXES, *arm_keys, *grid_keys]
     points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
+    # The sweep this command re-runs or grows, if --out holds one (the default --out names its
+    # envs, so only a given one can hold a sweep over others).
+    before = runs.read_sweep(out) if out is not None and out.is_dir() else None
     # A run dir holds an env level when the sweep has several envs: this command's, or those of
-    # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs). The
-    # default --out names its envs, so only a given one can hold a sweep over others.
+    # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs).
     several = env_list is not None and len(env_list) > 1
-    if not several and out is not None and out.is_dir():
-        old = runs.read_sweep(out)
-        envs_before = old.get("envs") if old is not None else None
+    if not several and before is not None:
+        envs_before = before.get("envs")
         several = isinstance(envs_before, list) and len(envs_before) > 1
     jobs, problems = [], []
     base: dict[str, Any] | None = None
@@ -430,6 +431,8 @@ def plan_sweep(
                     jobs.append(job)
     if problems:
         raise ConfigError(problems)
+    if before is not None:
+        jobs = _recorded_run_dirs(jobs, before)
     dirs = [j.run_dir for j in jobs]
     for run_dir in dirs:
         if dirs.count(run_dir) > 1:
@@ -470,6 +473,28 @@ def _run_entry(job: Job) -> dict[str, Any]:
         "seed": job.seed,
         "run_dir": job.run_dir,
     }
+
+
+def _identity(entry: dict[str, Any]) -> str:
+    """A run of a sweep record (or a ``_run_entry``) as its env, kind, seed, settings and grid
+    point, spelled as the record spells them."""
+    keys = ("env_id", "kind", "seed", "settings", "point")
+    return json.dumps([entry.get(k) for k in keys], sort_keys=True)
+
+
+def _recorded_run_dirs(jobs: Sequence[Job], record: dict[str, Any]) -> list[Job]:
+    """The jobs, each planned run the record already holds in the run dir recorded for it.
+
+    A sweep over one env names its run dirs without an env level (``uniform/s0``), one over
+    several with it (``CartPole-v1/uniform/s0``): grown by a second env, the first env's runs
+    stay where they are, and only the new env's take the env level. A record entry that lacks a
+    field (an older format) matches nothing, so its run is named as planned."""
+    recorded = {
+        _identity(entry): entry["run_dir"]
+        for entry in record.get("runs", [])
+        if isinstance(entry, dict) and isinstance(entry.get("run_dir"), str)
+    }
+    return [replace(j, run_dir=recorded.get(_identity(_run_entry(j)), j.run_dir)) for j in jobs]
 
 
 def _union(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:

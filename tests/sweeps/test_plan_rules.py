@@ -169,6 +169,27 @@ def test_a_rerun_naming_one_env_of_a_sweep_over_several_keeps_the_env_level(tmp_
     assert [j.run_dir for j in alone.jobs] == ["uniform/s0"]
 
 
+def test_a_sweep_over_one_env_grown_by_another_keeps_its_runs_where_they_are(tmp_path):
+    """Pins growing a sweep over one env by a second env, which the docs allow ("adding seeds,
+    arms, envs or grid values is fine"): the first env's runs keep their run dirs
+    (``uniform/s0``, no env level) and only the new env's take one. The bug: the grown plan
+    named the first env's run ``CartPole-v1/uniform/s0`` and was refused as one run under two
+    run dirs, whose message blamed an arm spelled two ways."""
+    out = tmp_path / "sw"
+    first = a_plan(out, sets=["env.id=CartPole-v1"])
+    plan.start_sweep(first)
+    (out / "uniform/s0").mkdir(parents=True)
+    (out / "uniform/s0/config.yaml").write_text(first.jobs[0].config_yaml)
+    grown = a_plan(out, sets=["env.id=[CartPole-v1, Acrobot-v1]"])
+    assert [j.run_dir for j in grown.jobs] == ["uniform/s0", "Acrobot-v1/uniform/s0"]
+    assert grown.record["envs"] == ["CartPole-v1", "Acrobot-v1"]
+    plan.start_sweep(grown)
+    assert [j.run_dir for j in a_plan(out, sets=["env.id=Acrobot-v1"]).jobs] == [
+        "Acrobot-v1/uniform/s0"
+    ]
+    assert [j.run_dir for j in a_plan(out, sets=["env.id=CartPole-v1"]).jobs] == ["uniform/s0"]
+
+
 # --- a run dir recorded for another run ---------------------------------------------------------
 
 
