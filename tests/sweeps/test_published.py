@@ -139,15 +139,20 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
     assert "training.png" in result.output
 
 
-def test_an_env_without_finished_runs_gets_no_published_row(tmp_path):
-    """Pins a bug: a sweep under way whose SpaceInvaders pack had no finished run listed the
-    published SpaceInvaders curves at step 0 with a mean of 0.00, as if they were compared."""
-    out = breakout_sweep(tmp_path / "sweep")
+def with_an_env_not_run(out: Path) -> Path:
+    """The sweep at ``out``, its record planning a SpaceInvaders run it never made."""
     record = json.loads((out / "sweep.json").read_text())
     record["envs"].append("MinAtar/SpaceInvaders-v1")
     record["runs"].append({"env_id": "MinAtar/SpaceInvaders-v1", "arm": "uniform", "seed": 0,
                            "run_dir": "space/uniform/s0"})  # fmt: skip
     fileio.write_json(out / "sweep.json", record)
+    return out
+
+
+def test_an_env_without_finished_runs_gets_no_published_row(tmp_path):
+    """Pins a bug: a sweep under way whose SpaceInvaders pack had no finished run listed the
+    published SpaceInvaders curves at step 0 with a mean of 0.00, as if they were compared."""
+    out = with_an_env_not_run(breakout_sweep(tmp_path / "sweep"))
     path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
                  f"{ENV},src DQN,50000,2.5,0.5,5\n"
                  "MinAtar/SpaceInvaders-v1,src DQN,0,0,0,5\n"
@@ -163,12 +168,7 @@ def test_an_env_without_finished_runs_gets_no_panel(tmp_path):
     """Pins empty panels: the figures of a sweep whose Asterix pack alone had finished drew
     Breakout and SpaceInvaders as panels with no line and made-up axes (-0.04 to 0.04). An env
     with no finished run now gets no panel; the report's "Runs used" line names its runs."""
-    out = breakout_sweep(tmp_path / "sweep")
-    record = json.loads((out / "sweep.json").read_text())
-    record["envs"].append("MinAtar/SpaceInvaders-v1")
-    record["runs"].append({"env_id": "MinAtar/SpaceInvaders-v1", "arm": "uniform", "seed": 0,
-                           "run_dir": "space/uniform/s0"})  # fmt: skip
-    fileio.write_json(out / "sweep.json", record)
+    out = with_an_env_not_run(breakout_sweep(tmp_path / "sweep"))
     path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds\n"
                  f"{ENV},src DQN,50000,2.5,0.5,5\n")  # fmt: skip
     sweep = runs.collect(out)
