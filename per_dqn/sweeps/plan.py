@@ -384,8 +384,12 @@ def plan_sweep(
     axes = [*SWEEP_AXES, *arm_keys, *grid_keys]
     points = list(itertools.product(*[[(k, v) for v in values] for k, values in grid]))
     # The sweep this command re-runs or grows, if --out holds one (the default --out names its
-    # envs, so only a given one can hold a sweep over others).
-    before = runs.read_sweep(out) if out is not None and out.is_dir() else None
+    # envs, so only a given one can hold a sweep over others). A name too long for the
+    # filesystem is refused first: asking whether it is a dir would raise.
+    before = None
+    if out is not None:
+        rundir.check_name_lengths(out, "sweep dir")
+        before = runs.read_sweep(out) if out.is_dir() else None
     # A run dir holds an env level when the sweep has several envs: this command's, or those of
     # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs).
     several = env_list is not None and len(env_list) > 1
