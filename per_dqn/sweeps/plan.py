@@ -492,13 +492,21 @@ def _recorded_run_dirs(jobs: Sequence[Job], record: dict[str, Any]) -> list[Job]
     A sweep over one env names its run dirs without an env level (``uniform/s0``), one over
     several with it (``CartPole-v1/uniform/s0``): grown by a second env, the first env's runs
     stay where they are, and only the new env's take the env level. A record entry that lacks a
-    field (an older format) matches nothing, so its run is named as planned."""
+    field (an older format) matches nothing, so its run is named as planned; so does one whose
+    run dir is neither of the two layouts' names for that run (a record edited by hand cannot
+    send a run elsewhere, outside the sweep dir least of all)."""
     recorded = {
         _identity(entry): entry["run_dir"]
         for entry in record.get("runs", [])
         if isinstance(entry, dict) and isinstance(entry.get("run_dir"), str)
     }
-    return [replace(j, run_dir=recorded.get(_identity(_run_entry(j)), j.run_dir)) for j in jobs]
+
+    def placed(job: Job) -> Job:
+        layouts = (f"{job.arm}/s{job.seed}", f"{env_slug(job.env_id)}/{job.arm}/s{job.seed}")
+        held = recorded.get(_identity(_run_entry(job)))
+        return replace(job, run_dir=held) if held in layouts else job
+
+    return [placed(j) for j in jobs]
 
 
 def _union(old: Sequence[Any], new: Sequence[Any]) -> list[Any]:

@@ -188,6 +188,12 @@ def test_a_sweep_over_one_env_grown_by_another_keeps_its_runs_where_they_are(tmp
         "Acrobot-v1/uniform/s0"
     ]
     assert [j.run_dir for j in a_plan(out, sets=["env.id=CartPole-v1"]).jobs] == ["uniform/s0"]
+    record = record_of(out)
+    record["runs"][1]["run_dir"] = "../elsewhere/s0"  # edited by hand
+    fileio.write_json(out / SWEEP_FILE, record)
+    assert [j.run_dir for j in a_plan(out, sets=["env.id=Acrobot-v1"]).jobs] == [
+        "Acrobot-v1/uniform/s0"
+    ]
 
 
 # --- a run dir recorded for another run ---------------------------------------------------------
