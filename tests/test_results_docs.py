@@ -198,5 +198,6 @@ def test_the_beta_schedule_contrast_quotes_its_archive(tmp_path):
         assert rows[source] == quoted_row(preset), rows[source]
     published = rows["reducible-loss DQN+PER (published, 5 seeds)"]
     assert published == ["2.51 (0.58)"]
-    assert "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |" in report
-    assert f"| {published[0]} | 5 |" in report.split("reducible-loss DQN+PER (published)")[1]
+    head = "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |"
+    beside = next(line for line in report.splitlines() if line.startswith(head))
+    assert FIGURE.findall(beside) == published, beside
