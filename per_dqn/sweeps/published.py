@@ -154,3 +154,31 @@ def steps_for(reached: Sequence[Point], last_step: int) -> list[int]:
     """Where runs that trained ``last_step`` env steps are read: the steps of the published
     points within reach (``in_reach``), or every ``BIN_STEPS`` where there are none."""
     return sorted({p.step for p in reached}) or list(range(0, last_step + 1, BIN_STEPS))
+
+
+def difference(
+    points: Sequence[Point], env_id: str, label: str, baseline: str, step: int, z: float = 1.96
+) -> tuple[float, float, float]:
+    """A source's published effect: curve ``label`` minus curve ``baseline`` on ``env_id`` at
+    ``step``, with a normal-approximation interval, ``z`` (1.96: 95%) standard errors of the
+    difference of two independent means either side (``sqrt(sd_a**2 / n_a + sd_b**2 / n_b)``).
+    A source publishes each curve's mean, sd and number of seeds, not its runs, so neither a
+    paired nor a bootstrap interval can be had.
+
+    Raises:
+        ValueError: one line naming the curve, env and step for a point that is not in
+            ``points`` or has no sd or no number of seeds.
+    """
+    found = {(p.env_id, p.label, p.step): p for p in points}
+    ends = []
+    for name in (label, baseline):
+        point = found.get((env_id, name, step))
+        if point is None:
+            raise ValueError(f"no published value for {name!r} on {env_id} at step {step}")
+        if point.sd is None or not point.seeds:
+            raise ValueError(f"{name!r} on {env_id} at step {step}: no sd or no number of seeds")
+        ends.append(point)
+    a, b = ends
+    se = math.sqrt(a.sd**2 / a.seeds + b.sd**2 / b.seeds)
+    value = a.mean - b.mean
+    return value, value - z * se, value + z * se

@@ -243,6 +243,39 @@ def test_the_shipped_file_holds_reducible_loss_s_published_numbers():
     assert {e for e, _, _ in points} == {f"MinAtar/{game}-v1" for game in games}
 
 
+def test_a_published_effect_is_the_difference_of_means_with_its_standard_error_by_hand():
+    """Reducible-loss's PER minus DQN on Asterix at 1M frames, by hand from the shipped file's
+    means and sds over 5 seeds each: 2.511202 - 12.755729 = -10.244527, standard error
+    sqrt((0.575259**2 + 1.328991**2) / 5) = 0.647633, so -10.24 [-11.51, -8.98]."""
+    points = published.read_published(SHIPPED)
+    env, step = "MinAtar/Asterix-v1", 1_000_000
+    value, low, high = published.difference(
+        points, env, "reducible-loss DQN+PER", "reducible-loss DQN", step
+    )
+    assert value == pytest.approx(-10.244527)
+    assert (low, high) == pytest.approx(
+        (-10.244527 - 1.96 * 0.647633, -10.244527 + 1.96 * 0.647633)
+    )
+    assert [round(v, 2) for v in (value, low, high)] == [-10.24, -11.51, -8.98]
+    wider = published.difference(
+        points, env, "reducible-loss DQN+PER", "reducible-loss DQN", step, z=3
+    )
+    assert wider[1] == pytest.approx(value - 3 * 0.647633)
+
+
+def test_a_published_effect_without_its_points_or_their_spread_is_one_line():
+    points = (
+        published.Point("E", "a", 10, 1.0, 0.5, 5),
+        published.Point("E", "b", 10, 2.0, None, 5),
+        published.Point("E", "c", 10, 2.0, 0.5, None),
+    )
+    with pytest.raises(ValueError, match=r"^no published value for 'a' on E at step 20$"):
+        published.difference(points, "E", "a", "b", 20)
+    for other in ("b", "c"):
+        with pytest.raises(ValueError, match=rf"^'{other}' on E at step 10: no sd or no number"):
+            published.difference(points, "E", "a", other, 10)
+
+
 def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_differ(tmp_path):
     """A MinAtar release can change the game (1.0.11 fixed Seaquest's oxygen), so the report
     names the release each env's runs recorded in their summaries' provenance: in the table's
