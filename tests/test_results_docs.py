@@ -11,13 +11,17 @@ or an archive committed without its page, fails here.
 
 from __future__ import annotations
 
+import csv
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
+from per_dqn.sweeps import published
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -37,6 +41,25 @@ def rebuilt_report(archive: Path, out: Path, *report_args: str) -> str:
     result = runner.invoke(app, ["report", str(out), *report_args])
     assert result.exit_code == 0, result.output
     return (out / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def literature(tmp_path_factory):
+    """``literature(NAME)``: the dir ``runs/NAME`` of a tmp dir, made once per module from
+    ``docs/results/data/NAME.tar.xz`` by ``per-dqn unarchive`` and ``per-dqn report --published``
+    with reducible-loss's curves, as literature.md's commands make it."""
+    runs = tmp_path_factory.mktemp("literature") / "runs"
+    made: dict[str, Path] = {}
+
+    def rebuilt(name: str) -> Path:
+        if name not in made:
+            archive = RESULTS / "data" / f"{name}.tar.xz"
+            assert archive.is_file(), f"not archived: {archive.name}"
+            rebuilt_report(archive, runs / name, "--published", str(PUBLISHED))
+            made[name] = runs / name
+        return made[name]
+
+    return rebuilt
 
 
 def section(text: str, heading: str) -> str:
@@ -116,12 +139,30 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
         assert FIGURE.findall(row) == FIGURE.findall(theirs[0]), (row, theirs[0])
 
 
+def verdict(row: str) -> str:
+    """A comparison row's verdict, computed: ``within (band LO to HI)`` where our mean (the first
+    figure of the "ours" cell) lies in the published mean +- 2 sd of the curve its "published"
+    cell names, at 1M frames, from the published file's own values; else ``above`` or ``below``
+    it."""
+    _, _, game, _, theirs, ours, _ = (cell.strip() for cell in row.split("|")[:-1])
+    method = theirs.split(" ")[0]  # "DQN 12.76 (1.33)", "DQN+PER 2.51 (0.58)"
+    key = (f"MinAtar/{game}-v1", f"reducible-loss {method}", 1_000_000)
+    point = next(
+        p for p in published.read_published(PUBLISHED) if (p.env_id, p.label, p.step) == key
+    )
+    low, high = point.mean - 2 * point.sd, point.mean + 2 * point.sd
+    mean = float(FIGURE.findall(ours)[0].split(" ")[0])
+    where = "within" if low <= mean <= high else "above" if mean > high else "below"
+    return f"{where} (band {low:.2f} to {high:.2f})"
+
+
 @pytest.mark.slow
-def test_the_literature_comparison_rows_quote_their_archive(tmp_path):
+def test_the_literature_comparison_rows_quote_their_archive(literature):
     """docs/results/literature.md, the comparison table: every figure of each row of ours (the
-    training-return EMA, the published value beside it, the greedy final score) and the MinAtar
-    paper's last-100 measure quoted under the table, against the report of
-    ``docs/results/data/literature-minatar_paper_dqn.tar.xz`` with the published curves."""
+    training-return EMA, the published value beside it, the greedy final score) against the report
+    of its preset's archive (``docs/results/data/literature-PRESET.tar.xz``) with the published
+    curves, its verdict against the published band, and the MinAtar paper's last-100 measure and
+    the PER preset's compute quoted under the table."""
     page = (RESULTS / "literature.md").read_text()
     table = section(page, "## The comparison")
     rows = [line for line in table.splitlines() if line.startswith("| `") and FIGURE.search(line)]
@@ -129,15 +170,16 @@ def test_the_literature_comparison_rows_quote_their_archive(tmp_path):
     reports: dict[str, str] = {}
     for row in rows:
         preset = row.split("`")[1]
-        archive = RESULTS / "data" / f"literature-{preset}.tar.xz"
-        assert archive.is_file(), f"{row[:60]}: its runs are not archived in {archive.name}"
         if preset not in reports:
-            out = tmp_path / preset
-            reports[preset] = rebuilt_report(archive, out, "--published", str(PUBLISHED))
+            reports[preset] = (literature(f"literature-{preset}") / "report.md").read_text()
         about = lines_about(reports[preset], game_of(row.split("|")[2]))
         missing = [f for f in FIGURE.findall(row) if f not in about]
         assert missing == [], (row, missing)
+        assert row.split("|")[6].strip() == verdict(row), row
     report = reports["minatar_paper_dqn"]
+    # "... ("Compute: 3.0 hours of training time in 4 pack sessions", ...)": the PER preset's
+    compute = re.search(r"- Compute: ([^(]+?) \(", reports["reducible_loss_minatar_per"])
+    assert compute and f'"Compute: {compute[1]}"' in " ".join(table.split())
 
     # "the mean of the last 100 training episodes, is 13.58 (1.89) on Asterix and ..."
     last100 = re.search(r"last 100 training episodes, is ([^;]+?)\)\.", " ".join(page.split()))
@@ -169,19 +211,27 @@ def quoted_row(report: str) -> list[str]:
     return [*FIGURE.findall(training), FIGURE.findall(final)[0]]
 
 
+def emas(sweep: Path) -> dict[int, float]:
+    """The Asterix runs' training-return EMA at their last step, by seed, from a report's
+    scores.csv."""
+    with open(sweep / "scores.csv") as f:
+        return {
+            int(row["seed"]): float(row["train_return_ema"])
+            for row in csv.DictReader(f)
+            if row["env_id"] == "MinAtar/Asterix-v1"
+        }
+
+
 @pytest.mark.slow
-def test_the_beta_schedule_contrast_quotes_its_archive(tmp_path):
+def test_the_beta_schedule_contrast_quotes_its_archive(literature):
     """docs/results/literature.md, "Reducible-loss's PER on Asterix: beta's schedule": the row of
     the runs whose beta was annealed over their own 1M steps quotes the report of their archive
     (``literature-per-beta-over-1m.tar.xz``), cell by cell: the training-return EMA and last-100
-    mean of its "Training returns" row, and the final score of its Asterix table; once its runs
-    are finished, the row of the runs on the source's schedule, against the preset's own archive;
-    the published row, reducible-loss's DQN+PER at 1M."""
+    mean of its "Training returns" row, and the final score of its Asterix table; the row of the
+    runs on the source's schedule, the same against the preset's own archive; the per-seed pairs
+    of the reading, from both; the published row, reducible-loss's DQN+PER at 1M."""
     page = section((RESULTS / "literature.md").read_text(), "### Reducible-loss's PER on Asterix")
-    report = rebuilt_report(
-        RESULTS / "data" / "literature-per-beta-over-1m.tar.xz", tmp_path / "contrast",
-        "--published", str(PUBLISHED),
-    )  # fmt: skip
+    report = (literature("literature-per-beta-over-1m") / "report.md").read_text()
     rows = {
         line.split("|")[1].strip(): FIGURE.findall(line)
         for line in page.splitlines()
@@ -190,14 +240,44 @@ def test_the_beta_schedule_contrast_quotes_its_archive(tmp_path):
     ours = rows["the PER preset, beta annealed over the run's 1M steps (5 seeds)"]
     assert ours == quoted_row(report), ours
     source = "the PER preset, beta over 5M frames as the source (5 seeds)"
-    if source in rows:  # its runs finished: the same cells from the preset's own archive
-        preset = rebuilt_report(
-            RESULTS / "data" / "literature-reducible_loss_minatar_per.tar.xz", tmp_path / "preset",
-            "--published", str(PUBLISHED),
-        )  # fmt: skip
-        assert rows[source] == quoted_row(preset), rows[source]
+    preset = (literature("literature-reducible_loss_minatar_per") / "report.md").read_text()
+    assert rows[source] == quoted_row(preset), rows[source]
+    # "Every seed ends lower on the source's schedule than on the 1M one (...: 2.76 against
+    # 15.57, ... on seeds 0 to 4)": each pair, from both sweeps' scores.csv.
+    pairs = re.search(r"EMA at 1M: (.+?) on seeds 0 to 4\)", " ".join(page.split()))
+    assert pairs, "no per-seed pairs quoted"
+    quoted = [tuple(p) for p in re.findall(r"(\d+\.\d+) against (\d+\.\d+)", pairs[1])]
+    faithful = emas(literature("literature-reducible_loss_minatar_per"))
+    contrast = emas(literature("literature-per-beta-over-1m"))
+    assert quoted == [(f"{faithful[s]:.2f}", f"{contrast[s]:.2f}") for s in range(5)]
+    assert all(faithful[s] < contrast[s] for s in range(5))
     published = rows["reducible-loss DQN+PER (published, 5 seeds)"]
     assert published == ["2.51 (0.58)"]
     head = "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |"
     beside = next(line for line in report.splitlines() if line.startswith(head))
     assert FIGURE.findall(beside) == published, beside
+
+
+@pytest.mark.slow
+def test_the_per_effect_table_is_what_its_snippet_prints_from_both_archives(literature):
+    """docs/results/literature.md, "The PER effect under reducible-loss's PER": its snippet, run
+    as the page says (in a dir holding both presets' reports, with the repository's docs),
+    prints exactly the rows of its table, in order: no row is missing, stale or typed by hand."""
+    page = section((RESULTS / "literature.md").read_text(), "## The PER effect")
+    snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(snippets) == 1, "the section has no one snippet"
+    made = [
+        literature(f"literature-{p}") for p in ("minatar_paper_dqn", "reducible_loss_minatar_per")
+    ]
+    root = made[0].parents[1]  # the dir holding runs/, where the page runs the snippet
+    if not (root / "docs").exists():
+        (root / "docs").symlink_to(ROOT / "docs")
+    done = subprocess.run(
+        [sys.executable, "-c", snippets[0]], cwd=root, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = done.stdout.splitlines()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert printed, "the snippet printed no row"
+    assert rows == printed
