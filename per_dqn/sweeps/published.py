@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from per_dqn.sweeps.measure import train_return_ema
+from per_dqn.sweeps.stats import Estimate
 
 COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds", "exploration")
 REQUIRED = ("env_id", "label", "step", "mean")
@@ -157,17 +158,16 @@ def steps_for(reached: Sequence[Point], last_step: int) -> list[int]:
 
 
 def difference(
-    points: Sequence[Point], env_id: str, label: str, baseline: str, step: int, z: float = 1.96
-) -> tuple[float, float, float]:
+    points: Sequence[Point], env_id: str, label: str, baseline: str, step: int
+) -> Estimate:
     """A source's published effect: curve ``label`` minus curve ``baseline`` on ``env_id`` at
-    ``step``, with a normal-approximation interval, ``z`` (1.96: 95%) standard errors of the
-    difference of two independent means either side (``sqrt(sd_a**2 / n_a + sd_b**2 / n_b)``).
-    A source publishes each curve's mean, sd and number of seeds, not its runs, so neither a
+    ``step``, a difference of two independent means (``.interval()``: Welch's t interval). A
+    source publishes each curve's mean, sd and number of seeds, not its runs, so neither a
     paired nor a bootstrap interval can be had.
 
     Raises:
         ValueError: one line naming the curve, env and step for a point that is not in
-            ``points`` or has no sd or no number of seeds.
+            ``points`` or has no sd or fewer than 2 seeds.
     """
     found = {(p.env_id, p.label, p.step): p for p in points}
     ends = []
@@ -175,10 +175,7 @@ def difference(
         point = found.get((env_id, name, step))
         if point is None:
             raise ValueError(f"no published value for {name!r} on {env_id} at step {step}")
-        if point.sd is None or not point.seeds:
-            raise ValueError(f"{name!r} on {env_id} at step {step}: no sd or no number of seeds")
-        ends.append(point)
-    a, b = ends
-    se = math.sqrt(a.sd**2 / a.seeds + b.sd**2 / b.seeds)
-    value = a.mean - b.mean
-    return value, value - z * se, value + z * se
+        if point.sd is None or point.seeds is None or point.seeds < 2:
+            raise ValueError(f"{name!r} on {env_id} at step {step}: no sd or fewer than 2 seeds")
+        ends.append(Estimate.of_mean(point.mean, point.sd, point.seeds))
+    return ends[0] - ends[1]

@@ -20,6 +20,11 @@ reduces the last two axes, so a bootstrap evaluates all its replicates in one ca
   statistic of X against Y over every (x run, y run) pair, divided by the number of pairs (ties
   1/2), averaged over tasks. Its interval resamples X's and Y's runs independently
   (``independent_bootstrap_ci``, rliable's ``StratifiedIndependentBootstrap``).
+- ``Estimate``: a mean, or a difference of independent means, with a Student-t interval (Welch's
+  for a difference): the interval a source's published means, sds and seed counts allow, where
+  no run can be resampled, and the same kind of interval for the runs' own paired differences,
+  so the two can be set side by side. ``t_quantile`` is Student's t quantile (``scipy.stats.t.ppf``,
+  which the tests check it against).
 - ``performance_profile``: the fraction of all runs x tasks scores strictly above each threshold
   tau (rliable's ``create_performance_profile`` with score distributions), with stratified
   bootstrap bands (``performance_profile_bands``).
@@ -27,7 +32,9 @@ reduces the last two axes, so a bootstrap evaluates all its replicates in one ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -267,3 +274,117 @@ def performance_profile_bands(
     values = stratified_bootstrap(scores, lambda s: _profile(s, taus), reps, seed)
     low, high = percentile_interval(values, confidence)
     return performance_profile(scores, taus), low, high
+
+
+# --- Student-t intervals -------------------------------------------------------------------------
+
+
+def _incomplete_beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float, y: float) -> float:
+    """``I_x(a, b)``, the regularised incomplete beta function, for ``0 <= x <= 1``; ``y`` is
+    ``1 - x``, passed as computed without cancellation."""
+    if x <= 0.0 or y <= 0.0:
+        return 0.0 if x <= 0.0 else 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log(y))  # fmt: skip
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _incomplete_beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _incomplete_beta_fraction(b, a, y) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function with ``df`` (> 0, not necessarily whole) degrees of
+    freedom."""
+    x, y = df / (df + t * t), t * t / (df + t * t)
+    # The tail beyond |t| is I_x(df / 2, 1 / 2) / 2; near t = 0, its complement I_y(1 / 2, df / 2)
+    # keeps the digits that 1 - I_x would lose.
+    if y < 0.5:
+        tail = 0.5 * (1.0 - _incomplete_beta(0.5, df / 2.0, y, x))
+    else:
+        tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, x, y)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile: the ``t`` with ``t_cdf(t, df) == p``, by bisection (to 1e-12)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a quantile's probability must be in (0, 1), got {p}")
+    if not df > 0.0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        low, high = high, 2.0 * high
+    while high - low > 1e-12 * max(1.0, high):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean, or a sum or difference of independent means, with what its interval needs: the
+    squared standard error and the degrees of freedom of each independent sample in it."""
+
+    value: float
+    parts: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of_mean(cls, mean: float, sd: float, n: int) -> Estimate:
+        """A mean of ``n`` (>= 2) values whose sample sd is ``sd``: standard error
+        ``sd / sqrt(n)``, ``n - 1`` degrees of freedom."""
+        if n < 2 or not sd >= 0.0:
+            raise ValueError(f"a mean's interval needs n >= 2 and sd >= 0, got n {n}, sd {sd}")
+        return cls(float(mean), ((sd * sd / n, n - 1.0),))
+
+    @classmethod
+    def of_sample(cls, values: Sequence[float]) -> Estimate:
+        """The mean of ``values`` (for paired runs: their per-pair differences)."""
+        array = np.asarray(values, dtype=np.float64)
+        if array.ndim != 1 or array.size < 2 or not np.isfinite(array).all():
+            raise ValueError(f"a sample needs 2 or more finite values, got {array.tolist()}")
+        return cls.of_mean(float(array.mean()), float(array.std(ddof=1)), array.size)
+
+    def __sub__(self, other: Estimate) -> Estimate:
+        return Estimate(self.value - other.value, self.parts + other.parts)
+
+    @property
+    def standard_error(self) -> float:
+        return math.sqrt(sum(variance for variance, _ in self.parts))
+
+    @property
+    def df(self) -> float:
+        """Welch-Satterthwaite's degrees of freedom (one part's own for a single mean)."""
+        denominator = sum(variance**2 / df for variance, df in self.parts)
+        return self.standard_error**4 / denominator if denominator > 0 else math.inf
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """``value +- t * standard_error``, ``t`` the ``(1 + confidence) / 2`` quantile of
+        Student's t with ``df`` degrees of freedom: the one-sample t interval for a mean, Welch's
+        for a difference of two."""
+        _check_confidence(confidence)
+        se = self.standard_error
+        if se == 0.0:
+            return self.value, self.value
+        half = t_quantile((1.0 + confidence) / 2.0, self.df) * se
+        return self.value - half, self.value + half

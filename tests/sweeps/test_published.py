@@ -243,24 +243,24 @@ def test_the_shipped_file_holds_reducible_loss_s_published_numbers():
     assert {e for e, _, _ in points} == {f"MinAtar/{game}-v1" for game in games}
 
 
-def test_a_published_effect_is_the_difference_of_means_with_its_standard_error_by_hand():
+def test_a_published_effect_is_the_difference_of_means_with_welch_s_interval_by_hand():
     """Reducible-loss's PER minus DQN on Asterix at 1M frames, by hand from the shipped file's
-    means and sds over 5 seeds each: 2.511202 - 12.755729 = -10.244527, standard error
-    sqrt((0.575259**2 + 1.328991**2) / 5) = 0.647633, so -10.24 [-11.51, -8.98]."""
+    means and sds over 5 seeds each: 2.511202 - 12.755729 = -10.244527; standard error
+    sqrt((0.575259**2 + 1.328991**2) / 5) = 0.647633; Welch-Satterthwaite's degrees of freedom
+    0.647633**4 / ((0.575259**2 / 5) ** 2 / 4 + (1.328991**2 / 5) ** 2 / 4) = 5.4481, whose
+    t quantile at 0.975 is 2.5083 (scipy.stats.t.ppf), so -10.24 [-11.87, -8.62]."""
     points = published.read_published(SHIPPED)
-    env, step = "MinAtar/Asterix-v1", 1_000_000
-    value, low, high = published.difference(
-        points, env, "reducible-loss DQN+PER", "reducible-loss DQN", step
+    effect = published.difference(
+        points, "MinAtar/Asterix-v1", "reducible-loss DQN+PER", "reducible-loss DQN", 1_000_000
     )
-    assert value == pytest.approx(-10.244527)
+    assert effect.value == pytest.approx(-10.244527)
+    assert effect.standard_error == pytest.approx(0.647633, abs=1e-6)
+    assert effect.df == pytest.approx(5.4481, abs=1e-4)
+    low, high = effect.interval()
     assert (low, high) == pytest.approx(
-        (-10.244527 - 1.96 * 0.647633, -10.244527 + 1.96 * 0.647633)
+        (-10.244527 - 2.5083 * 0.647633, -10.244527 + 2.5083 * 0.647633), abs=1e-4
     )
-    assert [round(v, 2) for v in (value, low, high)] == [-10.24, -11.51, -8.98]
-    wider = published.difference(
-        points, env, "reducible-loss DQN+PER", "reducible-loss DQN", step, z=3
-    )
-    assert wider[1] == pytest.approx(value - 3 * 0.647633)
+    assert [round(v, 2) for v in (effect.value, low, high)] == [-10.24, -11.87, -8.62]
 
 
 def test_a_published_effect_without_its_points_or_their_spread_is_one_line():
@@ -268,11 +268,12 @@ def test_a_published_effect_without_its_points_or_their_spread_is_one_line():
         published.Point("E", "a", 10, 1.0, 0.5, 5),
         published.Point("E", "b", 10, 2.0, None, 5),
         published.Point("E", "c", 10, 2.0, 0.5, None),
+        published.Point("E", "d", 10, 2.0, 0.5, 1),
     )
     with pytest.raises(ValueError, match=r"^no published value for 'a' on E at step 20$"):
         published.difference(points, "E", "a", "b", 20)
-    for other in ("b", "c"):
-        with pytest.raises(ValueError, match=rf"^'{other}' on E at step 10: no sd or no number"):
+    for other in ("b", "c", "d"):
+        with pytest.raises(ValueError, match=rf"^'{other}' on E at step 10: no sd or fewer than 2"):
             published.difference(points, "E", "a", other, 10)
 
 

@@ -1,13 +1,14 @@
 """Aggregate statistics against hand-computed cases and against rliable's own implementation
-(Agarwal et al., 2021), run on the same inputs."""
+(Agarwal et al., 2021), run on the same inputs; the Student-t intervals against scipy's."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from rliable import library as rly
 from rliable import metrics as rly_metrics
+from scipy import stats as scipy_stats
 
 from per_dqn.sweeps import stats
 
@@ -253,3 +254,64 @@ def test_performance_profile_bands_match_rliables(global_numpy_seed):
     for i in range(len(taus)):
         assert same_endpoint(ours[:, i], bands["x"][0, i], 0.025, tol), taus[i]
         assert same_endpoint(ours[:, i], bands["x"][1, i], 0.975, tol), taus[i]
+
+
+# --- Student-t intervals, against scipy ---------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0.2, 1e5), st.floats(1e-6, 1 - 1e-6), st.floats(-60.0, 60.0))
+def test_t_quantile_and_cdf_are_scipys(df, p, t):
+    """Student's t for any df (Welch's are not whole numbers), against scipy.stats.t."""
+    assert stats.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-9)
+    assert stats.t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-8, abs=1e-8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=12),
+    st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=12),
+    st.sampled_from([0.5, 0.9, 0.95, 0.99]),
+)
+def test_the_t_and_welch_intervals_are_scipys(x, y, confidence):
+    """A mean's interval is scipy's one-sample t interval; a difference of two independent
+    means is Welch's (``ttest_ind(equal_var=False)``'s interval)."""
+    x, y = np.array(x), np.array(y)
+    assume(x.std() > 1e-3 and y.std() > 1e-3)
+    mean = stats.Estimate.of_sample(x)
+    expected = scipy_stats.t.interval(confidence, x.size - 1, x.mean(), scipy_stats.sem(x))
+    np.testing.assert_allclose(mean.interval(confidence), expected, rtol=1e-7, atol=1e-7)
+    difference = stats.Estimate.of_sample(x) - stats.Estimate.of_sample(y)
+    welch = scipy_stats.ttest_ind(x, y, equal_var=False)
+    assert difference.value == pytest.approx(x.mean() - y.mean())
+    assert difference.df == pytest.approx(welch.df)
+    np.testing.assert_allclose(
+        difference.interval(confidence), tuple(welch.confidence_interval(confidence)),
+        rtol=1e-7, atol=1e-7,
+    )  # fmt: skip
+
+
+def test_a_mean_from_its_summary_and_a_sample_without_spread_by_hand():
+    """Mean 2, sd 1 over 4 values: standard error 0.5, 3 degrees of freedom, t(0.975, 3) =
+    3.182446, so 2 +- 1.591223; a sample of equal values has the point as its interval."""
+    mean = stats.Estimate.of_mean(2.0, 1.0, 4)
+    assert (mean.standard_error, mean.df) == (0.5, 3.0)
+    assert mean.interval() == pytest.approx((2 - 1.591223, 2 + 1.591223), abs=1e-6)
+    assert stats.Estimate.of_sample([3.0, 3.0, 3.0]).interval() == (3.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: stats.Estimate.of_sample([1.0]), r"2 or more finite values, got \[1.0\]"),
+        (lambda: stats.Estimate.of_sample([1.0, np.nan]), "2 or more finite values"),
+        (lambda: stats.Estimate.of_mean(1.0, 0.5, 1), "n >= 2 and sd >= 0, got n 1"),
+        (lambda: stats.Estimate.of_mean(1.0, -0.5, 5), "sd -0.5"),
+        (lambda: stats.t_quantile(1.0, 3), r"in \(0, 1\), got 1.0"),
+        (lambda: stats.t_quantile(0.5, 0), "degrees of freedom must be > 0, got 0"),
+        (lambda: stats.Estimate.of_mean(1.0, 0.5, 5).interval(0), "confidence must be in"),
+    ],
+)
+def test_bad_input_to_the_t_intervals(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
