@@ -686,7 +686,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     # keep_last above the run's checkpoint count: none is deleted while the test looks for them.
     args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
             str(steps), "--workers", "2", "--out", str(out),
-            *sets(*TINY, "checkpoint.interval_steps=200", "checkpoint.keep_last=30",
+            *sets(*TINY, "checkpoint.interval_steps=300", "checkpoint.keep_last=20",
                   "run.device=cpu")]  # fmt: skip
     run_dirs = [out / "uniform" / f"s{seed}" for seed in (0, 1)]
     proc = start_cli(args, new_session=True)
@@ -711,11 +711,15 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
             f"sweep dir {out} is in use by another per-dqn process (pid {proc.pid}); wait for it "
             "to end or stop it",
         )
-        # Then the kill as soon as each run has a checkpoint, with most of both runs to go.
-        wait_for(
-            lambda: all(ckpt.list_checkpoints(ckpt.checkpoints_dir(d)) for d in run_dirs),
-            "the workers never checkpointed",
-        )
+
+        # Then the kill as soon as each run has a checkpoint past learning_starts (300), so the
+        # resume restores an optimiser and a target net that have been updated, with most of
+        # both runs to go.
+        def updated(run_dir: Path) -> bool:
+            found = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
+            return bool(found) and ckpt.checkpoint_step(found[-1]) >= 600
+
+        wait_for(lambda: all(updated(d) for d in run_dirs), "the workers never checkpointed")
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
         killed = time.monotonic()
@@ -729,7 +733,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
     stopped = {}
     for run_dir in run_dirs:
         s = summary_of(run_dir)
-        assert s["interrupted"] and 200 <= s["env_steps"] < steps
+        assert s["interrupted"] and 600 <= s["env_steps"] < steps
         stopped[run_dir] = s["env_steps"]
         newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-1]
         assert newest.name == ckpt.checkpoint_name(s["env_steps"])
