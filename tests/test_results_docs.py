@@ -17,11 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
-from per_dqn.sweeps import published
+from per_dqn.sweeps import published, runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -64,13 +65,21 @@ def literature(tmp_path_factory):
 
 def section(text: str, heading: str) -> str:
     """The text under the heading that starts with ``heading`` (``## The study``: its title may
-    go on to say how far it is) up to the next heading of its level."""
-    level = heading.split(" ")[0]
-    found = [line for line in text.splitlines() if line.startswith(heading)]
-    assert len(found) == 1, f"no one heading {heading!r}: {found}"
-    start = text.index(found[0] + "\n")
-    end = text.find(f"\n{level} ", start + len(found[0]))
-    return text[start : end if end != -1 else len(text)]
+    go on to say how far it is) up to the next heading of its level or above, outside code
+    blocks (where a ``# comment`` is no heading)."""
+    level = len(heading.split(" ")[0])
+    lines = text.splitlines()
+    found = [n for n, line in enumerate(lines) if line.startswith(heading)]
+    assert len(found) == 1, f"no one heading {heading!r}: {[lines[n] for n in found]}"
+    fenced, end = False, len(lines)
+    for n in range(found[0] + 1, len(lines)):
+        line = lines[n]
+        fenced ^= line.startswith("```")
+        hashes = len(line) - len(line.lstrip("#"))
+        if not fenced and 0 < hashes <= level and line[hashes : hashes + 1] == " ":
+            end = n
+            break
+    return "\n".join(lines[found[0] : end]) + "\n"
 
 
 def lines_about(report: str, game: str) -> str:
@@ -228,8 +237,10 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
     the runs whose beta was annealed over their own 1M steps quotes the report of their archive
     (``literature-per-beta-over-1m.tar.xz``), cell by cell: the training-return EMA and last-100
     mean of its "Training returns" row, and the final score of its Asterix table; the row of the
-    runs on the source's schedule, the same against the preset's own archive; the per-seed pairs
-    of the reading, from both; the published row, reducible-loss's DQN+PER at 1M."""
+    runs on the source's schedule, the same against the preset's own archive; the reading's
+    per-seed pairs, its claim about the bins within and above the published band, its figures
+    and its IS weights, from both archives and the published file; the published row,
+    reducible-loss's DQN+PER at 1M."""
     page = section((RESULTS / "literature.md").read_text(), "### Reducible-loss's PER on Asterix")
     report = (literature("literature-per-beta-over-1m") / "report.md").read_text()
     rows = {
@@ -251,26 +262,74 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
     contrast = emas(literature("literature-per-beta-over-1m"))
     assert quoted == [(f"{faithful[s]:.2f}", f"{contrast[s]:.2f}") for s in range(5)]
     assert all(faithful[s] < contrast[s] for s in range(5))
-    published = rows["reducible-loss DQN+PER (published, 5 seeds)"]
-    assert published == ["2.51 (0.58)"]
+    # The reading: the bins where the curve on the source's schedule is within the published
+    # band and above it, and every figure it quotes (a sweep's mean (sd) at a published bin, or a
+    # report's), computed from the archives and the published file.
+    reading = " ".join(page.split("**Reading", 1)[1].split())
+    claim = re.search(r"within the published band \(mean \+- 2 sd\) at every 50k bin from (\d+)k "
+                      r"to 1M, and above it at every bin from 50k to (\d+)k", reading)  # fmt: skip
+    assert claim, "no claim about the bins"
+    points = {
+        (p.label, p.step): p
+        for p in published.read_published(PUBLISHED)
+        if p.env_id == "MinAtar/Asterix-v1" and 0 < p.step <= 1_000_000
+    }
+    bins = sorted(step for label, step in points if label == "reducible-loss DQN+PER")
+    known: set[str] = {f"{p.mean:.2f} ({p.sd:.2f})" for p in points.values()}
+    where = {}
+    for name in ("reducible_loss_minatar_per", "per-beta-over-1m"):
+        sweep = literature(f"literature-{name}") / "MinAtar-Asterix-v1" / "proportional"
+        curves = [runs.read_curve(sweep / f"s{seed}", "episode/return") for seed in range(5)]
+        values = np.array([published.ema_at(curve, bins) for curve in curves])
+        known |= {f"{v.mean():.2f} ({v.std(ddof=1):.2f})" for v in values.T}
+        if name == "reducible_loss_minatar_per":
+            for step, value in zip(bins, values.mean(axis=0), strict=True):
+                p = points["reducible-loss DQN+PER", step]
+                low, high = p.mean - 2 * p.sd, p.mean + 2 * p.sd
+                where[step] = (
+                    "within" if low <= value <= high else "above" if value > high else "below"
+                )
+    assert [s for s in bins if where[s] == "within"] == list(
+        range(int(claim[1]) * 1000, 1_000_001, 50_000)
+    )
+    assert [s for s in bins if where[s] == "above"] == list(
+        range(50_000, int(claim[2]) * 1000 + 1, 50_000)
+    )
+    reports = (
+        report + preset + (literature("literature-minatar_paper_dqn") / "report.md").read_text()
+    )
+    unknown = [f for f in FIGURE.findall(reading) if f not in known and f not in reports]
+    assert unknown == [], unknown
+    # "the mean IS weight ... is 0.289 on the source's schedule against 0.217 with beta ... 1M":
+    # each the last cell of its report's Asterix row.
+    weights = re.search(
+        r"over training is (\d\.\d+) on the source's schedule against (\d\.\d+)", reading
+    )
+    assert weights, "no IS weights quoted"
+    for quoted_weight, text in zip(weights.groups(), (preset, report), strict=True):
+        row = next(line for line in section(text, "## MinAtar/Asterix-v1").splitlines()
+                   if line.startswith("| proportional |"))  # fmt: skip
+        assert row.split("|")[-2].strip() == quoted_weight, row
+    published_row = rows["reducible-loss DQN+PER (published, 5 seeds)"]
+    assert published_row == ["2.51 (0.58)"]
     head = "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |"
     beside = next(line for line in report.splitlines() if line.startswith(head))
-    assert FIGURE.findall(beside) == published, beside
+    assert FIGURE.findall(beside) == published_row, beside
 
 
 @pytest.mark.slow
-def test_the_per_effect_table_is_what_its_snippet_prints_from_both_archives(literature):
+def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(literature):
     """docs/results/literature.md, "The PER effect under reducible-loss's PER": its snippet, run
-    as the page says (in a dir holding both presets' reports, with the repository's docs),
-    prints exactly the rows of its table, in order: no row is missing, stale or typed by hand."""
+    as the page says (in a dir holding the three sweeps' reports, with the repository's docs),
+    prints exactly the rows of its table, in order: no row is missing, stale or typed by hand;
+    and every number of the section's prose is one the snippet printed."""
     page = section((RESULTS / "literature.md").read_text(), "## The PER effect")
     snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
     assert len(snippets) == 1, "the section has no one snippet"
-    made = [
-        literature(f"literature-{p}") for p in ("minatar_paper_dqn", "reducible_loss_minatar_per")
-    ]
-    root = made[0].parents[1]  # the dir holding runs/, where the page runs the snippet
-    if not (root / "docs").exists():
+    sweeps = ("minatar_paper_dqn", "reducible_loss_minatar_per", "per-beta-over-1m")
+    made = [literature(f"literature-{name}") for name in sweeps]  # all three, in one tmp dir
+    root = made[0].parents[1]
+    if not (root / "docs").exists():  # the page runs it in the repository's root
         (root / "docs").symlink_to(ROOT / "docs")
     done = subprocess.run(
         [sys.executable, "-c", snippets[0]], cwd=root, capture_output=True, text=True, timeout=120,
@@ -279,5 +338,23 @@ def test_the_per_effect_table_is_what_its_snippet_prints_from_both_archives(lite
     assert done.returncode == 0, done.stdout + done.stderr
     printed = done.stdout.splitlines()
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
-    assert printed, "the snippet printed no row"
+    assert len(printed) >= 2, "the snippet printed too few rows"
     assert rows == printed
+    prose = page.split("```", 2)[2]  # after the snippet
+    prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
+    numbers = re.findall(r"\d+\.\d+", prose)
+    assert numbers, "the reading quotes no number"
+    assert [n for n in numbers if n not in done.stdout] == []
+
+
+def test_the_readme_quotes_the_literature_page():
+    """README.md's "Beside the literature" bullet quotes figures of docs/results/literature.md,
+    which the tests above check against the archives: each of its figures is on that page."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    bullet = (
+        readme.split("**Beside the literature**", 1)[1].split(" - **", 1)[0].split(" ## ", 1)[0]
+    )
+    page = " ".join((RESULTS / "literature.md").read_text().split())
+    figures = FIGURE.findall(bullet)
+    assert len(figures) >= 4, bullet
+    assert [f for f in figures if f not in page] == []
