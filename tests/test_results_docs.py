@@ -159,10 +159,16 @@ def verdict(row: str) -> str:
     point = next(
         p for p in published.read_published(PUBLISHED) if (p.env_id, p.label, p.step) == key
     )
-    low, high = point.mean - 2 * point.sd, point.mean + 2 * point.sd
     mean = float(FIGURE.findall(ours)[0].split(" ")[0])
-    where = "within" if low <= mean <= high else "above" if mean > high else "below"
+    where, low, high = against_band(mean, point)
     return f"{where} (band {low:.2f} to {high:.2f})"
+
+
+def against_band(value: float, point: published.Point) -> tuple[str, float, float]:
+    """Where ``value`` lies against the published band, ``point``'s mean +- 2 sd: ``within``,
+    ``above`` or ``below``, with the band's ends."""
+    low, high = point.mean - 2 * point.sd, point.mean + 2 * point.sd
+    return ("within" if low <= value <= high else "above" if value > high else "below"), low, high
 
 
 @pytest.mark.slow
@@ -284,11 +290,7 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
         known |= {f"{v.mean():.2f} ({v.std(ddof=1):.2f})" for v in values.T}
         if name == "reducible_loss_minatar_per":
             for step, value in zip(bins, values.mean(axis=0), strict=True):
-                p = points["reducible-loss DQN+PER", step]
-                low, high = p.mean - 2 * p.sd, p.mean + 2 * p.sd
-                where[step] = (
-                    "within" if low <= value <= high else "above" if value > high else "below"
-                )
+                where[step] = against_band(value, points["reducible-loss DQN+PER", step])[0]
     assert [s for s in bins if where[s] == "within"] == list(
         range(int(claim[1]) * 1000, 1_000_001, 50_000)
     )

@@ -343,8 +343,8 @@ def t_quantile(p: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean, or a sum or difference of independent means, with what its interval needs: the
-    squared standard error and the degrees of freedom of each independent sample in it."""
+    """A mean, or a difference of independent means (``a - b``), with what its interval needs:
+    the squared standard error and the degrees of freedom of each independent sample in it."""
 
     value: float
     parts: tuple[tuple[float, float], ...]
