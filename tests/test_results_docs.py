@@ -171,6 +171,30 @@ def against_band(value: float, point: published.Point) -> tuple[str, float, floa
     return ("within" if low <= value <= high else "above" if value > high else "below"), low, high
 
 
+def bins_against_band(sweep: Path, game: str, arm: str, label: str) -> dict[int, str]:
+    """Where the mean over seeds 0-4 of ``arm``'s runs in ``sweep`` lies against the published
+    band of ``label`` at each published 50k bin of ``game`` from 50k to 1M: the runs'
+    training-return EMA read at the bin (``published.ema_at``), as the report's figure draws it."""
+    points = {
+        p.step: p
+        for p in published.read_published(PUBLISHED)
+        if (p.env_id, p.label) == (f"MinAtar/{game}-v1", label) and 0 < p.step <= 1_000_000
+    }
+    bins = sorted(points)
+    runs_dir = sweep / f"MinAtar-{game}-v1" / arm
+    curves = [runs.read_curve(runs_dir / f"s{seed}", "episode/return") for seed in range(5)]
+    means = np.array([published.ema_at(curve, bins) for curve in curves]).mean(axis=0)
+    return {
+        step: against_band(mean, points[step])[0] for step, mean in zip(bins, means, strict=True)
+    }
+
+
+def steps(first_k: str, last_k: str) -> list[int]:
+    """The 50k bins from ``first_k`` to ``last_k`` (in thousands; "1M" for the last bin)."""
+    last = 1_000_000 if last_k == "1M" else int(last_k) * 1000
+    return list(range(int(first_k) * 1000, last + 1, 50_000))
+
+
 @pytest.mark.slow
 def test_the_literature_comparison_rows_quote_their_archive(literature):
     """docs/results/literature.md, the comparison table: every figure of each row of ours (the
@@ -191,6 +215,19 @@ def test_the_literature_comparison_rows_quote_their_archive(literature):
         missing = [f for f in FIGURE.findall(row) if f not in about]
         assert missing == [], (row, missing)
         assert row.split("|")[6].strip() == verdict(row), row
+    # "on SpaceInvaders, where it is above the published PER band at every 50k bin from 50k to
+    # 150k, ..., and within it at every bin from 200k to 1M": from the preset's runs' curves.
+    text = " ".join(table.split())
+    claim = re.search(r"on SpaceInvaders, where it is above the published PER band at every 50k "
+                      r"bin from (\d+)k to (\d+)k, rising faster, and within it at every bin from "
+                      r"(\d+)k to 1M", text)  # fmt: skip
+    assert claim, "no claim about the SpaceInvaders bins"
+    where = bins_against_band(
+        literature("literature-reducible_loss_minatar_per"), "SpaceInvaders", "proportional",
+        "reducible-loss DQN+PER",
+    )  # fmt: skip
+    assert [s for s, w in where.items() if w == "above"] == steps(claim[1], claim[2])
+    assert [s for s, w in where.items() if w == "within"] == steps(claim[3], "1M")
     report = reports["minatar_paper_dqn"]
     # "... ("Compute: 3.0 hours of training time in 4 pack sessions", ...)": the PER preset's
     compute = re.search(r"- Compute: ([^(]+?) \(", reports["reducible_loss_minatar_per"])
