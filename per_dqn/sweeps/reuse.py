@@ -3,8 +3,11 @@
 A sweep can name other sweep dirs (or any dir of run dirs) to take runs from. A planned run is
 taken from there when a finished run (its ``summary.json`` says ``interrupted: false``, and it
 has its ``model.pt``: not a run rebuilt by ``per-dqn unarchive``) has the planned run's config,
-key for key: the same keys with the same values (``runs.config_differences`` both ways, and no
-key only one side has: a run of an older per-dqn, which lacks a key added since, is not taken).
+key for key, once validated by this per-dqn's config models: a run of an older per-dqn lacks the
+keys added since, and it is taken only where the plan sets each of them to its default, which is
+what that per-dqn ran (a key is only ever added with a default that keeps the old behaviour, as
+``runs.config_differences`` assumes). A key the plan lacks, or a config this per-dqn refuses, is
+never taken.
 A run's outcome depends on its config alone, never on its pack-mates or its sweep (issue 24's
 exactness: ``tests/test_packs.py``), so that run is the one this sweep would make, bit for bit
 on the same kind of device (``run.device: auto`` is resolved when a run starts: a run made on a
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from per_dqn.config import ConfigError, parse_yaml
+from per_dqn.config import ConfigError, parse_yaml, validate_config
 from per_dqn.fileio import WriteError, fsync_path, fsync_tree
 from per_dqn.metrics import flatten_config
 from per_dqn.rundir import LOCK_FILE
@@ -109,13 +112,16 @@ def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, 
 
 
 def _same_run(held: dict[str, Any], planned: dict[str, Any]) -> bool:
-    """The same run: the same env and seed (checked first: cheap), the same keys, and no key
-    whose values differ."""
+    """The same run: the same env and seed (checked first: cheap), then every key of the held
+    config, validated (the keys it lacks at their defaults), equal to the planned one's."""
     for section, key in (("env", "id"), ("run", "seed")):
         if (held.get(section) or {}).get(key) != (planned.get(section) or {}).get(key):
             return False
-    held_keys, planned_keys = flatten_config(held), flatten_config(planned)
-    return held_keys.keys() == planned_keys.keys() and not runs.config_differences(held, planned)
+    try:
+        filled = validate_config(held, "a --reuse run").model_dump(mode="json")
+    except ConfigError:
+        return False
+    return flatten_config(filled) == flatten_config(planned)
 
 
 def copy_in(out: Path, found: dict[str, Path], on_copied: Callable[[dict[str, str]], None]) -> int:

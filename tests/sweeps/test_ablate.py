@@ -582,18 +582,29 @@ def test_reuse_takes_the_finished_runs_of_the_same_config_and_runs_the_rest(tiny
 @pytest.mark.slow
 def test_reuse_takes_no_run_without_weights_or_with_a_key_only_one_side_has(tiny_sweep, tmp_path):
     """Not taken: a run without model.pt (one rebuilt by `per-dqn unarchive`: a copy would pass
-    for a whole run), and a run whose config lacks a key the planned one has (an older per-dqn's,
-    which ran that key's default, whatever the plan sets it to) or has one more. The others are."""
+    for a whole run), a run whose config lacks a key the plan sets to other than its default (an
+    older per-dqn's, which ran that key's default), and one with a key the plan lacks. Taken: a
+    run whose config lacks a key the plan sets to its default, which is what the older per-dqn
+    ran.
+
+    Pins a bug: the MinAtar study's runs, made before `replay.beta_anneal_steps` existed, were
+    refused by every later sweep of the same configs (whose plans hold the key at its default,
+    null), so `ablate --reuse` re-ran them."""
     source = tmp_path / "src"
     shutil.copytree(tiny_sweep, source)
     (source / "uniform/s0/model.pt").unlink()
-    for rel, edit in (("uniform/s1", "drop"), ("proportional/s0", "add")):
+    edits = (
+        ("uniform/s1", "train", "eval_episodes"),  # the plan's 2, not the default
+        ("proportional/s0", "replay", "extra"),
+        ("proportional/s1", "replay", "beta_anneal_steps"),  # the plan's null, the default
+    )
+    for rel, section, key in edits:
         path = source / rel / "config.yaml"
         data = yaml.safe_load(path.read_text())
-        if edit == "drop":
-            del data["replay"]["alpha"]
+        if key in data[section]:
+            del data[section][key]
         else:
-            data["replay"]["extra"] = 1
+            data[section][key] = 1
         path.write_text(yaml.safe_dump(data))
     sweep = plan.plan_sweep(
         "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600,
