@@ -148,6 +148,69 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
         assert FIGURE.findall(row) == FIGURE.findall(theirs[0]), (row, theirs[0])
 
 
+@pytest.mark.slow
+def test_the_is_weight_section_quotes_its_archive(tmp_path):
+    """docs/results/minatar.md, "IS-weight normalisation": its table row by row, its per-seed
+    scores, the report's ``Compute:`` line and the reading's IS weights (each arm's mean over the
+    run and in the last log window, mean over seeds), against ``per-dqn report --baseline`` of
+    ``docs/results/data/minatar-is-weights.tar.xz``."""
+    sweep = tmp_path / "minatar-is-weights"
+    baseline = "proportional/weight_normalization=global"
+    report = rebuilt_report(
+        RESULTS / "data" / "minatar-is-weights.tar.xz", sweep, "--baseline", baseline
+    )
+    page = section((RESULTS / "minatar.md").read_text(), "## IS-weight normalisation")
+    page = page.split("**CartPole.**", 1)[0]  # the CartPole sweep is not archived
+    flat = " ".join(page.split())
+    compute = re.search(r"- Compute: ([^(]+?) \(", report)
+    assert compute and f'"Compute: {compute[1]}"' in flat
+    theirs = {
+        line.split("|")[1].strip(): line
+        for line in section(report, "## MinAtar/Breakout-v1").splitlines()
+        if line.startswith("| proportional/")
+    }
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert len(rows) == 2, rows
+    for row in rows:
+        name = row.split("|")[1].strip().split(" ")[0]  # "global (Algorithm 1)", "batch"
+        mine = theirs[f"proportional/weight_normalization={name}"]
+        assert FIGURE.findall(row) == FIGURE.findall(mine), (row, mine)
+        assert row.split("|")[2].strip() == mine.split("|")[2].strip()  # runs
+        assert row.split("|")[-2].strip() == mine.split("|")[-2].strip()  # IS weight
+    with open(sweep / "scores.csv") as f:
+        scores = list(csv.DictReader(f))
+    for name in ("global", "batch"):
+        quoted = re.search(rf"{name} ((?:\d+\.\d / \d+\.\d(?:, |;|\.))+)", flat)
+        assert quoted, f"no per-seed scores of {name}"
+        by_seed = sorted(
+            (int(r["seed"]), f"{float(r['final_return']):.1f} / {float(r['auc']):.1f}")
+            for r in scores
+            if r["arm"] == f"proportional/weight_normalization={name}"
+        )
+        assert re.findall(r"\d+\.\d / \d+\.\d", quoted[1]) == [c for _, c in by_seed]
+    # "under `global` the mean IS weight over a run was 0.015 (0.0015 in the last log window,
+    # ...), against 0.343 (0.238) under `batch`": from the archived IS-weight curves.
+    weights = re.search(
+        r"under `global` the mean IS weight over a run was (\d\.\d+) \((\d\.\d+) in the last "
+        r"log window.*?against (\d\.\d+) \((\d\.\d+)\) under `batch`",
+        flat,
+    )
+    assert weights, "no IS weights quoted"
+    for (over_run, last), name in zip(
+        (weights.groups()[:2], weights.groups()[2:]), ("global", "batch"), strict=True
+    ):
+        curves = [
+            runs.read_curve(sweep / f"proportional/weight_normalization={name}/s{seed}",
+                            "per/is_weight_mean")
+            for seed in range(5)
+        ]  # fmt: skip
+        digits = len(over_run.split(".")[1])
+        mean = np.mean([np.mean([v for _, v in c]) for c in curves])
+        assert over_run == f"{mean:.{digits}f}", (name, over_run, mean)
+        digits = len(last.split(".")[1])
+        assert last == f"{np.mean([c[-1][1] for c in curves]):.{digits}f}", (name, last)
+
+
 def verdict(row: str) -> str:
     """A comparison row's verdict, computed: ``within (band LO to HI)`` where our mean (the first
     figure of the "ours" cell) lies in the published mean +- 2 sd of the curve its "published"
