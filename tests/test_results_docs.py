@@ -234,17 +234,16 @@ def against_band(value: float, point: published.Point) -> tuple[str, float, floa
     return ("within" if low <= value <= high else "above" if value > high else "below"), low, high
 
 
-def bins_against_band(sweep: Path, game: str, arm: str, label: str) -> dict[int, str]:
-    """Where the mean over seeds 0-4 of ``arm``'s runs in ``sweep`` lies against the published
-    band of ``label`` at each published 50k bin of ``game`` from 50k to 1M: the runs'
-    training-return EMA read at the bin (``published.ema_at``), as the report's figure draws it."""
+def bins_against_band(runs_dir: Path, game: str, label: str) -> dict[int, str]:
+    """Where the mean over the runs ``runs_dir/s0`` to ``s4`` lies against the published band of
+    ``label`` at each published 50k bin of ``game`` from 50k to 1M: the runs' training-return EMA
+    read at the bin (``published.ema_at``), as the report's figure draws it."""
     points = {
         p.step: p
         for p in published.read_published(PUBLISHED)
         if (p.env_id, p.label) == (f"MinAtar/{game}-v1", label) and 0 < p.step <= 1_000_000
     }
     bins = sorted(points)
-    runs_dir = sweep / f"MinAtar-{game}-v1" / arm
     curves = [runs.read_curve(runs_dir / f"s{seed}", "episode/return") for seed in range(5)]
     means = np.array([published.ema_at(curve, bins) for curve in curves]).mean(axis=0)
     return {
@@ -285,10 +284,9 @@ def test_the_literature_comparison_rows_quote_their_archive(literature):
                       r"bin from (\d+)k to (\d+)k, rising faster, and within it at every bin from "
                       r"(\d+)k to 1M", text)  # fmt: skip
     assert claim, "no claim about the SpaceInvaders bins"
-    where = bins_against_band(
-        literature("literature-reducible_loss_minatar_per"), "SpaceInvaders", "proportional",
-        "reducible-loss DQN+PER",
-    )  # fmt: skip
+    sweep = literature("literature-reducible_loss_minatar_per")
+    runs_dir = sweep / "MinAtar-SpaceInvaders-v1" / "proportional"
+    where = bins_against_band(runs_dir, "SpaceInvaders", "reducible-loss DQN+PER")
     assert [s for s, w in where.items() if w == "above"] == steps(claim[1], claim[2])
     assert [s for s, w in where.items() if w == "within"] == steps(claim[3], "1M")
     report = reports["minatar_paper_dqn"]
@@ -417,6 +415,55 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
     head = "| MinAtar/Asterix-v1 | 1,000,000 | reducible-loss DQN+PER (published) |"
     beside = next(line for line in report.splitlines() if line.startswith(head))
     assert FIGURE.findall(beside) == published_row, beside
+
+
+@pytest.mark.slow
+def test_the_seaquest_preset_rows_quote_their_archive(literature):
+    """docs/results/literature.md, the Seaquest section's table of the MinAtar paper's preset on
+    MinAtar 1.0.10: each row's training-return EMA at its step, mean (sd) over the 5 seeds,
+    computed from the runs' curves in ``literature-seaquest-1.0.10.tar.xz``; the published value
+    there, from the published file; the verdict against the published band; and at 1M the
+    report's own figures (its EMA beside the published curves, the final score)."""
+    page = section((RESULTS / "literature.md").read_text(), "## Seaquest")
+    rows = [line for line in page.splitlines() if line.startswith("| `minatar_paper_dqn` |")]
+    assert len(rows) == 2, rows
+    sweep = literature("literature-seaquest-1.0.10")
+    report = (sweep / "report.md").read_text()
+    assert "minatar 1.0.10" in report, "the archived runs did not play MinAtar 1.0.10"
+    runs_dir = sweep / "uniform"  # one env, set by --set: no env level
+    curves = [runs.read_curve(runs_dir / f"s{seed}", "episode/return") for seed in range(5)]
+    points = {
+        p.step: p
+        for p in published.read_published(PUBLISHED)
+        if (p.env_id, p.label) == ("MinAtar/Seaquest-v1", "reducible-loss DQN")
+    }
+    for row in rows:
+        _, _, version, step, theirs, ours, said, _ = (cell.strip() for cell in row.split("|"))
+        assert version == "1.0.10", row
+        at = {"500k": 500_000, "1M": 1_000_000}[step]
+        values = np.array([published.ema_at(curve, [at])[0] for curve in curves])
+        mean = f"{values.mean():.2f} ({values.std(ddof=1):.2f})"
+        point = points[at]
+        assert theirs == f"DQN {point.mean:.2f} ({point.sd:.2f})", row
+        assert FIGURE.findall(ours)[0] == mean, (row, mean)
+        where, low, high = against_band(values.mean(), point)
+        assert said == f"{where} (band {low:.2f} to {high:.2f})", row
+        if at == 1_000_000:
+            missing = [f for f in FIGURE.findall(row) if f not in lines_about(report, "Seaquest")]
+            assert missing == [], (row, missing)
+    # "within the published band at every 50k bin from 150k to 1M but 750k, where it is above
+    # (..., above from 50k to 100k)": from the runs' curves.
+    reading = " ".join(page.split())
+    claim = re.search(r"within the published band at every 50k bin from (\d+)k to 1M but (\d+)k, "
+                      r"where it is above, and above it from 50k to (\d+)k", reading)  # fmt: skip
+    assert claim, "no claim about the Seaquest bins"
+    where = bins_against_band(runs_dir, "Seaquest", "reducible-loss DQN")
+    exception = int(claim[2]) * 1000
+    within = [s for s in steps(claim[1], "1M") if s != exception]
+    assert [s for s, w in where.items() if w == "within"] == within
+    assert [s for s, w in where.items() if w == "above"] == sorted(
+        [*steps("50", claim[3]), exception]
+    )
 
 
 @pytest.mark.slow
