@@ -9,6 +9,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -41,14 +43,16 @@ def load_mutants():
     return module
 
 
-def test_the_readme_mutant_count_is_the_mutant_list_s():
-    """Pins drift between the README's `make mutants` paragraph ("it applies each of N one-line
-    bugs ... all N caught") and ``MUTANTS`` in tests/mutants/mutants.py: a mutant added or
-    removed without the paragraph following."""
-    text = " ".join(README.read_text().split())  # the paragraph is wrapped
+@pytest.mark.parametrize("page", ["README.md", "docs/testing.md"])
+def test_the_readme_mutant_count_is_the_mutant_list_s(page):
+    """Pins drift between the `make mutants` paragraph of the README and of docs/testing.md ("it
+    applies each of N one-line bugs ... all N caught") and ``MUTANTS`` in
+    tests/mutants/mutants.py: a mutant added or removed without the paragraph following (the
+    testing page said 20 while the list held 21)."""
+    text = " ".join((ROOT / page).read_text().split())  # the paragraph is wrapped
     applied = re.search(r"`make mutants` .*?applies each of (\d+) one-line bugs", text)
     caught = re.search(r"all (\d+) caught", text)
-    assert applied and caught, "the README's `make mutants` paragraph changed shape"
+    assert applied and caught, f"{page}: the `make mutants` paragraph changed shape"
     count = len(load_mutants().MUTANTS)
     assert int(applied.group(1)) == int(caught.group(1)) == count
 

@@ -196,6 +196,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/sweeps/test_report.py",),
         "games normalised by their maximum alone, not their range",
     ),
+    Mutant(
+        "reuse-common-keys-only", "per_dqn/sweeps/reuse.py",
+        "return flatten_config(filled) == flatten_config(planned)",
+        "return not runs.config_differences(held, planned)",
+        ("tests/sweeps/test_ablate.py::"
+         "test_reuse_takes_no_run_without_weights_or_with_a_key_only_one_side_has",),
+        "ablate --reuse takes a run lacking a key the plan sets off its default, or with one more",
+    ),
 )  # fmt: skip
 
 
