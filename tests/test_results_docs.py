@@ -211,6 +211,55 @@ def test_the_is_weight_section_quotes_its_archive(tmp_path):
         assert last == f"{np.mean([c[-1][1] for c in curves]):.{digits}f}", (name, last)
 
 
+@pytest.mark.slow
+def test_the_alpha_section_quotes_its_archives(tmp_path):
+    """docs/results/minatar.md, "Alpha sensitivity (Breakout)": its report table row by row and
+    the report's ``Compute:`` line, against ``per-dqn report`` of
+    ``docs/results/data/minatar-alpha.tar.xz``; its snippet, run as the page says (in a dir
+    holding that sweep and the study's, both reported), prints exactly the rows of its second
+    table; and every number of its prose is one the snippet printed or the report holds."""
+    runs_dir = tmp_path / "runs"
+    report = rebuilt_report(
+        RESULTS / "data" / "minatar-alpha.tar.xz", runs_dir / "minatar-alpha",
+        "--baseline", "proportional/alpha=0.6", "--threshold", "MinAtar/Breakout-v1=8",
+    )  # fmt: skip
+    rebuilt_report(RESULTS / "data" / "minatar-study.tar.xz", runs_dir / "minatar-study")
+    page = section((RESULTS / "minatar.md").read_text(), "## Alpha sensitivity")
+    flat = " ".join(page.split())
+    compute = re.search(r"- Compute: ([^(]+?) \(", report)
+    assert compute and f'"Compute: {compute[1]}"' in flat
+    breakout = section(report, "## MinAtar/Breakout-v1")
+    theirs = {
+        line.split("|")[1].strip(): line
+        for line in breakout.splitlines()
+        if line.startswith("| proportional/")
+    }
+    snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(snippets) == 1, "the section has no one snippet"
+    done = subprocess.run(
+        [sys.executable, "-c", snippets[0]], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = done.stdout.splitlines()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    own = [row for row in rows if f"proportional/alpha={row.split('|')[1].strip()}" in theirs]
+    assert len(own) == 5, own  # alpha 0.2 to 1.0
+    for row in own:
+        mine = theirs[f"proportional/alpha={row.split('|')[1].strip()}"]
+        assert FIGURE.findall(row) == FIGURE.findall(mine), (row, mine)
+        assert row.split("|")[-2].strip() == mine.split("|")[-2].strip()  # IS weight
+    table = [row for row in rows if row not in own]
+    assert table == [line for line in printed if line.startswith("| ")]
+    prose = "\n".join(
+        line for line in page.split("```python", 1)[1].split("```", 1)[1].splitlines()
+        if not line.startswith("|")
+    )  # fmt: skip
+    numbers = re.findall(r"\d+\.\d+", prose)
+    assert numbers, "the reading quotes no number"
+    assert [n for n in numbers if n not in done.stdout and n not in breakout] == []
+
+
 def verdict(row: str) -> str:
     """A comparison row's verdict, computed: ``within (band LO to HI)`` where our mean (the first
     figure of the "ours" cell) lies in the published mean +- 2 sd of the curve its "published"
