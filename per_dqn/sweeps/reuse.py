@@ -6,8 +6,9 @@ has its ``model.pt``: not a run rebuilt by ``per-dqn unarchive``) has the planne
 key for key, once validated by this per-dqn's config models: a run of an older per-dqn lacks the
 keys added since, and it is taken only where the plan sets each of them to its default, which is
 what that per-dqn ran (a key is only ever added with a default that keeps the old behaviour, as
-``runs.config_differences`` assumes). A key the plan lacks, or a config this per-dqn refuses, is
-never taken.
+``runs.config_differences`` assumes). A run with a key the plan lacks, or with a config this
+per-dqn refuses, is never taken. Validating imports nothing a config names (``config.trust``):
+the source dirs stay data.
 A run's outcome depends on its config alone, never on its pack-mates or its sweep (issue 24's
 exactness: ``tests/test_packs.py``), so that run is the one this sweep would make, bit for bit
 on the same kind of device (``run.device: auto`` is resolved when a run starts: a run made on a
