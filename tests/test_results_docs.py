@@ -469,7 +469,8 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
 @pytest.mark.slow
 def test_the_seaquest_preset_rows_quote_their_archive(literature):
     """docs/results/literature.md, the Seaquest section's table of the MinAtar paper's preset on
-    MinAtar 1.0.10: each row's training-return EMA at its step, mean (sd) over the 5 seeds,
+    MinAtar 1.0.10 and the report's ``Compute:`` line quoted above it: each row's
+    training-return EMA at its step, mean (sd) over the 5 seeds,
     computed from the runs' curves in ``literature-seaquest-1.0.10.tar.xz``; the published value
     there, from the published file; the verdict against the published band; and at 1M the
     report's own figures (its EMA beside the published curves, the final score)."""
@@ -479,6 +480,8 @@ def test_the_seaquest_preset_rows_quote_their_archive(literature):
     sweep = literature("literature-seaquest-1.0.10")
     report = (sweep / "report.md").read_text()
     assert "minatar 1.0.10" in report, "the archived runs did not play MinAtar 1.0.10"
+    compute = re.search(r"- Compute: ([^(]+?) \(", report)
+    assert compute and f'"Compute: {compute[1]}' in " ".join(page.split())
     runs_dir = sweep / "uniform"  # one env, set by --set: no env level
     curves = [runs.read_curve(runs_dir / f"s{seed}", "episode/return") for seed in range(5)]
     points = {
