@@ -19,11 +19,15 @@ _SPEC.loader.exec_module(mutants)
 
 @pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.name)
 def test_mutant_still_applies(mutant):
-    """A refactor that moves a mutated line must move its mutant too (else it tests nothing)."""
+    """A refactor that moves a mutated line must move its mutant too (else it tests nothing); a
+    test named by its pytest node id (``file::name``) must still exist in its file."""
     mutants.check(mutant)
     assert mutant.old != mutant.new
     for test in mutant.tests:
-        assert (mutants.ROOT / test).exists(), test
+        path, _, name = test.partition("::")
+        assert (mutants.ROOT / path).exists(), test
+        if name:
+            assert f"def {name}(" in (mutants.ROOT / path).read_text(), test
 
 
 def test_names_are_unique():

@@ -35,7 +35,8 @@ class Mutant:
         path: the file it changes, relative to the repo root.
         old: text that occurs exactly once in ``path`` (it may carry a line of context).
         new: what replaces it.
-        tests: pytest paths to run against the mutant (the ones expected to catch it).
+        tests: pytest paths or node ids (``file::test``) to run against the mutant (the ones
+            expected to catch it).
         why: the bug, in words.
     """
 
