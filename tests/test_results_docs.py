@@ -63,6 +63,19 @@ def literature(tmp_path_factory):
     return rebuilt
 
 
+def run_snippet(page: str, cwd: Path) -> str:
+    """Runs the one ``python`` code block of ``page`` (a section) in ``cwd``, as the page tells a
+    reader to run it in a dir holding the sweeps it reads; its stdout."""
+    snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(snippets) == 1, "the section has no one snippet"
+    done = subprocess.run(
+        [sys.executable, "-c", snippets[0]], cwd=cwd, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def section(text: str, heading: str) -> str:
     """The text under the heading that starts with ``heading`` (``## The study``: its title may
     go on to say how far it is) up to the next heading of its level or above, outside code
@@ -234,14 +247,8 @@ def test_the_alpha_section_quotes_its_archives(tmp_path):
         for line in breakout.splitlines()
         if line.startswith("| proportional/")
     }
-    snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-    assert len(snippets) == 1, "the section has no one snippet"
-    done = subprocess.run(
-        [sys.executable, "-c", snippets[0]], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed = done.stdout.splitlines()
+    stdout = run_snippet(page, tmp_path)
+    printed = stdout.splitlines()
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
     own = [row for row in rows if f"proportional/alpha={row.split('|')[1].strip()}" in theirs]
     assert len(own) == 5, own  # alpha 0.2 to 1.0
@@ -257,7 +264,7 @@ def test_the_alpha_section_quotes_its_archives(tmp_path):
     )  # fmt: skip
     numbers = re.findall(r"\d+\.\d+", prose)
     assert numbers, "the reading quotes no number"
-    assert [n for n in numbers if n not in done.stdout and n not in breakout] == []
+    assert [n for n in numbers if n not in stdout and n not in breakout] == []
 
 
 def verdict(row: str) -> str:
@@ -525,19 +532,13 @@ def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(liter
     prints exactly the rows of its table, in order: no row is missing, stale or typed by hand;
     and every number of the section's prose is one the snippet printed."""
     page = section((RESULTS / "literature.md").read_text(), "## The PER effect")
-    snippets = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-    assert len(snippets) == 1, "the section has no one snippet"
     sweeps = ("minatar_paper_dqn", "reducible_loss_minatar_per", "per-beta-over-1m")
     made = [literature(f"literature-{name}") for name in sweeps]  # all three, in one tmp dir
     root = made[0].parents[1]
     if not (root / "docs").exists():  # the page runs it in the repository's root
         (root / "docs").symlink_to(ROOT / "docs")
-    done = subprocess.run(
-        [sys.executable, "-c", snippets[0]], cwd=root, capture_output=True, text=True, timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(root)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed = done.stdout.splitlines()
+    stdout = run_snippet(page, root)
+    printed = stdout.splitlines()
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
     assert len(printed) >= 2, "the snippet printed too few rows"
     assert rows == printed
@@ -545,7 +546,7 @@ def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(liter
     prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
     numbers = re.findall(r"\d+\.\d+", prose)
     assert numbers, "the reading quotes no number"
-    assert [n for n in numbers if n not in done.stdout] == []
+    assert [n for n in numbers if n not in stdout] == []
 
 
 def test_the_readme_quotes_the_literature_page():
