@@ -249,6 +249,29 @@ def test_the_shipped_config_list_names_every_shipped_config():
         assert "`literature/<name>.yaml`" in listed
 
 
+SCREENSHOTS = {"guides/tensorboard-custom-scalars.png", "guides/tensorboard-hparams.png"}
+
+
+def test_every_figure_in_the_docs_is_drawn_at_200_dpi_or_more():
+    """Pins figures committed at 100 dpi (issue 26: every figure at least 200 dpi): each PNG
+    under docs/ says 200 dpi or more in its header and is at least 1,000 pixels wide, except the
+    TensorBoard screenshots (a browser's pixels, with no dpi), which are named and must exist."""
+    from PIL import Image
+
+    figures = sorted(DOCS.rglob("*.png"))
+    names = {str(path.relative_to(DOCS)) for path in figures}
+    assert SCREENSHOTS <= names and len(names - SCREENSHOTS) >= 10
+    for path in figures:
+        name = str(path.relative_to(DOCS))
+        with Image.open(path) as image:
+            dpi, width = image.info.get("dpi"), image.size[0]
+        assert width >= 1000, (name, width)
+        if name in SCREENSHOTS:
+            assert dpi is None, name
+        else:
+            assert dpi is not None and min(dpi) >= 199.5, (name, dpi)
+
+
 # --- the Python blocks ----------------------------------------------------------------------------
 
 _PYTHON = re.compile(r"```python\n(.*?)```", re.DOTALL)

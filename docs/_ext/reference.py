@@ -220,9 +220,9 @@ def tags_page() -> str:
         GENERATED, "", "# TensorBoard tags", "",
         "Every scalar a run logs, against env steps (`per_dqn/tags.py`, the one catalogue the "
         "logger writes from). The PER panel compares what is sampled with what is stored: "
-        "`per/sampled_priority` against `per/mean_priority` shows how strongly the memory "
-        "prioritises (equal under uniform sampling), and the health tags below it show what the "
-        "IS weights cost (effective sample size) and how stale the replayed data and priorities "
+        "`per/sampled_priority` against `per/mean_priority` shows how strongly a prioritised "
+        "memory prioritises (the two would be equal under uniform sampling; uniform runs log "
+        "neither tag), and the health tags below it show what the IS weights cost (effective sample size) and how stale the replayed data and priorities "
         "are.", "",
         "| tag | meaning |", "|---|---|",
     ]  # fmt: skip

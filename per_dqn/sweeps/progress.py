@@ -1,5 +1,5 @@
 """What a person watching a sweep sees: how many runs are done, running and pending, and each
-running run's steps and speed.
+running run's steps, speed and time left.
 
 Both backends feed it: Ray's tasks report their runs' steps and SPS through a Ray actor at every
 log point, local workers through a queue; it knows neither. On a terminal it is a live display
@@ -8,15 +8,15 @@ that redraws itself::
     sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03
     dashboard http://127.0.0.1:8265
       MinAtar-Breakout-v1/rank/alpha=0.7/s2  starting
-      MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS
+      MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS  ETA 0:05:07
 
 Runs in packs (``ablate --pack K``) are listed under their pack, whose line names what their run
 dirs share::
 
     sweep 12/150 done, 5 running, 133 pending  elapsed 0:41:10
       pack 10/30  MinAtar-SpaceInvaders-v1
-        proportional/s9  120,000/500,000 steps  1,234 SPS
-        uniform/s9       120,000/500,000 steps  1,234 SPS
+        proportional/s9  120,000/500,000 steps  1,234 SPS  ETA 0:05:07
+        uniform/s9       120,000/500,000 steps  1,234 SPS  ETA 0:05:07
 
 Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
 every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress: both are
@@ -57,10 +57,14 @@ class RunProgress:
     pack: str = ""
 
     def text(self) -> str:
-        """``120,000/500,000 steps  1,234 SPS``, or ``starting`` before the first log point."""
+        """``120,000/500,000 steps  1,234 SPS  ETA 0:05:07``, or ``starting`` before the first
+        log point. The ETA is the steps left at the SPS shown, as ``per-dqn train``'s display
+        computes it (``-:--:--`` at a speed of 0: a stalled run has no end in sight)."""
         if math.isnan(self.sps):
             return "starting"
-        return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
+        left = max(self.total - self.env_steps, 0)
+        eta = format_duration(left / self.sps if self.sps > 0 else (0 if left == 0 else math.nan))
+        return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS  ETA {eta}"
 
 
 class ProgressReporter:

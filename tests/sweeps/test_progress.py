@@ -18,8 +18,15 @@ def plain_console() -> tuple[Console, io.StringIO]:
     return Console(file=text, force_terminal=False, width=200), text
 
 
-def test_a_run_shows_its_steps_and_speed_or_that_it_is_starting():
-    assert RunProgress(120_000, 500_000, 1234.4).text() == "120,000/500,000 steps  1,234 SPS"
+def test_a_run_shows_its_steps_speed_and_eta_or_that_it_is_starting():
+    """Pins the local sweep display giving no ETA for its running runs (issue 26: each running
+    run's steps, SPS and ETA). The ETA is the steps left at the SPS shown: 380,000 / 1,234.4 =
+    307.8 s."""
+    shown = RunProgress(120_000, 500_000, 1234.4).text()
+    assert shown == "120,000/500,000 steps  1,234 SPS  ETA 0:05:07"
+    assert RunProgress(500_000, 500_000, 0.0).text().endswith("ETA 0:00:00")  # done
+    assert RunProgress(100, 500_000, 0.0).text().endswith("ETA -:--:--")  # stalled
+    assert RunProgress(7_200, 10_800, 1.0).text().endswith("ETA 1:00:00")
     assert RunProgress(0, 500_000).text() == "starting"
     assert math.isnan(RunProgress(0, 10).sps)
 
@@ -41,7 +48,7 @@ def test_the_display_counts_done_running_and_pending_and_lists_each_running_run(
     assert dashboard == "dashboard http://127.0.0.1:8265"
     # sorted by run dir, names padded to one column
     assert runs == [
-        "  a/uniform/s2         120,000/500,000 steps  1,234 SPS",
+        "  a/uniform/s2         120,000/500,000 steps  1,234 SPS  ETA 0:05:07",
         "  b/rank/alpha=0.7/s2  starting",
     ]
 
@@ -62,7 +69,7 @@ def test_off_a_terminal_the_display_prints_plain_lines_at_its_interval_only():
         "sweep 1/3 done, 1 running, 1 pending",
         "sweep 2/3 done, 0 running, 1 pending",
     ]
-    assert lines[1] == "  uniform/s1  600/1,000 steps  50 SPS"
+    assert lines[1] == "  uniform/s1  600/1,000 steps  50 SPS  ETA 0:00:08"
     assert len(lines) == 3
 
 
@@ -100,12 +107,12 @@ def test_runs_in_packs_are_listed_under_their_pack_naming_what_they_share_once()
     )
     _, *rest = shown.lines()
     assert rest == [
-        "  CartPole-v1/uniform/s3  1,000/50,000 steps  500 SPS",
+        "  CartPole-v1/uniform/s3  1,000/50,000 steps  500 SPS  ETA 0:01:38",
         "  pack 9/30  MinAtar-Asterix-v1/rank",
         "    s1  starting",
         "  pack 10/30  MinAtar-SpaceInvaders-v1",
-        "    proportional/s9  120,000/500,000 steps  1,234 SPS",
-        "    uniform/s9       120,000/500,000 steps  99 SPS",
+        "    proportional/s9  120,000/500,000 steps  1,234 SPS  ETA 0:05:07",
+        "    uniform/s9       120,000/500,000 steps  99 SPS  ETA 1:03:58",
     ]
     assert max(len(line) for line in shown.lines()) <= 80
 
@@ -141,7 +148,7 @@ def test_a_local_sweep_shows_its_packs_runs_steps_and_speed_as_they_run(tmp_path
         seen = {
             int(m.group(1))
             for line in lines
-            if (m := re.fullmatch(rf"    s{seed}  (\d+)/600 steps  [\d,]+ SPS", line))
+            if (m := re.fullmatch(rf"    s{seed}  (\d+)/600 steps  [\d,]+ SPS  ETA \d:\d\d:\d\d", line))
         }
         # The display redraws every 0.5 s with the newest report of each run: which log
         # points it caught depends on the machine's speed, not that it caught some.

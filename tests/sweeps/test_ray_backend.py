@@ -184,7 +184,7 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     assert seen["board_lines"] == [
         "sweep 1/4 done, 2 running, 1 pending",
         "  proportional/s1  starting",
-        "  uniform/s0       300/600 steps  1,234 SPS",
+        "  uniform/s0       300/600 steps  1,234 SPS  ETA 0:00:00",
         "sweep 2/4 done, 1 running, 1 pending",
         "  proportional/s1  starting",
     ]
