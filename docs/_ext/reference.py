@@ -222,8 +222,8 @@ def tags_page() -> str:
         "logger writes from). The PER panel compares what is sampled with what is stored: "
         "`per/sampled_priority` against `per/mean_priority` shows how strongly a prioritised "
         "memory prioritises (the two would be equal under uniform sampling; uniform runs log "
-        "neither tag), and the health tags below it show what the IS weights cost (effective sample size) and how stale the replayed data and priorities "
-        "are.", "",
+        "neither tag), and the health tags below it show what the IS weights cost (effective "
+        "sample size) and how stale the replayed data and priorities are.", "",
         "| tag | meaning |", "|---|---|",
     ]  # fmt: skip
     for tag, meaning in tags.SCALAR_TAGS.items():

@@ -1099,3 +1099,37 @@ def test_an_arm_keeps_one_colour_and_legends_sit_outside_the_data(cartpole_sweep
     assert set(drawn) == {"uniform", "proportional"}
     for arm, seen in drawn.items():
         assert seen == {expected[arm]}
+
+
+@pytest.mark.slow
+def test_the_sensitivity_figure_s_legend_sits_below_its_panels_one_style_a_series(tmp_path):
+    """The sensitivity figure, as the curves and profiles above: one legend, below every panel
+    and over none, and each series drawn in one (colour, line style) in every panel, no two
+    series alike (the alpha figure of docs/results/minatar.md is one)."""
+    from matplotlib.container import ErrorbarContainer
+
+    scores = {
+        (kind, alpha, n): [1.0 + alpha, 2.0, 3.0 * n, 4.0]
+        for kind in ("proportional", "rank") for alpha in (0.4, 0.8) for n in (1, 3)
+    }  # fmt: skip
+    sweep = runs.collect(make_grid_sweep(tmp_path / "grid", scores))
+    measured = [measure.measure(r, None) for r in sweep.runs]
+    fig = figures.plot_sensitivity(sweep, measured, ["replay.alpha", "agent.n_step"])
+    fig.canvas.draw()
+    assert len(fig.axes) == 2 * 2  # a row per key (one env), a column per metric
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    legend_box = fig.legends[0].get_window_extent()
+    drawn: dict[str, set] = {}
+    for ax in fig.axes:
+        assert legend_box.y1 <= ax.get_window_extent().y0
+        for container in ax.containers:
+            assert isinstance(container, ErrorbarContainer)
+            line = container.lines[0]
+            drawn.setdefault(container.get_label(), set()).add(
+                (line.get_color(), line.get_linestyle())
+            )
+    assert set(drawn) == {f"{k}/n={n}" for k in ("proportional", "rank") for n in (1, 3)} | {
+        f"{k}/alpha={a}" for k in ("proportional", "rank") for a in (0.4, 0.8)
+    }
+    assert all(len(seen) == 1 for seen in drawn.values()), drawn
+    assert len({next(iter(seen)) for seen in drawn.values()}) == len(drawn)
