@@ -12,9 +12,11 @@ or an archive committed without its page, fails here.
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -222,6 +224,76 @@ def test_the_is_weight_section_quotes_its_archive(tmp_path):
         assert over_run == f"{mean:.{digits}f}", (name, over_run, mean)
         digits = len(last.split(".")[1])
         assert last == f"{np.mean([c[-1][1] for c in curves]):.{digits}f}", (name, last)
+
+
+SEAQUEST_ARMS = {  # the Seaquest-causes table's rows -> the sweep's arms
+    "uniform": "uniform",
+    "proportional, reference": "proportional/alpha=0.6,beta0=0.4",
+    "proportional, lr 6.25e-5": "proportional/alpha=0.6,beta0=0.4,lr=6.25e-05",
+    "proportional, lr 7.5e-4": "proportional/alpha=0.6,beta0=0.4,lr=0.00075",
+    "proportional, beta0 1.0": "proportional/alpha=0.6,beta0=1.0",
+}
+
+
+@pytest.mark.slow
+def test_the_seaquest_causes_section_quotes_its_archive(tmp_path):
+    """docs/results/minatar.md, "Seaquest: why the PER arms fall behind": its table row by row
+    (every figure, the steps to 5 and the IS weight) and the report's ``Compute:`` line against
+    ``per-dqn report`` of ``docs/results/data/minatar-seaquest-causes.tar.xz``; its last column
+    is what the section's snippet prints, run as the page says; its per-seed scores are the
+    report's ``scores.csv``; and its uniform and reference runs are the study's of seeds 0 to 4
+    (the same final score and AUC, to the last bit, in the two archives)."""
+    runs_dir = tmp_path / "runs"
+    sweep = runs_dir / "minatar-seaquest-causes"
+    report = rebuilt_report(
+        RESULTS / "data" / "minatar-seaquest-causes.tar.xz", sweep,
+        "--threshold", "MinAtar/Seaquest-v1=5",
+    )  # fmt: skip
+    page = section((RESULTS / "minatar.md").read_text(), "## Seaquest: why the PER arms")
+    flat = " ".join(page.split())
+    compute = re.search(r"- Compute: ([^(]+?) \(", report)
+    assert compute and f'"Compute: {compute[1]}"' in flat
+    theirs = {
+        line.split("|")[1].strip(): line
+        for line in section(report, "## MinAtar/Seaquest-v1").splitlines()
+        if line.startswith(("| uniform", "| proportional/"))
+    }
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert [row.split("|")[1].strip().split(" (")[0] for row in rows] == list(SEAQUEST_ARMS)
+    printed = run_snippet(page, tmp_path).splitlines()
+    for row in rows:
+        label = row.split("|")[1].strip().split(" (")[0]
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        mine = [cell.strip() for cell in theirs[SEAQUEST_ARMS[label]].split("|")[1:-1]]
+        # arm | runs | final | AUC | steps to 5 | P(> uniform) final, AUC | P(> ref) | IS weight
+        assert cells[1:5] == mine[1:5], (row, mine)
+        assert [FIGURE.findall(c) for c in cells[5:7]] == [FIGURE.findall(c) for c in mine[5:7]]
+        assert cells[-1] == mine[-1], (row, mine)  # IS weight
+        if label in ("uniform", "proportional, reference"):
+            assert cells[7] in ("n/a", ""), row
+        else:
+            assert f"{SEAQUEST_ARMS[label]}: {cells[7]}" in printed, (row, printed)
+    with open(sweep / "scores.csv") as f:
+        scores = list(csv.DictReader(f))
+    quoted = re.search(r"Per seed, final score / AUC \(seeds 0 to 4\): (.+?) \(", flat)
+    assert quoted, "no per-seed scores"
+    for label, arm in SEAQUEST_ARMS.items():
+        by_seed = sorted(
+            (int(r["seed"]), f"{float(r['final_return']):.1f}/{float(r['auc']):.1f}")
+            for r in scores
+            if r["arm"] == arm
+        )
+        short = label.removeprefix("proportional, ")
+        assert f"{short}: {', '.join(c for _, c in by_seed)}" in quoted[1], (label, by_seed)
+    with tarfile.open(RESULTS / "data" / "minatar-study.tar.xz") as study:
+        for arm in ("uniform", "proportional/alpha=0.6,beta0=0.4"):
+            for seed in range(5):
+                ours = runs.read_summary(sweep / arm / f"s{seed}")
+                member = study.extractfile(f"MinAtar-Seaquest-v1/{arm}/s{seed}/summary.json")
+                assert ours is not None and member is not None
+                first = json.loads(member.read())
+                for key in ("final_eval_return_mean", "auc", "env_steps"):
+                    assert ours[key] == first[key], (arm, seed, key)
 
 
 @pytest.mark.slow
