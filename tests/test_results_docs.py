@@ -97,6 +97,23 @@ def section(text: str, heading: str) -> str:
     return "\n".join(lines[found[0] : end]) + "\n"
 
 
+def check_compute_quoted(report: str, flat: str) -> None:
+    """The report's ``Compute:`` line, up to its parenthesis, is quoted in ``flat`` (a page
+    section with its whitespace collapsed)."""
+    compute = re.search(r"- Compute: ([^(]+?) \(", report)
+    assert compute and f'"Compute: {compute[1]}"' in flat
+
+
+def report_rows(report: str, env_section: str, starts: tuple[str, ...]) -> dict[str, str]:
+    """The rows of the report's table under ``env_section`` (``## MinAtar/Breakout-v1``) whose
+    line starts with one of ``starts``, by their arm."""
+    return {
+        line.split("|")[1].strip(): line
+        for line in section(report, env_section).splitlines()
+        if line.startswith(starts)
+    }
+
+
 def lines_about(report: str, game: str) -> str:
     """The report's lines about ``game``: its own section, and every table row naming it."""
     own = section(report, f"## MinAtar/{game}-v1")
@@ -125,9 +142,7 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
     assert finished, "the section does not say how many runs are finished"
     assert finished[1] == used[1]
     assert f"{used[2]} runs in one sweep dir" in page
-    compute = re.search(r"- Compute: ([^(]+?) \(", report)
-    assert compute
-    assert f'"Compute: {compute[1]}"' in " ".join(page.split())
+    check_compute_quoted(report, " ".join(page.split()))
 
     # The per-game bullets: the list after "What 10 paired seeds resolve", up to its first blank
     # line.
@@ -177,13 +192,8 @@ def test_the_is_weight_section_quotes_its_archive(tmp_path):
     page = section((RESULTS / "minatar.md").read_text(), "## IS-weight normalisation")
     page = page.split("**CartPole.**", 1)[0]  # the CartPole sweep is not archived
     flat = " ".join(page.split())
-    compute = re.search(r"- Compute: ([^(]+?) \(", report)
-    assert compute and f'"Compute: {compute[1]}"' in flat
-    theirs = {
-        line.split("|")[1].strip(): line
-        for line in section(report, "## MinAtar/Breakout-v1").splitlines()
-        if line.startswith("| proportional/")
-    }
+    check_compute_quoted(report, flat)
+    theirs = report_rows(report, "## MinAtar/Breakout-v1", ("| proportional/",))
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
     assert len(rows) == 2, rows
     for row in rows:
@@ -251,13 +261,8 @@ def test_the_seaquest_causes_section_quotes_its_archive(tmp_path):
     )  # fmt: skip
     page = section((RESULTS / "minatar.md").read_text(), "## Seaquest: why the PER arms")
     flat = " ".join(page.split())
-    compute = re.search(r"- Compute: ([^(]+?) \(", report)
-    assert compute and f'"Compute: {compute[1]}"' in flat
-    theirs = {
-        line.split("|")[1].strip(): line
-        for line in section(report, "## MinAtar/Seaquest-v1").splitlines()
-        if line.startswith(("| uniform", "| proportional/"))
-    }
+    check_compute_quoted(report, flat)
+    theirs = report_rows(report, "## MinAtar/Seaquest-v1", ("| uniform", "| proportional/"))
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
     assert [row.split("|")[1].strip().split(" (")[0] for row in rows] == list(SEAQUEST_ARMS)
     printed = run_snippet(page, tmp_path).splitlines()
@@ -311,14 +316,9 @@ def test_the_alpha_section_quotes_its_archives(tmp_path):
     rebuilt_report(RESULTS / "data" / "minatar-study.tar.xz", runs_dir / "minatar-study")
     page = section((RESULTS / "minatar.md").read_text(), "## Alpha sensitivity")
     flat = " ".join(page.split())
-    compute = re.search(r"- Compute: ([^(]+?) \(", report)
-    assert compute and f'"Compute: {compute[1]}"' in flat
+    check_compute_quoted(report, flat)
     breakout = section(report, "## MinAtar/Breakout-v1")
-    theirs = {
-        line.split("|")[1].strip(): line
-        for line in breakout.splitlines()
-        if line.startswith("| proportional/")
-    }
+    theirs = report_rows(report, "## MinAtar/Breakout-v1", ("| proportional/",))
     stdout = run_snippet(page, tmp_path)
     printed = stdout.splitlines()
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
@@ -419,8 +419,7 @@ def test_the_literature_comparison_rows_quote_their_archive(literature):
     assert [s for s, w in where.items() if w == "within"] == steps(claim[3], "1M")
     report = reports["minatar_paper_dqn"]
     # "... ("Compute: 3.0 hours of training time in 4 pack sessions", ...)": the PER preset's
-    compute = re.search(r"- Compute: ([^(]+?) \(", reports["reducible_loss_minatar_per"])
-    assert compute and f'"Compute: {compute[1]}"' in " ".join(table.split())
+    check_compute_quoted(reports["reducible_loss_minatar_per"], " ".join(table.split()))
 
     # "the mean of the last 100 training episodes, is 13.58 (1.89) on Asterix and ..."
     last100 = re.search(r"last 100 training episodes, is ([^;]+?)\)\.", " ".join(page.split()))
