@@ -256,21 +256,17 @@ def test_the_shipped_config_list_names_every_shipped_config():
 
 
 SCREENSHOTS = {"guides/tensorboard-custom-scalars.png", "guides/tensorboard-hparams.png"}
-# Drawn before figures were drawn at 200 dpi, from runs not kept: redrawn when they are made
-# again. The test fails once one is at 200 dpi, so that it leaves this list then.
-TO_REDRAW = {"precision-boxing.png"}  # docs/guides/atari.md, "Mixed precision": 2 Atari runs
 
 
 def test_every_figure_in_the_docs_is_drawn_at_200_dpi_or_more():
     """Pins figures committed at 100 dpi (issue 26: every figure at least 200 dpi): each PNG
     under docs/ says 200 dpi or more in its header and is at least 1,000 pixels wide, except the
-    TensorBoard screenshots (a browser's pixels, with no dpi) and the figures ``TO_REDRAW``
-    (below 200 dpi until redrawn), each named and present."""
+    TensorBoard screenshots (a browser's pixels, with no dpi), which are named and must exist."""
     from PIL import Image
 
     figures = sorted(DOCS.rglob("*.png"))
     names = {str(path.relative_to(DOCS)) for path in figures}
-    assert SCREENSHOTS | TO_REDRAW <= names and len(names - SCREENSHOTS - TO_REDRAW) >= 10
+    assert SCREENSHOTS <= names and len(names - SCREENSHOTS) >= 10
     for path in figures:
         name = str(path.relative_to(DOCS))
         with Image.open(path) as image:
@@ -278,8 +274,6 @@ def test_every_figure_in_the_docs_is_drawn_at_200_dpi_or_more():
         assert width >= 1000, (name, width)
         if name in SCREENSHOTS:
             assert dpi is None, name
-        elif name in TO_REDRAW:
-            assert dpi is not None and min(dpi) < 199.5, f"{name} is redrawn: drop it here"
         else:
             assert dpi is not None and min(dpi) >= 199.5, (name, dpi)
 
