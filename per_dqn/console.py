@@ -28,6 +28,14 @@ def format_duration(seconds: float) -> str:
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
+def format_eta(steps_left: int, sps: float) -> str:
+    """The time ``steps_left`` env steps take at ``sps``, as ``format_duration`` writes it:
+    ``0:00:00`` with none left, ``-:--:--`` at a speed of 0 or unknown (NaN)."""
+    if steps_left <= 0:
+        return format_duration(0)
+    return format_duration(steps_left / sps) if sps > 0 else format_duration(math.nan)
+
+
 def format_steps(steps: int) -> str:
     """``12,500`` below a million, ``12.50M`` from there (a 50M budget must fit in 80 columns)."""
     return f"{steps:,}" if steps < 1_000_000 else f"{steps / 1e6:.2f}M"
@@ -206,10 +214,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
         return format_duration(self.elapsed_s())
 
     def _eta(self) -> str:
-        left = self.total - self.env_steps
-        if left <= 0:
-            return format_duration(0)
-        return format_duration(left / self.sps) if self.sps > 0 else format_duration(math.nan)
+        return format_eta(self.total - self.env_steps, self.sps)
 
     def _eval_text(self) -> str:
         assert self.eval_state is not None

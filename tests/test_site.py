@@ -178,13 +178,14 @@ def shown_commands(failing: bool = False) -> list:
                 if not match:
                     continue
                 command = re.sub(r"\s+#.*$", "", match.group(1))
-                while command.endswith("\\") and i + 1 < len(lines):
-                    i += 1
-                    command = command[:-1] + re.sub(r"\s+#.*$", "", lines[i].strip())
+                last = i  # the command's last line
+                while command.endswith("\\") and last + 1 < len(lines):
+                    last += 1
+                    command = command[:-1] + re.sub(r"\s+#.*$", "", lines[last].strip())
                 if "<" in command or "..." in command or command.endswith("\\"):
                     continue
                 errors = []
-                for after in lines[i + 1 :]:
+                for after in lines[last + 1 :]:
                     if not after.startswith("error: "):
                         break
                     errors.append(after)

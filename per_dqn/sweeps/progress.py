@@ -33,7 +33,12 @@ from typing import Any
 
 from rich.console import Console
 
-from per_dqn.console import PLAIN_PROGRESS_INTERVAL_S, LiveOrPlainDisplay, format_duration
+from per_dqn.console import (
+    PLAIN_PROGRESS_INTERVAL_S,
+    LiveOrPlainDisplay,
+    format_duration,
+    format_eta,
+)
 from per_dqn.tags import PERF_SPS
 
 # A terminal's display lists this many running runs at most (a cluster may run hundreds).
@@ -58,12 +63,12 @@ class RunProgress:
 
     def text(self) -> str:
         """``120,000/500,000 steps  1,234 SPS  ETA 0:05:07``, or ``starting`` before the first
-        log point. The ETA is the steps left at the SPS shown, as ``per-dqn train``'s display
-        computes it (``-:--:--`` at a speed of 0: a stalled run has no end in sight)."""
+        log point. The ETA is the steps left at the SPS shown, computed by
+        ``console.format_eta`` as ``per-dqn train``'s display computes it (``-:--:--`` at a
+        speed of 0: a stalled run has no end in sight)."""
         if math.isnan(self.sps):
             return "starting"
-        left = max(self.total - self.env_steps, 0)
-        eta = format_duration(left / self.sps if self.sps > 0 else (0 if left == 0 else math.nan))
+        eta = format_eta(self.total - self.env_steps, self.sps)
         return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS  ETA {eta}"
 
 
