@@ -73,12 +73,12 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from per_dqn import rundir
-from per_dqn.fileio import TMP_PREFIX, fsync_path, inside, open_regular
+from per_dqn import readback, rundir
+from per_dqn.fileio import TMP_PREFIX, fsync_path, inside
 
 FORMAT_VERSION = 3
 # Formats this per-dqn reads: 2 differs only in where the envs' state sits (inside the loop's part),
@@ -107,7 +107,8 @@ RUN_ID_KEY = rundir.RUN_ID_KEY
 # What a manifest may call a file: a plain name in the checkpoint dir, never a path.
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 # A manifest is a few hundred bytes; anything much larger is not one (and is not read whole).
-MANIFEST_MAX_BYTES = 1 << 20
+_MANIFEST_KIND = readback.KINDS["manifest"]
+MANIFEST_MAX_BYTES = _MANIFEST_KIND.max_bytes
 
 _NAME = re.compile(r"step_(\d+)")
 # Marks where an array sat in a JSON tree whose arrays went to the npz.
@@ -325,22 +326,33 @@ def read_manifest(path: Path) -> dict[str, Any]:
             names another env step than the dir's name.
     """
     try:
-        fd = open_regular(path / MANIFEST_FILE, follow=False)
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise _Missing(f"{path}: no {MANIFEST_FILE}") from None
+        raise _Missing(f"{path}: no such checkpoint dir") from None
     except OSError as exc:
-        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_reason(exc)})") from None
-    return _parse_manifest(path, _read_manifest_fd(path, fd))
+        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
+    try:
+        return _read_manifest_at(path, dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
-def _read_manifest_fd(path: Path, fd: int) -> bytes:
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(MANIFEST_MAX_BYTES + 1)
-    if len(data) > MANIFEST_MAX_BYTES:
-        raise CheckpointError(
-            f"{path}: {MANIFEST_FILE} is larger than {MANIFEST_MAX_BYTES:,} bytes: not a manifest"
-        )
-    return data
+def _read_manifest_at(path: Path, dir_fd: int, inode: int | None = None) -> dict[str, Any]:
+    """The manifest of the checkpoint dir open as ``dir_fd`` (``path`` names it), read back
+    through ``readback`` and checked (``_parse_manifest``)."""
+    try:
+        with readback.open_at(dir_fd, MANIFEST_FILE, _MANIFEST_KIND, path / MANIFEST_FILE) as file:
+            data = readback.read_all(file, _MANIFEST_KIND, path / MANIFEST_FILE)
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            raise _Missing(f"{path}: no {MANIFEST_FILE}", inode) from None
+        if exc.reason == "too_big":
+            raise CheckpointError(
+                f"{path}: {MANIFEST_FILE} is larger than {MANIFEST_MAX_BYTES:,} bytes: not a "
+                "manifest"
+            ) from None
+        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({exc.problem})") from None
+    return _parse_manifest(path, data)
 
 
 def _reason(exc: OSError) -> str:
@@ -349,9 +361,11 @@ def _reason(exc: OSError) -> str:
 
 def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
     try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_one_line(exc)})") from None
+        # Nesting bounded first: a 1.5 KB `[[[[...` was a RecursionError traceback, not a damaged
+        # checkpoint to fall back from (issue 43, E7).
+        manifest = readback.parse_json(data, path / MANIFEST_FILE, _MANIFEST_KIND)
+    except readback.ReadBackError as exc:
+        raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({exc.problem})") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"{path}: {MANIFEST_FILE} is not a checkpoint manifest")
     version = manifest.get("format")
@@ -432,25 +446,55 @@ def _check_digest(path: Path, name: str, entry: Mapping[str, Any], digest: str) 
         raise CheckpointError(f"{path}: {name} fails its SHA-256 check")
 
 
-def _open_file(
-    path: Path, name: str, entry: Mapping[str, Any], dir_fd: int | None = None,
-    inode: int | None = None,
-) -> int:  # fmt: skip
-    """An fd on the checkpoint's file ``name``, once it is known to be a regular file (not a
-    link, a FIFO or a device) of the size its manifest lists: checked before any byte is read."""
+def file_kind(name: str) -> readback.Kind:
+    """The ``readback`` kind of a checkpoint's file, by its name: its size cap (torch files 4 GiB,
+    the memory's arrays the RAM available, their metadata 64 MiB, the config 1 MiB)."""
+    if name.endswith(".pt"):
+        return readback.KINDS["weights"]
+    if name.endswith(".npz"):
+        return readback.KINDS["arrays"]
+    if name.endswith(".json"):
+        return readback.KINDS["tree"]
+    return readback.KINDS["config"]
+
+
+def _open_file(path: Path, name: str, entry: Mapping[str, Any], dir_fd: int,
+               inode: int | None = None) -> IO[bytes]:  # fmt: skip
+    """The checkpoint's file ``name`` open in its dir ``dir_fd``, once it is known to be a regular
+    file (not a link, a FIFO or a device), within its kind's size cap (``file_kind``: a 64 GiB
+    sparse file is refused, not read; issue 43, E8) and of the size its manifest lists: all
+    checked before any byte is read."""
     try:
-        fd = open_regular(name if dir_fd is not None else path / name, dir_fd=dir_fd,
-                          follow=False)  # fmt: skip
+        file = readback.open_at(dir_fd, name, file_kind(name), path / name)
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            raise _Missing(f"{path}: {name} is missing", inode) from None
+        raise CheckpointError(f"{path}: unreadable {name} ({exc.problem})") from None
+    try:
+        _check_size(path, name, entry, os.fstat(file.fileno()).st_size)
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor on the checkpoint dir: every file of it is read through this one handle, so
+    a writer that renames it away (or swaps it) meanwhile cannot mix two checkpoints' files."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise _Missing(f"{path}: {name} is missing", inode) from None
+        raise _Missing(f"{path}: no such checkpoint dir") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
+
+
+def _digest(path: Path, name: str, file: IO[bytes]) -> str:
+    """The SHA-256 of an open file's bytes, read in chunks (never whole: issue 43, E8)."""
+    try:
+        return hashlib.file_digest(file, "sha256").hexdigest()
     except OSError as exc:
         raise CheckpointError(f"{path}: unreadable {name} ({_reason(exc)})") from None
-    try:
-        _check_size(path, name, entry, os.fstat(fd).st_size)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[str, Any]:
@@ -466,12 +510,15 @@ def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[st
             file that is missing, unlisted, of another size than listed (truncated) or whose
             SHA-256 differs (corrupted).
     """
-    manifest = read_manifest(path)
-    for name in manifest["files"] if files is None else files:
-        entry = _entry(path, manifest, name)
-        with os.fdopen(_open_file(path, name, entry), "rb") as file:
-            digest = hashlib.file_digest(file, "sha256").hexdigest()
-        _check_digest(path, name, entry, digest)
+    dir_fd = _open_dir(path)
+    try:
+        manifest = _read_manifest_at(path, dir_fd)
+        for name in manifest["files"] if files is None else files:
+            entry = _entry(path, manifest, name)
+            with _open_file(path, name, entry, dir_fd) as file:
+                _check_digest(path, name, entry, _digest(path, name, file))
+    finally:
+        os.close(dir_fd)
     return manifest
 
 
@@ -489,39 +536,32 @@ def read_verified(path: Path, files: Iterable[str]) -> tuple[dict[str, Any], dic
         FormatError: a checkpoint of another format version.
         CheckpointError: as ``verify_checkpoint``.
     """
+    dir_fd = _open_dir(path)
     try:
-        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except FileNotFoundError:
-        raise _Missing(f"{path}: no such checkpoint dir") from None
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
-    inode = os.fstat(dir_fd).st_ino
-
-    def read(fd: int, name: str) -> bytes:
-        try:
-            with os.fdopen(fd, "rb") as file:
-                return file.read()
-        except OSError as exc:
-            raise CheckpointError(f"{path}: unreadable {name} ({_reason(exc)})") from None
-
-    try:
-        try:
-            fd = open_regular(MANIFEST_FILE, dir_fd=dir_fd, follow=False)
-        except FileNotFoundError:
-            raise _Missing(f"{path}: no {MANIFEST_FILE}", inode) from None
-        except OSError as exc:
-            raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({_reason(exc)})") from None
-        manifest = _parse_manifest(path, _read_manifest_fd(path, fd))
-        data = {}
-        for name in files:
-            entry = _entry(path, manifest, name)
-            blob = read(_open_file(path, name, entry, dir_fd, inode), name)
-            _check_size(path, name, entry, len(blob))  # it changed since it was opened
-            _check_digest(path, name, entry, hashlib.sha256(blob).hexdigest())
-            data[name] = blob
+        inode = os.fstat(dir_fd).st_ino
+        manifest = _read_manifest_at(path, dir_fd, inode)
+        data = {
+            name: _read_checked(path, name, _entry(path, manifest, name), dir_fd, inode)
+            for name in files
+        }
     finally:
         os.close(dir_fd)
     return manifest, data
+
+
+def _read_checked(
+    path: Path, name: str, entry: Mapping[str, Any], dir_fd: int, inode: int | None = None
+) -> bytes:
+    """The file's bytes, read once through ``dir_fd`` and checked against its manifest entry:
+    what is checked is what is returned."""
+    with _open_file(path, name, entry, dir_fd, inode) as file:
+        try:
+            blob = readback.read_all(file, file_kind(name), path / name)
+        except readback.ReadBackError as exc:
+            raise CheckpointError(f"{path}: unreadable {name} ({exc.problem})") from None
+    _check_size(path, name, entry, len(blob))  # it changed since it was opened
+    _check_digest(path, name, entry, hashlib.sha256(blob).hexdigest())
+    return blob
 
 
 @dataclass(frozen=True)
@@ -883,37 +923,91 @@ class RunCheckpoint:
 
 
 def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
-    """Verifies every file of a training checkpoint against its manifest, then loads each part.
+    """Verifies every file of a training checkpoint against its manifest and loads each part,
+    each file read through the handle that was verified (issue 43, E3: the files were verified
+    through handles, then opened again by path, so a writer of the run dir could swap in another
+    run's ``agent.pt`` between the two).
+
+    Everything is read through one descriptor on the checkpoint dir, each file opened once
+    without following a link. A file is read whole, checked, and parsed from those bytes; the
+    replay memory's arrays (``.npz``, as large as the memory) are hashed in chunks through their
+    handle and then loaded from it, and a file whose size, modification or change time moved
+    meanwhile (written in place) is refused, so no second copy of the memory is held.
 
     A part is a ``NAME.pt`` file (tensors) or a ``NAME.npz`` + ``NAME.json`` pair.
 
     Raises:
         CheckpointError: it fails its checks or cannot be read.
     """
-    manifest = verify_checkpoint(path)
-    files = set(manifest["files"])
-    for name in sorted(files - TRAINING_FILES):
-        raise CheckpointError(f"{path}: its {MANIFEST_FILE} lists {name}, not a training "
-                              "checkpoint's file; refused")  # fmt: skip
-    for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
-        if name not in files:
-            raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
-    # Nothing here unpickles: a run dir may come from someone else.
-    parts: dict[str, Any] = {}
-    for name in sorted(files):
-        stem, suffix = os.path.splitext(name)
-        if suffix == ".pt":
-            parts[stem] = load_weights((path / name).read_bytes(), str(path / name), device)
+    dir_fd = _open_dir(path)
     try:
+        manifest = _read_manifest_at(path, dir_fd)
+        files = set(manifest["files"])
+        for name in sorted(files - TRAINING_FILES):
+            raise CheckpointError(f"{path}: its {MANIFEST_FILE} lists {name}, not a training "
+                                  "checkpoint's file; refused")  # fmt: skip
+        for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
+            if name not in files:
+                raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
+        blobs = {
+            name: _read_checked(path, name, manifest["files"][name], dir_fd)
+            for name in sorted(files)
+            if not name.endswith(".npz")
+        }
+        # Nothing here unpickles: a run dir may come from someone else.
+        parts: dict[str, Any] = {}
+        for name, blob in blobs.items():
+            stem, suffix = os.path.splitext(name)
+            if suffix == ".pt":
+                parts[stem] = load_weights(blob, str(path / name), device)
         for name in sorted(files):
             stem, suffix = os.path.splitext(name)
             if suffix == ".npz" and f"{stem}.json" in files:
-                parts[stem] = load_tree(path / name, path / f"{stem}.json")
-        config_yaml = (path / CONFIG_FILE).read_text(encoding="utf-8")
-    except Exception as exc:  # unzipping and parsing raise many kinds; the checksums passed
-        reason = _one_line(exc)[:300]
-        raise CheckpointError(f"{path}: cannot load ({type(exc).__name__}: {reason})") from None
+                arrays = _load_arrays(path, name, manifest["files"][name], dir_fd)
+                parts[stem] = _tree(path, stem, blobs[f"{stem}.json"], arrays)
+        try:
+            config_yaml = blobs[CONFIG_FILE].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"{path}: cannot load {CONFIG_FILE} (not UTF-8: {exc.reason})"
+            raise CheckpointError(problem) from None
+    finally:
+        os.close(dir_fd)
     return RunCheckpoint(path, manifest, parts, config_yaml)
+
+
+def _load_arrays(
+    path: Path, name: str, entry: Mapping[str, Any], dir_fd: int
+) -> dict[str, np.ndarray]:
+    """An ``.npz``'s arrays, verified and loaded through one handle (see
+    ``load_run_checkpoint``)."""
+    with _open_file(path, name, entry, dir_fd) as file:
+        before = os.fstat(file.fileno())
+        _check_digest(path, name, entry, _digest(path, name, file))
+        try:
+            file.seek(0)
+            with np.load(file, allow_pickle=False) as data:
+                arrays = {key: data[key] for key in data.files}
+        except Exception as exc:  # unzipping raises many kinds; the checksum passed
+            reason = _one_line(exc)[:300]
+            problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
+            raise CheckpointError(problem) from None
+        after = os.fstat(file.fileno())
+    stamp = ("st_size", "st_mtime_ns", "st_ctime_ns")
+    if any(getattr(before, key) != getattr(after, key) for key in stamp):
+        raise CheckpointError(f"{path}: {name} changed while it was read; refused")
+    return arrays
+
+
+def _tree(path: Path, stem: str, skeleton: bytes, arrays: dict[str, np.ndarray]) -> Any:
+    """A part's tree from its JSON skeleton's bytes and its arrays (``load_tree``'s join)."""
+    name = f"{stem}.json"
+    try:
+        tree = readback.parse_json(skeleton, path / name, readback.KINDS["tree"])
+        return _join(tree, arrays)
+    except (readback.ReadBackError, KeyError, TypeError) as exc:
+        reason = _one_line(exc)[:300]
+        problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
+        raise CheckpointError(problem) from None
 
 
 def run_dir_of(path: Path) -> Path | None:

@@ -27,7 +27,6 @@ is always built exactly as training built it.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -37,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from per_dqn import checkpoint as ckpt
+from per_dqn import readback
 from per_dqn.asking import ACT, Request, serve
 from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
-from per_dqn.fileio import inside, read_regular
+from per_dqn.fileio import inside
 from per_dqn.seeding import RunSeeds
 from per_dqn.video import write_gif
 
@@ -48,7 +48,7 @@ RUN_CONFIG_FILE = "config.yaml"
 VIDEO_DIR = "videos"
 SUMMARY_FILE = "summary.json"
 # summary.json is a few kilobytes; a larger one is not read for the step it names.
-SUMMARY_MAX_BYTES = 1 << 24
+SUMMARY_MAX_BYTES = readback.KINDS["summary"].max_bytes
 # A film stops here: 5 minutes at Atari's 15 agent steps per second; frames are held in memory.
 VIDEO_MAX_FRAMES = 4_500
 # Frames per second when the env does not say (60 Hz Atari at the usual frame skip of 4).
@@ -139,24 +139,24 @@ def resolve_source(target: Path) -> Source:
         return _checkpoint_source(found.path, found.manifest, found.files, found.warnings)
     model = inside(target, MODEL_FILE)
     try:
-        data = read_regular(model)
-    except FileNotFoundError:
-        raise ValueError(
-            f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate"
-        ) from None
-    except OSError as exc:
-        raise ValueError(f"{model}: cannot read ({exc.strerror})") from None
+        # Capped as a torch file (issue 43, E8: a 64 GiB sparse model.pt was a MemoryError).
+        data = readback.read_bytes(target, MODEL_FILE, readback.KINDS["weights"])
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            raise ValueError(
+                f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate"
+            ) from None
+        raise ValueError(f"{model}: cannot read ({exc.problem})") from None
     weights = ckpt.load_weights(data, str(model))
     fallback = f"using {MODEL_FILE}"
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
     ]
     steps = None
-    summary_path = inside(target, SUMMARY_FILE)
     try:
-        summary = read_regular(summary_path, SUMMARY_MAX_BYTES)
-        steps = int(json.loads(summary.decode("utf-8"))["env_steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+        summary = readback.read_json(target, SUMMARY_FILE, readback.KINDS["summary"])
+        steps = int(summary["env_steps"])
+    except (ValueError, KeyError, TypeError):
         pass  # a run killed before its summary: the step is unknown, the weights are still fine
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
     config = _config(target / RUN_CONFIG_FILE)

@@ -9,7 +9,6 @@ one line by ``allocation_failure``.
 from __future__ import annotations
 
 import math
-import os
 import re
 import traceback
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from per_dqn.config import Config
 from per_dqn.envs import EnvSpec, describe, make_eval_env
 from per_dqn.memory import planned_nbytes
 from per_dqn.memory.bits import initial_pool_entries, link_dtype
+from per_dqn.readback import available_ram_bytes
 
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
@@ -84,21 +84,6 @@ def gib(n_bytes: float) -> str:
         if n_bytes >= (1 << shift) // 10:
             return f"{n_bytes / (1 << shift):.2f} {unit}"
     return f"{int(n_bytes)} B"
-
-
-def available_ram_bytes() -> int | None:
-    """``MemAvailable`` from ``/proc/meminfo`` (Linux), else free physical pages, else None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def env_spec(config: Config) -> EnvSpec:

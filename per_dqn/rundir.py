@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import uuid
 from datetime import datetime
 from pathlib import Path
 
-from per_dqn.fileio import inside, nearest_existing, read_regular, write_json
+from per_dqn import readback
+from per_dqn.fileio import inside, nearest_existing, write_json
 
 
 def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now: datetime) -> str:
@@ -42,8 +42,6 @@ SWEEP_FILE = "sweep.json"
 RUN_FILE = "run.json"
 RUN_ID_KEY = "run_id"
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
-# run.json is a few dozen bytes; anything much larger is not one.
-_RUN_FILE_MAX_BYTES = 4096
 
 
 class RunDirError(ValueError):
@@ -306,10 +304,6 @@ def _enclosing_sweep(run_dir: Path) -> Path | None:
     return None
 
 
-# What a sweep's record may weigh when a run reads its axes (a big sweep's is a few MB).
-_SWEEP_FILE_MAX_BYTES = 64 * 1024 * 1024
-
-
 def sweep_axes(run_dir: Path) -> list[str] | None:
     """The config keys a run's sweep varies (``sweep.json``'s ``axes``: env, replay kind, seed,
     arm settings and grid keys), for a run of a sweep (as ``display_name`` finds it); None for a
@@ -318,8 +312,8 @@ def sweep_axes(run_dir: Path) -> list[str] | None:
     if sweep is None:
         return None
     try:
-        record = json.loads(read_regular(sweep / SWEEP_FILE, _SWEEP_FILE_MAX_BYTES))
-    except (OSError, ValueError, RecursionError):
+        record = readback.read_json(sweep, SWEEP_FILE, readback.KINDS["sweep"])
+    except readback.ReadBackError:
         return None
     axes = record.get("axes") if isinstance(record, dict) else None
     if isinstance(axes, list) and all(isinstance(a, str) for a in axes):
@@ -336,15 +330,15 @@ def read_run_id(run_dir: Path) -> str | None:
     """
     path = inside(run_dir, RUN_FILE, RunDirError)
     try:
-        data = read_regular(path, _RUN_FILE_MAX_BYTES)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        run_id = json.loads(data.decode("utf-8")).get(RUN_ID_KEY)
-    except (UnicodeDecodeError, ValueError, AttributeError):
-        run_id = None
+        record = readback.read_json(run_dir, RUN_FILE, readback.KINDS["run"])
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            return None
+        if exc.reason in ("syntax", "deep"):
+            record = None
+        else:
+            raise RunDirError(f"{path}: cannot read it ({exc.problem})") from None
+    run_id = record.get(RUN_ID_KEY) if isinstance(record, dict) else None
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise RunDirError(f"{path}: holds no run id ({RUN_ID_KEY!r}: 32 hex digits)")
     return run_id

@@ -444,3 +444,27 @@ def zero_q_network(obs_shape, num_actions) -> Any:
     nn.init.zeros_(net[1].weight)
     nn.init.zeros_(net[1].bias)
     return net
+
+
+@contextlib.contextmanager
+def nest(root: Path, depth: int) -> Iterator[None]:
+    """``root/d/d/.../d``, ``depth`` dirs deep, made one at a time through dir descriptors
+    (``Path.mkdir(parents=True)`` and ``os.makedirs`` recurse once a level themselves), and
+    removed again the same way on the way out: ``shutil.rmtree`` recurses too, so pytest's own
+    clean-up of its temp dirs would fail on it in a later session."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    made = 0
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            made += 1
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    try:
+        yield
+    finally:
+        for level in range(made, 0, -1):
+            os.rmdir(root.joinpath(*["d"] * level))

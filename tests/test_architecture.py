@@ -80,7 +80,10 @@ ONLY = {
     "per_dqn.health": {"numpy", "per_dqn.tags"},
     "per_dqn.summary": {"numpy", "per_dqn.tags"},
     "per_dqn.fileio": set(),
-    "per_dqn.rundir": {"per_dqn.fileio"},
+    # The one reader of what a run dir or sweep dir holds (issue 43): strict models, one-line
+    # messages, nothing of a run.
+    "per_dqn.readback": {"pydantic", "per_dqn.config.messages"},
+    "per_dqn.rundir": {"per_dqn.fileio", "per_dqn.readback"},
     "per_dqn.console": {"rich"},
     "per_dqn.video": {"numpy", "PIL", "per_dqn.fileio"},
 }

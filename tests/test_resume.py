@@ -414,7 +414,8 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
          "agent.pt: refused: it holds more than tensors (Unsupported global: GLOBAL io.open was "
          "not an allowed global by default), and loading it could run code"),
         (ckpt.LOOP_ARRAYS_FILE, plant_npz,
-         ": cannot load (ValueError: Object arrays cannot be loaded when allow_pickle=False)"),
+         ": cannot load loop.npz (ValueError: Object arrays cannot be loaded when "
+         "allow_pickle=False)"),
         (ckpt.ENVS_META_FILE, swap_env,
          ": train env: the checkpoint's env is TimeLimit/OrderEnforcing/AcrobotEnv, this run's "
          "TimeLimit/OrderEnforcing/CartPoleEnv"),

@@ -22,6 +22,7 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
+from per_dqn.config.messages import printable
 
 EXIT_WRITE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -84,15 +85,6 @@ def fail(problems: list[str]) -> NoReturn:
     for problem in problems:
         typer.echo(f"error: {printable(problem)}", err=True)
     raise typer.Exit(EXIT_BAD_INPUT)
-
-
-def printable(line: str) -> str:
-    """``line`` with each character a terminal would act on (a line break, an escape sequence,
-    a lone surrogate) written as its Python escape: a problem that echoes a value as the user
-    gave it (an env id, a key, a path) stays one line, and cannot move the cursor or recolour."""
-    if line.isprintable():
-        return line
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
 
 def load_or_fail(name_or_path: str, overrides: list[Override]) -> tuple[Config, str]:

@@ -186,3 +186,13 @@ def _describe_field(error: dict[str, Any], root: type[BaseModel]) -> list[tuple[
     if kind == "value_error":
         return [(path, str(ctx.get("error", error["msg"])))]
     return [(path, f"{error['msg'][0].lower()}{error['msg'][1:]}, got {got(value)}")]
+
+
+def printable(line: str) -> str:
+    """``line`` with each character a terminal would act on (a line break, an escape sequence,
+    a lone surrogate) written as its Python escape: a problem that echoes a value as the user
+    gave it (an env id, a key, a path) or as a dir holds it (a run dir's name, an arm's name)
+    stays one line, and cannot move the cursor, clear the screen or recolour."""
+    if line.isprintable():
+        return line
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)

@@ -1,0 +1,330 @@
+"""The one reader of what a run dir, a sweep dir or a checkpoint holds (``per_dqn.readback``,
+issue 43), and the checkpoint defects it closes: E3 (the checkpoint checked was not the one
+loaded), E7 (deep JSON was a ``RecursionError``) and E8 (a huge sparse file was read whole).
+
+The reader's own checks are tested against hand-made trees: links in and out, FIFOs, devices,
+sizes at and past each cap, nesting depth against a reference computed from the parsed value
+(hypothesis), and a walk of a nest deeper than Python's recursion limit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import RESUMABLE, cartpole_config, nest, reseal, run_trainer, time_limit
+from typer.testing import CliRunner
+
+import per_dqn
+from per_dqn import checkpoint as ckpt
+from per_dqn import readback
+from per_dqn.cli import app
+from per_dqn.readback import KINDS, Kind, ReadBackError
+
+runner = CliRunner()
+TINY_KIND = Kind("test file", 10, max_depth=3)
+
+
+# --- the reader ----------------------------------------------------------------------------------
+
+
+def test_a_regular_file_inside_is_read_and_a_link_inside_followed(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.json").write_text('{"x": 1}')
+    (tmp_path / "g.json").symlink_to("a/f.json")
+    assert readback.read_json(tmp_path, "a/f.json", KINDS["summary"]) == {"x": 1}
+    assert readback.read_json(tmp_path, "g.json", KINDS["summary"]) == {"x": 1}
+
+
+def test_a_link_out_of_the_dir_is_refused_before_it_is_opened(tmp_path):
+    """A link out (to /dev/zero, or to a dir above) is refused from where it resolves: it is
+    never opened, so a device or a FIFO out there cannot block or flood the read."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "secret").write_text("key")
+    (root / "zero").symlink_to("/dev/zero")
+    (root / "up").symlink_to(tmp_path, target_is_directory=True)
+    for name in ("zero", "up/secret", "../secret"):
+        with pytest.raises(ReadBackError) as caught:
+            readback.read_bytes(root, name, KINDS["text"])
+        assert caught.value.reason == "outside", caught.value
+
+
+@pytest.mark.parametrize("what", ["fifo", "dir", "device"])
+def test_what_is_not_a_regular_file_is_refused_at_once(tmp_path, what):
+    path = tmp_path / "f"
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "dir":
+        path.mkdir()
+    else:
+        os.symlink("/dev/null", path)  # resolves outside: refused as such
+    with time_limit(10), pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path, "f", KINDS["text"])
+    assert caught.value.reason == ("outside" if what == "device" else "special")
+    if what == "fifo":
+        assert str(caught.value) == f"{path}: a FIFO, not a regular file"
+
+
+def test_the_size_cap_holds_at_its_byte(tmp_path):
+    """A file of exactly the cap is read; one byte more is refused from its size, unread."""
+    (tmp_path / "f").write_bytes(b"x" * 10)
+    assert readback.read_bytes(tmp_path, "f", TINY_KIND) == b"x" * 10
+    (tmp_path / "f").write_bytes(b"x" * 11)
+    with pytest.raises(ReadBackError, match=r"11 bytes, over the 10 a test file may have"):
+        readback.read_bytes(tmp_path, "f", TINY_KIND)
+
+
+def test_a_missing_file_says_so(tmp_path):
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path, "nope", KINDS["text"])
+    assert caught.value.missing
+
+
+def test_a_path_through_dotdot_or_absolute_is_refused(tmp_path):
+    for name in ("../x", "/etc/passwd", "a/../../x"):
+        with pytest.raises(ReadBackError) as caught:
+            readback.read_bytes(tmp_path, name, KINDS["text"])
+        assert caught.value.reason == "outside"
+
+
+def reference_depth(value) -> int:
+    """Nesting depth of a parsed JSON value: the reference ``json_depth`` is checked against."""
+    if isinstance(value, dict):
+        return 1 + max((reference_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((reference_depth(v) for v in value), default=0)
+    return 0
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab,: '),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3),
+    max_leaves=20,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_json_depth_matches_the_parsed_value_s_depth(value):
+    """Brackets inside strings (escaped quotes too) do not count; every other bracket does."""
+    assert readback.json_depth(json.dumps(value)) == reference_depth(value)
+
+
+def test_json_nested_past_its_kind_s_depth_is_refused_before_parsing():
+    """Issue 43, E7: ``json.loads`` of a 1.5 KB ``[[[[...`` raised ``RecursionError``; nesting
+    is measured first, so a document far past the recursion limit is one line."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ReadBackError, match="nested 100000 levels deep, past the 32"):
+        readback.parse_json(deep, "x.json", KINDS["summary"])
+    assert readback.parse_json("[[[1]]]", "x.json", TINY_KIND) == [[[1]]]
+    with pytest.raises(ReadBackError, match="nested 4 levels deep, past the 3"):
+        readback.parse_json("[[[[1]]]]", "x.json", TINY_KIND)
+
+
+def test_walk_lists_a_nest_deeper_than_the_recursion_limit_without_recursing(tmp_path):
+    """Issue 43, E9: ``os.walk`` (Python 3.11) and ``rglob`` recurse once a level. ``walk`` goes
+    to its depth bound and no further, enters no link, and names links and FIFOs apart."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "l").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(tmp_path / "p")
+    with nest(tmp_path, sys.getrecursionlimit() + 200):
+        seen = list(readback.walk(tmp_path))
+    assert len(seen) == readback.MAX_WALK_DEPTH + 1
+    assert seen[0] == (tmp_path, ["f"], ["l", "p"])
+
+
+def test_a_record_of_the_wrong_shape_names_its_field():
+    from per_dqn.sweeps.record import SweepRecord
+
+    with pytest.raises(ReadBackError, match=r"sweep.json: not a SweepRecord record: seeds.0: "):
+        readback.validate({"runs": [], "seeds": ["0"]}, SweepRecord, "sweep.json")
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A finished CartPole run with checkpoints at 900, 1200 and 1500 env steps."""
+    run_dir = tmp_path_factory.mktemp("readback") / "run"
+    run_trainer(cartpole_config(*RESUMABLE), run_dir)
+    return run_dir
+
+
+@pytest.fixture
+def copy(run, tmp_path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
+def newest(run_dir: Path) -> Path:
+    return ckpt.checkpoints_dir(run_dir) / "step_000001500"
+
+
+@pytest.mark.slow
+def test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped(copy, tmp_path):
+    """Issue 43, E3: ``load_run_checkpoint`` verified every file through handles, then opened
+    each again by path: a process that could write the run dir swapped ``agent.pt`` in between
+    and another run's weights loaded, exit 0 (an inotify-driven swapper won 4 and 5 of 6). Now
+    each file is read once, through the handle that was verified. A real swapper thread here
+    replaces ``agent.pt`` (by rename, as fast as it can) with another run's while the checkpoint
+    is loaded 40 times: every load either refuses the checkpoint or returns exactly the verified
+    weights, never the swapped-in ones."""
+    path = newest(copy)
+    good = (path / "agent.pt").read_bytes()
+    other = torch.load(path / "agent.pt", weights_only=True)
+    for tensor in other["online"].values():
+        tensor.add_(1.0)
+    evil = tmp_path / "evil.pt"
+    torch.save(other, evil)
+    good_copy = tmp_path / "good.pt"
+    good_copy.write_bytes(good)
+    stop = threading.Event()
+
+    def swap() -> None:
+        i = 0
+        while not stop.is_set():
+            source = evil if i % 2 == 0 else good_copy
+            tmp = path / f".swap{i % 2}"
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, path / "agent.pt")
+            i += 1
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    expected = torch.load(good_copy, weights_only=True)["online"]
+    loaded = refused = 0
+    swapper.start()
+    try:
+        for _ in range(40):
+            try:
+                checkpoint = ckpt.load_run_checkpoint(path)
+            except ckpt.CheckpointError:
+                refused += 1
+                continue
+            loaded += 1
+            for key, tensor in checkpoint.parts["agent"]["online"].items():
+                assert torch.equal(tensor, expected[key]), "another run's weights were loaded"
+    finally:
+        stop.set()
+        swapper.join()
+    assert loaded + refused == 40
+
+
+def deep_manifest(path: Path) -> None:
+    """A manifest of ~1.5 KB nested 700 levels deep, not re-signed."""
+    (path / "manifest.json").write_text("[" * 700 + "]" * 700)
+
+
+def test_a_deeply_nested_manifest_falls_back_to_the_checkpoint_before(copy):
+    """Issue 43, E7: a 1.5 KB manifest nested deep (not even re-signed) was a ``RecursionError``
+    traceback in ``eval``, resume and ``per_dqn.load``, instead of a damaged checkpoint skipped
+    for the one before. Now each uses step 1200 with a warning naming step 1500."""
+    deep_manifest(newest(copy))
+    found = ckpt.find_latest(ckpt.checkpoints_dir(copy))
+    assert found.path == ckpt.checkpoints_dir(copy) / "step_000001200"
+    (warning,) = found.warnings
+    assert f"{newest(copy)}: unreadable manifest.json (nested 700 levels deep" in warning
+    read = ckpt.read_latest(ckpt.checkpoints_dir(copy), (ckpt.AGENT_FILE,))
+    assert read.path == found.path
+    policy = per_dqn.load(copy)
+    assert policy is not None
+    result = runner.invoke(app, ["eval", str(copy), "--episodes", "1"])
+    assert result.exit_code == 0, result.output
+    assert "using the previous one, step_000001200" in result.stderr
+    result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
+    assert result.exit_code == 0, result.output
+
+
+def test_deep_json_in_run_json_and_summary_json_is_no_traceback(copy):
+    """Issue 43, E7: ``run.json`` and ``summary.json`` nested deep were tracebacks too; now
+    ``run.json`` is "holds no run id" and a summary is unreadable (the run is unfinished)."""
+    from per_dqn import rundir
+    from per_dqn.sweeps import runs
+
+    (copy / "run.json").write_text("[" * 700 + "]" * 700)
+    with pytest.raises(rundir.RunDirError, match="holds no run id"):
+        rundir.read_run_id(copy)
+    (copy / "summary.json").write_text("{" + '"a":{' * 700 + "}" * 701)
+    assert runs.read_summary(copy) is None
+
+
+def sparse(path: Path, size: int) -> None:
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as file:
+        file.truncate(size)
+
+
+GIB_64 = 64 << 30
+
+
+def test_a_64_gib_sparse_agent_pt_re_signed_is_refused_by_its_size(copy):
+    """Issue 43, E8: a re-signed ``agent.pt`` of 64 GiB (sparse) was read whole by the verifier
+    before hashing: a ``MemoryError`` traceback. Now it is refused from its size (over the 4 GiB
+    a torch file may have), before a byte is read, and the checkpoint before is used."""
+    path = newest(copy)
+    manifest = json.loads((path / "manifest.json").read_text())
+    sparse(path / "agent.pt", GIB_64)
+    files = dict(manifest["files"])
+    files["agent.pt"] = {"bytes": GIB_64, "sha256": "0" * 64}  # never reached: size first
+    reseal(path, files)
+    with time_limit(60):
+        read = ckpt.read_latest(ckpt.checkpoints_dir(copy), (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+    assert read.path == ckpt.checkpoints_dir(copy) / "step_000001200"
+    cap = KINDS["weights"].max_bytes
+    assert (
+        f"agent.pt ({GIB_64:,} bytes, over the {cap:,} a torch file may have)" in (read.warnings[0])
+    )
+    with time_limit(60):
+        result = runner.invoke(app, ["eval", str(copy), "--episodes", "1"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_64_gib_sparse_model_pt_is_one_line_in_eval(copy):
+    """Issue 43, E8: ``eval`` read ``model.pt`` (which has no manifest) with no cap: a 64 GiB
+    sparse one was a ``MemoryError`` traceback. Now one line naming it, exit 2."""
+    shutil.rmtree(ckpt.checkpoints_dir(copy))
+    sparse(copy / "model.pt", GIB_64)
+    with time_limit(60):
+        result = runner.invoke(app, ["eval", str(copy), "--episodes", "1"])
+    assert result.exit_code == 2, result.output
+    cap = KINDS["weights"].max_bytes
+    assert result.stderr == (
+        f"error: {copy / 'model.pt'}: cannot read ({GIB_64:,} bytes, over the {cap:,} a torch "
+        "file may have)\n"
+    )
+
+
+def test_memory_npz_is_hashed_in_chunks_and_loaded_from_its_verified_handle(copy):
+    """Issue 43, E3 and E8: the replay memory's arrays are hashed through their handle and
+    loaded from it; a memory.npz edited in place (its digest re-signed to the new bytes) loads
+    the new bytes, one edited without a new digest is refused, and the loaded arrays equal the
+    file's (a reference read with numpy)."""
+    path = newest(copy)
+    checkpoint = ckpt.load_run_checkpoint(path)
+    with np.load(path / "memory.npz") as data:
+        for key in data.files:
+            assert np.array_equal(data[key], _leaf(checkpoint.parts["memory"], key))
+    blob = bytearray((path / "memory.npz").read_bytes())
+    blob[-100] ^= 1
+    (path / "memory.npz").write_bytes(bytes(blob))
+    with pytest.raises(ckpt.CheckpointError, match=r"memory\.npz fails its SHA-256 check"):
+        ckpt.load_run_checkpoint(path)
+    assert hashlib.sha256(bytes(blob)).hexdigest() != json.loads(
+        (path / "manifest.json").read_text())["files"]["memory.npz"]["sha256"]  # fmt: skip
+
+
+def _leaf(tree, dotted: str):
+    node = tree
+    for part in dotted.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
