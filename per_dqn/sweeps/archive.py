@@ -31,8 +31,9 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from per_dqn.fileio import fsync_tree, inside, read_regular, write_bytes_atomic, writing
-from per_dqn.rundir import SWEEP_FILE
+from per_dqn import readback
+from per_dqn.fileio import fsync_tree, write_bytes_atomic, writing
+from per_dqn.rundir import SWEEP_FILE, check_name_lengths
 from per_dqn.sweeps import runs
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -44,17 +45,23 @@ SCALARS_FILE = "scalars.csv"
 MAX_MEMBER_BYTES = 256 * 2**20
 MAX_TOTAL_BYTES = 2**30
 MAX_MEMBERS = 100_000
-# The most a run's own small file (config, summary, run id) may hold.
-MAX_RUN_FILE_BYTES = 16 * 2**20
+# The kind (and so the size cap) of each file archived (``readback.KINDS``).
+_KIND_OF = {
+    SWEEP_FILE: readback.KINDS["sweep"],
+    "config.yaml": readback.KINDS["config"],
+    runs.SUMMARY_FILE: readback.KINDS["summary"],
+    "run.json": readback.KINDS["run"],
+}
 
 
 def _finished_run_dirs(out: Path) -> list[Path]:
     """Every finished run dir under ``out`` (``runs.is_finished``), in path order."""
+    # Without recursion, to a bounded depth, no link followed (issue 43, E9: a nest 1,200 dirs
+    # deep was a RecursionError); hidden dirs are not looked into.
     found = []
-    for directory, dirs, files in os.walk(out):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if runs.SUMMARY_FILE in files and runs.is_finished(Path(directory)):
-            found.append(Path(directory))
+    for directory, files, _ in readback.walk(out, hidden=False):
+        if runs.SUMMARY_FILE in files and runs.is_finished(directory):
+            found.append(directory)
     return sorted(found)
 
 
@@ -73,8 +80,12 @@ def write_archive(out: Path, dest: Path) -> int:
 
     Raises:
         ValueError: one line: ``out`` is not a dir or holds no finished run, ``dest`` does not
-            end in ``.tar.xz`` or lies inside ``out``, or an event file is damaged.
+            end in ``.tar.xz`` or lies inside ``out``, a name in either is longer than its
+            filesystem takes (``rundir.check_name_lengths``), or an event file is damaged.
     """
+    # Before any stat of them: a name over NAME_MAX is one line, not an OSError (issue 43, E12).
+    check_name_lengths(out, "sweep dir")
+    check_name_lengths(dest, "archive")
     if not out.is_dir():
         raise ValueError(f"{out}: no such sweep dir")
     if not dest.name.endswith(".tar.xz"):
@@ -95,12 +106,13 @@ def write_archive(out: Path, dest: Path) -> int:
             tar.addfile(info, io.BytesIO(data))
 
         def read(directory: Path, name: str) -> bytes:
-            # A run's file, refused if it is a link leaving the sweep dir or not a regular file.
+            # A run's file, refused if it is a link leaving the sweep dir, not a regular file or
+            # over its kind's size (``readback``).
+            relative = (directory / name).relative_to(out)
             try:
-                path = inside(out, (directory / name).relative_to(out))
-                return read_regular(path, MAX_RUN_FILE_BYTES)
-            except OSError as exc:
-                raise ValueError(f"{directory / name}: {exc.strerror or exc}") from None
+                return readback.read_bytes(out, relative, _KIND_OF[name])
+            except readback.ReadBackError as exc:
+                raise ValueError(str(exc)) from None
 
         if (out / SWEEP_FILE).exists():
             add(SWEEP_FILE, read(out, SWEEP_FILE))
@@ -196,8 +208,11 @@ def restore_archive(source: Path, out: Path) -> int:
 
     Raises:
         ValueError: one line: a missing, damaged or foreign archive, a member that would leave
-            the dir, or an ``out`` that exists and is not empty.
+            the dir, an ``out`` that exists and is not empty, or a name in ``source`` or ``out``
+            longer than its filesystem takes (``rundir.check_name_lengths``).
     """
+    check_name_lengths(source, "archive")  # before any stat: one line, not an OSError (E12)
+    check_name_lengths(out, "sweep dir")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out}: exists and is not empty; choose a new dir to unarchive into")
     members = _read_members(source)

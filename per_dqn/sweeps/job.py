@@ -25,7 +25,7 @@ from per_dqn import rundir
 from per_dqn.config import Config, parse_yaml, validate_config
 from per_dqn.stopping import ShouldStop
 from per_dqn.sweeps import runs
-from per_dqn.sweeps.plan import Job, Sweep
+from per_dqn.sweeps.plan import Job, Sweep, check_run_dir_paths
 
 
 def job_config(job: Job) -> Config:
@@ -221,6 +221,14 @@ def run_jobs(
             for i, job in enumerate(jobs):
                 run_dir = out / job.run_dir
                 try:
+                    # Planned without links; checked again where it is written (issue 43, E1).
+                    check_run_dir_paths(out, [job])
+                except ValueError as exc:
+                    if len(jobs) == 1:
+                        raise
+                    outcomes[i] = Outcome(job, error=error_line(exc))
+                    continue
+                try:
                     held.enter_context(rundir.lock_run_dir(run_dir))
                 except rundir.RunDirInUse as exc:
                     if raise_lock_errors:
@@ -300,7 +308,16 @@ def error_line(exc: BaseException) -> str:
 
 
 def clear_run_dir(run_dir: Path) -> None:
-    """Deletes what an unfinished run left (its events would mix with the redo), lock aside."""
+    """Deletes what an unfinished run left (its events would mix with the redo), lock aside.
+
+    Raises:
+        ValueError: ``run_dir`` is a link (issue 43, E1: its target's files were deleted and the
+            run trained there); ``plan.check_run_dir_paths`` refuses it before a sweep starts,
+            and this refuses it again where the deleting is done.
+    """
+    if run_dir.is_symlink():
+        raise ValueError(f"{run_dir} is a symbolic link; refused: a run dir is never cleared "
+                         "through one")  # fmt: skip
     for path in run_dir.iterdir():
         if path.name == rundir.LOCK_FILE:
             continue

@@ -41,12 +41,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from per_dqn import rundir
+from per_dqn import readback, rundir
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -60,6 +61,7 @@ from per_dqn.fileio import write_json
 from per_dqn.provenance import provenance
 from per_dqn.sweeps import reuse as reuse_runs
 from per_dqn.sweeps import runs
+from per_dqn.sweeps.record import SweepRun
 from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, config_differences, settings_label
 
 # The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
@@ -389,7 +391,7 @@ def plan_sweep(
     before = None
     if out is not None:
         rundir.check_name_lengths(out, "sweep dir")
-        before = runs.read_sweep(out) if out.is_dir() else None
+        before = read_record(out) if out.is_dir() else None
     # A run dir holds an env level when the sweep has several envs: this command's, or those of
     # the sweep it re-runs (a re-run that names one of its envs resumes that env's runs).
     several = env_list is not None and len(env_list) > 1
@@ -441,7 +443,7 @@ def plan_sweep(
     for run_dir in dirs:
         if dirs.count(run_dir) > 1:
             raise ValueError(f"two runs of this sweep would share the run dir {run_dir}")
-    _refuse_same_config_twice(jobs, [])
+    _refuse_same_config_twice(jobs)
     if out is None:
         out = Path(runs_root) / f"ablate__{'+'.join(map(env_slug, envs))}__{name}"
     record = {
@@ -554,7 +556,7 @@ def check_out_dir(sweep: Sweep) -> Sweep:
     rundir.check_writable(out, "sweep dir")
     if not rundir.is_nonempty_dir(out):
         return sweep
-    old = runs.read_sweep(out)
+    old = read_record(out)
     if old is None:
         raise ValueError(
             f"sweep dir {out} exists, is not empty and holds no {SWEEP_FILE}; choose another --out"
@@ -574,24 +576,27 @@ def check_out_dir(sweep: Sweep) -> Sweep:
             "command (adding seeds, arms, envs or grid values is fine) to resume or grow it, or "
             "choose another --out"
         )
+    check_run_dir_paths(out, sweep.jobs)
     old_runs = {r["run_dir"]: r for r in old["runs"]}
     for job in sweep.jobs:
         _check_run_dir_holds(out, job, old_runs.get(job.run_dir))
-    _refuse_same_config_twice(sweep.jobs, [(d, out / d / "config.yaml") for d in old_runs])
+    _refuse_same_config_twice(sweep.jobs, out, list(old_runs))
     return Sweep(out, merge_records(old, sweep.record), sweep.jobs)
 
 
-def _refuse_same_config_twice(jobs: Sequence[Job], held: Sequence[tuple[str, Path]]) -> None:
+def _refuse_same_config_twice(
+    jobs: Sequence[Job], out: Path = Path(), held: Sequence[str] = ()
+) -> None:
     """Refuses two runs of one config under two run dirs: the same arm or grid value spelled two
     ways (``1`` and ``1.0``, settings in another order), in this command or against a run dir
-    the sweep dir already holds (``held``: run dir, its config.yaml; one not yet written or
-    unreadable is skipped). Without this, a grown sweep would run the same run again and the
-    report would count its seeds twice."""
+    the sweep dir ``out`` already holds (``held``: run dirs whose config.yaml, one not yet
+    written or unreadable, is skipped). Without this, a grown sweep would run the same run
+    again and the report would count its seeds twice."""
     seen: dict[str, str] = {}
-    for run_dir, config_file in held:
+    for run_dir in held:
         try:
-            data = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
-        except (OSError, ConfigError):
+            data = parse_yaml(_read_config(out, run_dir), f"{out}/{run_dir}/config.yaml")
+        except (readback.ReadBackError, ConfigError):
             continue
         seen.setdefault(json.dumps(data, sort_keys=True), run_dir)
     for job in jobs:
@@ -636,8 +641,8 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
     config_file = out / job.run_dir / "config.yaml"
     if config_file.is_file():
         try:
-            held = parse_yaml(config_file.read_text(encoding="utf-8"), str(config_file))
-        except (OSError, ConfigError):
+            held = parse_yaml(_read_config(out, job.run_dir), str(config_file))
+        except (readback.ReadBackError, ConfigError):
             return  # unreadable: run_job clears an unfinished run dir; a finished one is kept
         diffs = config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
         if diffs:
@@ -645,6 +650,68 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
                 f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "
                 f"({'; '.join(diffs)}); choose another --out"
             )
+
+
+def _read_config(out: Path, run_dir: str) -> str:
+    """A run dir's ``config.yaml`` read back from the sweep dir (``readback``: a FIFO, a link out
+    of the sweep dir or a file over a config's size is refused, not read; issue 43, E5)."""
+    return readback.read_text(out, f"{run_dir}/config.yaml", readback.KINDS["config"])
+
+
+def read_record(out: Path) -> dict[str, Any] | None:
+    """The sweep record an ``ablate`` re-run grows (``runs.read_sweep``), each run entry checked
+    against ``SweepRun`` too: the record is merged into the new one (issue 43, E10: 7 of 8
+    malformed records were a traceback). A recorded run dir that leaves the sweep dir is no
+    shape error: no run is sent there (``_recorded_run_dirs``) and no file is read there
+    (``readback``).
+
+    Raises:
+        ValueError: one line naming the record, the entry and what is wrong.
+    """
+    record = runs.read_sweep(out)
+    if record is None:
+        return None
+    label = out / SWEEP_FILE
+    for i, entry in enumerate(record["runs"]):
+        try:
+            readback.validate(entry, SweepRun, f"{label}: runs[{i}]")
+        except readback.ReadBackError as exc:
+            raise ValueError(f"{exc}; repair or remove the sweep dir") from None
+    return record
+
+
+def check_run_dir_paths(out: Path, jobs: Sequence[Job]) -> None:
+    """Refuses a sweep whose run dirs are reached through a link, before any run starts: ``ablate``
+    clears an unfinished run dir and trains there, so a run dir (or a dir above it, below the
+    sweep dir) that is a link would have it delete and write wherever the link leads (issue 43,
+    E1). A path that exists and is not a dir is refused too. The sweep dir itself is the user's
+    and may be a link.
+
+    Raises:
+        ValueError: one line naming the link and where it leads.
+    """
+    for job in jobs:
+        path = out
+        for part in PurePosixPath(job.run_dir).parts:
+            path = path / part
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                problem = f"sweep dir {out}: {path}: cannot be looked at ({exc.strerror})"
+                raise ValueError(problem) from None
+            if stat.S_ISLNK(mode):
+                raise ValueError(
+                    f"sweep dir {out}: {path} is a symbolic link (to {os.readlink(path)}); "
+                    "refused: ablate clears and writes run dirs, never through a link; remove "
+                    "it, or choose another --out"
+                )
+            if not stat.S_ISDIR(mode):
+                raise ValueError(
+                    f"sweep dir {out}: {path} is not a directory; remove it, or choose another "
+                    "--out"
+                )
 
 
 def lock_sweep_dir(sweep: Sweep) -> rundir.RunDirLock:
@@ -693,7 +760,7 @@ def start_sweep(sweep: Sweep) -> list[Job]:
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
     # Read again under the sweep dir's lock: the record on disk is the one to grow.
-    old = runs.read_sweep(out)
+    old = read_record(out)
     record = sweep.record if old is None else merge_records(old, sweep.record)
     if old is None:
         record["provenance"] = provenance()

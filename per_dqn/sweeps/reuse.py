@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from per_dqn import readback
 from per_dqn.config import ConfigError, parse_yaml, validate_config
 from per_dqn.fileio import WriteError, fsync_path, fsync_tree
 from per_dqn.metrics import flatten_config
@@ -67,26 +68,25 @@ def check_sources(sources: Sequence[Path], out: Path) -> tuple[Path, ...]:
 def _finished_runs(source: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     """Each finished run dir under ``source`` (``source`` itself included) that has its weights,
     and its config."""
-    for directory, dirs, files in os.walk(source):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    # Without recursion, to a bounded depth, no link followed (issue 43, E9: a nest 1,200 dirs
+    # deep was a RecursionError); hidden dirs are not looked into.
+    for run_dir, files, _ in readback.walk(source, hidden=False):
         if CONFIG_FILE not in files or MODEL_FILE not in files:
             continue
-        run_dir = Path(directory)
         if not runs.is_finished(run_dir):
             continue
         try:
-            config = parse_yaml((run_dir / CONFIG_FILE).read_text(encoding="utf-8"), directory)
-        except (OSError, ConfigError):
+            text = readback.read_text(run_dir, CONFIG_FILE, readback.KINDS["config"])
+            config = parse_yaml(text, str(run_dir))
+        except (readback.ReadBackError, ConfigError):
             continue
         if isinstance(config, dict):
             yield run_dir, config
 
 
 def _has_links(run_dir: Path) -> bool:
-    for directory, dirs, files in os.walk(run_dir):
-        if any((Path(directory) / name).is_symlink() for name in [*dirs, *files]):
-            return True
-    return False
+    """Whether anything below ``run_dir`` is a link (or a FIFO, a device: not copied)."""
+    return any(others for _, _, others in readback.walk(run_dir))
 
 
 def match(jobs: Sequence[Job], out: Path, sources: Sequence[Path]) -> dict[str, Path]:

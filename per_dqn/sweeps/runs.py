@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from per_dqn import readback
 from per_dqn.memory import KINDS
 from per_dqn.metrics import flatten_config
 from per_dqn.rundir import SWEEP_FILE
 from per_dqn.summary import SESSIONS_KEY, read_sessions
+from per_dqn.sweeps.record import SweepRecord
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 SUMMARY_FILE = "summary.json"
@@ -44,8 +46,6 @@ ARMS = KINDS  # the replay kinds, in report order (per_dqn.memory.KINDS: the one
 # appears as its last part (``replay.alpha`` -> ``alpha``), or whole if two keys of one run share
 # that last part.
 SHORT_KEYS = {"agent.n_step": "n", "agent.learning_rate": "lr"}
-# A summary is a few KiB; a bigger "summary.json" is not one, and is not read into memory.
-MAX_SUMMARY_BYTES = 1 << 20
 
 
 def format_value(value: Any) -> str:
@@ -89,10 +89,11 @@ def config_differences(old: Any, new: Any) -> list[str]:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or None if it is absent or unreadable (a run cut short)."""
+    """The run's ``summary.json``, or None if it is absent or unreadable (a run cut short), or
+    refused (``readback``: a link out of the run dir, a FIFO, too large, nested too deep)."""
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        summary = readback.read_json(run_dir, SUMMARY_FILE, readback.KINDS["summary"])
+    except readback.ReadBackError:
         return None
     return summary if isinstance(summary, dict) else None
 
@@ -107,17 +108,21 @@ def read_sweep(out: Path) -> dict[str, Any] | None:
     """The sweep's own record (``sweep.json``), or None if the dir has none.
 
     Raises:
-        ValueError: the file exists but is not a JSON object.
+        ValueError: the file exists but is refused (``readback``: a link out of the dir, a FIFO,
+            too large, nested too deep), is not JSON, or not of ``SweepRecord``'s shape; one line.
     """
-    path = out / SWEEP_FILE
-    if not path.exists():
-        return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the sweep record ({exc})") from None
+        record = readback.read_json(out, SWEEP_FILE, readback.KINDS["sweep"])
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            return None
+        raise ValueError(f"cannot read the sweep record: {exc}") from None
     if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
-        raise ValueError(f"{path}: not a sweep record (no list of runs)")
+        raise ValueError(f"{out / SWEEP_FILE}: not a sweep record (no list of runs)")
+    try:
+        readback.validate(record, SweepRecord, out / SWEEP_FILE)
+    except readback.ReadBackError as exc:
+        raise ValueError(str(exc)) from None
     return record
 
 
@@ -300,8 +305,9 @@ def _exploration(run_dir: Path) -> str | None:
     from per_dqn.config import ConfigError, parse_yaml
 
     try:
-        config = parse_yaml((run_dir / "config.yaml").read_text(encoding="utf-8"), str(run_dir))
-    except (OSError, ConfigError):
+        text = readback.read_text(run_dir, "config.yaml", readback.KINDS["config"])
+        config = parse_yaml(text, str(run_dir))
+    except (readback.ReadBackError, ConfigError):
         return None
     train = config.get("train") if isinstance(config, dict) else None
     return exploration_text(train) if isinstance(train, dict) else None
@@ -429,6 +435,24 @@ def _inside(out: Path, path: Path) -> bool:
     return True
 
 
+def _names(directory: Path) -> list[str]:
+    """The names in ``directory`` (none where it cannot be listed)."""
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def _damaged(name: str, exc: readback.ReadBackError) -> _Damaged:
+    """A refused read as the skip the report names: a link out of the sweep dir and a file
+    that is not a regular one in the words the report has always used, else the reader's."""
+    if exc.reason == "outside":
+        return _Damaged(name, "a symlink out of the sweep dir")
+    if exc.reason == "special":
+        return _Damaged(name, "not a regular file")
+    return _Damaged(name, exc.problem)
+
+
 def _rel(out: Path, path: Path) -> str:
     return path.relative_to(out).as_posix()
 
@@ -440,20 +464,13 @@ def _load_summary(out: Path, run_dir: Path) -> dict[str, Any] | None:
         _Damaged: it leaves the sweep dir, is not a regular file, is too big, or is not a JSON
             object (summaries are written whole, atomically: a broken one was damaged).
     """
-    path = run_dir / SUMMARY_FILE
-    name = _rel(out, path)
-    if not path.is_symlink() and not path.exists():
-        return None
-    if not _inside(out, path):
-        raise _Damaged(name, "a symlink out of the sweep dir")
-    if not path.is_file():  # a FIFO would block the read, a device would not end
-        raise _Damaged(name, "not a regular file")
-    if path.stat().st_size > MAX_SUMMARY_BYTES:
-        raise _Damaged(name, f"{path.stat().st_size:,} bytes, too big for a summary")
+    name = _rel(out, run_dir / SUMMARY_FILE)
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise _Damaged(name, f"cannot be read as JSON ({' '.join(str(exc).split())})") from None
+        summary = readback.read_json(out, name, readback.KINDS["summary"])
+    except readback.ReadBackError as exc:
+        if exc.missing:
+            return None
+        raise _damaged(name, exc) from None
     if not isinstance(summary, dict):
         raise _Damaged(name, f"not a JSON object, got a {type(summary).__name__}")
     return summary
@@ -500,11 +517,14 @@ def _read_run(
         if key in planned and planned[key] != value:
             got = summary["replay" if key == "kind" else key]
             raise _Damaged(where, f"{key} {got!r}, but sweep.json plans {planned[key]!r} here")
-    for path in run_dir.glob("events.out.tfevents.*"):
-        if not _inside(out, path):
-            raise _Damaged(_rel(out, path), "a symlink out of the sweep dir")
-        if not path.is_file():
-            raise _Damaged(_rel(out, path), "not a regular file")
+    # TensorBoard's reader opens every name in the dir holding "tfevents", by path: each is
+    # checked first (issue 43, E6: an `x.tfevents` link out put another run's curves in).
+    for name in _names(run_dir):
+        if "tfevents" in name:
+            try:
+                readback.check_file(out, f"{_rel(out, run_dir)}/{name}", readback.KINDS["events"])
+            except readback.ReadBackError as exc:
+                raise _damaged(f"{_rel(out, run_dir)}/{name}", exc) from None
     values = {
         "score": _field(summary, "final_eval_return_mean", "number", where),
         "score_std": _field(summary, "final_eval_return_std", "number", where),
@@ -607,6 +627,22 @@ def check_not_a_run_dir(out: Path) -> None:
     )
 
 
+def _summary_dirs(out: Path) -> list[Path]:
+    """The dirs below ``out`` that hold a ``summary.json``, found without recursion and to a
+    bounded depth (``readback.walk``: a nest 1,200 dirs deep was a ``RecursionError``, issue 43,
+    E9). A link is not entered, but one to a dir holding a summary is listed, to be skipped by
+    name."""
+    found = []
+    for directory, files, others in readback.walk(out):
+        if SUMMARY_FILE in files or SUMMARY_FILE in others:
+            found.append(directory)
+        for name in others:
+            link = directory / name
+            if link.is_symlink() and (link / SUMMARY_FILE).exists():
+                found.append(link)
+    return sorted(found)
+
+
 def collect(
     out: Path,
     warn: Callable[[Skipped], None] | None = None,
@@ -677,15 +713,14 @@ def collect(
         arms = tuple(dict.fromkeys(arms_planned))
         expected: int | None = len(record["runs"])
     else:
-        found_summaries = sorted(out.rglob(SUMMARY_FILE))
-        looked_at(0, len(found_summaries))
-        for i, path in enumerate(found_summaries, start=1):
-            run_dir = path.parent
+        found = _summary_dirs(out)
+        looked_at(0, len(found))
+        for i, run_dir in enumerate(found, start=1):
             if not _inside(out, run_dir):  # through a symlinked dir
                 skip(_Damaged(_rel(out, run_dir), "a symlink out of the sweep dir"))
             else:
                 read(run_dir, _rel(out, run_dir))
-            looked_at(i, len(found_summaries))
+            looked_at(i, len(found))
         envs = tuple(dict.fromkeys(r.env_id for r in runs))
         found = {r.arm for r in runs}
         arms = tuple(a for a in ARMS if a in found) + tuple(sorted(found - set(ARMS)))

@@ -1,0 +1,55 @@
+"""The shape of a sweep's record (``sweep.json``), as strict models: a record read back from a
+sweep dir is data from anywhere, and is validated before a field of it is used (issue 43, E10:
+``"runs": [1]`` was a ``TypeError`` traceback in an ``ablate`` re-run, ``arm_settings`` as a
+list one in ``report``).
+
+``per_dqn.sweeps.plan`` writes the record (``plan_sweep``'s ``record``, grown by
+``merge_records``); ``per_dqn.sweeps.runs.read_sweep`` reads it back through
+``per_dqn.readback`` and these models. Fields that records written by earlier releases may lack
+are optional; a field of the wrong type, or one no release writes, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SweepRun(_Strict):
+    """One planned run (``plan._run_entry``). Only ``run_dir`` is needed: an entry of an older
+    format, lacking a field, matches no run of a re-run and is reported by its run dir."""
+
+    run_dir: str
+    env_id: str | None = None
+    arm: str | None = None
+    kind: str | None = None
+    seed: int | None = None
+    settings: dict[str, Any] | None = None
+    point: dict[str, Any] | None = None
+
+
+class SweepRecord(_Strict):
+    """A whole ``sweep.json``. Its runs are checked one by one (``SweepRun``): ``report`` skips
+    a damaged entry and reports the rest, an ``ablate`` re-run refuses the record."""
+
+    runs: list[Any]
+    format: int | None = None
+    config: str | None = None
+    config_name: str | None = None
+    arms: list[str] | None = None
+    arm_settings: dict[str, dict[str, Any]] | None = None
+    grid: dict[str, list[Any]] | None = None
+    seeds: list[int] | None = None
+    envs: list[str] | None = None
+    steps: int | None = None
+    overrides: list[str] | None = None
+    axes: list[str] | None = None
+    resolved_config: dict[str, Any] | None = None
+    provenance: dict[str, Any] | None = None
+    grown: list[dict[str, Any]] | None = None
+    reused: list[dict[str, Any]] | None = None
