@@ -339,9 +339,8 @@ def build_trainer(config: Config, name: str) -> Any:
     from per_dqn.plan import allocation_failure
     from per_dqn.run import Trainer
 
-    check_memory_fits(config)
     try:
-        return Trainer(config, name)
+        return Trainer(config, name)  # it asks the memory planner first (``check_memory_fits``)
     except (MemoryError, RuntimeError) as exc:
         line = allocation_failure(exc, config, None)
         if line is None:
@@ -421,7 +420,8 @@ def prepare_resume(
         trust_code: as ``resume``'s (``per-dqn train --resume RUN_DIR --trust-code``).
 
     Raises:
-        UntrustedCodeError: ``RUN_DIR/config.yaml`` names code that was not allowed.
+        UntrustedCodeError: ``RUN_DIR/config.yaml`` names code, or a tracker (``run.track``),
+            that was not allowed.
         ValueError (``ConfigError``, ``CheckpointError``): not a run dir, no usable checkpoint,
             a run already complete, or a checkpoint that does not fit; one line.
     """
@@ -441,8 +441,9 @@ def prepare_resume(
     at = found.manifest["env_steps"]
     overrides = [] if steps is None else [Override("train.total_env_steps", steps, "--steps")]
     cfg = load_config(config_path, overrides, display_name=str(config_path))
-    # A run dir is data: nothing it names is imported unless the user allows it.
-    check_run_code(cfg, str(config_path), trust_code=trust_code, network=network)
+    # A run dir is data: nothing it names is imported, and no tracker it names is started (wandb
+    # would send the run with the user's credentials: issue 43, E2), unless the user allows it.
+    check_run_code(cfg, str(config_path), trust_code=trust_code, network=network, trains=True)
     total = cfg.train.total_env_steps
     if total <= at:
         if steps is None:
@@ -480,17 +481,19 @@ def resume(
     passed over is named in a ``RuntimeWarning`` (the line ``train --resume`` prints).
 
     A run dir is data: a ``config.yaml`` that names code (a network factory, a
-    ``module:EnvName`` env id) is refused before anything is imported, unless allowed.
+    ``module:EnvName`` env id) is refused before anything is imported, and one that turns on a
+    tracker (``run.track: wandb``) before it starts, unless allowed.
 
     Args:
         network: the Q-network factory the run was trained with (the callable or its
             ``"package.module:factory"`` name), when its config names one: passing it allows
-            that import.
-        trust_code: allow every import the run's config names; only for a run dir whose origin
-            you trust. Never stored.
+            that import (and nothing else).
+        trust_code: allow every import the run's config names, and its tracker; only for a run
+            dir whose origin you trust. Never stored.
 
     Raises:
-        UntrustedCodeError: the config names code that was not allowed (one line per key).
+        UntrustedCodeError: the config names code, or a tracker, that was not allowed (one
+            line per key).
         ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
     run_dir = Path(run_dir)

@@ -42,6 +42,7 @@ from per_dqn.metrics import (
     config_as_markdown,
     flatten_config,
 )
+from per_dqn.plan import memory_plan
 from per_dqn.provenance import provenance
 from per_dqn.rundir import display_name, ensure_run_id, sweep_axes
 from per_dqn.seeding import RunSeeds
@@ -123,6 +124,13 @@ class Trainer:
         torch.manual_seed(self.seeds.network)
         self.environments = Envs(config.env)
         self.spec = self.environments.spec
+        # Every entry point builds its runs here (train, resume, the API, ablate's jobs on either
+        # backend, packs): the memory planner is asked before the memory is allocated (issue 43,
+        # E4: an ablate job allocated a memory `train` refuses, and the OOM killer ended it).
+        plan = memory_plan(config, self.spec)
+        if not plan.fits:
+            self.environments.close()
+            raise ValueError(plan.refusal())
         self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
         self.agent = make_agent(config, self.spec, self.device)
         self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)

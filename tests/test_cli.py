@@ -225,6 +225,39 @@ def test_a_name_too_long_for_the_filesystem_is_one_line_and_creates_nothing(work
     assert list((workdir / "there").iterdir()) == []
 
 
+def test_report_archive_and_unarchive_refuse_a_name_too_long_in_one_line(workdir):
+    """issue 43, E12: ``report`` of a path with a 300-byte name was an ``OSError`` traceback,
+    exit 1; ``archive`` and ``unarchive`` gave one line (``File name too long``), but exit 1, as
+    for a disk that failed. Now each names the component and its length in one line, exit 2,
+    as ``train``, ``eval`` and ``ablate`` do, and creates nothing."""
+    long, archive = "a" * 300, "a" * 293 + ".tar.xz"  # 300 bytes each
+
+    def too_long(name: str) -> str:
+        shown = f"'{name[:24]}...{name[-12:]}'"
+        return f"the name {shown} is 300 bytes long, more than the filesystem's limit of 255"
+
+    (workdir / "there").mkdir()
+    cases = [
+        (["report", long], "sweep dir", long),
+        (["report", f"there/{long}"], "sweep dir", long),
+        (["archive", long, "sweep.tar.xz"], "sweep dir", long),
+        (["archive", "there", archive], "archive", archive),
+        (["unarchive", archive, "restored"], "archive", archive),
+        (["unarchive", "sweep.tar.xz", long], "sweep dir", long),
+        (["unarchive", "sweep.tar.xz", f"there/{long}"], "sweep dir", long),
+    ]
+    for args, what, name in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args[0], result.output, result.exception)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {what} ")
+        assert line.endswith(f"{too_long(name)}; choose a shorter one")
+        assert name not in line  # the line stays readable
+        assert result.stdout == ""
+    assert [p.name for p in workdir.iterdir()] == ["there"]
+    assert list((workdir / "there").iterdir()) == []
+
+
 def test_config_show_prints_the_resolved_config(workdir):
     result = invoke("config", "show", "cartpole", "--set", "replay.kind=rank")
     assert result.exit_code == 0, result.output
@@ -331,19 +364,20 @@ def test_ablate_preflight_refuses_a_network_too_large_to_allocate(workdir):
 
 
 def test_ablate_preflight_names_the_replay_memory_and_plan_s_estimate(workdir):
-    """`ablate` has no plan check before its preflight: a memory numpy cannot allocate (15 TiB
-    of observations) is one line with `plan`'s estimate."""
+    """Issue 43, E4: `ablate` skipped the memory planner and went on to allocate a memory that
+    `train` refuses from the planner's estimate (here numpy refused 15 TiB of observations; a
+    memory below the machine's RAM but above what is available was allocated until the OOM
+    killer ended the worker). Now the planner's one line, as `train` gives it, before any run dir
+    is made."""
     result = invoke("ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1",
                     "--set", "replay.capacity=1000000000000")  # fmt: skip
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.splitlines()
     assert line.startswith(
-        "error: cartpole.yaml: replay.capacity: cannot allocate the 1,000,000,000,000-transition "
-        "uniform replay memory (Unable to allocate 14.6 TiB for an array with shape "
-        "(1000000000000, 4) and data type float32); `per-dqn plan` estimates 41.84 TiB for it "
-        "(+1.00 GiB for the rest of the process) and sees "
+        "error: cartpole.yaml: replay.capacity: a 1,000,000,000,000-transition uniform memory "
+        "needs 41.84 TiB (+1.00 GiB for the rest of the process) but only "
     )
-    assert line.endswith("of RAM available; lower replay.capacity")
+    assert line.endswith("of RAM is available; lower replay.capacity (see `per-dqn plan`)")
     assert list(workdir.iterdir()) == []
 
 

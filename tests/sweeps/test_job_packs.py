@@ -464,8 +464,9 @@ def test_run_jobs_refuses_a_pack_whose_memories_do_not_fit_but_never_a_pack_of_o
 ):
     """Pins the memory check before a pack starts: with RAM for less than one run's memory, a pack
     of two gives each job an ``Outcome`` carrying ``pack_memory_refusal``'s line as a
-    ``ValueError`` and writes nothing; a pack of one is not checked here (``preflight`` and the
-    allocation are a single run's checks) and runs to the end."""
+    ``ValueError`` and writes nothing; a pack of one is refused by the memory planner its
+    ``Trainer`` asks (issue 43, E4: it was not checked, and allocated), before its memory is
+    allocated: ``run_job``'s one line, the run dir left without a run."""
     out = tmp_path / "sweep"
     jobs = sweep_jobs(out)
     available = memory.PROCESS_OVERHEAD_BYTES + total_bytes(jobs[0]) - 1
@@ -477,4 +478,8 @@ def test_run_jobs_refuses_a_pack_whose_memories_do_not_fit_but_never_a_pack_of_o
     )
     assert job.run_jobs(jobs, out) == [job.Outcome(j, error=f"ValueError: {line}") for j in jobs]
     assert not out.exists()
-    assert job.run_jobs(jobs[:1], out) == [finished(jobs[0], out / jobs[0].run_dir)]
+    with pytest.raises(
+        ValueError, match=r"^replay\.capacity: a .* but only .* of RAM is available"
+    ):
+        job.run_jobs(jobs[:1], out)
+    assert not (out / jobs[0].run_dir / "summary.json").exists()
