@@ -116,13 +116,19 @@ class Policy:
 
 
 def check_run_code(
-    config: Config, label: str, *, trust_code: bool = False, network: NetworkLike | None = None
+    config: Config,
+    label: str,
+    *,
+    trust_code: bool = False,
+    network: NetworkLike | None = None,
+    trains: bool = False,
 ) -> None:
     """Refuses a config read back from a run dir or checkpoint (``label``, its file) that names
-    code (``per_dqn.config.code_keys``: a network factory, a ``module:EnvName`` id), unless the
-    user allows it for this call: ``trust_code`` allows every key; ``network``, the factory the
-    config names (the callable or its name), allows ``agent.network``, since passing it is the
-    user's own say-so.
+    code (``per_dqn.config.code_keys``: a network factory, a ``module:EnvName`` id), or, with
+    ``trains`` (the caller trains the run: ``resume``), that turns on a tracker (``run.track``,
+    issue 43), unless the user allows it for this call: ``trust_code`` allows every key;
+    ``network``, the factory the config names (the callable or its name), allows
+    ``agent.network`` alone, since passing it is the user's own say-so.
 
     Raises:
         UntrustedCodeError: one line per refused key (a ``ConfigError``, a ``ValueError``).
@@ -139,7 +145,7 @@ def check_run_code(
                 f"(agent.network: {config.agent.network!r})"
             )
         allowed = ("agent.network",)
-    refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed)
+    refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed, trains=trains)
 
 
 def _config_file(source: Any) -> Path:

@@ -2,10 +2,15 @@
 scalars as TensorBoard at the same env steps, the resolved config and the summary, from the
 optional ``wandb`` extra.
 
-Everything wandb writes lives in ``RUN_DIR/wandb/``: its run files, and the cache, config and
-data dirs it would otherwise put in the home directory (their ``WANDB_*_DIR`` variables point
-there while the run starts, unless the user set them). The wandb run's id is kept in
-``RUN_DIR/wandb/per-dqn-run-id``, so ``train --resume`` continues the same wandb run.
+wandb's run files live in ``RUN_DIR/wandb/`` (``wandb.init(dir=RUN_DIR)``). Its settings, cache
+and data dirs are the user's own, as for any wandb script (``~/.config/wandb``,
+``~/.cache/wandb``, ``~/.local/share/wandb``, or ``WANDB_CONFIG_DIR``, ``WANDB_CACHE_DIR`` and
+``WANDB_DATA_DIR``), never the run dir's: nothing from a run dir configures wandb (issue 43, E2).
+A run dir may come from anyone, and a ``settings`` file in it read as wandb's would name the host
+that receives ``WANDB_API_KEY``; a file in a cache or data dir there could steer wandb too. The
+wandb run's id is kept in ``RUN_DIR/wandb/per-dqn-run-id``, so ``train --resume`` continues the
+same wandb run. A ``run.track`` read back from a run dir is refused without the user's opt-in
+(``per_dqn.config.trust``).
 
 wandb stores the process's command line (``sys.argv``) with the run; it is shown only
 ``provenance.shareable_argv()`` (secrets redacted; the program name alone for an API call), so a
@@ -41,8 +46,6 @@ INSTALL_HINT = (
 RUN_ID_FILE = "per-dqn-run-id"
 # The step metric every logged value is plotted against.
 STEP_METRIC = "env_steps"
-# wandb's own dirs, kept inside the run dir (wandb's settings would put them under $HOME).
-_HOME_DIRS = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config", "WANDB_DATA_DIR": "data"}
 
 
 class TrackingError(ValueError):
@@ -71,22 +74,6 @@ def _new_run_id() -> str:
     """A wandb-style run id: 8 lowercase letters and digits."""
     alphabet = string.ascii_lowercase + string.digits
     return "".join(secrets.choice(alphabet) for _ in range(8))
-
-
-@contextlib.contextmanager
-def _home_dirs_in(root: Path) -> Iterator[None]:
-    """Points wandb's cache, config and data dirs into ``root`` while wandb starts (its service
-    reads them then), unless the user chose them; restores the environment after."""
-    saved = {key: os.environ.get(key) for key in _HOME_DIRS}
-    for key, name in _HOME_DIRS.items():
-        if saved[key] is None:
-            os.environ[key] = str(root / name)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
 
 
 @contextlib.contextmanager
@@ -129,7 +116,9 @@ class WandbTracker:
                 run_id = _new_run_id()
                 write_text_atomic(id_path, run_id + "\n")
         try:
-            with _home_dirs_in(root), _argv_as(provenance.shareable_argv()):
+            # wandb's settings, cache and data dirs are left as the user has them: pointed
+            # into the run dir, a planted settings file chose where the API key goes.
+            with _argv_as(provenance.shareable_argv()):
                 self._run = wandb.init(
                     project=os.environ.get("WANDB_PROJECT", "per-dqn"),
                     dir=str(run_dir),

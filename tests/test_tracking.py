@@ -5,12 +5,18 @@ Weights & Biases in offline mode."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.server
 import json
 import os
 import shlex
+import shutil
 import struct
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -442,6 +448,16 @@ WANDB_DIR_VARIABLES = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WAND
                        "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")  # fmt: skip
 
 
+# wandb's own dirs in a user's HOME (settings, cache, data): wandb's, never the run dir's.
+USER_WANDB_DIRS = {".config/wandb", ".cache/wandb", ".local/share/wandb"}
+
+
+def outside_wandb_dirs(home: Path) -> list[Path]:
+    """The files under ``home`` outside wandb's own dirs."""
+    dirs = [home / name for name in USER_WANDB_DIRS]
+    return [p for p in home.rglob("*") if p.is_file() and not any(d in p.parents for d in dirs)]
+
+
 def cli(args: list[str], env: dict[str, str], cwd: Path, block_wandb: bool = False):
     """The real ``per-dqn`` command in its own process, running this checkout's package; with
     ``block_wandb``, as where wandb is not installed (the import fails)."""
@@ -465,10 +481,11 @@ def settings(overrides: dict) -> list[str]:
 
 @pytest.mark.slow
 def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_its_run(tmp_path):
-    """``train --track wandb`` (offline: no network here), then ``train --resume --steps`` on the
-    same run dir: both processes write to one wandb run id; the config is config.yaml's; logged
-    points equal the event file's at the same env steps; every wandb file is inside the run dir
-    (HOME stays empty)."""
+    """``train --track wandb`` (offline: no network here), then ``train --resume --steps
+    --trust-code`` on the same run dir (a read-back ``run.track`` asks for the opt-in: issue 43,
+    E2): both processes write to one wandb run id; the config is config.yaml's; logged points
+    equal the event file's at the same env steps; every wandb run file is inside the run dir,
+    and wandb's own dirs are the user's (HOME), never the run dir's."""
     home, run_dir = tmp_path / "home", tmp_path / "run"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "WANDB_MODE": "offline"}
@@ -478,9 +495,13 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     first = cli(["train", "-c", "cartpole.yaml", "--run-dir", str(run_dir), "-q", "--track",
                  "wandb", *settings(short)], env, tmp_path)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    second = cli(["train", "--resume", str(run_dir), "--steps", "1500", "-q"], env, tmp_path)
+    resume = ["train", "--resume", str(run_dir), "--steps", "1500", "-q"]
+    refused = cli(resume, env, tmp_path)
+    assert refused.returncode == 2 and "run.track: 'wandb' would send" in refused.stderr
+    second = cli([*resume, "--trust-code"], env, tmp_path)
     assert second.returncode == 0, second.stderr
-    assert list(home.iterdir()) == []
+    assert outside_wandb_dirs(home) == []
+    assert not any((run_dir / "wandb" / name).exists() for name in ("cache", "config", "data"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "run"]
 
     ids, config, points = wandb_history(run_dir)
@@ -533,4 +554,169 @@ def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: run.track: wandb could not start a run: ")
     assert [p.name for p in run_dir.iterdir()] == [rundir.LOCK_FILE]
-    assert list(home.iterdir()) == []
+    assert outside_wandb_dirs(home) == []
+
+
+# --- issue 43, E2: nothing from a run dir configures wandb ----------------------------------------
+
+# What the tests below put in WANDB_API_KEY (wandb wants 40 characters or more before it sends
+# one): never to be seen by a host a run dir names.
+API_KEY = "sentinel43e2" + "0123456789abcdef" * 3
+
+
+@contextlib.contextmanager
+def listener() -> Iterator[tuple[str, list[bytes]]]:
+    """A real HTTP server on 127.0.0.1 (a free port) in a thread: its base URL and the requests
+    it received so far, each as its raw request line, headers and body. Every request gets a
+    401. On leaving, the server is shut down (a request being handled is finished first), so the
+    list is complete; every socket wait is bounded."""
+    received: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 10  # a client that stops sending cannot hold the server
+
+        def answer(self) -> None:
+            length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
+            body = self.rfile.read(length) if length else b""
+            received.append(f"{self.requestline}\r\n{self.headers}".encode() + body)
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_PUT = do_HEAD = do_PATCH = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def wandb_settings(path: Path, base_url: str) -> None:
+    """A wandb settings file (``WANDB_CONFIG_DIR/settings``: INI, a ``[default]`` section) that
+    points wandb at ``base_url``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"[default]\nbase_url = {base_url}\n")
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> Path:
+    """A run stopped at its step-500 checkpoint (run.track none): ``train --resume`` goes on."""
+    run_dir = tmp_path_factory.mktemp("stopped") / "run"
+    overrides = {**SHORT, "train.total_env_steps": 1000}
+    per_dqn.train(
+        "cartpole", overrides=overrides, run_dir=run_dir, callbacks=[StopAtCheckpoint(500)]
+    )
+    return run_dir
+
+
+def planted(stopped: Path, where: Path, base_url: str) -> Path:
+    """A copy of ``stopped`` as a shared dir's could be: ``run.track: wandb`` in its
+    ``config.yaml`` (no checksum) and wandb settings naming ``base_url`` in
+    ``RUN_DIR/wandb/config/settings``, where per-dqn used to point ``WANDB_CONFIG_DIR``."""
+    run_dir = where / "run"
+    shutil.copytree(stopped, run_dir)
+    data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    data["run"]["track"] = "wandb"
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    wandb_settings(run_dir / "wandb" / "config" / "settings", base_url)
+    return run_dir
+
+
+def online_env(home: Path) -> dict[str, str]:
+    """A user's environment with wandb online and an API key: HOME is ``home``, no wandb dir
+    set, no proxy (a request to 127.0.0.1 goes there and nowhere else) and no error reports
+    (wandb's would go to another host)."""
+    env = {**os.environ, "HOME": str(home), "WANDB_MODE": "online", "WANDB_API_KEY": API_KEY,
+           "WANDB_INIT_TIMEOUT": "60", "WANDB_ERROR_REPORTING": "false",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+    for key in (*WANDB_DIR_VARIABLES, "WANDB_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+                "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):  # fmt: skip
+        env.pop(key, None)
+    return env
+
+
+def carries_key(request: bytes) -> bool:
+    """Whether a request holds ``API_KEY``: as it is, or in an ``Authorization`` header's
+    base64 (wandb sends ``Basic base64("api:KEY")``)."""
+    if API_KEY.encode() in request:
+        return True
+    for line in request.splitlines():
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization":
+            token = value.split()[-1] if value.split() else b""
+            with contextlib.suppress(ValueError):
+                if API_KEY.encode() in base64.b64decode(token):
+                    return True
+    return False
+
+
+def assert_none_received(received: list[bytes]) -> None:
+    keyed = sum(carries_key(request) for request in received)
+    assert received == [], f"{len(received)} requests, {keyed} of them with WANDB_API_KEY"
+
+
+def assert_key_in_no_file(root: Path) -> None:
+    for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        assert API_KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_planted_run_track_is_refused_and_no_key_reaches_the_host_its_settings_name(
+    stopped, tmp_path
+):
+    """Issue 43, E2: a run dir with ``run.track: wandb`` in its ``config.yaml`` and
+    ``RUN_DIR/wandb/config/settings`` naming a host started wandb on ``train --resume`` with no
+    opt-in, and wandb, its config dir pointed into the run dir, sent ``WANDB_API_KEY`` to that
+    host. Now the read-back ``run.track`` is refused in one line, exit 2, like code: the host (a
+    listener on 127.0.0.1) receives no request, and the key is written nowhere."""
+    home = tmp_path / "home"
+    with listener() as (planted_url, planted_received), listener() as (own_url, own_received):
+        # The user's own settings name a host of theirs: a wandb started anyway goes nowhere else.
+        wandb_settings(home / ".config" / "wandb" / "settings", own_url)
+        run_dir = planted(stopped, tmp_path, planted_url)
+        done = cli(["train", "--resume", str(run_dir), "-q"], online_env(home), tmp_path)
+    assert_none_received(planted_received)
+    assert_none_received(own_received)  # refused before wandb starts
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: {run_dir / 'config.yaml'}: run.track: 'wandb' would send the run to a tracker's "
+        "service with your credentials, and a run dir read back turns on no tracker; if you "
+        "trust where it came from, pass --trust-code (Python: trust_code=True)"
+    ]
+    assert_key_in_no_file(tmp_path)
+    assert not (run_dir / "checkpoints" / "step_000001000").exists()
+
+
+@pytest.mark.slow
+def test_wandb_reads_the_user_s_own_settings_never_the_run_dir_s(stopped, tmp_path):
+    """Issue 43, E2: with the opt-in (``--trust-code``), the planted run dir's
+    ``wandb/config/settings`` is still not wandb's settings: per-dqn pointed ``WANDB_CONFIG_DIR``
+    into the run dir, so its ``base_url`` got the user's ``WANDB_API_KEY``. Now wandb's settings
+    are the user's own (``~/.config/wandb/settings``, which names a second listener here):
+    wandb goes online to the user's host only, the planted one receives no request, and the
+    run dir holds none of wandb's home dirs."""
+    home = tmp_path / "home"
+    with listener() as (planted_url, planted_received), listener() as (own_url, own_received):
+        wandb_settings(home / ".config" / "wandb" / "settings", own_url)
+        run_dir = planted(stopped, tmp_path, planted_url)
+        done = cli(["train", "--resume", str(run_dir), "-q", "--trust-code"], online_env(home),
+                   tmp_path)  # fmt: skip
+    assert_none_received(planted_received)
+    assert own_received  # wandb did go online, to the user's own host
+    # The user's host answers 401 to everything: wandb cannot start, one line, exit 2.
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: run.track: wandb could not start a run: "
+    ), done.stderr
+    assert str(run_dir / "wandb" / "config") not in done.stderr  # wandb's "Loading settings"
+    assert not any((run_dir / "wandb" / name).exists() for name in ("cache", "data"))
+    assert not (run_dir / "checkpoints" / "step_000001000").exists()

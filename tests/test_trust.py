@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import reseal
+from support import TINY, reseal, sets
 from typer.testing import CliRunner
 
 import per_dqn
@@ -37,6 +37,7 @@ from per_dqn.config import (
     load_config,
     refuse_untrusted_code,
 )
+from per_dqn.config.trust import tracking_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {
@@ -282,6 +283,81 @@ def test_a_config_the_user_passes_is_trusted(tmp_path):
     with pytest.raises(UntrustedCodeError):
         refuse_untrusted_code(own, "x")
     assert code_keys(config) == {}
+
+
+def track_refusal(config_file: Path | str, value: str = "wandb") -> str:
+    return (
+        f"{config_file}: run.track: {value!r} would send the run to a tracker's service with your "
+        "credentials, and a run dir read back turns on no tracker; if you trust where it came "
+        "from, pass --trust-code (Python: trust_code=True)"
+    )
+
+
+def test_a_read_back_run_track_is_refused_where_the_run_trains():
+    """Issue 43, E2: ``run.track`` was not among the keys refused read back, so a run dir's
+    ``config.yaml`` turned wandb on (with the user's API key) for ``train --resume`` and
+    ``per_dqn.resume``, unasked. Now, for a caller that trains (``trains=True``), a tracker
+    other than ``none`` is one more refused key, with the same opt-in as code; ``eval`` and
+    ``load`` start no tracker and do not ask, and consent to a network is not consent to it."""
+    config = load_config(ROOT / "per_dqn" / "configs" / "cartpole.yaml")
+    tracked = config.model_copy(update={"run": config.run.model_copy(update={"track": "wandb"})})
+    assert tracking_keys(tracked) == {"run.track": "wandb"} and tracking_keys(config) == {}
+    assert code_keys(tracked) == {}
+    refuse_untrusted_code(config, "x", trains=True)
+    refuse_untrusted_code(tracked, "x")  # eval, load
+    refuse_untrusted_code(tracked, "x", trains=True, trust_code=True)
+    for allowed in ((), ("agent.network",)):
+        with pytest.raises(UntrustedCodeError) as caught:
+            refuse_untrusted_code(tracked, "x/config.yaml", trains=True, allowed=allowed)
+        assert caught.value.problems == [track_refusal("x/config.yaml")]
+    both = tracked.model_copy(update={"agent": tracked.agent.model_copy(update={"network": "m:f"})})
+    with pytest.raises(UntrustedCodeError) as caught:
+        refuse_untrusted_code(both, "c", trains=True)
+    assert caught.value.problems == [refusal(Path("c"), "agent.network", "m:f"), track_refusal("c")]
+
+
+def test_resume_refuses_a_planted_run_track_and_load_plays_it(trained, tmp_path, monkeypatch):
+    """Issue 43, E2, through the API: ``per_dqn.resume`` of a run dir whose ``config.yaml`` says
+    ``run.track: wandb`` (planted) raises before anything is built or written, even when the
+    user passes the run's own network (consent to that import only); ``per_dqn.load`` of the
+    same dir starts no tracker and loads."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # a wandb started anyway stays off the network
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained[0], run_dir)
+    edit_configs(run_dir, "run", "track", "wandb")
+    monkeypatch.syspath_prepend(str(trained[0].parent / "own"))
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    with pytest.raises(UntrustedCodeError) as caught:
+        per_dqn.resume(run_dir, steps=900, network=trained[1])
+    assert str(caught.value) == track_refusal(run_dir / "config.yaml")
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+    assert not (run_dir / "wandb").exists()
+    policy = per_dqn.load(run_dir, network=trained[1])
+    assert policy.config.run.track == "wandb" and policy.env_steps == 600
+    assert not (run_dir / "wandb").exists()
+
+
+def test_an_ablate_re_run_takes_no_tracker_from_its_run_dirs(tmp_path, monkeypatch):
+    """Issue 43, E2, for ``ablate``: a sweep's runs are built from the user's ``--config``, never
+    from what the sweep dir holds, so a ``run.track: wandb`` planted in an unfinished run's
+    ``config.yaml`` (and its checkpoint's, re-signed) cannot turn wandb on in a re-run of the
+    same command: the run dir is refused as holding another config, in one line, exit 2, before
+    anything starts."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # a wandb started anyway stays off the network
+    out = tmp_path / "sweep"
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1", "--steps",
+            "600", "--workers", "1", "--out", str(out), *sets(*TINY),
+            "--set", "checkpoint.interval_steps=300"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    run_dir = out / "uniform" / "s0"
+    (run_dir / "summary.json").unlink()  # unfinished: a re-run would resume it
+    edit_configs(run_dir, "run", "track", "wandb")
+    done = runner.invoke(app, args)
+    assert done.exit_code == 2, done.output
+    (line,) = done.output.strip().splitlines()
+    assert line.startswith(f"error: sweep dir {out}: run dir uniform/s0 holds a run of another ")
+    assert "run.track: wandb -> none" in line
+    assert not (run_dir / "wandb").exists() and not (run_dir / "summary.json").exists()
 
 
 # Every string key of the config that names no code, by name: a new string key must be added

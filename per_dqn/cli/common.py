@@ -73,7 +73,8 @@ TrustCodeOption = Annotated[
     typer.Option(
         "--trust-code",
         help="Allow what the run dir's config.yaml names as code (a network factory "
-        "package.module:factory, an env id module:Env-v1) to be imported and run; refused "
+        "package.module:factory, an env id module:Env-v1) to be imported and run, and, on "
+        "--resume, the tracker its run.track turns on (wandb, with your credentials); refused "
         "without it, as a run dir is data. Only for a run dir whose origin you trust; never "
         "stored.",
     ),
