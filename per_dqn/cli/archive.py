@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from per_dqn.cli.common import EXIT_WRITE_FAILED, fail
+from per_dqn.cli.common import EXIT_WRITE_FAILED, fail, printable
 
 app = typer.Typer()
 
@@ -28,7 +28,7 @@ def archive(
     except ValueError as exc:
         fail([str(exc)])
     except OSError as exc:  # fileio.WriteError: disk full, read-only, I/O error
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {printable(str(exc))}", err=True)
         raise typer.Exit(EXIT_WRITE_FAILED) from None
     typer.echo(f"archive: {file} ({count} runs, {file.stat().st_size:,} bytes)")
 
@@ -49,6 +49,8 @@ def unarchive(
     except ValueError as exc:
         fail([str(exc)])
     except OSError as exc:
-        typer.echo(f"error: {exc.filename or sweep_dir}: {exc.strerror or exc}", err=True)
+        # A member's name is the archive's text: one line, as ``fail`` prints it.
+        where = exc.filename or sweep_dir
+        typer.echo(f"error: {printable(f'{where}: {exc.strerror or exc}')}", err=True)
         raise typer.Exit(EXIT_WRITE_FAILED) from None
     typer.echo(f"unarchive: {sweep_dir} ({count} runs)")

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from per_dqn.config.messages import printable
 from per_dqn.sweeps import stats
 from per_dqn.sweeps.measure import (
     BOOTSTRAP_REPS,
@@ -151,7 +152,7 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
             steps, centre, low, high = curve_band(curves)
             color, style = styles[arm]
             ax.plot(steps, centre, marker="o", markersize=3, color=color, linestyle=style,
-                    label=arm)  # fmt: skip
+                    label=printable(arm))  # fmt: skip
             ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
         threshold = thresholds.get(env)
         if threshold is not None:
@@ -167,7 +168,7 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
 def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
     """A panel of curves against env steps: its env (``runs.env_label``: with its game's release)
     and seeds as the title, its axes, a grid."""
-    ax.set_title(f"{env} ({_seeds_note(counts)})", fontsize="medium")
+    ax.set_title(printable(f"{env} ({_seeds_note(counts)})"), fontsize="medium")
     ax.set_xlabel("env steps")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -198,7 +199,9 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
             centre = values.mean(axis=0)
             spread = values.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(centre)
             color, style = styles[arm]
-            ax.plot(steps, centre, color=color, linestyle=style, label=f"{arm} (this tool)")
+            ax.plot(
+                steps, centre, color=color, linestyle=style, label=printable(f"{arm} (this tool)")
+            )
             ax.fill_between(steps, centre - spread, centre + spread, color=color, alpha=0.2,
                             linewidth=0)  # fmt: skip
         for label in labels:
@@ -207,7 +210,7 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
                 continue
             at, mean, sd = (np.asarray(c, dtype=float) for c in zip(*curve, strict=True))
             color, style = greys[label]
-            ax.plot(at, mean, color=color, linestyle=style, linewidth=1.2, label=label)
+            ax.plot(at, mean, color=color, linestyle=style, linewidth=1.2, label=printable(label))
             ax.fill_between(at, mean - sd, mean + sd, color="grey", alpha=0.15, linewidth=0)
         label = env_label(sweep.runs, env)
         _label_panel(ax, label, counts, "training return, EMA 0.99 (mean over seeds, +-1 sd)")
@@ -244,11 +247,11 @@ def plot_profiles(sweep: SweepRuns, cells: Cells, norm: Normalization):
                 seed=BOOTSTRAP_SEED,
             )  # fmt: skip
             color, style = styles[arm]
-            ax.plot(taus, profile, color=color, linestyle=style, label=arm)
+            ax.plot(taus, profile, color=color, linestyle=style, label=printable(arm))
             ax.fill_between(taus, low, high, color=color, alpha=0.2, linewidth=0)
         games = f"{len(envs)} game{'s' * (len(envs) != 1)}"
         seeds = _seeds_note({arm: m.shape[0] for arm, m in matrices.items()})
-        ax.set_title(f"{label} ({games}; {seeds})", fontsize="medium")
+        ax.set_title(printable(f"{label} ({games}; {seeds})"), fontsize="medium")
         ax.set_xlabel(f"{norm.scale_name} tau")
         ax.set_ylabel("fraction of runs with score > tau")
         ax.set_ylim(-0.02, 1.02)
@@ -279,8 +282,10 @@ def plot_sensitivity(sweep: SweepRuns, measured: Sequence[RunMetrics], keys: Seq
                 above = np.array([i.high for _, i, _ in points]) - centre
                 color, style = styles[series]
                 ax.errorbar(xs, centre, yerr=np.stack((below, above)), marker="o", capsize=3,
-                            color=color, linestyle=style, label=series)  # fmt: skip
-            ax.set_title(f"{env_label(sweep.runs, env)}: {name} against {key}", fontsize="medium")
+                            color=color, linestyle=style, label=printable(series))  # fmt: skip
+            ax.set_title(
+                printable(f"{env_label(sweep.runs, env)}: {name} against {key}"), fontsize="medium"
+            )
             ax.set_xlabel(key)
             ax.set_ylabel(f"{name} (IQM over seeds, 95% CI)")
             ax.grid(alpha=0.3)

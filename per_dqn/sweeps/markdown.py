@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn import atari_scores
+from per_dqn.config.messages import printable
 from per_dqn.sweeps.figures import (
     CURVES_FILE,
     CURVES_SVG,
@@ -93,6 +94,18 @@ def scores_csv(measured: Sequence[RunMetrics]) -> str:
              _blank(r.train_ema), _blank(r.train_last100)]
         )  # fmt: skip
     return buffer.getvalue()
+
+
+def cell(text: object) -> str:
+    """``text`` as one markdown table cell: its control characters escaped (``printable``) and
+    each ``|`` as ``\\|``, so that a name read from the sweep dir (an arm's, an env id's, a run
+    dir's) cannot end its row and add one, nor add a column (issue 43, E11)."""
+    return printable(str(text)).replace("|", "\\|")
+
+
+def table_row(cells: Sequence[object]) -> str:
+    """``| a | b |``: one markdown table row of ``cells``, each escaped by ``cell``."""
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
 def _blank(value: float | None) -> str:
@@ -209,7 +222,9 @@ def render_markdown(
         + " is above tau, with 95% stratified bootstrap bands.",
         "",
     ]
-    return "\n".join(lines)
+    # Names come from the sweep dir (arms, env ids, run dirs, skipped files' problems): each
+    # line stays one line, whatever a name holds (issue 43, E11).
+    return "\n".join(printable(line) for line in lines)
 
 
 def _compute_line(sweep: SweepRuns) -> list[str]:
@@ -260,12 +275,12 @@ def _env_table(
             "scores are not all of one game.",
             "",
         ]
-    lines.append("| " + " | ".join(head) + " |")
+    lines.append(table_row(head))
     lines.append("|---|" + "--:|" * (len(head) - 1))
     for arm in sweep.arms:
         runs = cells[(env, arm)]
         if not runs:
-            lines.append("| " + " | ".join([arm, "0"] + ["n/a"] * (len(head) - 2)) + " |")
+            lines.append(table_row([arm, "0"] + ["n/a"] * (len(head) - 2)))
             continue
         row = [arm, str(len(runs))]
         for metric in METRICS:
@@ -281,7 +296,7 @@ def _env_table(
                     else _improvement_cell(by_seed(runs, metric), by_seed(base, metric))
                 )  # fmt: skip
         row.append(is_weight_cell(runs))
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(table_row(row))
     lines.append("")
     lines += few_runs_warning({arm: len(cells[(env, arm)]) for arm in sweep.arms})
     if threshold is not None:
@@ -345,7 +360,7 @@ def _across_games_table(
     head = ["arm", "seeds", "final score IQM", "AUC IQM"]
     if compare:
         head += [f"P(> {versus}), final", f"P(> {versus}), AUC"]
-    lines += ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
+    lines += [table_row(head), "|---|" + "--:|" * (len(head) - 1)]
     for arm in sweep.arms:
         finals = matrices[(arm, "final")]
         row = [arm, str(len(finals))]
@@ -359,7 +374,7 @@ def _across_games_table(
                     "n/a" if base is None
                     else _improvement_cell(matrices[(arm, metric)], matrices[(base, metric)])
                 )  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(table_row(row))
     lines.append("")
     lines += few_runs_warning({arm: len(matrices[(arm, "final")]) for arm in sweep.arms}, "seeds")
     return lines
@@ -378,7 +393,7 @@ def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
     """The runs' training returns as published MinAtar curves measure them, for comparison with
     them (docs/results/literature.md): mean (sd) over seeds."""
 
-    def cell(values: list[float | None]) -> str:
+    def mean_sd(values: list[float | None]) -> str:
         got = [v for v in values if v is not None]
         if not got:
             return "n/a"
@@ -402,10 +417,9 @@ def _training_returns_table(sweep: SweepRuns, cells: Cells) -> list[str]:
             runs = cells[(env, arm)]
             if not runs:
                 continue
-            lines.append(
-                f"| {env} | {arm} | {len(runs)} | {cell([r.train_ema for r in runs])} | "
-                f"{cell([r.train_last100 for r in runs])} |"
-            )
+            ema = mean_sd([r.train_ema for r in runs])
+            last = mean_sd([r.train_last100 for r in runs])
+            lines.append(f"| {cell(env)} | {cell(arm)} | {len(runs)} | {ema} | {last} |")
     lines.append("")
     return lines
 
@@ -414,7 +428,7 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
     """Each env's published values beside the runs' EMA at the same step: the last published
     step within the env's runs (mean (sd) over seeds, and how many)."""
 
-    def cell(mean: float, sd: float | None, n: int | str) -> str:
+    def value_cells(mean: float, sd: float | None, n: int | str) -> str:  # two cells
         return f"{mean:.2f}" + ("" if sd is None else f" ({sd:.2f})") + f" | {n}"
 
     lines = [
@@ -441,16 +455,17 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
         for p in here:
             if p.step == step:
                 seeds = p.seeds if p.seeds is not None else "?"
-                lines.append(f"| {env} | {step:,} | {p.label} (published) | "
-                             f"{p.exploration or 'not given'} | "
-                             f"{cell(p.mean, p.sd, seeds)} |")  # fmt: skip
+                lines.append(f"| {cell(env)} | {step:,} | {cell(p.label)} (published) | "
+                             f"{cell(p.exploration or 'not given')} | "
+                             f"{value_cells(p.mean, p.sd, seeds)} |")  # fmt: skip
         for arm in sweep.arms:
             values = [ema_at(r.run.train_returns, [step])[0] for r in cells[(env, arm)]]
             if values:
                 sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
                 kinds = sorted({r.run.exploration or "not known" for r in cells[(env, arm)]})
-                lines.append(f"| {env} | {step:,} | {arm} | {'; '.join(kinds)} | "
-                             f"{cell(float(np.mean(values)), sd, len(values))} |")  # fmt: skip
+                values_text = value_cells(float(np.mean(values)), sd, len(values))
+                lines.append(f"| {cell(env)} | {step:,} | {cell(arm)} | {cell('; '.join(kinds))} | "
+                             f"{values_text} |")  # fmt: skip
     lines.append("")
     return lines
 
@@ -481,12 +496,12 @@ def _sensitivity_table(sweep: SweepRuns, measured: Sequence[RunMetrics], key: st
         if not finals:
             continue
         lines += [f"### {env_label(sweep.runs, env)}", "",
-                  f"| series | {key} | runs | final score IQM | AUC IQM |",
+                  f"| series | {cell(key)} | runs | final score IQM | AUC IQM |",
                   "|---|--:|--:|--:|--:|"]  # fmt: skip
         for name, points in finals.items():
             auc_at = {x: interval for x, interval, _ in aucs.get(name, [])}
             for x, interval, n in points:
                 auc = auc_at[x].format(1) if x in auc_at else "n/a"
-                lines.append(f"| {name} | {x:g} | {n} | {interval.format(1)} | {auc} |")
+                lines.append(f"| {cell(name)} | {x:g} | {n} | {interval.format(1)} | {auc} |")
         lines.append("")
     return lines

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from per_dqn.fileio import write_bytes_atomic
+from per_dqn.rundir import check_name_lengths
 from per_dqn.sweeps import figures, markdown
 from per_dqn.sweeps.measure import (
     group_cells,
@@ -127,8 +128,11 @@ def write_report(
 
     Raises:
         ValueError: see ``runs.collect`` (no run could be reported included); a threshold for an
-            env the sweep does not have; a baseline that is not one of the sweep's arms.
+            env the sweep does not have; a baseline that is not one of the sweep's arms; a name
+            in ``out`` longer than its filesystem takes (``rundir.check_name_lengths``).
     """
+    # Before any stat of it: a name over NAME_MAX is one line, not an OSError (issue 43, E12).
+    check_name_lengths(out, "sweep dir")
 
     def skipped(entry: Skipped) -> None:
         if warn is not None:

@@ -8,6 +8,9 @@ import csv
 import json
 import math
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,7 @@ from typer.testing import CliRunner
 
 from per_dqn import fileio, metrics, tags
 from per_dqn.cli import app
-from per_dqn.sweeps import figures, markdown, measure, report, runs, stats
+from per_dqn.sweeps import figures, markdown, measure, plan, report, runs, stats
 
 R = report
 runner = CliRunner()
@@ -811,6 +814,125 @@ def test_a_run_outside_or_not_the_one_planned_is_skipped(tmp_path):
     assert [str(s) for s in sweep.skipped] == [
         "uniform/s1/summary.json (a symlink out of the sweep dir)"
     ]
+
+
+# What a terminal acts on (clear the screen) and a forged line, as a name in a sweep dir may hold.
+FORGED = "\x1b[2J\nerror: forged"
+# An arm named in sweep.json with that, and pipes that would end its cell and add a column.
+FORGED_ARM = f"prop | x{FORGED} | 1 |"
+FORGED_RUN_DIR = f"uniform/s1{FORGED}"
+
+
+def make_forged_sweep(out: Path) -> Path:
+    """The cartpole sweep with proportional's arm named ``FORGED_ARM`` in sweep.json, and
+    uniform/s1 moved to ``FORGED_RUN_DIR`` with a damaged summary (a warning names its dir)."""
+    make_cartpole_sweep(out)
+    (out / "uniform/s1").rename(out / FORGED_RUN_DIR)
+    edit_summary(out / FORGED_RUN_DIR, seed=None)
+    record = json.loads((out / "sweep.json").read_text())
+    for planned in record["runs"]:
+        planned["arm"] = FORGED_ARM if planned["arm"] == "proportional" else planned["arm"]
+        if planned["run_dir"] == "uniform/s1":
+            planned["run_dir"] = FORGED_RUN_DIR
+    record["arms"] = [FORGED_ARM if a == "proportional" else a for a in record["arms"]]
+    fileio.write_json(out / "sweep.json", record)
+    return out
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """The tables of ``text`` as GitHub reads them, each a list of rows of cells, header first:
+    after a header row and its ``|---|`` line, every line up to a blank one is a row, with or
+    without a leading ``|`` (so a raw newline in a cell starts a row); cells split at each ``|``
+    without a backslash before it."""
+
+    def cells(row: str) -> list[str]:
+        row = row.strip().removeprefix("|")
+        if row.endswith("|") and not row.endswith("\\|"):
+            row = row[:-1]
+        return [c.strip() for c in re.split(r"(?<!\\)\|", row)]
+
+    lines = re.split(r"\r\n|\r|\n", text)
+    tables = []
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("|") and lines[i + 1].startswith("|---"):
+            rows = [line]
+            for row in lines[i + 2 :]:
+                if not row.strip():
+                    break
+                rows.append(row)
+            tables.append([cells(row) for row in rows])
+    return tables
+
+
+def test_a_run_dir_s_name_cannot_clear_the_screen_or_forge_a_line_in_a_warning(tmp_path):
+    """issue 43, E11: ``report``'s warnings printed a run dir's name as the sweep dir holds it,
+    raw on the terminal: ``\x1b[2J`` cleared the screen and a newline started a forged
+    ``error:`` line. Now each warning is one line, its control characters escaped as ``fail``
+    escapes them (``printable``); so are Python's warnings (matplotlib's for a glyph its font
+    lacks quotes the arm name's ESC), which ``CliRunner`` under pytest would not show: a real
+    process."""
+    out = make_forged_sweep(tmp_path / "sweep")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONWARNINGS": "default"}
+    done = subprocess.run([sys.executable, "-m", "per_dqn.cli", "report", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("error: forged")], lines
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert len(warnings) == 1, lines
+    shown = "uniform/s1\\x1b[2J\\nerror: forged/summary.json"
+    assert warnings[0].startswith(f"warning: {out}/{shown}: "), warnings
+    assert warnings[0].endswith("; run skipped")
+
+
+def test_an_arm_s_name_cannot_add_a_row_or_a_column_to_report_md(tmp_path):
+    """issue 43, E11: an arm named in sweep.json with a newline broke report.md's tables (the
+    text after it a row of its own), and a ``|`` in it a column more. Now every cell is
+    escaped: control characters as ``printable`` does, ``|`` as ``\\|``; and no line of
+    report.md holds a raw control character."""
+    out = make_forged_sweep(tmp_path / "sweep")
+    report.write_report(out)
+    text = (out / "report.md").read_text()
+    assert "\x1b" not in text
+    assert not [line for line in text.splitlines() if "error: forged" in line.partition("\\n")[0]]
+    tables = markdown_tables(text)
+    for table in tables:
+        assert {len(row) for row in table} == {len(table[0])}, table
+    arm = "prop \\| x\\x1b[2J\\nerror: forged \\| 1 \\|"
+    (scores,) = [t for t in tables if t[0][:2] == ["arm", "runs"]]
+    assert [row[0] for row in scores[1:]] == ["uniform", arm, "rank"]
+    (training,) = [t for t in tables if t[0][:2] == ["env", "arm"]]
+    assert [row[1] for row in training[1:]] == ["uniform", arm]
+    assert [row[2] for row in training[1:]] == ["3", "4"]
+    assert f"- Arms: uniform, {arm.replace(chr(92) + '|', '|')}, rank; seeds" in text
+
+
+def test_ablate_prints_the_report_s_warnings_escaped_as_report_does(workdir):
+    """issue 43, E11: ``ablate`` prints the same skip warnings as ``report`` once its runs are
+    done, and printed them raw too: an ``ablate`` re-run of a finished sweep whose sweep.json
+    (a shared dir's) lists a run dir named with ``\x1b[2J`` and a newline cleared the screen
+    and forged an ``error:`` line. Now they are escaped as ``report``'s are."""
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0, 1], 3000, [], Path("sw"))
+    sweep.out.mkdir()
+    curve = [(1000, 1.0), (2000, 2.0), (3000, 3.0)]
+    for job in sweep.jobs:
+        fake_run(sweep.out, job.run_dir, "CartPole-v1", "uniform", job.seed, 100.0, curve)
+    fake_run(sweep.out, FORGED_RUN_DIR, "CartPole-v1", "uniform", 9, 1.0, curve)
+    edit_summary(sweep.out / FORGED_RUN_DIR, seed=None)  # damaged: a warning names its dir
+    record = sweep.record
+    record["runs"].append({**record["runs"][0], "seed": 9, "run_dir": FORGED_RUN_DIR})
+    fileio.write_json(sweep.out / "sweep.json", record)
+    result = runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds",
+                                 "2", "--steps", "3000", "--out", "sw"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("sweep sw: 2 runs, 2 finished, 0 to run\nreport: ")
+    # click drops an ANSI sequence off a terminal (not on one): the escaped text is what tells.
+    assert "\x1b" not in result.stderr
+    (line,) = result.stderr.splitlines()  # no forged line
+    assert line.startswith("warning: sw/uniform/s1\\x1b[2J\\nerror: forged/summary.json: ")
+    assert line.endswith("; run skipped")
 
 
 # --- a real sweep ---------------------------------------------------------------------------------
