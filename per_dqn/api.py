@@ -49,6 +49,7 @@ from per_dqn.config import (
     resolve_config_path,
 )
 from per_dqn.console import EvalDisplay
+from per_dqn.evaluate import read_run_config
 from per_dqn.families import ignored_env_keys
 from per_dqn.families import of as _family_of
 from per_dqn.fileio import WriteError, inside
@@ -440,7 +441,7 @@ def prepare_resume(
         raise ValueError(f"{run_dir}: nothing to resume from: {why}")
     at = found.manifest["env_steps"]
     overrides = [] if steps is None else [Override("train.total_env_steps", steps, "--steps")]
-    cfg = load_config(config_path, overrides, display_name=str(config_path))
+    cfg = read_run_config(config_path, overrides)
     # A run dir is data: nothing it names is imported, and no tracker it names is started (wandb
     # would send the run with the user's credentials: issue 43, E2), unless the user allows it.
     check_run_code(cfg, str(config_path), trust_code=trust_code, network=network, trains=True)

@@ -743,10 +743,10 @@ def save_tree(npz_path: Path, json_path: Path, tree: Any) -> None:
 def load_tree(npz_path: Path, json_path: Path) -> Any:
     """Reads what ``save_tree`` wrote; an npz that holds pickled objects is refused
     (``ValueError``), never unpickled."""
-    skeleton = json.loads(json_path.read_text(encoding="utf-8"))
+    skeleton = readback.read_bytes(json_path.parent, json_path.name, readback.KINDS["tree"])
     with np.load(npz_path, allow_pickle=False) as data:
         arrays = {key: data[key] for key in data.files}
-    return _join(skeleton, arrays)
+    return _join(readback.parse_json(skeleton, json_path, readback.KINDS["tree"]), arrays)
 
 
 def _split(node: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
@@ -1021,21 +1021,36 @@ def check_owner(path: Path, manifest: Mapping[str, Any], run_dir: Path | None) -
     """Refuses a checkpoint of another run than ``run_dir``'s (a step dir copied in from run B
     into run A): its manifest's run id must be the one ``run_dir``'s ``run.json`` holds.
 
-    A checkpoint without a run id (written before run ids) is legacy and is not checked, nor is
-    one outside any run dir (``run_dir`` None: a checkpoint dir evaluated on its own).
+    A checkpoint without a run id is legacy (written before run ids) and is read unchecked only
+    where that is what it can be: in a run dir without ``run.json`` (one from before run ids),
+    or in one whose ``run.json`` records its id-less checkpoints (``rundir.LEGACY_KEY``: the run
+    dir got its id when it was resumed) at this step or below. Elsewhere, in a run dir that has
+    an id, it is refused (issue 43: a checkpoint stripped of its run id and re-signed was read
+    unchecked). A checkpoint outside any run dir (``run_dir`` None: a checkpoint dir evaluated
+    on its own) is not checked.
 
     Raises:
-        CheckpointError: the ids differ, the checkpoint has one and ``run_dir`` none, or
-            ``run_dir``'s ``run.json`` cannot be read; one line naming both.
+        CheckpointError: the ids differ, the checkpoint has one and ``run_dir`` none, it has none
+            and ``run_dir`` one that does not record it as legacy, or ``run_dir``'s ``run.json``
+            cannot be read; one line naming both.
     """
     if run_dir is None:
         return
     try:
-        ours = rundir.read_run_id(run_dir)
+        ours, legacy = rundir.read_run_record(run_dir)
     except rundir.RunDirError as exc:
         raise CheckpointError(str(exc)) from None
     theirs = manifest.get(RUN_ID_KEY)
-    if theirs is not None and theirs != ours:
+    if theirs is None:
+        step = manifest.get("env_steps")
+        if ours is not None and (legacy is None or not isinstance(step, int) or step > legacy):
+            raise CheckpointError(
+                f"{path}: a checkpoint without a run id, but its run dir {run_dir} is run {ours}, "
+                "whose checkpoints carry it; refused: a checkpoint stripped of its run id is not "
+                "this run's"
+            )
+        return
+    if theirs != ours:
         mine = f"is run {ours}" if ours is not None else f"records none (no {rundir.RUN_FILE})"
         raise CheckpointError(
             f"{path}: a checkpoint of run {theirs}, but its run dir {run_dir} {mine}; refused: "

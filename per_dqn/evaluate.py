@@ -28,7 +28,7 @@ is always built exactly as training built it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,14 @@ import numpy as np
 from per_dqn import checkpoint as ckpt
 from per_dqn import readback
 from per_dqn.asking import ACT, Request, serve
-from per_dqn.config import Config, ConfigError, load_config, parse_yaml, validate_config
+from per_dqn.config import (
+    Config,
+    ConfigError,
+    Override,
+    config_from_data,
+    parse_yaml,
+    validate_config,
+)
 from per_dqn.fileio import inside
 from per_dqn.seeding import RunSeeds
 from per_dqn.video import write_gif
@@ -78,9 +85,24 @@ class Source:
     warnings: list[str] = field(default_factory=list)
 
 
+def read_run_config(path: Path, overrides: Sequence[Override] = ()) -> Config:
+    """A run dir's ``config.yaml`` (``path``), read back through ``readback`` (a FIFO, a link
+    out of the run dir or an oversized file is refused unread), overridden and validated.
+
+    Raises:
+        ConfigError: it cannot be read, or is not a valid config; one line per problem.
+    """
+    try:
+        text = readback.read_text(path.parent, path.name, readback.KINDS["config"])
+    except readback.ReadBackError as exc:
+        raise ConfigError([f"{path}: no such config file" if exc.missing else str(exc)]) from None
+    label = str(path)
+    return config_from_data(parse_yaml(text, label), label, overrides)
+
+
 def _config(path: Path) -> Config:
     try:
-        return load_config(path)
+        return read_run_config(path)
     except ConfigError as exc:
         raise ValueError("; ".join(exc.problems)) from None
 

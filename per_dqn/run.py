@@ -343,8 +343,11 @@ class Trainer:
             with writing(run_dir / "config.yaml"):
                 run_dir.mkdir(parents=True, exist_ok=True)
                 write_text_atomic(run_dir / "config.yaml", config_yaml)
-            # A new run's id, or the resumed run dir's (one from before run ids gets one now).
-            self.run_id = ensure_run_id(run_dir)
+            # A new run's id, or the resumed run dir's (one from before run ids gets one now, and
+            # records its id-less checkpoints as legacy).
+            legacy = [ckpt.checkpoint_step(p) for p in ckpt.list_checkpoints(
+                ckpt.checkpoints_dir(run_dir))] if not fresh else []  # fmt: skip
+            self.run_id = ensure_run_id(run_dir, max(legacy, default=None))
             start_steps = self._resumed_from or 0
             # The checkpoint was written after every point of its step was logged.
             logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)

@@ -41,6 +41,8 @@ SWEEP_FILE = "sweep.json"
 # A run's identity (see the module docstring): ``{"run_id": "<32 hex digits>"}``.
 RUN_FILE = "run.json"
 RUN_ID_KEY = "run_id"
+# In ``run.json`` of a run dir that had checkpoints before it got its id: the newest of them.
+LEGACY_KEY = "legacy_through"
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -328,12 +330,23 @@ def read_run_id(run_dir: Path) -> str | None:
         RunDirError: ``run.json`` leads outside the run dir, is not a regular file, or holds no
             run id (one line naming it).
     """
+    return read_run_record(run_dir)[0]
+
+
+def read_run_record(run_dir: Path) -> tuple[str | None, int | None]:
+    """The run's id and, for a run dir that had checkpoints before it got its id (one from
+    before run ids, resumed since), the env step up to which its checkpoints carry none
+    (``LEGACY_KEY``); ``(None, None)`` for a run dir written before run ids.
+
+    Raises:
+        RunDirError: as ``read_run_id``, or a ``LEGACY_KEY`` that is not a step.
+    """
     path = inside(run_dir, RUN_FILE, RunDirError)
     try:
         record = readback.read_json(run_dir, RUN_FILE, readback.KINDS["run"])
     except readback.ReadBackError as exc:
         if exc.missing:
-            return None
+            return None, None
         if exc.reason in ("syntax", "deep"):
             record = None
         else:
@@ -341,13 +354,18 @@ def read_run_id(run_dir: Path) -> str | None:
     run_id = record.get(RUN_ID_KEY) if isinstance(record, dict) else None
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise RunDirError(f"{path}: holds no run id ({RUN_ID_KEY!r}: 32 hex digits)")
-    return run_id
+    legacy = record.get(LEGACY_KEY)
+    if legacy is not None and (type(legacy) is not int or legacy < 0):
+        raise RunDirError(f"{path}: {LEGACY_KEY} {legacy!r} is not an env step")
+    return run_id, legacy
 
 
-def ensure_run_id(run_dir: Path) -> str:
+def ensure_run_id(run_dir: Path, legacy_through: int | None = None) -> str:
     """The run's id: the one its ``run.json`` holds, else a new one (``uuid4``), written there
     first. A run dir from before run ids gets one on its first write after this change; its old
-    checkpoints, which carry none, stay readable and unchecked.
+    checkpoints carry none, and ``legacy_through`` (the newest of them, given by the caller) is
+    recorded beside the id (``LEGACY_KEY``), so that they, and no checkpoint without an id
+    written since, stay readable (``checkpoint.check_owner``).
 
     Raises:
         RunDirError: as ``read_run_id``.
@@ -356,5 +374,8 @@ def ensure_run_id(run_dir: Path) -> str:
     run_id = read_run_id(run_dir)
     if run_id is None:
         run_id = uuid.uuid4().hex
-        write_json(inside(run_dir, RUN_FILE, RunDirError), {RUN_ID_KEY: run_id})
+        record: dict[str, object] = {RUN_ID_KEY: run_id}
+        if legacy_through is not None:
+            record[LEGACY_KEY] = legacy_through
+        write_json(inside(run_dir, RUN_FILE, RunDirError), record)
     return run_id

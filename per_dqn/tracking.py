@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance
+from per_dqn import provenance, readback
 from per_dqn.fileio import inside, write_text_atomic, writing
 
 # How to get the extra, for the one-line refusal.
@@ -44,6 +44,7 @@ INSTALL_HINT = (
     "pip install 'per-dqn[wandb]' (in a checkout: .venv/bin/python -m pip install -e '.[wandb]')"
 )
 RUN_ID_FILE = "per-dqn-run-id"
+_ID_ALPHABET = string.ascii_lowercase + string.digits
 # The step metric every logged value is plotted against.
 STEP_METRIC = "env_steps"
 
@@ -72,8 +73,7 @@ def check_available(track: str) -> None:
 
 def _new_run_id() -> str:
     """A wandb-style run id: 8 lowercase letters and digits."""
-    alphabet = string.ascii_lowercase + string.digits
-    return "".join(secrets.choice(alphabet) for _ in range(8))
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
 
 
 @contextlib.contextmanager
@@ -85,6 +85,16 @@ def _argv_as(argv: list[str]) -> Iterator[None]:
         yield
     finally:
         sys.argv = saved
+
+
+def _recorded_run_id(root: Path) -> str | None:
+    """The wandb run id a run dir records (``RUN_ID_FILE``), read back through ``readback``
+    (a FIFO or a link out is no id); None where there is none or it is not one."""
+    try:
+        text = readback.read_text(root, RUN_ID_FILE, readback.KINDS["run"]).strip()
+    except readback.ReadBackError:
+        return None
+    return text if text and all(c in _ID_ALPHABET for c in text) else None
 
 
 class WandbTracker:
@@ -109,7 +119,7 @@ class WandbTracker:
         root = inside(run_dir, "wandb", TrackingError)  # a link out of the run dir is refused
         made = not root.exists()
         id_path = root / RUN_ID_FILE
-        run_id = id_path.read_text().strip() if resume and id_path.is_file() else None
+        run_id = _recorded_run_id(root) if resume else None
         with writing(id_path):
             root.mkdir(parents=True, exist_ok=True)
             if run_id is None:

@@ -328,3 +328,28 @@ def _leaf(tree, dotted: str):
     for part in dotted.split("."):
         node = node[int(part)] if isinstance(node, list) else node[part]
     return node
+
+
+@pytest.mark.parametrize("how", ["removed", "null"])
+def test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused(copy, how):
+    """Issue 43, the documented limit decided: a checkpoint whose manifest's run id was removed
+    (or set to null) and the manifest re-signed was read unchecked, as one from before run ids,
+    by ``eval`` and ``--resume`` (the fuzz harness counted it as using a damaged checkpoint). In
+    a run dir that has an id, whose checkpoints all carry it, it is now refused as one copied
+    from another run is: one line, exit 2."""
+    path = newest(copy)
+    manifest = json.loads((path / "manifest.json").read_text())
+    if how == "removed":
+        del manifest["run_id"]
+    else:
+        manifest["run_id"] = None
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path)
+    with pytest.raises(ckpt.CheckpointError, match="a checkpoint without a run id, but its run"):
+        ckpt.check_owner(path, ckpt.read_manifest(path), copy)
+    result = runner.invoke(app, ["eval", str(path), "--episodes", "1"])
+    assert result.exit_code == 2, result.output
+    assert "stripped of its run id is not this run's" in result.stderr
+    result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
+    assert result.exit_code == 2, result.output
+    assert "a checkpoint without a run id" in result.stderr

@@ -426,7 +426,8 @@ def test_a_checkpoint_with_an_id_in_a_run_dir_without_one_is_refused(two):
 def test_a_checkpoint_from_before_run_ids_resumes_and_the_run_gets_one(tmp_path):
     """Issue 23 item 7: a checkpoint without a run id (format 2, written before run ids) is
     legacy and unchecked: it still resumes exactly (tests/test_resume.py compares the weights),
-    and the run dir gets an id on its first write, which its new checkpoints carry."""
+    and the run dir gets an id on its first write, which its new checkpoints carry, with the
+    newest id-less step beside it, so that the old checkpoints stay readable there."""
     run_dir = Path(shutil.copytree(FORMAT_2_RUN, tmp_path / "run"))
     assert not (run_dir / rundir.RUN_FILE).exists()
     assert ckpt.RUN_ID_KEY not in manifest_of(run_dir / "checkpoints/step_000000300")
@@ -434,6 +435,8 @@ def test_a_checkpoint_from_before_run_ids_resumes_and_the_run_gets_one(tmp_path)
     assert result.exit_code == 0, result.output
     newest = manifest_of(run_dir / "checkpoints/step_000000600")
     assert newest[ckpt.RUN_ID_KEY] == run_id(run_dir)
+    # Its id-less checkpoints are recorded as legacy (issue 43): the only id-less ones it reads.
+    assert rundir.read_run_record(run_dir) == (run_id(run_dir), 300)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a legacy checkpoint plays without a word
         per_dqn.load(run_dir / "checkpoints/step_000000300")

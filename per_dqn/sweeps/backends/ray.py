@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance
+from per_dqn import provenance, readback
 from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
 from per_dqn.sweeps.job import (
@@ -658,9 +658,9 @@ def _alive(pid: int, start: str) -> bool:
 
 def _read_marker(path: str) -> str | None:
     """The storage check's task: the marker's text, or None where this node cannot read it."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError:
+    try:  # a FIFO planted in its place must not block the task (``readback``)
+        return readback.read_text(Path(path).parent, Path(path).name, readback.KINDS["text"])
+    except readback.ReadBackError:
         return None
 
 
