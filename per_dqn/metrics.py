@@ -206,10 +206,12 @@ def _wait_for_a_later_event_file_name(run_dir: Path) -> None:
     text) could put a resumed run's file before the file it continues, and the purge would then
     hit the wrong points. A resume costs at most one second here.
     """
-    newest = 0
+    newest, now = 0, time.time()
     for path in run_dir.glob("events.out.tfevents.*"):
         stamp = path.name.split(".")[3]
-        if stamp.isdigit():
+        # A name stamped in the future was not written by a run here (a run dir read back may
+        # hold anything): waiting for it would hang the resume.
+        if stamp.isdigit() and int(stamp) <= now + 1:
             newest = max(newest, int(stamp))
     while time.time() < newest + 1:
         time.sleep(0.05)

@@ -58,6 +58,8 @@ def fuzz(examples: int) -> settings:
         derandomize=CI,
         database=None if CI else settings.default.database,
         phases=[p for p in Phase if p is not Phase.explain],  # minutes on a failing run-dir case
+        # A failing case prints the blob that replays it exactly (``@reproduce_failure``).
+        print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                HealthCheck.large_base_example, HealthCheck.filter_too_much],
     )  # fmt: skip
@@ -902,5 +904,127 @@ def test_a_damaged_run_dir_is_refused_or_used_with_a_warning(
             assert after[part] == around[part], f"{part} changed"
     except AssertionError as exc:
         raise AssertionError(f"{note}: {exc}") from exc
+    finally:
+        shutil.rmtree(ex)
+
+
+# --- sweep dirs (issue 43) ------------------------------------------------------------------------
+
+SWEEP_ARGS = ["-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "1", "--steps", "400",
+              "--workers", "1", *(a for k, v in RUN.items() if k != "train.total_env_steps"
+                                  for a in ("--set", f"{k}={json.dumps(v)}"))]  # fmt: skip
+# What report, an ablate re-run, archive and ablate --reuse read of a sweep dir.
+SWEEP_TARGETS = ["sweep.json", "uniform", "uniform/s0", "uniform/s0/summary.json",
+                 "uniform/s0/config.yaml", "uniform/s0/run.json", "uniform/s0/model.pt",
+                 "uniform/s0/events", "uniform/s0/x.tfevents"]  # fmt: skip
+SWEEP_DAMAGES = ["fifo", "link_out", "link_dev_zero", "link_in", "huge", "deep", "junk",
+                 "field", "delete"]  # fmt: skip
+# A command may grow its peak resident memory by at most this much on any case: a file read
+# whole where it should be refused unread (a 2 GiB sparse one) breaks it.
+MAX_RSS_GROWTH_BYTES = 768 << 20
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory) -> Path:
+    """A finished one-run sweep, made once; every example copies it."""
+    out = tmp_path_factory.mktemp("fuzz-sweep") / "sweep"
+    result = runner.invoke(app, ["ablate", *SWEEP_ARGS, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def damage_sweep(sweep: Path, outside: Path, target: str, how: str, value) -> str:
+    """Puts ``how`` in place of ``target`` under ``sweep``; returns what it did, in words."""
+    path = sweep / target
+    if target.endswith("/events"):
+        path = next(path.parent.glob("events.out.tfevents.*"), path)
+    if os.path.lexists(path):
+        remove(path)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "link_out":
+        path.symlink_to(outside / "secret.txt")
+    elif how == "link_dev_zero":
+        path.symlink_to("/dev/zero")
+    elif how == "link_in":
+        path.symlink_to(sweep / "sweep.json")
+    elif how == "huge":  # sparse: what is read of it, not the disk, is what costs
+        with open(path, "wb") as file:
+            file.truncate(2 << 30)
+    elif how == "deep":
+        path.write_text("[" * 5000 + "]" * 5000)
+    elif how == "junk":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif how == "field":  # a JSON file with one field of another shape
+        was = sweep.parent / "pristine" / target
+        try:
+            record = json.loads(was.read_bytes()) if was.is_file() else {}
+        except ValueError:
+            record = {}
+        if not isinstance(record, dict) or not record:
+            path.write_text(json.dumps(value))
+        else:
+            key = sorted(record)[len(str(value)) % len(record)]
+            record[key] = value
+            path.write_text(json.dumps(record))
+    return f"{target}: {how}"
+
+
+def peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@pytest.mark.slow
+@fuzz(examples=12)
+@given(
+    what=st.lists(
+        st.tuples(st.sampled_from(SWEEP_TARGETS), st.sampled_from(SWEEP_DAMAGES), json_values),
+        min_size=1,
+        max_size=2,
+    ),
+    command=st.sampled_from(["report", "ablate", "archive", "reuse"]),
+)
+def test_a_damaged_sweep_dir_is_refused_or_read_as_far_as_it_can_be(
+    finished_sweep, tmp_path_factory, what, command
+):
+    """Issue 43: a copy of a finished sweep, a file or dir of it replaced at random by a FIFO, a
+    link (out, to /dev/zero, inside), a 2 GiB sparse file, JSON nested 5,000 deep, junk or a
+    record with a field of another shape, through ``report``, the ``ablate`` re-run, ``archive``
+    and ``ablate --reuse``: no traceback, no hang (a time limit), no file read whole past its
+    cap (the peak resident memory grows by at most ``MAX_RSS_GROWTH_BYTES``), exit 0-3 with
+    ``error:``/``warning:`` lines, and nothing outside the sweep dir changed or deleted."""
+    ex = tmp_path_factory.mktemp("fuzz-sweep-damage")
+    sweep, outside, work = ex / "sweep", ex / "outside", ex / "work"
+    shutil.copytree(finished_sweep, sweep, symlinks=True)
+    shutil.copytree(finished_sweep, ex / "pristine", symlinks=True)
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_text("outside\n")
+    work.mkdir()
+    done = [damage_sweep(sweep, outside, *w) for w in what]
+    for _, how, _ in what:
+        event(f"sweep damage: {how}")
+    around = {"outside": snapshot(outside), "pristine": snapshot(ex / "pristine"),
+              "fixture": snapshot(finished_sweep)}  # fmt: skip
+    args = {
+        "report": ["report", str(sweep)],
+        "ablate": ["ablate", *SWEEP_ARGS, "--out", str(sweep)],
+        "archive": ["archive", str(sweep), str(ex / "sweep.tar.xz")],
+        "reuse": ["ablate", *SWEEP_ARGS, "--out", str(ex / "fresh"), "--reuse", str(sweep)],
+    }[command]
+    try:
+        before = peak_rss()
+        result = invoke(args, work, seconds=120)
+        grown = peak_rss() - before
+        check_cli(result, args, {0, 1, 2, 3}, CLI_PREFIXES)
+        event(f"{command}: exit {result.exit_code}")
+        assert grown <= MAX_RSS_GROWTH_BYTES, f"peak RSS grew by {grown:,} bytes"
+        after = {"outside": snapshot(outside), "pristine": snapshot(ex / "pristine"),
+                 "fixture": snapshot(finished_sweep)}  # fmt: skip
+        for part in around:
+            assert after[part] == around[part], f"{part} changed"
+    except AssertionError as exc:
+        raise AssertionError(f"damage: {done}: {exc}") from exc
     finally:
         shutil.rmtree(ex)

@@ -353,3 +353,14 @@ def test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused(copy, how)
     result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
     assert result.exit_code == 2, result.output
     assert "a checkpoint without a run id" in result.stderr
+
+
+def test_an_event_file_stamped_in_the_future_does_not_hold_a_resume(copy):
+    """Found while closing issue 43: a resume waits until its new event file's name sorts after
+    every existing one (``metrics._wait_for_a_later_event_file_name``), reading the unix time in
+    the names found; one planted as ``events.out.tfevents.99999999999...`` held the resume for
+    three thousand years. A stamp from the future is not waited for."""
+    (copy / "events.out.tfevents.99999999999.elsewhere.1.0").write_bytes(b"")
+    with time_limit(120):
+        result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
+    assert result.exit_code == 0, result.output

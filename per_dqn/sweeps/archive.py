@@ -123,7 +123,7 @@ def write_archive(out: Path, dest: Path) -> int:
                     add(f"{rel}/{name}" if rel != "." else name, read(run_dir, name))
             try:
                 scalars = _scalars_csv(run_dir)
-            except runs.EventDataLoss as exc:
+            except (runs.EventDataLoss, runs.EventFileRefused) as exc:
                 raise ValueError(str(exc)) from None
             add(f"{rel}/{SCALARS_FILE}" if rel != "." else SCALARS_FILE, scalars)
     with writing(dest):

@@ -146,6 +146,22 @@ class EventDataLoss(ValueError):
         self.reason = reason
 
 
+class EventFileRefused(ValueError):
+    """A name in a run dir that TensorBoard's reader would open as an event file (any name holding
+    ``tfevents``) but that ``readback`` refuses: a link out of the run dir, a FIFO (TensorBoard's
+    open would block forever), a device, or a file over the event files' size cap.
+
+    Attributes:
+        path: the file.
+        refused: the reader's refusal.
+    """
+
+    def __init__(self, path: Path, refused: readback.ReadBackError) -> None:
+        super().__init__(str(refused))
+        self.path = path
+        self.refused = refused
+
+
 # TensorBoard's event file reader swallows a damaged record (as a partial write it may read in
 # full later) and tells of it only at DEBUG level, on TensorBoard's one logger.
 _TENSORBOARD_LOG = "tensorboard"
@@ -175,7 +191,15 @@ def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[in
     Raises:
         EventDataLoss: an event file holds a record TensorBoard cannot read (truncated, or failing
             its CRC): TensorBoard would show, and this would return, curves cut short there.
+        EventFileRefused: a name TensorBoard would read as an event file is refused by
+            ``readback`` (checked before TensorBoard opens anything: a FIFO hung ``archive``).
     """
+    for name in _names(run_dir):
+        if "tfevents" in name:
+            try:
+                readback.check_file(run_dir, name, readback.KINDS["events"])
+            except readback.ReadBackError as exc:
+                raise EventFileRefused(run_dir / name, exc) from None
     # Imported here: tensorboard takes a second to import and a bad command line must not wait.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -534,6 +558,8 @@ def _read_run(
     }
     try:
         curves = read_curves(run_dir, (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN))
+    except EventFileRefused as exc:  # a link to another run's file, inside the sweep dir
+        raise _damaged(_rel(out, exc.path), exc.refused) from None
     except EventDataLoss as exc:
         raise _Damaged(
             _rel(out, exc.path),

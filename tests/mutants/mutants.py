@@ -205,6 +205,57 @@ MUTANTS: tuple[Mutant, ...] = (
          "test_reuse_takes_no_run_without_weights_or_with_a_key_only_one_side_has",),
         "ablate --reuse takes a run lacking a key the plan sets off its default, or with one more",
     ),
+    Mutant(
+        "readback-follows-out", "per_dqn/readback.py",
+        "if os.path.commonpath([base, target]) != base or target == base:",
+        "if target == base:",
+        ("tests/test_readback.py::test_a_link_out_of_the_dir_is_refused_before_it_is_opened",),
+        "a file read back through a link out of its dir (issue 43: /dev/zero, another run's)",
+    ),
+    Mutant(
+        "json-depth-counts-strings", "per_dqn/readback.py",
+        "for match in _BRACKET.finditer(_JSON_STRING.sub('\"\"', text)):",
+        "for match in _BRACKET.finditer(text):",
+        ("tests/test_readback.py::test_json_depth_matches_the_parsed_value_s_depth",),
+        "brackets inside JSON strings counted as nesting (a valid record refused as too deep)",
+    ),
+    Mutant(
+        "sweep-links-unchecked", "per_dqn/sweeps/plan.py",
+        "    check_run_dir_paths(out, sweep.jobs)\n",
+        "",
+        ("tests/sweeps/test_sweep_dir_trust.py::"
+         "test_a_run_dir_that_is_a_link_is_refused_by_name_and_its_target_kept",),
+        "ablate plans a sweep whose run dir is a link (issue 43, E1: it deleted the link's target)",
+    ),
+    Mutant(
+        "clear-through-link", "per_dqn/sweeps/job.py",
+        "    if run_dir.is_symlink():\n",
+        "    if False:\n",
+        ("tests/sweeps/test_sweep_dir_trust.py::test_clear_run_dir_refuses_a_link_where_it_deletes",),
+        "clear_run_dir deletes through a run dir that is a link",
+    ),
+    Mutant(
+        "checkpoint-reread-by-path", "per_dqn/checkpoint.py",
+        "parts[stem] = load_weights(blob, str(path / name), device)",
+        "parts[stem] = load_weights((path / name).read_bytes(), str(path / name), device)",
+        ("tests/test_readback.py::"
+         "test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped",),
+        "agent.pt opened again by path after it was verified (issue 43, E3: a swap loads)",
+    ),
+    Mutant(
+        "stripped-run-id-read", "per_dqn/checkpoint.py",
+        "if ours is not None and (legacy is None or not isinstance(step, int) or step > legacy):",
+        "if ours is not None and legacy is not None and step > legacy:",
+        ("tests/test_readback.py::test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused",),
+        "a checkpoint stripped of its run id read unchecked in a run dir that has one",
+    ),
+    Mutant(
+        "run-track-trusted", "per_dqn/config/trust.py",
+        "for key, value in (tracking_keys(config) if trains else {}).items()",
+        "for key, value in {}.items()",
+        ("tests/test_trust.py",),
+        "a run dir's run.track starts wandb with the user's key on resume (issue 43, E2)",
+    ),
 )  # fmt: skip
 
 
