@@ -478,11 +478,14 @@ def _open_file(path: Path, name: str, entry: Mapping[str, Any], dir_fd: int,
     return file
 
 
-def _open_dir(path: Path) -> int:
+def _open_dir(path: Path, follow: bool = True) -> int:
     """A descriptor on the checkpoint dir: every file of it is read through this one handle, so
-    a writer that renames it away (or swaps it) meanwhile cannot mix two checkpoints' files."""
+    a writer that renames it away (or swaps it) meanwhile cannot mix two checkpoints' files.
+    ``follow`` False: a step dir found by listing the checkpoints dir, which the writer never
+    makes a link, is not followed if it is one now (swapped since ``inside`` checked it)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(path, flags)
     except FileNotFoundError:
         raise _Missing(f"{path}: no such checkpoint dir") from None
     except OSError as exc:
@@ -497,12 +500,15 @@ def _digest(path: Path, name: str, file: IO[bytes]) -> str:
         raise CheckpointError(f"{path}: unreadable {name} ({_reason(exc)})") from None
 
 
-def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[str, Any]:
+def verify_checkpoint(
+    path: Path, files: Iterable[str] | None = None, follow: bool = True
+) -> dict[str, Any]:
     """Checks a checkpoint's files against its manifest and returns the manifest.
 
     Args:
         path: the checkpoint dir.
         files: check only these (each must be listed); None checks every listed file.
+        follow: False refuses a ``path`` that is a link (``_open_dir``).
 
     Raises:
         FormatError: a checkpoint of another format version.
@@ -510,7 +516,7 @@ def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[st
             file that is missing, unlisted, of another size than listed (truncated) or whose
             SHA-256 differs (corrupted).
     """
-    dir_fd = _open_dir(path)
+    dir_fd = _open_dir(path, follow)
     try:
         manifest = _read_manifest_at(path, dir_fd)
         for name in manifest["files"] if files is None else files:
@@ -522,7 +528,9 @@ def verify_checkpoint(path: Path, files: Iterable[str] | None = None) -> dict[st
     return manifest
 
 
-def read_verified(path: Path, files: Iterable[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+def read_verified(
+    path: Path, files: Iterable[str], follow: bool = True
+) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Reads a checkpoint's manifest and the named files, each once, and checks them.
 
     Everything is read through one handle on the directory, so a writer that renames it away
@@ -536,7 +544,7 @@ def read_verified(path: Path, files: Iterable[str]) -> tuple[dict[str, Any], dic
         FormatError: a checkpoint of another format version.
         CheckpointError: as ``verify_checkpoint``.
     """
-    dir_fd = _open_dir(path)
+    dir_fd = _open_dir(path, follow)
     try:
         inode = os.fstat(dir_fd).st_ino
         manifest = _read_manifest_at(path, dir_fd, inode)
@@ -602,7 +610,7 @@ def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
     candidates = list_checkpoints(root)
     for path in reversed(candidates):
         try:
-            manifest = verify_checkpoint(inside(root, path.name, CheckpointError), files)
+            manifest = verify_checkpoint(inside(root, path.name, CheckpointError), files, False)
         except FormatError:
             raise
         except CheckpointError as exc:
@@ -662,7 +670,9 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
             if path in rejected:
                 continue
             try:
-                manifest, data = read_verified(inside(root, path.name, CheckpointError), files)
+                manifest, data = read_verified(
+                    inside(root, path.name, CheckpointError), files, follow=False
+                )
             except FormatError:
                 raise
             except _Missing as exc:

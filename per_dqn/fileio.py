@@ -8,8 +8,8 @@ disk) into a ``WriteError`` naming it, which the command line prints as one line
 
 A run dir may come from someone else, so what is read from or written under one is first placed
 by ``inside``, the one confinement check: a path that a symbolic link (or ``..``) leads out of the
-dir is refused with one line. ``open_regular`` opens a file for reading only once it is known to
-be a regular file, so a FIFO or a device in a run dir is refused instead of blocking the read.
+dir is refused with one line. Reading what a run dir holds is ``readback``'s: the one bounded
+reader of every file read back.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import errno
 import json
 import os
 import shutil
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,54 +102,6 @@ def inside(
         raise error(f"{path}: leads outside {root} (to {target}); refused: a run dir's paths stay "
                     "inside it")  # fmt: skip
     return path
-
-
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFLNK: "a symbolic link"}  # fmt: skip
-
-
-def open_regular(path: str | Path, *, dir_fd: int | None = None, follow: bool = True) -> int:
-    """A read-only file descriptor on ``path``, once ``fstat`` says it is a regular file.
-
-    It is opened non-blocking, so that a FIFO planted where a file should be is refused at once
-    instead of blocking the read forever; the caller checks the size before reading.
-
-    Args:
-        path: the file (relative to ``dir_fd`` when given).
-        dir_fd: a directory descriptor ``path`` is relative to.
-        follow: False refuses a symbolic link itself (the writer of a checkpoint never makes one).
-
-    Raises:
-        FileNotFoundError: no such file.
-        OSError: it cannot be opened, or is not a regular file (``strerror`` says what it is).
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    if not follow:
-        mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode
-        if stat.S_ISLNK(mode):
-            raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path))
-    fd = os.open(path, flags, dir_fd=dir_fd)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
-        raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
-    return fd
-
-
-def read_regular(path: Path, max_bytes: int | None = None) -> bytes:
-    """A regular file's bytes (see ``open_regular``), refused above ``max_bytes`` (if given).
-
-    Raises:
-        FileNotFoundError: no such file.
-        OSError: it cannot be read, is not a regular file, or is larger than ``max_bytes``.
-    """
-    with os.fdopen(open_regular(path), "rb") as file:
-        data = file.read(-1 if max_bytes is None else max_bytes + 1)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise OSError(errno.EFBIG, f"larger than the {max_bytes:,} bytes allowed", str(path))
-    return data
 
 
 # --- atomic writes --------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ nothing read from one is trusted: not its paths, not its kind of file, not its s
 shape. Every such file goes through ``open_file`` (and its ``read_bytes`` / ``read_json`` forms),
 which:
 
-1. opens it from the dir's own descriptor one path component at a time, each with ``O_NOFOLLOW``:
-   a symbolic link anywhere below the dir is refused, never followed (the tool never writes one,
-   so a link is someone else's, and the file opened is the file checked: no swap between a check
-   and an open);
+1. resolves its path and refuses one that a link (or ``..``) leads out of the dir, then opens
+   the resolved path from the dir's own descriptor one component at a time, each with
+   ``O_NOFOLLOW``: a component swapped for a link since the resolution is refused, never
+   followed, so the file opened is the file checked (a link that stays inside is followed);
 2. checks that it is a regular file (``fstat``; it is opened non-blocking, so a FIFO or a device
    is refused at once instead of blocking the read or never ending);
 3. caps its size by its kind of file (``KINDS``), before a byte of it is read;
@@ -25,7 +25,9 @@ there. Each caller turns it into its own error type (``CheckpointError``, a skip
 
 The root itself is the caller's (``runs/latest`` may be a link): only what lies below it is
 checked. The event files that TensorBoard's own reader opens by path are checked here first
-(``check_file``): a link, a FIFO or an oversized file is refused before TensorBoard sees it.
+(``check_file``): a link out, a FIFO or an oversized file is refused before TensorBoard opens it.
+TensorBoard then opens them by path again: a file swapped in that moment is the one limit left
+(whoever can swap it can write the run's curves anyway).
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ class ReadBackError(ValueError):
 def _parts(relative: str | Path) -> list[str]:
     """``relative``'s components, refused where one leads up or the path is absolute."""
     pure = PurePosixPath(relative)
+    if "\0" in str(relative):
+        raise ReadBackError(printable(str(relative)), "a path holding a NUL byte", reason="outside")
     if pure.is_absolute() or any(part == ".." for part in pure.parts):
         raise ReadBackError(
             relative, "not a path inside its dir (absolute, or through ..)", reason="outside"
@@ -286,11 +290,18 @@ def read_all(file: IO[bytes], kind: Kind, label: str | Path) -> bytes:
     """
     cap = limit(kind)
     try:
-        data = file.read(cap + 1)
+        # Asked for no more than the file holds (plus one byte, to see it grow): a read of the cap
+        # itself reserves that much first (4 GiB for a 1 KB agent.pt, refused under a ulimit).
+        data = file.read(min(cap, os.fstat(file.fileno()).st_size) + 1)
     except OSError as exc:
         raise ReadBackError(
             label, f"cannot read it ({exc.strerror})", reason="unreadable"
         ) from None
+    while len(data) <= cap:  # it grew since its size was read: the rest, to the cap
+        more = file.read(min(cap + 1 - len(data), 1 << 20))
+        if not more:
+            break
+        data += more
     if len(data) > cap:
         raise ReadBackError(
             label, f"grew past the {cap:,} bytes a {kind.name} may have", reason="too_big"
@@ -395,9 +406,10 @@ def walk(
 ) -> Iterator[tuple[Path, list[str], list[str]]]:
     """``(dir, files, others)`` for ``root`` and every dir below it, breadth first, to
     ``max_depth`` levels below ``root``, without recursion and without following a link:
-    ``files`` are the regular files' names, ``others`` the rest that is not a dir (links, FIFOs,
-    devices), each sorted. A link to a dir is not entered. A dir that cannot be listed is
-    yielded empty. ``hidden`` False: dirs whose names start with ``.`` are not entered.
+    ``files`` are the regular files' names, ``others`` the rest that is not a dir entered (links,
+    FIFOs, devices, and the dirs at the depth bound, not entered), each sorted. A link to a dir
+    is not entered. A dir that cannot be listed is yielded empty. ``hidden`` False: dirs whose
+    names start with ``.`` are not entered.
     """
     queue = collections.deque([(Path(root), 0)])
     while queue:
@@ -410,7 +422,9 @@ def walk(
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if depth < max_depth and (hidden or not entry.name.startswith(".")):
+                    if depth >= max_depth:
+                        others.append(entry.name)  # not entered: named, as a link is
+                    elif hidden or not entry.name.startswith("."):
                         queue.append((Path(entry.path), depth + 1))
                 elif entry.is_file(follow_symlinks=False):
                     files.append(entry.name)

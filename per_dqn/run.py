@@ -44,7 +44,7 @@ from per_dqn.metrics import (
 )
 from per_dqn.plan import memory_plan
 from per_dqn.provenance import provenance
-from per_dqn.rundir import display_name, ensure_run_id, sweep_axes
+from per_dqn.rundir import display_name, ensure_run_id, read_run_id, sweep_axes
 from per_dqn.seeding import RunSeeds
 from per_dqn.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
 
@@ -169,6 +169,9 @@ class Trainer:
         # Whose it is, before seconds of loading: a step dir copied in from another run is refused.
         ckpt.check_owner(path, ckpt.read_manifest(path), ckpt.run_dir_of(path))
         checkpoint = ckpt.load_run_checkpoint(path, self.device)
+        # Again on the manifest that was loaded, through the one handle its files were read by:
+        # the step dir could have been swapped since the first look.
+        ckpt.check_owner(path, checkpoint.manifest, ckpt.run_dir_of(path))
         parts = upgrade_parts(checkpoint)
         env_steps = checkpoint.env_steps
         loop = parts.get("loop")
@@ -345,9 +348,11 @@ class Trainer:
                 write_text_atomic(run_dir / "config.yaml", config_yaml)
             # A new run's id, or the resumed run dir's (one from before run ids gets one now, and
             # records its id-less checkpoints as legacy).
-            legacy = [ckpt.checkpoint_step(p) for p in ckpt.list_checkpoints(
-                ckpt.checkpoints_dir(run_dir))] if not fresh else []  # fmt: skip
-            self.run_id = ensure_run_id(run_dir, max(legacy, default=None))
+            legacy = None
+            if not fresh and read_run_id(run_dir) is None:
+                found = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
+                legacy = max((ckpt.checkpoint_step(p) for p in found), default=None)
+            self.run_id = ensure_run_id(run_dir, legacy)
             start_steps = self._resumed_from or 0
             # The checkpoint was written after every point of its step was logged.
             logger = TensorBoardLogger(run_dir, None if fresh else start_steps + 1, mirror=tracker)

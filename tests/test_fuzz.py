@@ -29,6 +29,7 @@ import shutil
 import stat
 import traceback
 import warnings
+import zlib
 from pathlib import Path
 from unittest import mock
 
@@ -936,6 +937,11 @@ def finished_sweep(tmp_path_factory) -> Path:
 def damage_sweep(sweep: Path, outside: Path, target: str, how: str, value) -> str:
     """Puts ``how`` in place of ``target`` under ``sweep``; returns what it did, in words."""
     path = sweep / target
+    for parent in path.relative_to(sweep).parents:  # an earlier damage replaced a dir above it
+        if not os.path.lexists(sweep / parent) or not stat.S_ISDIR(
+            os.lstat(sweep / parent).st_mode
+        ):
+            return ""
     if target.endswith("/events"):
         path = next(path.parent.glob("events.out.tfevents.*"), path)
     if os.path.lexists(path):
@@ -963,9 +969,13 @@ def damage_sweep(sweep: Path, outside: Path, target: str, how: str, value) -> st
             record = {}
         if not isinstance(record, dict) or not record:
             path.write_text(json.dumps(value))
-        else:
-            key = sorted(record)[len(str(value)) % len(record)]
-            record[key] = value
+        else:  # a key picked by the value's digest: set to it, to null, or removed
+            pick = zlib.crc32(json.dumps(value).encode())
+            key = sorted(record)[pick % len(record)]
+            if pick % 3 == 0:
+                del record[key]
+            else:
+                record[key] = None if pick % 3 == 1 else value
             path.write_text(json.dumps(record))
     return f"{target}: {how}"
 
@@ -1002,7 +1012,7 @@ def test_a_damaged_sweep_dir_is_refused_or_read_as_far_as_it_can_be(
     (outside / "dir").mkdir(parents=True)
     (outside / "secret.txt").write_text("outside\n")
     work.mkdir()
-    done = [damage_sweep(sweep, outside, *w) for w in what]
+    done = [d for d in (damage_sweep(sweep, outside, *w) for w in what) if d]
     for _, how, _ in what:
         event(f"sweep damage: {how}")
     around = {"outside": snapshot(outside), "pristine": snapshot(ex / "pristine"),

@@ -128,7 +128,7 @@ def load_config(
     path = Path(path)
     label = display_name or str(path)
     try:
-        with path.open("rb") as file:  # never read whole: a run dir's config.yaml is data
+        with path.open("rb") as file:  # never read whole (a run dir's is read by readback)
             data = file.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError([f"{label}: {_TOO_LARGE}"])

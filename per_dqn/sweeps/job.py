@@ -294,7 +294,13 @@ def _trainer(trainer_class: Any, ckpt: Any, job: Job, run_dir: Path) -> Any:
             trainer.close()  # it may hold part of the checkpoint
             trainer = trainer_class(config, job.config_name)
     if not resumed:
-        clear_run_dir(run_dir)
+        try:
+            # Again where it deletes: a dir on the way swapped for a link since the plan's check.
+            check_run_dir_paths(run_dir.parents[len(Path(job.run_dir).parts) - 1], [job])
+            clear_run_dir(run_dir)
+        except BaseException:
+            trainer.close()
+            raise
     return trainer
 
 

@@ -35,21 +35,30 @@ class SweepRun(_Strict):
 
 class SweepRecord(_Strict):
     """A whole ``sweep.json``. Its runs are checked one by one (``SweepRun``): ``report`` skips
-    a damaged entry and reports the rest, an ``ablate`` re-run refuses the record."""
+    a damaged entry and reports the rest, an ``ablate`` re-run refuses the record.
+
+    A field may be missing (an older record), never null where the code reads a collection:
+    ``FILLED``'s are filled with their empty defaults by ``runs.read_sweep``, the others are read
+    with a default where absent.
+    """
 
     runs: list[Any]
     format: int | None = None
     config: str | None = None
     config_name: str | None = None
-    arms: list[str] | None = None
-    arm_settings: dict[str, dict[str, Any]] | None = None
-    grid: dict[str, list[Any]] | None = None
-    seeds: list[int] | None = None
-    envs: list[str] | None = None
+    arms: list[str] = []
+    arm_settings: dict[str, dict[str, Any]] = {}
+    grid: dict[str, list[Any]] = {}
+    seeds: list[int] = []
+    envs: list[str] = []
     steps: int | None = None
-    overrides: list[str] | None = None
-    axes: list[str] | None = None
+    overrides: list[str] = []
+    axes: list[str] = []
     resolved_config: dict[str, Any] | None = None
-    provenance: dict[str, Any] | None = None
-    grown: list[dict[str, Any]] | None = None
-    reused: list[dict[str, Any]] | None = None
+    provenance: dict[str, Any] = {}
+    grown: list[dict[str, Any]] = []
+    reused: list[dict[str, Any]] = []
+
+
+# The collections the code indexes without a default: absent from a record, they read as empty.
+FILLED = ("arms", "arm_settings", "grid", "seeds", "envs", "overrides")

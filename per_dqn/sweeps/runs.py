@@ -31,7 +31,7 @@ from per_dqn.memory import KINDS
 from per_dqn.metrics import flatten_config
 from per_dqn.rundir import SWEEP_FILE
 from per_dqn.summary import SESSIONS_KEY, read_sessions
-from per_dqn.sweeps.record import SweepRecord
+from per_dqn.sweeps.record import FILLED, SweepRecord
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 SUMMARY_FILE = "summary.json"
@@ -120,10 +120,10 @@ def read_sweep(out: Path) -> dict[str, Any] | None:
     if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
         raise ValueError(f"{out / SWEEP_FILE}: not a sweep record (no list of runs)")
     try:
-        readback.validate(record, SweepRecord, out / SWEEP_FILE)
+        model = readback.validate(record, SweepRecord, out / SWEEP_FILE)
     except readback.ReadBackError as exc:
         raise ValueError(str(exc)) from None
-    return record
+    return {**record, **{key: getattr(model, key) for key in FILLED if key not in record}}
 
 
 def read_curve(run_dir: Path, tag: str = EVAL_RETURN_MEAN) -> list[tuple[int, float]]:
@@ -664,8 +664,11 @@ def _summary_dirs(out: Path) -> list[Path]:
             found.append(directory)
         for name in others:
             link = directory / name
-            if link.is_symlink() and (link / SUMMARY_FILE).exists():
-                found.append(link)
+            try:
+                if link.is_symlink() and (link / SUMMARY_FILE).exists():
+                    found.append(link)
+            except OSError:  # a link to a name too long, a dir without permission: not a run
+                continue
     return sorted(found)
 
 

@@ -282,3 +282,14 @@ def test_report_refuses_arm_settings_that_are_a_list_in_one_line(sweep):
     (sweep / "sweep.json").write_text(json.dumps(record))
     result = runner.invoke(app, ["report", str(sweep)])
     one_error(result, "sweep.json: not a SweepRecord record: arm_settings")
+
+
+def test_a_run_to_reuse_holding_a_deep_nest_is_not_taken(sweep, tmp_path):
+    """Issue 43, E9 (found in review): a finished run dir holding a nest past the walk's depth
+    bound passed the check for links (the walk stopped at 16 levels) and was then copied by the
+    recursive ``shutil.copytree``: a ``RecursionError``. A dir at the bound is named like a link,
+    so the run is not taken, and is run instead."""
+    with nest(sweep / "uniform" / "s0", 1200), time_limit(120):
+        result = runner.invoke(app, ablate_args(tmp_path / "fresh", "--reuse", str(sweep)))
+    assert result.exit_code == 0, result.output
+    assert "1 runs, 0 finished, 1 to run on 1 worker" in result.output, result.output
