@@ -259,14 +259,18 @@ MALFORMED = {
     "arms a string": {"arms": "uniform"},
     "arm_settings a list": {"arm_settings": []},
     "envs of numbers": {"envs": [1]},
+    "arms null": {"arms": None},
+    "seeds null": {"seeds": None},
+    "grid null": {"grid": None},
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_an_ablate_rerun_refuses_a_malformed_record_in_one_line(sweep, case):
     """Issue 43, E10: an ``ablate`` re-run trusted the shape of ``sweep.json``: 7 of 8 malformed
-    records gave a traceback (``"runs": [1]``: a ``TypeError``). Now the record is validated by
-    a strict model (``sweeps.record``) and a bad one is one line naming it, exit 2."""
+    records gave a traceback (``"runs": [1]``: a ``TypeError``; a null list, found in review,
+    too). Now the record is validated by a strict model (``sweeps.record``) and a bad one is one
+    line naming it, exit 2."""
     record = json.loads((sweep / "sweep.json").read_text())
     record.update(MALFORMED[case])
     (sweep / "sweep.json").write_text(json.dumps(record))
@@ -293,3 +297,17 @@ def test_a_run_to_reuse_holding_a_deep_nest_is_not_taken(sweep, tmp_path):
         result = runner.invoke(app, ablate_args(tmp_path / "fresh", "--reuse", str(sweep)))
     assert result.exit_code == 0, result.output
     assert "1 runs, 0 finished, 1 to run on 1 worker" in result.output, result.output
+
+
+def test_a_record_missing_its_lists_is_read_as_empty(sweep):
+    """Issue 43, E10 (found in review): an older record may lack ``arms``, ``seeds``, ``envs``
+    or ``grid``; the re-run merged it with ``old["arms"]``, a ``KeyError``. Absent, they read as
+    empty, and the re-run finds its run finished."""
+    record = json.loads((sweep / "sweep.json").read_text())
+    for key in ("arms", "seeds", "envs", "grid", "arm_settings", "overrides"):
+        del record[key]
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    with time_limit(60):
+        result = runner.invoke(app, ablate_args(sweep))
+    assert result.exit_code == 0, result.output
+    assert "1 runs, 1 finished, 0 to run" in result.output, result.output
