@@ -109,6 +109,12 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return found
 
 
+def assert_unchanged(around: dict, after: dict) -> None:
+    """Each part of ``around`` (snapshots taken before a command) is as ``after`` found it."""
+    for part in around:
+        assert after[part] == around[part], f"{part} changed"
+
+
 def one_line_problems(exc: ConfigError) -> None:
     assert exc.problems, exc
     for problem in exc.problems:  # (the CLI escapes what a terminal would act on: check_cli)
@@ -899,10 +905,9 @@ def test_a_damaged_run_dir_is_refused_or_used_with_a_warning(
             started = next(x for x in result.stderr.splitlines() if x.startswith("resuming "))
             check_choice(step_of(started), damaged, "warning: " in result.stderr, "resume")
 
-        after = {"outside": snapshot(outside), "work": snapshot(work),
-                 "ex": sorted(os.listdir(ex)), "fixture": snapshot(finished_run)}  # fmt: skip
-        for part in around:
-            assert after[part] == around[part], f"{part} changed"
+        assert_unchanged(around, {"outside": snapshot(outside), "work": snapshot(work),
+                                  "ex": sorted(os.listdir(ex)),
+                                  "fixture": snapshot(finished_run)})  # fmt: skip
     except AssertionError as exc:
         raise AssertionError(f"{note}: {exc}") from exc
     finally:
@@ -1030,10 +1035,9 @@ def test_a_damaged_sweep_dir_is_refused_or_read_as_far_as_it_can_be(
         check_cli(result, args, {0, 1, 2, 3}, CLI_PREFIXES)
         event(f"{command}: exit {result.exit_code}")
         assert grown <= MAX_RSS_GROWTH_BYTES, f"peak RSS grew by {grown:,} bytes"
-        after = {"outside": snapshot(outside), "pristine": snapshot(ex / "pristine"),
-                 "fixture": snapshot(finished_sweep)}  # fmt: skip
-        for part in around:
-            assert after[part] == around[part], f"{part} changed"
+        assert_unchanged(around, {"outside": snapshot(outside),
+                                  "pristine": snapshot(ex / "pristine"),
+                                  "fixture": snapshot(finished_sweep)})  # fmt: skip
     except AssertionError as exc:
         raise AssertionError(f"damage: {done}: {exc}") from exc
     finally:
