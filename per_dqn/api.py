@@ -429,7 +429,7 @@ def prepare_resume(
     config_path = inside(run_dir, "config.yaml")
     if not config_path.is_file():
         raise ValueError(f"{run_dir}: not a run dir (no config.yaml)")
-    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir), only=ckpt.TRAINING_FILES)
     for line in found.warnings if warn is not None else ():
         warn(line)
     if found.path is None:

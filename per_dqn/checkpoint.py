@@ -70,7 +70,7 @@ import re
 import shutil
 import stat
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -337,9 +337,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
         os.close(dir_fd)
 
 
-def _read_manifest_at(path: Path, dir_fd: int, inode: int | None = None) -> dict[str, Any]:
+def _read_manifest_at(
+    path: Path, dir_fd: int, inode: int | None = None, only: Collection[str] | None = None
+) -> dict[str, Any]:
     """The manifest of the checkpoint dir open as ``dir_fd`` (``path`` names it), read back
-    through ``readback`` and checked (``_parse_manifest``)."""
+    through ``readback`` and checked (``_parse_manifest``); with ``only``, one listing a file
+    of another name is refused (a training checkpoint's reader: ``TRAINING_FILES``)."""
     try:
         with readback.open_at(dir_fd, MANIFEST_FILE, _MANIFEST_KIND, path / MANIFEST_FILE) as file:
             data = readback.read_all(file, _MANIFEST_KIND, path / MANIFEST_FILE)
@@ -352,7 +355,13 @@ def _read_manifest_at(path: Path, dir_fd: int, inode: int | None = None) -> dict
                 "manifest"
             ) from None
         raise CheckpointError(f"{path}: unreadable {MANIFEST_FILE} ({exc.problem})") from None
-    return _parse_manifest(path, data)
+    manifest = _parse_manifest(path, data)
+    for name in sorted(
+        set(manifest["files"]) - set(only if only is not None else manifest["files"])
+    ):
+        raise CheckpointError(f"{path}: its {MANIFEST_FILE} lists {name}, not a training "
+                              "checkpoint's file; refused")  # fmt: skip
+    return manifest
 
 
 def _reason(exc: OSError) -> str:
@@ -501,7 +510,10 @@ def _digest(path: Path, name: str, file: IO[bytes]) -> str:
 
 
 def verify_checkpoint(
-    path: Path, files: Iterable[str] | None = None, follow: bool = True
+    path: Path,
+    files: Iterable[str] | None = None,
+    follow: bool = True,
+    only: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """Checks a checkpoint's files against its manifest and returns the manifest.
 
@@ -509,6 +521,7 @@ def verify_checkpoint(
         path: the checkpoint dir.
         files: check only these (each must be listed); None checks every listed file.
         follow: False refuses a ``path`` that is a link (``_open_dir``).
+        only: the file names its manifest may list (None: any plain name).
 
     Raises:
         FormatError: a checkpoint of another format version.
@@ -518,7 +531,7 @@ def verify_checkpoint(
     """
     dir_fd = _open_dir(path, follow)
     try:
-        manifest = _read_manifest_at(path, dir_fd)
+        manifest = _read_manifest_at(path, dir_fd, only=only)
         for name in manifest["files"] if files is None else files:
             entry = _entry(path, manifest, name)
             with _open_file(path, name, entry, dir_fd) as file:
@@ -529,7 +542,7 @@ def verify_checkpoint(
 
 
 def read_verified(
-    path: Path, files: Iterable[str], follow: bool = True
+    path: Path, files: Iterable[str], follow: bool = True, only: Collection[str] | None = None
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Reads a checkpoint's manifest and the named files, each once, and checks them.
 
@@ -547,7 +560,7 @@ def read_verified(
     dir_fd = _open_dir(path, follow)
     try:
         inode = os.fstat(dir_fd).st_ino
-        manifest = _read_manifest_at(path, dir_fd, inode)
+        manifest = _read_manifest_at(path, dir_fd, inode, only)
         data = {
             name: _read_checked(path, name, _entry(path, manifest, name), dir_fd, inode)
             for name in files
@@ -596,7 +609,9 @@ def _warnings(problems: Iterable[str], used: Path | None) -> list[str]:
     return [f"checkpoint {problem}; using the previous one, {used.name}" for problem in problems]
 
 
-def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
+def find_latest(
+    root: Path, files: Iterable[str] | None = None, only: Collection[str] | None = None
+) -> Found:
     """The newest checkpoint in ``root`` that passes ``verify_checkpoint(path, files)``.
 
     For a run dir with one writer, the run itself (resuming). A reader beside a live writer uses
@@ -610,7 +625,9 @@ def find_latest(root: Path, files: Iterable[str] | None = None) -> Found:
     candidates = list_checkpoints(root)
     for path in reversed(candidates):
         try:
-            manifest = verify_checkpoint(inside(root, path.name, CheckpointError), files, False)
+            manifest = verify_checkpoint(
+                inside(root, path.name, CheckpointError), files, False, only
+            )
         except FormatError:
             raise
         except CheckpointError as exc:
@@ -645,7 +662,7 @@ class Read:
 MAX_READ_ATTEMPTS = 100
 
 
-def read_latest(root: Path, files: Iterable[str]) -> Read:
+def read_latest(root: Path, files: Iterable[str], only: Collection[str] | None = None) -> Read:
     """The newest checkpoint in ``root`` whose manifest and ``files`` pass their checks, with
     those files read once each (``read_verified``): safe beside a run that is still writing and
     rotating its checkpoints.
@@ -671,7 +688,7 @@ def read_latest(root: Path, files: Iterable[str]) -> Read:
                 continue
             try:
                 manifest, data = read_verified(
-                    inside(root, path.name, CheckpointError), files, follow=False
+                    inside(root, path.name, CheckpointError), files, follow=False, only=only
                 )
             except FormatError:
                 raise
@@ -951,11 +968,8 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
     """
     dir_fd = _open_dir(path)
     try:
-        manifest = _read_manifest_at(path, dir_fd)
+        manifest = _read_manifest_at(path, dir_fd, only=TRAINING_FILES)
         files = set(manifest["files"])
-        for name in sorted(files - TRAINING_FILES):
-            raise CheckpointError(f"{path}: its {MANIFEST_FILE} lists {name}, not a training "
-                                  "checkpoint's file; refused")  # fmt: skip
         for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
             if name not in files:
                 raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")

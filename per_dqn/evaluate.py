@@ -149,14 +149,14 @@ def resolve_source(target: Path) -> Source:
     target = Path(target)
     wanted = (ckpt.AGENT_FILE, ckpt.CONFIG_FILE)
     if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
-        manifest, files = ckpt.read_verified(target, wanted)
+        manifest, files = ckpt.read_verified(target, wanted, only=ckpt.TRAINING_FILES)
         return _checkpoint_source(target, manifest, files, [])
     if not inside(target, RUN_CONFIG_FILE).is_file():
         raise ValueError(
             f"{target}: neither a run dir (no {RUN_CONFIG_FILE}) nor a checkpoint dir "
             f"(no {ckpt.MANIFEST_FILE})"
         )
-    found = ckpt.read_latest(ckpt.checkpoints_dir(target), wanted)
+    found = ckpt.read_latest(ckpt.checkpoints_dir(target), wanted, ckpt.TRAINING_FILES)
     if found.path is not None:
         return _checkpoint_source(found.path, found.manifest, found.files, found.warnings)
     model = inside(target, MODEL_FILE)

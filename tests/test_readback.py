@@ -403,3 +403,25 @@ def test_a_small_file_is_read_without_reserving_its_kind_s_cap(tmp_path):
                          text=True, timeout=120)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "1000\n"
+
+
+def test_a_re_signed_manifest_listing_a_foreign_file_is_skipped_by_every_reader(copy):
+    """Found by the run-dir fuzz (issue 43): a manifest re-signed to list one more file than a
+    training checkpoint holds (``model.pt`` here) was refused by a resume but played by ``eval``
+    and ``per_dqn.load``, which verify only the files they read. Every reader of a training
+    checkpoint now refuses such a manifest, and passes over it to the checkpoint before."""
+    path = newest(copy)
+    manifest = json.loads((path / "manifest.json").read_text())
+    files = {**manifest["files"], "model.pt": {"bytes": 1, "sha256": "0" * 64}}
+    reseal(path, files)
+    result = runner.invoke(app, ["eval", str(copy), "--episodes", "1"])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"warning: checkpoint {path}: its manifest.json lists model.pt, not a training "
+        "checkpoint's file; refused; using the previous one, step_000001200"
+    ) in result.stderr
+    result = runner.invoke(app, ["eval", str(path), "--episodes", "1"])
+    assert result.exit_code == 2, result.output
+    result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
+    assert result.exit_code == 0, result.output
+    assert "using the previous one, step_000001200" in result.stderr

@@ -281,7 +281,7 @@ def _trainer(trainer_class: Any, ckpt: Any, job: Job, run_dir: Path) -> Any:
     cleared run dir."""
     config = job_config(job)
     trainer = trainer_class(config, job.config_name)
-    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir))
+    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir), only=ckpt.TRAINING_FILES)
     # A final checkpoint without a finished summary (killed between the two writes) is not
     # continued: that would evaluate a second time and score the run differently from one never
     # stopped.
