@@ -129,6 +129,7 @@ def _parts(relative: str | Path) -> list[str]:
 
 
 _FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory",
+               stat.S_IFREG: "a regular file",
                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                stat.S_IFLNK: "a symbolic link"}  # fmt: skip
 

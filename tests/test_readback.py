@@ -425,3 +425,40 @@ def test_a_re_signed_manifest_listing_a_foreign_file_is_skipped_by_every_reader(
     result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
     assert result.exit_code == 0, result.output
     assert "using the previous one, step_000001200" in result.stderr
+
+
+def test_why_a_component_could_not_be_opened_is_named(tmp_path):
+    """The reader's one-line reasons for a path component it could not open, each with the
+    ``reason`` callers branch on: the file itself a link (``O_NOFOLLOW``'s ``ELOOP``) and a dir
+    on the way that became a link since the path was resolved ("outside": never followed), a
+    file where a dir should be ("special"), and any other failure ("unreadable", with the
+    system's words)."""
+    import errno
+
+    from per_dqn.readback import _open_error
+
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "l").symlink_to("f")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        loop = OSError(errno.ELOOP, "Too many levels of symbolic links")
+        cases = [
+            (_open_error("p", "l", fd, loop, last=True),
+             "p: a symbolic link, not a regular file", "outside"),
+            (_open_error("p", "l", fd, loop, last=False),
+             "p: 'l' is a symbolic link, not a directory", "outside"),
+            (_open_error("p", "f", fd, OSError(errno.ENOTDIR, "Not a directory"), last=False),
+             "p: 'f' is a regular file, not a directory", "special"),
+            (_open_error("p", "f", fd, OSError(errno.EACCES, "Permission denied"), last=True),
+             "p: cannot open it (Permission denied)", "unreadable"),
+            (_open_error("p", "gone", fd, OSError(errno.EACCES, "Permission denied"), last=False),
+             "p: cannot open it (Permission denied)", "unreadable"),
+        ]  # fmt: skip
+    finally:
+        os.close(fd)
+    for error, message, reason in cases:
+        assert (str(error), error.reason) == (message, reason)
+    with pytest.raises(ReadBackError) as caught:  # the same through the reader: a file as a dir
+        readback.read_bytes(tmp_path, "f/x", KINDS["text"])
+    assert (str(caught.value), caught.value.reason) == (
+        f"{tmp_path / 'f/x'}: 'f' is a regular file, not a directory", "special")  # fmt: skip
