@@ -462,3 +462,33 @@ def test_why_a_component_could_not_be_opened_is_named(tmp_path):
         readback.read_bytes(tmp_path, "f/x", KINDS["text"])
     assert (str(caught.value), caught.value.reason) == (
         f"{tmp_path / 'f/x'}: 'f' is a regular file, not a directory", "special")  # fmt: skip
+
+
+def test_walk_names_links_to_files_apart_skips_hidden_dirs_and_survives_a_missing_root(tmp_path):
+    """``walk``'s edges: a link to a file is no file to read (named in ``others``), a hidden dir
+    is entered only with ``hidden``, and a root that cannot be listed is one empty entry."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "to-f").symlink_to("f")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / "shown").mkdir()
+    assert [(d.name, files, others) for d, files, others in readback.walk(tmp_path)] == [
+        (tmp_path.name, ["f"], ["to-f"]), (".hidden", [], []), ("shown", [], []),
+    ]  # fmt: skip
+    assert [d.name for d, _, _ in readback.walk(tmp_path, hidden=False)] == [tmp_path.name, "shown"]
+    assert list(readback.walk(tmp_path / "none")) == [(tmp_path / "none", [], [])]
+
+
+def test_a_record_refused_by_its_model_is_named_at_its_field_or_its_top_level():
+    """``validate``'s line: the dotted field and what it got, or "its top level" for a value of
+    another shape whole."""
+    from per_dqn.sweeps.record import SweepRecord
+
+    with pytest.raises(ReadBackError) as caught:
+        readback.validate({"runs": [], "seeds": [0, "1"]}, SweepRecord, "s.json")
+    assert str(caught.value) == (
+        "s.json: not a SweepRecord record: seeds.1: Input should be a valid integer (got '1')"
+    )
+    with pytest.raises(ReadBackError) as caught:
+        readback.validate([1, 2], SweepRecord, "s.json")
+    assert str(caught.value).startswith("s.json: not a SweepRecord record: its top level: ")
+    assert str(caught.value).endswith("(got [1, 2])")
