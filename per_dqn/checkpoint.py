@@ -1010,7 +1010,18 @@ def _load_arrays(
         try:
             file.seek(0)
             with np.load(file, allow_pickle=False) as data:
+                # What the members unpack to, before any is: a re-signed file may hold a
+                # compressed member that unpacks past the RAM (the writer stores them plain).
+                unpacked = sum(info.file_size for info in data.zip.infolist())
+                cap = readback.limit(readback.KINDS["arrays"])
+                if unpacked > cap:
+                    raise CheckpointError(
+                        f"{path}: {name} unpacks to {unpacked:,} bytes, over the {cap:,} of RAM "
+                        "available; refused"
+                    )
                 arrays = {key: data[key] for key in data.files}
+        except CheckpointError:
+            raise
         except Exception as exc:  # unzipping raises many kinds; the checksum passed
             reason = _one_line(exc)[:300]
             problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"

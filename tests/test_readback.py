@@ -492,3 +492,26 @@ def test_a_record_refused_by_its_model_is_named_at_its_field_or_its_top_level():
         readback.validate([1, 2], SweepRecord, "s.json")
     assert str(caught.value).startswith("s.json: not a SweepRecord record: its top level: ")
     assert str(caught.value).endswith("(got [1, 2])")
+
+
+def test_a_memory_npz_that_unpacks_past_the_ram_is_refused_before_it_is_unpacked(copy):
+    """Found in review (issue 43): the arrays' cap held the file's size, not what it unpacks to;
+    a re-signed memory.npz whose members unpack past the RAM (a compressed one: the writer
+    stores them plain) was unpacked. Here eight members whose zip directory says 4 GiB each (the
+    directory edited, as whoever re-signs can): refused from the directory, before a byte is
+    unpacked."""
+    import zipfile
+
+    path = newest(copy)
+    with zipfile.ZipFile(path / "memory.npz", "w") as archive:
+        for i in range(8):
+            archive.writestr(f"a{i}.npy", b"x")
+    data = bytearray((path / "memory.npz").read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while at != -1:  # each central-directory entry's uncompressed size, at offset 24
+        data[at + 24 : at + 28] = (0xFFFFFFFE).to_bytes(4, "little")
+        at = data.find(b"PK\x01\x02", at + 4)
+    (path / "memory.npz").write_bytes(bytes(data))
+    reseal(path)
+    with time_limit(60), pytest.raises(ckpt.CheckpointError, match=r"memory\.npz unpacks to"):
+        ckpt.load_run_checkpoint(path)
