@@ -409,6 +409,7 @@ def prepare_resume(
     *,
     network: str | Callable[..., Any] | None = None,
     trust_code: bool = False,
+    track: str | None = None,
 ) -> Resumption:
     """Loads ``run_dir``'s newest checkpoint that passes its checks into a new ``Trainer``.
 
@@ -419,6 +420,7 @@ def prepare_resume(
             that they are shown even when the call then fails.
         network: as ``resume``'s.
         trust_code: as ``resume``'s (``per-dqn train --resume RUN_DIR --trust-code``).
+        track: as ``resume``'s (``per-dqn train --resume RUN_DIR --track wandb``).
 
     Raises:
         UntrustedCodeError: ``RUN_DIR/config.yaml`` names code, or a tracker (``run.track``),
@@ -444,7 +446,9 @@ def prepare_resume(
     cfg = read_run_config(config_path, overrides)
     # A run dir is data: nothing it names is imported, and no tracker it names is started (wandb
     # would send the run with the user's credentials: issue 43, E2), unless the user allows it.
-    check_run_code(cfg, str(config_path), trust_code=trust_code, network=network, trains=True)
+    check_run_code(
+        cfg, str(config_path), trust_code=trust_code, network=network, trains=True, track=track
+    )
     total = cfg.train.total_env_steps
     if total <= at:
         if steps is None:
@@ -476,6 +480,7 @@ def resume(
     progress: bool = False,
     network: str | Callable[..., Any] | None = None,
     trust_code: bool = False,
+    track: str | None = None,
 ) -> TrainResult:
     """Continues a stopped (or, with ``steps``, a finished) run from its newest usable
     checkpoint, exactly where it stopped; see ``train`` for the rest. A damaged newer checkpoint
@@ -491,6 +496,8 @@ def resume(
             that import (and nothing else).
         trust_code: allow every import the run's config names, and its tracker; only for a run
             dir whose origin you trust. Never stored.
+        track: the tracker the run's config names (``"wandb"``): passing it allows that tracker
+            to start (and nothing else), as ``network`` does its import.
 
     Raises:
         UntrustedCodeError: the config names code, or a tracker, that was not allowed (one
@@ -507,6 +514,7 @@ def resume(
             lambda line: warnings.warn(line, RuntimeWarning, stacklevel=4),
             network=network,
             trust_code=trust_code,
+            track=track,
         )
         try:
             if lock is None:

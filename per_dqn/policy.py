@@ -122,19 +122,29 @@ def check_run_code(
     trust_code: bool = False,
     network: NetworkLike | None = None,
     trains: bool = False,
+    track: str | None = None,
 ) -> None:
     """Refuses a config read back from a run dir or checkpoint (``label``, its file) that names
     code (``per_dqn.config.code_keys``: a network factory, a ``module:EnvName`` id), or, with
     ``trains`` (the caller trains the run: ``resume``), that turns on a tracker (``run.track``,
     issue 43), unless the user allows it for this call: ``trust_code`` allows every key;
     ``network``, the factory the config names (the callable or its name), allows
-    ``agent.network`` alone, since passing it is the user's own say-so.
+    ``agent.network`` alone, since passing it is the user's own say-so; so does ``track``, the
+    tracker the config names (``train --resume --track wandb``), for ``run.track`` alone.
 
     Raises:
         UntrustedCodeError: one line per refused key (a ``ConfigError``, a ``ValueError``).
-        ValueError: ``network`` is not the network the config names, or cannot be found by name.
+        ValueError: ``network`` is not the network the config names, or cannot be found by
+            name; ``track`` is not the tracker it names.
     """
     allowed: tuple[str, ...] = ()
+    if track is not None:
+        if track != config.run.track:
+            raise ValueError(
+                f"--track: {track!r} is not the tracker {label} names "
+                f"(run.track: {config.run.track!r}); a resume keeps its run's tracker"
+            )
+        allowed = ("run.track",)
     if network is not None:
         from per_dqn.api import network_name
 
@@ -144,7 +154,7 @@ def check_run_code(
                 f"network: {name!r} is not the network {label} names "
                 f"(agent.network: {config.agent.network!r})"
             )
-        allowed = ("agent.network",)
+        allowed = (*allowed, "agent.network")
     refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed, trains=trains)
 
 

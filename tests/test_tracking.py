@@ -482,8 +482,10 @@ def settings(overrides: dict) -> list[str]:
 @pytest.mark.slow
 def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_its_run(tmp_path):
     """``train --track wandb`` (offline: no network here), then ``train --resume --steps
-    --trust-code`` on the same run dir (a read-back ``run.track`` asks for the opt-in: issue 43,
-    E2): both processes write to one wandb run id; the config is config.yaml's; logged points
+    --track wandb`` on the same run dir (a read-back ``run.track`` asks for the opt-in, and
+    ``--track`` naming the run's own tracker is it: issue 43, E2; ``--track none`` is refused in
+    one line, as a resume keeps its run's tracker): both processes write to one wandb run id;
+    the config is config.yaml's; logged points
     equal the event file's at the same env steps; every wandb run file is inside the run dir,
     and wandb's own dirs are the user's (HOME), never the run dir's."""
     home, run_dir = tmp_path / "home", tmp_path / "run"
@@ -498,7 +500,12 @@ def test_wandb_offline_gets_the_config_and_the_tensorboard_scalars_and_resumes_i
     resume = ["train", "--resume", str(run_dir), "--steps", "1500", "-q"]
     refused = cli(resume, env, tmp_path)
     assert refused.returncode == 2 and "run.track: 'wandb' would send" in refused.stderr
-    second = cli([*resume, "--trust-code"], env, tmp_path)
+    other = cli([*resume, "--track", "none"], env, tmp_path)
+    assert other.returncode == 2 and other.stderr == (
+        f"error: --track: 'none' is not the tracker {run_dir / 'config.yaml'} names (run.track: "
+        "'wandb'); a resume keeps its run's tracker\n"
+    )
+    second = cli([*resume, "--track", "wandb"], env, tmp_path)
     assert second.returncode == 0, second.stderr
     assert outside_wandb_dirs(home) == []
     assert not any((run_dir / "wandb" / name).exists() for name in ("cache", "config", "data"))
@@ -532,10 +539,6 @@ def test_track_wandb_without_the_extra_is_one_line_and_creates_nothing(tmp_path)
         assert list(tmp_path.iterdir()) == []
 
 
-def test_track_cannot_be_given_with_resume(tmp_path):
-    result = CliRunner().invoke(app, ["train", "--resume", str(tmp_path), "--track", "wandb"])
-    assert result.exit_code == 2
-    assert "--track cannot be used with --resume" in result.stderr
 
 
 @pytest.mark.slow
@@ -689,7 +692,7 @@ def test_a_planted_run_track_is_refused_and_no_key_reaches_the_host_its_settings
     assert done.stderr.splitlines() == [
         f"error: {run_dir / 'config.yaml'}: run.track: 'wandb' would send the run to a tracker's "
         "service with your credentials, and a run dir read back turns on no tracker; if you "
-        "trust where it came from, pass --trust-code (Python: trust_code=True)"
+        "trust where it came from, pass --track wandb (Python: track='wandb')"
     ]
     assert_key_in_no_file(tmp_path)
     assert not (run_dir / "checkpoints" / "step_000001000").exists()

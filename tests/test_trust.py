@@ -289,7 +289,7 @@ def track_refusal(config_file: Path | str, value: str = "wandb") -> str:
     return (
         f"{config_file}: run.track: {value!r} would send the run to a tracker's service with your "
         "credentials, and a run dir read back turns on no tracker; if you trust where it came "
-        "from, pass --trust-code (Python: trust_code=True)"
+        f"from, pass --track {value} (Python: track={value!r})"
     )
 
 
@@ -320,7 +320,7 @@ def test_resume_refuses_a_planted_run_track_and_load_plays_it(trained, tmp_path,
     """Issue 43, E2, through the API: ``per_dqn.resume`` of a run dir whose ``config.yaml`` says
     ``run.track: wandb`` (planted) raises before anything is built or written, even when the
     user passes the run's own network (consent to that import only); ``per_dqn.load`` of the
-    same dir starts no tracker and loads."""
+    same dir starts no tracker and loads; ``track="wandb"`` with the network resumes it."""
     monkeypatch.setenv("WANDB_MODE", "disabled")  # a wandb started anyway stays off the network
     run_dir = tmp_path / "run"
     shutil.copytree(trained[0], run_dir)
@@ -335,6 +335,14 @@ def test_resume_refuses_a_planted_run_track_and_load_plays_it(trained, tmp_path,
     policy = per_dqn.load(run_dir, network=trained[1])
     assert policy.config.run.track == "wandb" and policy.env_steps == 600
     assert not (run_dir / "wandb").exists()
+    # ``track`` naming another tracker than the config's is no consent; naming it is, for it
+    # alone (the network still needs its own).
+    with pytest.raises(ValueError, match=r"track: 'none' is not the tracker .* names"):
+        per_dqn.resume(run_dir, steps=900, network=trained[1], track="none")
+    with pytest.raises(UntrustedCodeError, match=r"agent\.network"):
+        per_dqn.resume(run_dir, steps=900, track="wandb")
+    result = per_dqn.resume(run_dir, steps=900, network=trained[1], track="wandb")
+    assert result.summary["env_steps"] == 900
 
 
 def test_an_ablate_re_run_takes_no_tracker_from_its_run_dirs(tmp_path, monkeypatch):

@@ -79,7 +79,8 @@ def train(
         Track | None,
         typer.Option(
             help="none, or wandb to send the scalars, config and summary to Weights & Biases too "
-            "(the optional wandb extra); overrides run.track."
+            "(the optional wandb extra); overrides run.track. With --resume: allows the tracker "
+            "the run's config.yaml names (it must be that one), and nothing else."
         ),
     ] = None,
     resume: Annotated[
@@ -97,9 +98,9 @@ def train(
     run dir."""
     if resume is not None:
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
-                 "--set": set_, "--device": device, "--track": track}  # fmt: skip
+                 "--set": set_, "--device": device}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
-        _resume(resume, steps, quiet, trust_code)
+        _resume(resume, steps, quiet, trust_code, track.value if track else None)
         return
     if config is None:
         fail(["--config is required (or --resume RUN_DIR to continue a run)"])
@@ -218,7 +219,9 @@ def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
         raise typer.Exit(stop.exit_code)
 
 
-def _resume(run_dir: Path, steps: int | None, quiet: bool, trust_code: bool) -> None:
+def _resume(
+    run_dir: Path, steps: int | None, quiet: bool, trust_code: bool, track: str | None
+) -> None:
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
     lock = None
@@ -232,14 +235,14 @@ def _resume(run_dir: Path, steps: int | None, quiet: bool, trust_code: bool) -> 
         except api.RunDirError as exc:
             fail([str(exc)])
     try:
-        _resume_locked(run_dir, steps, quiet, lock, trust_code)
+        _resume_locked(run_dir, steps, quiet, lock, trust_code, track)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _resume_locked(
-    run_dir: Path, steps: int | None, quiet: bool, lock: Any, trust_code: bool
+    run_dir: Path, steps: int | None, quiet: bool, lock: Any, trust_code: bool, track: str | None
 ) -> None:
     """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
 
@@ -247,7 +250,7 @@ def _resume_locked(
         typer.echo(f"warning: {line}", err=True)
 
     try:
-        resumption = api.prepare_resume(run_dir, steps, warn, trust_code=trust_code)
+        resumption = api.prepare_resume(run_dir, steps, warn, trust_code=trust_code, track=track)
     except ConfigError as exc:
         fail(exc.problems)
     except ValueError as exc:  # CheckpointError and FormatError included

@@ -111,7 +111,7 @@ def refuse_untrusted_code(
     problems += [
         f"{label}: {key}: {value!r} would send the run to a tracker's service with your "
         f"credentials, and a run dir read back turns on no tracker; if you trust where it came "
-        f"from, pass {OPT_IN}"
+        f"from, pass --track {value} (Python: track={value!r})"
         for key, value in (tracking_keys(config) if trains else {}).items()
         if key not in allowed
     ]
