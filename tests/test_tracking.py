@@ -539,8 +539,6 @@ def test_track_wandb_without_the_extra_is_one_line_and_creates_nothing(tmp_path)
         assert list(tmp_path.iterdir()) == []
 
 
-
-
 @pytest.mark.slow
 def test_a_wandb_that_cannot_start_stops_the_run_before_it_writes(tmp_path):
     """Online without a login (no API key, no network here): one line, exit 2, and the run dir
