@@ -341,7 +341,7 @@ def build_trainer(config: Config, name: str) -> Any:
     from per_dqn.run import Trainer
 
     try:
-        return Trainer(config, name)  # it asks the memory planner first (``check_memory_fits``)
+        return Trainer(config, name)  # it asks the memory planner before it allocates
     except (MemoryError, RuntimeError) as exc:
         line = allocation_failure(exc, config, None)
         if line is None:

@@ -194,7 +194,7 @@ def ablate(
 def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
     """``ablate`` once the sweep dir is locked and the backend prepared: runs the sweep, prints
     its progress, reports."""
-    from per_dqn.cli.report import printable_warnings, warning
+    from per_dqn.cli.report import warning
     from per_dqn.sweeps import report as reports
     from per_dqn.sweeps.job import SweepResult
     from per_dqn.sweeps.plan import start_sweep
@@ -235,8 +235,7 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
         raise typer.Exit(EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED)
     try:
-        with printable_warnings():  # as `report` prints them
-            files = reports.write_report(sweep.out, warn=warning)
+        files = reports.write_report(sweep.out, warn=warning)  # its warnings as `report`'s
         typer.echo(f"report: {files}")
     except ValueError as exc:  # every run failed: nothing to report
         typer.echo(f"error: {exc}", err=True)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated
 
 import typer
 
@@ -62,7 +58,7 @@ def report(
         points = [p for path in published or [] for p in read_published(path)]
         # Reading a large sweep's event files takes minutes: the stage and the runs read so far
         # show on stderr meanwhile.
-        with ReportProgress() as progress, printable_warnings():
+        with ReportProgress() as progress:
             files = reports.write_report(
                 sweep_dir,
                 thresholds,
@@ -82,25 +78,3 @@ def warning(line: str) -> None:
     (``printable``, as ``fail`` does) and cannot clear the screen or forge a line (issue 43,
     E11)."""
     typer.echo(f"warning: {printable(line)}", err=True)
-
-
-@contextlib.contextmanager
-def printable_warnings() -> Iterator[None]:
-    """Python warnings raised meanwhile printed as ``warnings`` prints them, each line escaped by
-    ``printable``: matplotlib's for a character its font lacks quotes the character, an arm's
-    name's escape sequence included (issue 43, E11)."""
-
-    def show(
-        message: Warning | str,
-        category: type[Warning],
-        filename: str,
-        lineno: int,
-        file: TextIO | None = None,
-        line: str | None = None,
-    ) -> None:
-        text = warnings.formatwarning(message, category, filename, lineno, line)
-        (file or sys.stderr).write("".join(f"{printable(part)}\n" for part in text.splitlines()))
-
-    with warnings.catch_warnings():
-        warnings.showwarning = show
-        yield

@@ -865,12 +865,12 @@ def markdown_tables(text: str) -> list[list[list[str]]]:
 
 
 def test_a_run_dir_s_name_cannot_clear_the_screen_or_forge_a_line_in_a_warning(tmp_path):
-    """issue 43, E11: ``report``'s warnings printed a run dir's name as the sweep dir holds it,
+    """Issue 43, E11: ``report``'s warnings printed a run dir's name as the sweep dir holds it,
     raw on the terminal: ``\x1b[2J`` cleared the screen and a newline started a forged
     ``error:`` line. Now each warning is one line, its control characters escaped as ``fail``
-    escapes them (``printable``); so are Python's warnings (matplotlib's for a glyph its font
-    lacks quotes the arm name's ESC), which ``CliRunner`` under pytest would not show: a real
-    process."""
+    escapes them (``printable``); and the figures' labels are escaped too, so matplotlib has no
+    ESC glyph to warn of (its warning quoted the character raw), which ``CliRunner`` under
+    pytest would not show: a real process."""
     out = make_forged_sweep(tmp_path / "sweep")
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONWARNINGS": "default"}
