@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -59,98 +58,6 @@ def full(tmp_path_factory) -> Path:
 
 
 # --- provenance -----------------------------------------------------------------------------------
-
-
-def test_provenance_names_the_command_versions_commit_host_and_device():
-    argv = ["per-dqn", "train", "--set", "env.id=it's here"]
-    record = prov.provenance("cpu", argv)
-    assert record["command"] == argv
-    assert shlex.split(record["command_line"]) == argv  # quoted for a shell, round trip
-    assert record["call"] is None  # a command line, not an API call
-    assert record["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    for name in ("torch", "gymnasium", "ale-py", "numpy", "minatar"):
-        assert record["versions"][name] == metadata.version(name)
-    assert record["device"] == "cpu" and record["cuda_device"] is None
-    assert record["host"] == os.uname().nodename
-    git = record["git"]
-    if (CHECKOUT / ".git").exists():  # the suite runs from a checkout (a worktree has a file)
-        head = subprocess.run(
-            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        assert git["commit"] == head and isinstance(git["dirty"], bool)
-    json.dumps(record)  # JSON values only
-
-
-def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path):
-    """A package copied outside any repository, or sitting untracked inside one (an install into
-    a venv inside some project), has no commit of its own: null, never a failure."""
-    loose = tmp_path / "loose" / "per_dqn"
-    loose.mkdir(parents=True)
-    (loose / "__init__.py").write_text("")
-    assert prov.git_state(loose) is None
-    repo = tmp_path / "repo"
-    inside = repo / ".venv" / "per_dqn"
-    inside.mkdir(parents=True)
-    (inside / "__init__.py").write_text("")
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    assert prov.git_state(inside) is None
-    # Tracked and committed: the commit, clean; then an edit makes it dirty.
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
-    subprocess.run(["git", "-C", str(repo), "add", "-f", "."], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "x"], check=True, env=env)
-    head = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert prov.git_state(inside) == {"commit": head, "dirty": False}
-    (inside / "__init__.py").write_text("x = 1\n")
-    assert prov.git_state(inside) == {"commit": head, "dirty": True}
-
-
-def test_summary_records_provenance(full):
-    """A run of ``per_dqn.train`` records that call (its config and overrides as given), not the
-    process's command line (here pytest's)."""
-    record = summary_of(full)["provenance"]
-    assert record["call"] == {"function": "per_dqn.train", "config": "cartpole", "overrides": SHORT}
-    assert record["command"] is None and record["command_line"] is None
-    assert record["device"] == "cpu"
-    assert record["versions"]["torch"] == metadata.version("torch")
-
-
-R = prov.REDACTED
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["s.py", "--hf-token=abc", "--db-password", "pw", "--steps", "5"],
-         ["s.py", f"--hf-token={R}", "--db-password", R, "--steps", "5"]),
-        # every secret word, any case; a flag followed by an option takes nothing from it
-        (["s", "--API-KEY", "k", "--Secret=s", "--aws-credentials", "c", "--auth", "--quiet",
-          "--user-pwd=p", "--passwd", "p"],
-         ["s", "--API-KEY", R, f"--Secret={R}", "--aws-credentials", R, "--auth", "--quiet",
-          f"--user-pwd={R}", "--passwd", R]),
-        # NAME=VALUE with a secret NAME: --set's keys, Hydra's, an env-style HF_TOKEN=...
-        (["s", "--set", "run.api_key=k", "--set=db.password=p", "HF_TOKEN=t", "--", "a.token=t"],
-         ["s", "--set", f"run.api_key={R}", f"--set=db.password={R}", f"HF_TOKEN={R}", "--",
-          f"a.token={R}"]),
-        # a URL's password, under any option
-        (["s", "--db-url", "postgres://me:hunter2@db/x", "--mirror=https://u:p@h/"],
-         ["s", "--db-url", f"postgres://me:{R}@db/x", f"--mirror=https://u:{R}@h/"]),
-        # nothing secret: left as it is (the program name never changes)
-        (["per-dqn", "train", "-c", "cartpole", "--set", "env.id=it's here", "--run-dir", "a=b"],
-         ["per-dqn", "train", "-c", "cartpole", "--set", "env.id=it's here", "--run-dir", "a=b"]),
-        (["--token-dir/prog", "x"], ["--token-dir/prog", "x"]),
-    ],
-)  # fmt: skip
-def test_redact_argv(argv, expected):
-    """Issue 23 item 3: where a command line is recorded, the values of options whose names look
-    secret are taken out, in both the ``--x-token=VALUE`` and the ``--x-token VALUE`` forms."""
-    before = list(argv)
-    assert prov.redact_argv(argv) == expected
-    assert argv == before  # a new list
-    assert prov.redact_argv(expected) == expected  # redacting twice changes nothing more
-    assert prov.provenance(None, argv)["command"] == expected
 
 
 SECRETS = ("hf-secret-1111", "db-secret-2222", "key-secret-3333", "env-secret-4444")

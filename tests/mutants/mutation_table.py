@@ -44,6 +44,20 @@ SCOPE: dict[str, tuple[str, ...]] = {
         "x_env_state", "x_load_env_state", "x_check_env_state", "x__check", "x__apply",
         "x__plain", "x__minatar_state", "x__apply_minatar", "x__check_minatar",
     ),
+    # The code check of a run dir's config, and the reader that calls it.
+    "per_dqn/policy.py": ("x_check_run_code", "x__config_file", "x_load"),
+    # What reads a checkpoint back: listing, manifest, verification, the choice of the newest
+    # usable one, the arrays and weights, and the owner check (not the writer).
+    "per_dqn/checkpoint.py": (
+        "x_list_checkpoints", "x__strays", "x__entry_kind", "x_manifest_digest",
+        "x_checkpoint_step", "x_read_manifest", "x__read_manifest_at", "x__reason",
+        "x__parse_manifest", "x__one_line", "xǁ_Missingǁ__init__", "x__entry", "x__check_size",
+        "x__check_digest", "x_file_kind", "x__open_file", "x__open_dir", "x__digest",
+        "x_verify_checkpoint", "x_read_verified", "x__read_checked", "x__warnings",
+        "x_find_latest", "x_read_latest", "x__dir_stamp", "x__rotated_away", "x_load_tree",
+        "x__join", "x_load_weights", "x_unpickling_reason", "x_load_run_checkpoint",
+        "x__load_arrays", "x__tree", "x_run_dir_of", "x_check_owner",
+    ),
 }  # fmt: skip
 
 

@@ -17,6 +17,15 @@ Two adjustments to how mutmut drives pytest, neither of which changes what a tes
   once per mutant, not once per stretch of that file's tests. The costs are each test's setup,
   call and teardown in the stats run, which this plugin writes to ``DURATIONS`` (mutmut records
   the call alone, which puts a file whose fixtures train a run among the cheapest).
+
+And one narrowing of what a mutant is run against, which can only lower a score:
+
+* A module in ``FOCUS`` is judged by its own test files alone. The reader of every file read
+  back (``readback.py``), the run-dir helpers, the checkpoint readers and the provenance record
+  are called by nearly every test that trains; run against all of them, each of their mutants
+  would take minutes and the modules days. In the stats run, a test outside a module's focus
+  files is not recorded as calling that module's functions, so their mutants run only the
+  focus tests: a mutant that only some other test would catch counts as a survivor.
 """
 
 from __future__ import annotations
@@ -33,6 +42,27 @@ _NOT_A_MUTANT = {"", "stats", "fail", "list_all_tests", "mutant_generation"}
 # Each test's seconds in the stats run, setup and teardown included (in mutants/, the cwd).
 DURATIONS = Path("mutmut-test-durations.json")
 
+# Module -> the test files that judge it (paths from the repository root).
+FOCUS: dict[str, tuple[str, ...]] = {
+    "per_dqn.readback": (
+        "tests/test_readback.py", "tests/sweeps/test_sweep_dir_trust.py",
+        "tests/test_run_dir_paths.py", "tests/test_trust.py",
+    ),
+    "per_dqn.config.trust": ("tests/test_trust.py", "tests/test_run_dir_paths.py"),
+    "per_dqn.policy": (
+        "tests/test_trust.py", "tests/test_run_dir_paths.py", "tests/test_evaluate.py",
+    ),
+    "per_dqn.rundir": (
+        "tests/test_run_dir_paths.py", "tests/test_readback.py", "tests/test_faults.py",
+        "tests/test_api.py", "tests/sweeps/test_job.py", "tests/sweeps/test_sweep_dir_trust.py",
+    ),
+    "per_dqn.checkpoint": (
+        "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
+        "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
+    ),
+    "per_dqn.provenance": ("tests/test_provenance.py",),
+}  # fmt: skip
+
 _stats_run = False
 _measured: dict[str, float] = defaultdict(float)
 
@@ -42,6 +72,25 @@ def pytest_configure(config) -> None:
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
         _stats_run = True
+
+
+def _unfocused(module: str, test_file: str) -> bool:
+    return module in FOCUS and test_file not in FOCUS[module]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Once mutmut's recorder has filed this test's calls: strike the test from those of each
+    ``FOCUS`` module that it is not among the judges of."""
+    yield
+    if _stats_run:
+        from mutmut.state import state
+
+        test = item.nodeid.removeprefix("mutants/")
+        test_file = test.split("::")[0]
+        for name, tests in state().tests_by_mangled_function_name.items():
+            if _unfocused(name.rpartition(".")[0], test_file):
+                tests.discard(test)
 
 
 def pytest_runtest_logreport(report) -> None:
