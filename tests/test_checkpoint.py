@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -132,6 +133,19 @@ def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_warned_of(tmp_pat
     ]  # fmt: skip
     assert ckpt.find_latest(tmp_path) == ckpt.Found(None, {}, none, 0)
     assert ckpt.read_latest(tmp_path, ["x"]) == ckpt.Read(None, {}, {}, none, 0)
+
+
+def test_a_fifo_or_a_socket_under_a_checkpoint_name_is_named_for_what_it_is(tmp_path):
+    os.mkfifo(tmp_path / "step_000000300")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "step_000000200"))
+        found = ckpt.find_latest(tmp_path)
+    assert found.warnings == [
+        f"checkpoint {tmp_path / 'step_000000300'}: not a directory but a FIFO; "
+        "no earlier checkpoint is usable",
+        f"checkpoint {tmp_path / 'step_000000200'}: not a directory but a special file; "
+        "no earlier checkpoint is usable",
+    ]
 
 
 def damage_truncate(path: Path) -> None:
@@ -327,10 +341,14 @@ def test_a_checkpoint_rotated_away_mid_read_is_no_damage(tmp_path):
     ckpt.write_checkpoint(root, 300, write_bytes({"a": b"3"}), keep_last=3)
     assert ckpt._rotated_away(root, p, inode, {})  # a newer one appeared
     assert not ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
+    replacement = root / ".tmp-step_000000200"
+    replacement.mkdir()  # made while p exists: another inode, never p's reused
     shutil.rmtree(p)
     assert ckpt._rotated_away(root, p, inode, {})  # deleted
-    p.mkdir()
+    replacement.rename(p)
     assert ckpt._rotated_away(root, p, inode, {})  # replaced: another dir under its name
+    # replaced, with nothing newer usable: the new inode alone tells
+    assert ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
 
 
 def test_read_latest_beside_a_writer_that_rotates(tmp_path):
@@ -445,6 +463,13 @@ def test_trees_hold_no_pickle(tmp_path):
     assert not marker.exists()
     with pytest.raises(TypeError, match="object array at 'a'"):
         ckpt.save_tree(tmp_path / "u.npz", tmp_path / "u.json", {"a": np.array([None])})
+
+
+def test_a_tree_whose_json_is_damaged_is_named_by_its_file(tmp_path):
+    ckpt.save_tree(tmp_path / "t.npz", tmp_path / "t.json", {"a": np.zeros(2), "b": 1})
+    (tmp_path / "t.json").write_text('{"a": {"__array__": "a"}, "b": ')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 't.json'))}: "):
+        ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
 
 
 # --- the state a checkpoint carries ---------------------------------------------------------------

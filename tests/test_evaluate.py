@@ -20,6 +20,7 @@ from PIL import Image, ImageSequence
 from support import Plant, reseal, start_cli
 from typer.testing import CliRunner
 
+import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn.build import make_agent
 from per_dqn.cli import app
@@ -642,11 +643,25 @@ def test_weights_that_do_not_fit_the_network_are_one_line_with_torch_s_reason(mo
         network.online.load_state_dict(source.weights)
     reason = " ".join(str(torch_says.value).split())
     assert len(reason) > 300
-    with pytest.raises(ValueError) as caught:
-        evaluate_source(source, make_agent, episodes=1)
-    assert str(caught.value) == (
-        f"{run_dir / 'model.pt'}: does not fit the network ({reason[:300]})"
-    )
+    for read in (lambda: evaluate_source(source, make_agent, episodes=1),
+                 lambda: per_dqn.load(run_dir, device="cpu")):  # fmt: skip
+        with pytest.raises(ValueError) as caught:
+            read()
+        assert str(caught.value) == (
+            f"{run_dir / 'model.pt'}: does not fit the network ({reason[:300]})"
+        )
+
+
+def test_a_loaded_policy_acts_greedily_by_its_q_values_on_the_device_asked_for(model_only):
+    """``per_dqn.load`` gives a policy of the run's network on the device asked for: ``act`` at
+    epsilon 0 is the argmax of ``q_values``; a device torch does not know is refused."""
+    policy = per_dqn.load(model_only, device="cpu")
+    obs = np.array([[0.01, -0.02, 0.03, 0.04], [0.1, 0.2, -0.1, -0.3]], dtype=np.float32)
+    q = policy.q_values(obs)
+    assert q.shape == (2, 2)
+    np.testing.assert_array_equal(policy.act(obs), q.argmax(axis=1))
+    with pytest.raises(RuntimeError, match=r"Expected one of .* device type"):
+        per_dqn.load(model_only, device="nonsense")
 
 
 def test_an_env_that_cannot_render_is_one_line_naming_it(run_dir, tmp_path, monkeypatch):

@@ -4,6 +4,8 @@ against hand computation."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from datetime import datetime
 
 import numpy as np
@@ -115,10 +117,12 @@ def test_run_dir_lock(tmp_path):
         run_dir / rundir.LOCK_FILE
     ).read_bytes() == b""  # never written: refusals change nothing
     for attempt in (rundir.lock_run_dir, rundir.check_run_dir):
-        with pytest.raises(
-            rundir.RunDirInUse, match=rf"run dir {run_dir} is in use .*\(pid {os.getpid()}\)"
-        ):
+        with pytest.raises(rundir.RunDirInUse) as refused:
             attempt(run_dir)
+        assert str(refused.value) == (
+            f"run dir {run_dir} is in use by another per-dqn process (pid {os.getpid()}); "
+            "wait for it to end or stop it"
+        )
     lock.release()
     lock.release()  # a second release does nothing
     assert rundir.lock_holder(run_dir) is None
@@ -132,12 +136,52 @@ def test_run_dir_lock(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+def test_each_lock_is_named_by_its_own_holder(tmp_path):
+    """``lock_holder`` reads the line of ``/proc/locks`` for this dir's lock file, not the first
+    write lock it finds: another process's lock on another dir is that process's."""
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from per_dqn import rundir; "
+         f"lock = rundir.lock_run_dir(rundir.Path({str(theirs)!r})); print('locked', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with rundir.lock_run_dir(ours):
+            assert rundir.lock_holder(theirs) == holder.pid
+            assert rundir.lock_holder(ours) == os.getpid()
+        assert rundir.lock_holder(ours) is None
+        assert rundir.lock_holder(theirs) == holder.pid
+        with pytest.raises(rundir.RunDirInUse, match=rf"\(pid {holder.pid}\)"):
+            rundir.check_run_dir(theirs)
+    finally:
+        holder.communicate("", timeout=30)
+    assert rundir.lock_holder(theirs) is None
+    rundir.check_run_dir(theirs)
+
+
+def test_a_lock_file_that_is_a_link_is_never_followed(tmp_path):
+    """A lock file that is a link, even to a file inside the run dir, is refused with one line
+    (``O_NOFOLLOW``): following it would lock, or create, a file the link chose."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "other").write_text("")
+    (run_dir / rundir.LOCK_FILE).symlink_to("other")
+    for attempt in (rundir.check_run_dir, rundir.lock_run_dir):
+        with pytest.raises(rundir.RunDirError) as refused:
+            attempt(run_dir)
+        assert str(refused.value).startswith(f"run dir {run_dir}: cannot use")
+
+
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
     assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"
     (tmp_path / "run").mkdir()
     assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"  # empty: reusable
     (tmp_path / "run" / "events").write_text("")
     assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run-2"
+    (tmp_path / "run-2").write_text("a file, not a dir")
+    assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run-3"
 
 
 def test_every_documented_tag_has_a_meaning():

@@ -55,9 +55,11 @@ def test_provenance_names_the_command_versions_commit_host_and_device():
     json.dumps(record)  # JSON values only
 
 
-def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path):
+def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path, monkeypatch):
     """A package copied outside any repository, or sitting untracked inside one (an install into
-    a venv inside some project), has no commit of its own: null, never a failure."""
+    a venv inside some project, whose own files are committed), has no commit of its own: null,
+    never a failure. Once tracked: the commit, dirty when a tracked file changed, not for an
+    untracked file beside it; by default the package is the one ``provenance.py`` sits in."""
     loose = tmp_path / "loose" / "per_dqn"
     loose.mkdir(parents=True)
     (loose / "__init__.py").write_text("")
@@ -66,17 +68,28 @@ def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path)
     inside = repo / ".venv" / "per_dqn"
     inside.mkdir(parents=True)
     (inside / "__init__.py").write_text("")
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    assert prov.git_state(inside) is None
-    # Tracked and committed: the commit, clean; then an edit makes it dirty.
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
-    subprocess.run(["git", "-C", str(repo), "add", "-f", "."], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "x"], check=True, env=env)
-    head = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              check=True, env=env)  # fmt: skip
+        return done.stdout.strip()
+
+    git("init", "-q")
+    assert prov.git_state(inside) is None
+    (repo / "README").write_text("the project's own file\n")
+    git("add", "README")
+    git("commit", "-qm", "project")
+    assert prov.git_state(inside) is None  # a commit, but the package is not in it
+    git("add", "-f", ".")
+    git("commit", "-qm", "x")
+    head = git("rev-parse", "HEAD")
     assert prov.git_state(inside) == {"commit": head, "dirty": False}
+    (inside / "untracked.py").write_text("")
+    assert prov.git_state(inside) == {"commit": head, "dirty": False}
+    monkeypatch.setattr(prov, "__file__", str(inside / "provenance.py"))
+    assert prov.git_state() == {"commit": head, "dirty": False}
     (inside / "__init__.py").write_text("x = 1\n")
     assert prov.git_state(inside) == {"commit": head, "dirty": True}
 
@@ -196,10 +209,32 @@ def test_a_git_that_is_missing_or_slow_gives_none(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert prov.git_state(CHECKOUT / "per_dqn") is None
     slow = tmp_path / "git"
-    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.write_text("#!/bin/sh\nexec /bin/sleep 5\n")
     slow.chmod(0o755)
     monkeypatch.setattr(prov, "GIT_TIMEOUT_S", 0.2)
     assert prov.git_state(CHECKOUT / "per_dqn") is None
+
+
+def test_a_cuda_device_is_named_by_torch_and_a_failing_query_gives_none(monkeypatch):
+    """No GPU here: torch's device query is stood in for, to check what is asked and kept."""
+    import torch
+
+    asked = []
+
+    def name(device):
+        asked.append(device)
+        return f"GPU of {device}"
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", name)
+    assert prov.provenance("cuda:1")["cuda_device"] == "GPU of cuda:1"
+    assert asked == [torch.device("cuda:1")]
+
+    def fails(device):
+        raise RuntimeError("no CUDA GPUs are available")
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", fails)
+    record = prov.provenance("cuda")
+    assert record["device"] == "cuda" and record["cuda_device"] is None
 
 
 def test_a_cpu_device_has_no_cuda_name_and_none_is_no_device():

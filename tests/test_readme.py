@@ -91,9 +91,10 @@ def test_the_readme_mutation_table_has_the_run_s_modules_and_the_documented_equi
     assert {module: int(row["equivalent"]) for module, row in rows.items()} == documented
 
 
-def test_the_mutation_run_counts_only_envs_state_functions():
+def test_the_mutation_run_counts_only_the_scoped_functions():
     """Pins what `make mutation` runs: every module whole but envs.py, whose state capture and
-    restore functions alone are given to mutmut and counted."""
+    restore functions alone are given to mutmut and counted, policy.py (its code check and the
+    loader that calls it) and checkpoint.py (its readers, not its writer)."""
     table = load_mutation_table()
     patterns = table.run_patterns(table.mutated_paths())
     assert "per_dqn.loop.*" in patterns and "per_dqn.envs.*" not in patterns
@@ -102,3 +103,10 @@ def test_the_mutation_run_counts_only_envs_state_functions():
     assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x__check_minatarX__mutmut_3")
     assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x_atari_game__mutmut_1")
     assert table.in_scope("per_dqn/loop.py", "per_dqn.loop.xǁLoopǁstep__mutmut_1")
+    assert "per_dqn.readback.*" in patterns and "per_dqn.checkpoint.*" not in patterns
+    assert "per_dqn.policy.x_check_run_code__mutmut_*" in patterns
+    assert table.in_scope("per_dqn/checkpoint.py", "per_dqn.checkpoint.x_check_owner__mutmut_2")
+    assert not table.in_scope(
+        "per_dqn/checkpoint.py", "per_dqn.checkpoint.x_write_checkpoint__mutmut_2"
+    )
+    assert not table.in_scope("per_dqn/policy.py", "per_dqn.policy.xǁPolicyǁact__mutmut_1")

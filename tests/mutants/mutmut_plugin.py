@@ -55,6 +55,7 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "per_dqn.rundir": (
         "tests/test_run_dir_paths.py", "tests/test_readback.py", "tests/test_faults.py",
         "tests/test_api.py", "tests/sweeps/test_job.py", "tests/sweeps/test_sweep_dir_trust.py",
+        "tests/test_metrics.py",
     ),
     "per_dqn.checkpoint": (
         "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,67 @@ def test_a_checkpoint_refused_on_load_is_not_resumed_but_redone(tmp_path):
     assert written["resumed_from_env_steps"] is None and written["env_steps"] == 300
     assert not outcome.interrupted and written["config"] == "cartpole"
     assert not (run_dir / "stray.txt").exists()
+
+
+def test_a_newer_checkpoint_listing_a_file_no_training_reads_is_passed_over(tmp_path):
+    """A job resumes from the newest checkpoint a training run may read
+    (``checkpoint.TRAINING_FILES``): a newer one whose manifest also lists another file (here
+    ``notes.txt``, signed and present) is passed over for the older one, not taken and then
+    refused, which would redo the run from zero."""
+    one = one_job(tmp_path)
+    job.run_job(one, tmp_path, should_stop=StopAfter(150))
+    run_dir = tmp_path / one.run_dir
+    older, newest = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))[-2:]
+    (newest / "notes.txt").write_text("not a training file")
+    manifest = json.loads((newest / ckpt.MANIFEST_FILE).read_text())
+    manifest["files"]["notes.txt"] = {
+        "bytes": (newest / "notes.txt").stat().st_size,
+        "sha256": ckpt.sha256_file(newest / "notes.txt"),
+    }
+    manifest[ckpt.MANIFEST_DIGEST_KEY] = ckpt.manifest_digest(manifest)
+    (newest / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
+    job.run_job(one, tmp_path)
+    assert summary(run_dir)["resumed_from_env_steps"] == ckpt.checkpoint_step(older)
+
+
+def test_a_dir_on_the_way_swapped_for_a_link_after_the_plan_is_refused_where_it_clears(tmp_path):
+    """Issue 43, E1, checked again where the deleting is done: ``_trainer`` is given a run dir
+    whose arm dir became a link out of the sweep dir after ``run_jobs``' own check; it refuses
+    it, by the sweep dir's own path, and the link's target keeps its files."""
+    from per_dqn.run import Trainer
+
+    one = one_job(tmp_path / "sweep")
+    outside = tmp_path / "outside"
+    (outside / "s0").mkdir(parents=True)
+    (outside / "s0" / "keep").write_text("x")
+    arm = (tmp_path / "sweep" / one.run_dir).parent
+    arm.parent.mkdir(parents=True, exist_ok=True)
+    arm.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ValueError, match=re.escape(str(arm))):
+        job._trainer(Trainer, ckpt, one, tmp_path / "sweep" / one.run_dir)
+    assert (outside / "s0" / "keep").read_text() == "x"
+
+
+def test_a_run_dir_that_is_a_link_fails_its_job_alone_in_a_pack(tmp_path):
+    """Issue 43, E1, in a pack: the job whose run dir is a link gets that refusal as its outcome
+    and the other job of the pack runs; alone, the refusal is raised (as ``run_job`` raises every
+    error of a single job)."""
+    out = tmp_path / "sweep"
+    jobs = plan.plan_sweep(
+        "cartpole.yaml", ["uniform"], [0, 1], 300, [parse_override(s) for s in SETTINGS], out
+    ).jobs
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = out / jobs[0].run_dir
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target, target_is_directory=True)
+    with pytest.raises(ValueError, match="symbolic link"):
+        job.run_jobs(jobs[:1], out)
+    first, second = job.run_jobs(jobs, out)
+    assert first.error is not None and "symbolic link" in first.error
+    assert second.error is None and second.final_return is not None
+    assert (target / "keep").read_text() == "x" and sorted(os.listdir(target)) == ["keep"]
 
 
 def test_a_run_dir_another_process_writes_is_refused(tmp_path):

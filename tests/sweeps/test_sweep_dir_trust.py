@@ -103,8 +103,11 @@ def test_clear_run_dir_refuses_a_link_where_it_deletes(tmp_path):
     (target / "keep").write_text("x")
     link = tmp_path / "run"
     link.symlink_to(target, target_is_directory=True)
-    with pytest.raises(ValueError, match="is a symbolic link; refused"):
+    with pytest.raises(ValueError) as refused:
         clear_run_dir(link)
+    assert str(refused.value) == (
+        f"{link} is a symbolic link; refused: a run dir is never cleared through one"
+    )
     assert (target / "keep").read_text() == "x"
 
 
