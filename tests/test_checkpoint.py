@@ -649,3 +649,55 @@ def test_checkpoint_names_sort_by_step(tmp_path):
         "step_000000005", "step_000040000", "step_001000000",
     ]  # fmt: skip
     shutil.rmtree(tmp_path / "notes")
+
+
+def test_a_file_that_fails_while_it_is_hashed_is_one_line_with_the_reason(tmp_path):
+    """A read error while a verified file is hashed (a disk that fails mid-read) is a damaged
+    checkpoint, named with the OS's reason; an error with no OS reason (a filesystem driver's
+    own) is named by its message, on one line."""
+    path = tmp_path / "agent.pt"
+    path.write_bytes(b"weights")
+    with os.fdopen(os.open(path, os.O_WRONLY), "rb", buffering=0) as unreadable:
+        with pytest.raises(ckpt.CheckpointError) as caught:
+            ckpt._digest(tmp_path, "agent.pt", unreadable)
+    assert str(caught.value) == f"{tmp_path}: unreadable agent.pt (Bad file descriptor)"
+
+    class FailingDisk(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            raise OSError("the device\n went away")
+
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt._digest(tmp_path, "agent.pt", FailingDisk())
+    assert str(caught.value) == f"{tmp_path}: unreadable agent.pt (the device went away)"
+
+
+def test_a_checkpoint_replaced_under_its_name_mid_read_is_read_again_not_damage(
+    tmp_path, monkeypatch
+):
+    """The writer's rotation replays here at the worst moment: the dir being read is deleted
+    after its manifest was read, and a complete new dir of the same step renamed in under its
+    name, nothing newer beside it. The missing file is told from damage by the dir's inode (the
+    name now holds another dir), so ``read_latest`` lists again and reads the new dir: no
+    warning, and not the older checkpoint."""
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"old"}), keep_last=3)
+    ckpt.write_checkpoint(tmp_path, 200, write_bytes({"a": b"first"}), keep_last=3)
+    path = tmp_path / ckpt.checkpoint_name(200)
+    replacement = tmp_path / "replacement"
+    ckpt.write_checkpoint(replacement, 200, write_bytes({"a": b"second"}), keep_last=1)
+    real = ckpt._read_checked
+    swapped = []
+
+    def read_while_the_writer_replaces(path_, name, entry, dir_fd, inode=None):
+        if path_ == path and not swapped:
+            swapped.append(path_)
+            shutil.rmtree(path)
+            (replacement / ckpt.checkpoint_name(200)).rename(path)
+        return real(path_, name, entry, dir_fd, inode)
+
+    monkeypatch.setattr(ckpt, "_read_checked", read_while_the_writer_replaces)
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert swapped and read.path == path and read.warnings == []
+    assert read.files["a"] == b"second"
