@@ -38,6 +38,7 @@ from per_dqn.config import (
     refuse_untrusted_code,
 )
 from per_dqn.config.trust import tracking_keys
+from per_dqn.policy import check_run_code
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {
@@ -314,6 +315,14 @@ def test_a_read_back_run_track_is_refused_where_the_run_trains():
     with pytest.raises(UntrustedCodeError) as caught:
         refuse_untrusted_code(both, "c", trains=True)
     assert caught.value.problems == [refusal(Path("c"), "agent.network", "m:f"), track_refusal("c")]
+    # the policy's check, by its defaults: nothing trusted unless asked for
+    with pytest.raises(UntrustedCodeError) as caught:
+        check_run_code(both, "c", trains=True)
+    assert caught.value.problems == [refusal(Path("c"), "agent.network", "m:f"), track_refusal("c")]
+    with pytest.raises(UntrustedCodeError) as caught:
+        check_run_code(tracked, "c", trains=True, track=None)
+    assert caught.value.problems == [track_refusal("c")]
+    check_run_code(tracked, "c", trains=True, track="wandb")
 
 
 def test_resume_refuses_a_planted_run_track_and_load_plays_it(trained, tmp_path, monkeypatch):
