@@ -674,8 +674,9 @@ def test_a_file_that_fails_while_it_is_hashed_is_one_line_with_the_reason(tmp_pa
     assert str(caught.value) == f"{tmp_path}: unreadable agent.pt (the device went away)"
 
 
+@pytest.mark.parametrize("reader", ["_read_manifest_at", "_read_checked"])
 def test_a_checkpoint_replaced_under_its_name_mid_read_is_read_again_not_damage(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, reader
 ):
     """The writer's rotation replays here at the worst moment: the dir being read is deleted
     after its manifest was read, and a complete new dir of the same step renamed in under its
@@ -687,17 +688,112 @@ def test_a_checkpoint_replaced_under_its_name_mid_read_is_read_again_not_damage(
     path = tmp_path / ckpt.checkpoint_name(200)
     replacement = tmp_path / "replacement"
     ckpt.write_checkpoint(replacement, 200, write_bytes({"a": b"second"}), keep_last=1)
-    real = ckpt._read_checked
+    real = getattr(ckpt, reader)
     swapped = []
 
-    def read_while_the_writer_replaces(path_, name, entry, dir_fd, inode=None):
+    def read_while_the_writer_replaces(path_, *args, **kwargs):
         if path_ == path and not swapped:
             swapped.append(path_)
+            mtime = os.stat(tmp_path).st_mtime_ns
             shutil.rmtree(path)
             (replacement / ckpt.checkpoint_name(200)).rename(path)
-        return real(path_, name, entry, dir_fd, inode)
+            # as on a filesystem whose clock did not tick meanwhile: the dir's stamp alone
+            # does not tell that it changed
+            os.utime(tmp_path, ns=(mtime, mtime))
+        return real(path_, *args, **kwargs)
 
-    monkeypatch.setattr(ckpt, "_read_checked", read_while_the_writer_replaces)
+    monkeypatch.setattr(ckpt, reader, read_while_the_writer_replaces)
     read = ckpt.read_latest(tmp_path, ["a"])
     assert swapped and read.path == path and read.warnings == []
-    assert read.files["a"] == b"second"
+    assert read.files["a"] == b"second" and read.candidates == 2
+
+
+def test_a_checkpoint_renamed_in_while_the_dir_is_listed_is_found_on_a_second_look(
+    tmp_path, monkeypatch
+):
+    """A listing that missed a checkpoint renamed in while it was taken (POSIX lets readdir skip
+    it) finds nothing usable; that is trusted only if the dir did not change meanwhile. Here the
+    writer renames step 300 in just after the listing, once with the dir's stamp moving and once
+    with it standing still (a coarse clock): either change is a reason to look again."""
+    real = ckpt.list_checkpoints
+    for still in (False, True):
+        root = tmp_path / f"still={still}"
+        root.mkdir()
+        looks = []
+
+        def listing_as_the_writer_renames(directory, root=root, still=still, looks=looks):
+            found = real(directory)
+            if directory == root and not looks:
+                looks.append(found)  # first: the writer lists too
+                mtime = os.stat(root).st_mtime_ns
+                ckpt.write_checkpoint(root, 300, write_bytes({"a": b"300"}), keep_last=3)
+                if still:
+                    os.utime(root, ns=(mtime, mtime))
+                else:
+                    os.utime(root, ns=(mtime + 10**9, mtime + 10**9))
+            return found
+
+        monkeypatch.setattr(ckpt, "list_checkpoints", listing_as_the_writer_renames)
+        read = ckpt.read_latest(root, ["a"])
+        assert looks[0] == [] and read.path == root / "step_000000300", still
+        assert read.files == {"a": b"300"} and read.warnings == []
+
+
+def test_checkpoints_rotated_away_faster_than_they_can_be_read_give_up_in_one_line(
+    tmp_path, monkeypatch
+):
+    """A writer that deletes each checkpoint as soon as it is listed (a newer one renamed in,
+    the listed one rotated out) is given ``MAX_READ_ATTEMPTS`` looks, then one line."""
+    real = ckpt.list_checkpoints
+    steps = iter(range(100, 10**6, 100))
+    ckpt.write_checkpoint(tmp_path, next(steps), write_bytes({"a": b"x"}), keep_last=1)
+
+    writing = []
+
+    def listing_rotated_at_once(directory):
+        found = real(directory)
+        if directory == tmp_path and not writing:  # not the writer's own listing
+            writing.append(True)
+            ckpt.write_checkpoint(tmp_path, next(steps), write_bytes({"a": b"x"}), keep_last=1)
+            writing.clear()
+        return found
+
+    monkeypatch.setattr(ckpt, "list_checkpoints", listing_rotated_at_once)
+    monkeypatch.setattr(ckpt, "MAX_READ_ATTEMPTS", 5)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_latest(tmp_path, ["a"])
+    assert str(caught.value) == (
+        f"{tmp_path}: its checkpoints were deleted faster than one could be read (5 attempts)"
+    )
+
+
+def test_a_step_dir_that_is_a_link_is_not_followed_but_a_checkpoint_named_by_the_user_is(
+    tmp_path,
+):
+    """The writer never makes a step dir a link: found by listing, one that is a link (to a
+    checkpoint in the same dir, or out of it) is damage, named, and the older one is used. A
+    checkpoint dir the user names directly (``eval PATH``) may be a link: it is followed."""
+    root = tmp_path / "checkpoints"
+    ckpt.write_checkpoint(root, 100, write_bytes({"a": b"100"}), keep_last=3)
+    ckpt.write_checkpoint(root, 200, write_bytes({"a": b"200"}), keep_last=3)
+    elsewhere = tmp_path / "elsewhere"
+    ckpt.write_checkpoint(elsewhere, 400, write_bytes({"a": b"400"}), keep_last=1)
+    (root / "step_000000300").symlink_to(root / "step_000000200")
+    (root / "step_000000400").symlink_to(elsewhere / "step_000000400")
+    read = ckpt.read_latest(root, ["a"])
+    assert read.path == root / "step_000000200" and read.files == {"a": b"200"}
+    assert len(read.warnings) == 2 and read.candidates == 4
+    out, into = root / "step_000000400", root / "step_000000300"
+    assert read.warnings == [
+        f"checkpoint {out}: leads outside {root} (to {elsewhere / 'step_000000400'}); refused: "
+        "a run dir's paths stay inside it; using the previous one, step_000000200",
+        f"checkpoint {into}: cannot open ([Errno 20] Not a directory: '{into}'); using the "
+        "previous one, step_000000200",
+    ]
+    user_link = tmp_path / "mine"
+    user_link.symlink_to(elsewhere / "step_000000400")
+    manifest, files = ckpt.read_verified(user_link, ["a"])
+    assert manifest["env_steps"] == 400 and files == {"a": b"400"}
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_verified(user_link, ["b"])
+    assert str(caught.value) == f"{user_link}: b is not listed in its manifest.json"

@@ -317,8 +317,85 @@ def test_memory_npz_is_hashed_in_chunks_and_loaded_from_its_verified_handle(copy
     blob = bytearray((path / "memory.npz").read_bytes())
     blob[-100] ^= 1
     (path / "memory.npz").write_bytes(bytes(blob))
-    with pytest.raises(ckpt.CheckpointError, match=r"memory\.npz fails its SHA-256 check"):
+    with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == f"{path}: memory.npz fails its SHA-256 check"
+
+
+def test_memory_npz_is_refused_past_the_ram_available_to_the_byte(copy, monkeypatch):
+    """The arrays' cap is the RAM available when they are read: a memory.npz that unpacks to
+    exactly that many bytes is loaded, one byte more than is available is refused, in one line.
+    (Compressed and re-signed, so that it unpacks past its own size, which is capped too.)"""
+    import zipfile
+
+    path = newest(copy)
+    with np.load(path / "memory.npz") as data:
+        arrays = {key: data[key] for key in data.files}
+    np.savez_compressed(path / "memory.npz", **arrays)
+    reseal(path)
+    with zipfile.ZipFile(path / "memory.npz") as archive:
+        unpacked = sum(info.file_size for info in archive.infolist())
+    assert unpacked > (path / "memory.npz").stat().st_size
+    monkeypatch.setattr(readback, "available_ram_bytes", lambda: unpacked)
+    assert ckpt.load_run_checkpoint(path).env_steps == 1500
+    monkeypatch.setattr(readback, "available_ram_bytes", lambda: unpacked - 1)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == (
+        f"{path}: memory.npz unpacks to {unpacked:,} bytes, over the {unpacked - 1:,} of RAM "
+        "available; refused"
+    )
+
+
+def test_a_re_signed_memory_npz_numpy_cannot_load_is_one_line_cut_at_300(copy):
+    """A member that is not an array (a header numpy cannot parse, 400 characters of it) in a
+    re-signed memory.npz: numpy's reason, on one line, cut at 300 characters."""
+    import zipfile
+
+    path = newest(copy)
+    header = ("{'descr': '<f4', " + "x" * 400 + "}").encode()
+    member = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    with zipfile.ZipFile(path / "memory.npz", "w") as archive:
+        archive.writestr("storage.obs.npy", member)
+    reseal(path)
+    with zipfile.ZipFile(path / "memory.npz") as archive, archive.open("storage.obs.npy") as f:
+        with pytest.raises(ValueError) as numpy_says:
+            np.lib.format.read_array(f, allow_pickle=False)
+    reason = " ".join(str(numpy_says.value).split())
+    assert len(reason) > 300
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == f"{path}: cannot load memory.npz (ValueError: {reason[:300]})"
+
+
+def test_a_memory_npz_changed_while_it_is_read_is_refused(copy, monkeypatch):
+    """The file is hashed, then loaded, through one handle; a change to it in between (its
+    size or times moved: an in-place write) is refused, not loaded."""
+    path = newest(copy)
+    real = ckpt._digest
+
+    def digest_then_write(path_, name, file):
+        digest = real(path_, name, file)
+        if name == "memory.npz":
+            stamp = os.fstat(file.fileno()).st_mtime_ns + 10**9
+            os.utime(file.fileno(), ns=(stamp, stamp))
+        return digest
+
+    monkeypatch.setattr(ckpt, "_digest", digest_then_write)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == f"{path}: memory.npz changed while it was read; refused"
+
+
+def test_a_re_signed_memory_json_that_is_not_json_is_one_line_naming_it(copy):
+    path = newest(copy)
+    (path / "memory.json").write_text('{"storage": ')
+    reseal(path)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value).startswith(
+        f"{path}: cannot load memory.json (ReadBackError: {path / 'memory.json'}: "
+    )
 
 
 def _leaf(tree, dotted: str):
