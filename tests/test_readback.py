@@ -569,6 +569,27 @@ def test_a_record_refused_by_its_model_is_named_at_its_field_or_its_top_level():
         readback.validate([1, 2], SweepRecord, "s.json")
     assert str(caught.value).startswith("s.json: not a SweepRecord record: its top level: ")
     assert str(caught.value).endswith("(got [1, 2])")
+    long = "x" * 200
+    with pytest.raises(ReadBackError) as caught:
+        readback.validate({"runs": [], "seeds": [long]}, SweepRecord, "s.json")
+    assert str(caught.value).endswith(f"(got {repr(long)[:80]})")
+
+
+def test_validate_is_strict_whatever_the_model_says():
+    """A record read back is data: ``validate`` coerces nothing, even for a model that would
+    (a string of digits is not an int, a float not a str)."""
+    from pydantic import BaseModel
+
+    class Lenient(BaseModel):
+        steps: int
+
+    assert Lenient.model_validate({"steps": "12"}).steps == 12  # pydantic's own default
+    assert readback.validate({"steps": 12}, Lenient, "r.json").steps == 12
+    with pytest.raises(ReadBackError) as caught:
+        readback.validate({"steps": "12"}, Lenient, "r.json")
+    assert str(caught.value) == (
+        "r.json: not a Lenient record: steps: Input should be a valid integer (got '12')"
+    )
 
 
 def test_a_memory_npz_that_unpacks_past_the_ram_is_refused_before_it_is_unpacked(copy):
