@@ -3,10 +3,14 @@ against hand computation."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,6 +176,89 @@ def test_a_lock_file_that_is_a_link_is_never_followed(tmp_path):
         with pytest.raises(rundir.RunDirError) as refused:
             attempt(run_dir)
         assert str(refused.value).startswith(f"run dir {run_dir}: cannot use")
+
+
+def test_a_dir_that_cannot_be_written_is_refused_naming_the_ancestor_to_blame(tmp_path):
+    """``check_writable``: a file where a parent dir should be, and a dir this user may not write
+    (checked as an unprivileged user: root passes every permission check)."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.check_writable(tmp_path / "afile" / "run", "run dir")
+    assert str(caught.value) == (
+        f"run dir {tmp_path / 'afile' / 'run'}: {tmp_path / 'afile'} is a file, not a directory"
+    )
+    locked = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp: a user other than root can reach it
+    try:
+        locked.chmod(0o555)
+        target = locked / "sweep" / "run"
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: drop to nobody, then check
+            os.close(read)
+            message = "no refusal"
+            try:
+                if os.getuid() == 0:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                rundir.check_writable(target, "sweep dir")
+            except rundir.RunDirError as exc:
+                message = str(exc)
+            except BaseException as exc:  # any other failure is the test's to report
+                message = repr(exc)
+            finally:
+                os.write(write, message.encode())
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            said = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert said == f"sweep dir {target}: {locked} is not writable (permission denied)"
+    finally:
+        locked.chmod(0o755)
+        shutil.rmtree(locked)
+
+
+def test_run_json_is_read_as_data_and_refused_in_one_line(tmp_path):
+    """``read_run_record``: an id and the legacy step (0 is a step), or none for a run dir from
+    before run ids; a ``run.json`` that leads out, cannot be read, is not JSON, holds no id or a
+    legacy step that is not one is refused naming it. ``ensure_run_id`` gives the id it finds,
+    and writes one only where there is none."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / rundir.RUN_FILE
+    assert rundir.read_run_record(run_dir) == (None, None)
+    first = rundir.ensure_run_id(run_dir)
+    assert rundir.ensure_run_id(run_dir) == first == rundir.read_run_id(run_dir)
+    assert json.loads(path.read_text()) == {rundir.RUN_ID_KEY: first}
+    run_id = "a" * 32
+    for legacy in (0, 7):
+        path.write_text(json.dumps({rundir.RUN_ID_KEY: run_id, rundir.LEGACY_KEY: legacy}))
+        assert rundir.read_run_record(run_dir) == (run_id, legacy)
+    for legacy in (-1, "7", 1.5, True):
+        path.write_text(json.dumps({rundir.RUN_ID_KEY: run_id, rundir.LEGACY_KEY: legacy}))
+        with pytest.raises(rundir.RunDirError) as caught:
+            rundir.read_run_record(run_dir)
+        assert str(caught.value) == (f"{path}: {rundir.LEGACY_KEY} {legacy!r} is not an env step")
+    for text in ("{", "[" * 100 + "]" * 100, "[]", json.dumps({rundir.RUN_ID_KEY: "x"})):
+        path.write_text(text)
+        with pytest.raises(rundir.RunDirError) as caught:
+            rundir.read_run_record(run_dir)
+        assert str(caught.value) == f"{path}: holds no run id ('run_id': 32 hex digits)"
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.read_run_record(run_dir)
+    assert str(caught.value) == f"{path}: cannot read it (a FIFO, not a regular file)"
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({rundir.RUN_ID_KEY: run_id}))
+    path.symlink_to(tmp_path / "elsewhere.json")
+    for read in (rundir.read_run_record, rundir.ensure_run_id):
+        with pytest.raises(rundir.RunDirError) as caught:
+            read(run_dir)
+        assert str(caught.value) == (
+            f"{path}: leads outside {run_dir} (to {tmp_path / 'elsewhere.json'}); refused: "
+            "a run dir's paths stay inside it"
+        )
 
 
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
