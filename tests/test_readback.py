@@ -613,3 +613,55 @@ def test_a_memory_npz_that_unpacks_past_the_ram_is_refused_before_it_is_unpacked
     reseal(path)
     with time_limit(60), pytest.raises(ckpt.CheckpointError, match=r"memory\.npz unpacks to"):
         ckpt.load_run_checkpoint(path)
+
+
+def test_a_training_checkpoint_loads_onto_the_device_asked_for_without_a_second_copy(copy):
+    """``load_run_checkpoint``: its path, every part, the weights mapped to the device asked for
+    (torch's ``meta`` device stands in for a GPU here), and the replay memory's arrays loaded
+    from their verified handle without the file also being read whole: the peak of what Python
+    allocates stays below the arrays plus half the file again (read whole as well, it would be
+    at least twice the file)."""
+    import tracemalloc
+
+    path = newest(copy)
+    checkpoint = ckpt.load_run_checkpoint(path, device="meta")
+    assert checkpoint.path == path and checkpoint.env_steps == 1500
+    assert {"agent", "loop", "memory"} <= set(checkpoint.parts)
+    tensors = [v for v in _tensors(checkpoint.parts["agent"])]
+    assert tensors and all(t.device.type == "meta" for t in tensors)
+    size = (path / "memory.npz").stat().st_size
+    tracemalloc.start()
+    try:
+        ckpt.load_run_checkpoint(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    others = sum((path / n).stat().st_size for n in os.listdir(path) if n != "memory.npz")
+    assert peak < 1.5 * size + 4 * others, (peak, size, others)
+
+
+def _tensors(tree):
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, dict):
+        for value in tree.values():
+            yield from _tensors(value)
+    elif isinstance(tree, list | tuple):
+        for value in tree:
+            yield from _tensors(value)
+
+
+def test_a_checkpoint_that_is_not_a_training_one_or_whose_config_is_not_utf8_is_one_line(copy):
+    path = newest(copy)
+    manifest = json.loads((path / "manifest.json").read_text())
+    files = {k: v for k, v in manifest["files"].items() if k != "agent.pt"}
+    reseal(path, files)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == f"{path}: no agent.pt (not a training checkpoint)"
+    reseal(path, manifest["files"])
+    (path / "config.yaml").write_bytes(b"env:\n  id: \xff\xfe\n")
+    reseal(path)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    assert str(caught.value) == f"{path}: cannot load config.yaml (not UTF-8: invalid start byte)"
