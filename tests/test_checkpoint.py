@@ -797,3 +797,60 @@ def test_a_step_dir_that_is_a_link_is_not_followed_but_a_checkpoint_named_by_the
     with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.read_verified(user_link, ["b"])
     assert str(caught.value) == f"{user_link}: b is not listed in its manifest.json"
+
+
+def test_read_manifest_names_a_missing_dir_and_a_file_in_its_place(tmp_path):
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_manifest(tmp_path / "step_000000100")
+    assert str(caught.value) == f"{tmp_path / 'step_000000100'}: no such checkpoint dir"
+    (tmp_path / "step_000000200").write_text("a file")
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_manifest(tmp_path / "step_000000200")
+    file = tmp_path / "step_000000200"
+    assert str(caught.value) == f"{file}: cannot open ([Errno 20] Not a directory: '{file}')"
+
+
+def test_verify_checkpoint_follows_a_link_the_user_names_and_holds_to_its_lists(tmp_path):
+    """``verify_checkpoint``: a checkpoint dir named through a link is followed (``follow``
+    False refuses it); ``only`` refuses a manifest listing another file; a file asked for must be
+    listed; a changed file fails its SHA-256 check, named."""
+    ckpt.write_checkpoint(tmp_path / "c", 100, write_bytes({"a": b"1", "b": b"2"}), keep_last=1)
+    real = tmp_path / "c" / "step_000000100"
+    link = tmp_path / "mine"
+    link.symlink_to(real)
+    assert ckpt.verify_checkpoint(link)["env_steps"] == 100
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.verify_checkpoint(link, follow=False)
+    assert str(caught.value).startswith(f"{link}: cannot open (")
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.verify_checkpoint(real, only={"a"})
+    assert str(caught.value) == (
+        f"{real}: its manifest.json lists b, not a training checkpoint's file; refused"
+    )
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.verify_checkpoint(real, ["z"])
+    assert str(caught.value) == f"{real}: z is not listed in its manifest.json"
+    (real / "b").write_bytes(b"3")
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.verify_checkpoint(real, ["b"])
+    assert str(caught.value) == f"{real}: b fails its SHA-256 check"
+    assert ckpt.verify_checkpoint(real, ["a"])["env_steps"] == 100
+
+
+def test_find_latest_passes_over_links_and_manifests_listing_other_files(tmp_path):
+    """``find_latest`` (a run resuming): a step dir that is a link is not followed, and with
+    ``only``, one whose manifest lists another file is passed over, both named; the count of
+    checkpoints on disk comes with the one found."""
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"1"}), keep_last=5)
+    ckpt.write_checkpoint(tmp_path, 200, write_bytes({"a": b"2", "b": b"x"}), keep_last=5)
+    (tmp_path / "step_000000300").symlink_to(tmp_path / "step_000000100")
+    found = ckpt.find_latest(tmp_path, only={"a"})
+    assert found.path == tmp_path / "step_000000100" and found.candidates == 3
+    into = tmp_path / "step_000000300"
+    assert found.warnings == [
+        f"checkpoint {into}: cannot open ([Errno 20] Not a directory: '{into}'); using the "
+        "previous one, step_000000100",
+        f"checkpoint {tmp_path / 'step_000000200'}: its manifest.json lists b, not a training "
+        "checkpoint's file; refused; using the previous one, step_000000100",
+    ]
+    assert ckpt.find_latest(tmp_path).path == tmp_path / "step_000000200"
