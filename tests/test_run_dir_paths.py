@@ -211,7 +211,12 @@ def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_named(two):
     with pytest.warns(RuntimeWarning) as caught:
         assert per_dqn.load(run_a).env_steps == 600
     assert [str(w.message) for w in caught] == lines
-    assert {w.filename for w in caught} == {__file__}  # the line of the user's call
+    # the line of the user's call; under mutmut, whose trampoline frame sits between the two,
+    # at least not a line of the policy module
+    if "MUTANT_UNDER_TEST" in os.environ:
+        assert not any(w.filename.endswith(os.path.join("per_dqn", "policy.py")) for w in caught)
+    else:
+        assert {w.filename for w in caught} == {__file__}
     result = resume(run_a)
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[:2] == [f"warning: {line}" for line in lines]
