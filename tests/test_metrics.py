@@ -261,6 +261,54 @@ def test_run_json_is_read_as_data_and_refused_in_one_line(tmp_path):
         )
 
 
+def test_lock_run_dir_names_what_it_locks_and_leaves_nothing_when_it_cannot(tmp_path, monkeypatch):
+    """``lock_run_dir``'s refusals, each one line naming what the caller locks (``what``): a name
+    too long for the filesystem; a lock file that is a dir, or a link (also for a resume's
+    ``create=False``: never followed); and a lock file that cannot be created (the disk filled
+    between the checks and the open, injected here), which removes the dirs it made, and keeps
+    one another process wrote into meanwhile."""
+    long = tmp_path / ("n" * 300)
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.lock_run_dir(long, what="sweep dir")
+    assert str(caught.value).startswith(f"sweep dir {tmp_path / ('n' * 24 + '...' + 'n' * 12)}: ")
+    run_dir = tmp_path / "run"
+    (run_dir / rundir.LOCK_FILE).mkdir(parents=True)
+    for create in (True, False):
+        with pytest.raises(rundir.RunDirError) as caught:
+            rundir.lock_run_dir(run_dir, create=create, what="sweep dir")
+        assert str(caught.value) == f"sweep dir {run_dir}: cannot use it: Is a directory"
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "other").write_text("")
+    (linked / rundir.LOCK_FILE).symlink_to("other")
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.lock_run_dir(linked, create=False)
+    assert str(caught.value).startswith(f"run dir {linked}: cannot use it: ")
+    real_open = os.open
+    fresh = tmp_path / "new" / "sweep" / "run"
+
+    def disk_full(path, flags, *args, **kwargs):
+        if str(path).endswith(rundir.LOCK_FILE) and flags & os.O_CREAT:
+            raise OSError(28, "No space left on device")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", disk_full)
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.lock_run_dir(fresh)
+    assert str(caught.value) == f"run dir {fresh}: cannot use it: No space left on device"
+    assert not (tmp_path / "new").exists()  # every dir it made is gone
+
+    def disk_full_and_a_writer(path, flags, *args, **kwargs):
+        if str(path).endswith(rundir.LOCK_FILE) and flags & os.O_CREAT:
+            (fresh.parent / "theirs").write_text("another process's file")
+        return disk_full(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", disk_full_and_a_writer)
+    with pytest.raises(rundir.RunDirError):
+        rundir.lock_run_dir(fresh)
+    assert not fresh.exists() and (fresh.parent / "theirs").exists()
+
+
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
     assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"
     (tmp_path / "run").mkdir()
