@@ -68,9 +68,11 @@ test-fast: $(TEST_STAMP)
 mutants: $(STAMP)
 	$(BIN)/python tests/mutants/mutants.py
 
-# Mutation testing by a tool (mutmut, the `mutation` extra) over the modules [tool.mutmut] names,
-# envs.py's state capture and restore only: every one-line change mutmut can make, each against
-# the fast tests that call the changed function, one worker; then the per-module table, with the
+# Mutation testing by a tool (mutmut, the `mutation` extra) over the modules [tool.mutmut] names
+# (in envs.py, policy.py and checkpoint.py only the functions SCOPE in tests/mutants/
+# mutation_table.py names): every one-line change mutmut can make, each against the fast tests
+# that call the changed function (the trust boundary's readers: only their own test files, FOCUS
+# in tests/mutants/mutmut_plugin.py), one worker; then the per-module table, with the
 # equivalent mutants of docs/mutation.md set apart (exit 1 below 90% in a module). Hours on 2
 # cores, so not part of `make test`. It resumes: with results in mutants/ (git-ignored) it runs
 # only the mutants not yet run or not yet caught, after a fresh record of which tests call which
