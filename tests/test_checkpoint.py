@@ -16,6 +16,7 @@ import shutil
 import socket
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,6 +26,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from per_dqn import checkpoint as ckpt
+from per_dqn import readback
 from per_dqn.envs import check_env_state, env_state, load_env_state
 from per_dqn.fileio import write_bytes_atomic, write_text_atomic
 from per_dqn.health import ReplayHealth
@@ -434,8 +436,23 @@ def test_load_weights_runs_no_code_and_checks_the_crc(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match=r"^bad.pt: corrupt: its member .+ fails its "
                        "CRC-32 check$"):  # fmt: skip
         ckpt.load_weights(flipped, "bad.pt")
-    with pytest.raises(ckpt.CheckpointError, match=r"^cut.pt: truncated or corrupt, not a whole"):
+    with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.load_weights(data[: len(data) // 2], "cut.pt")
+    with pytest.raises(zipfile.BadZipFile) as zip_says:
+        zipfile.ZipFile(io.BytesIO(data[: len(data) // 2]))
+    assert str(caught.value) == (
+        f"cut.pt: truncated or corrupt, not a whole torch file ({zip_says.value})"
+    )
+    # a whole zip, but not torch's: torch's own reason, cut at 200 characters
+    other = io.BytesIO()
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("x" * 300, b"not a torch file")
+    with pytest.raises(RuntimeError) as torch_says:
+        torch.load(io.BytesIO(other.getvalue()), weights_only=True)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_weights(other.getvalue(), "zip.pt")
+    reason = " ".join(str(torch_says.value).split())[:200]
+    assert str(caught.value) == f"zip.pt: cannot load (RuntimeError: {reason})"
 
     marker = tmp_path / "ran"
     torch.save({"w": Plant(marker)}, tmp_path / "plant.pt")
@@ -854,3 +871,54 @@ def test_find_latest_passes_over_links_and_manifests_listing_other_files(tmp_pat
         "checkpoint's file; refused; using the previous one, step_000000100",
     ]
     assert ckpt.find_latest(tmp_path).path == tmp_path / "step_000000200"
+
+
+def test_each_checkpoint_file_is_read_under_its_kind_s_cap():
+    """``file_kind``: torch files 4 GiB, the memory's arrays the RAM, their metadata (JSON) 64 MiB,
+    anything else (the config) 1 MiB."""
+    kinds = readback.KINDS
+    assert ckpt.file_kind("agent.pt") is kinds["weights"]
+    assert ckpt.file_kind("memory.npz") is kinds["arrays"]
+    assert ckpt.file_kind("memory.json") is kinds["tree"]
+    assert ckpt.file_kind("config.yaml") is kinds["config"]
+    assert kinds["tree"].max_bytes == 64 << 20 and kinds["config"].max_bytes == 1 << 20
+
+
+def test_a_file_written_in_place_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    """A checkpoint file that grows between its open (size checked) and its read: past its
+    manifest's size, refused with both sizes; past its kind's cap (the config's 1 MiB), refused
+    as unreadable, before more than the cap is read."""
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"config.yaml": b"a: 1\n"}), keep_last=1)
+    path = tmp_path / "step_000000100"
+    real = ckpt._open_file
+    grow = {"by": 10}
+
+    def open_then_written(path_, name, entry, dir_fd, inode=None):
+        file = real(path_, name, entry, dir_fd, inode)
+        with open(path_ / name, "ab") as writer:
+            writer.write(b"#" * grow["by"])
+        return file
+
+    monkeypatch.setattr(ckpt, "_open_file", open_then_written)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_verified(path, ["config.yaml"])
+    assert str(caught.value) == f"{path}: config.yaml has 15 bytes, its manifest says 5"
+    (path / "config.yaml").write_bytes(b"a: 1\n")
+    grow["by"] = 2 << 20
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_verified(path, ["config.yaml"])
+    assert str(caught.value) == (
+        f"{path}: unreadable config.yaml (grew past the 1,048,576 bytes a config.yaml may have)"
+    )
+
+
+def test_a_listed_size_that_is_not_a_number_is_shown_as_listed(tmp_path):
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"12345"}), keep_last=1)
+    path = tmp_path / "step_000000100"
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["a"]["bytes"] = "5"
+    manifest[ckpt.MANIFEST_DIGEST_KEY] = ckpt.manifest_digest(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.verify_checkpoint(path)
+    assert str(caught.value) == f"{path}: a has 5 bytes, its manifest says '5'"

@@ -573,6 +573,7 @@ def test_a_record_refused_by_its_model_is_named_at_its_field_or_its_top_level():
     with pytest.raises(ReadBackError) as caught:
         readback.validate({"runs": [], "seeds": [long]}, SweepRecord, "s.json")
     assert str(caught.value).endswith(f"(got {repr(long)[:80]})")
+    assert (caught.value.reason, caught.value.path) == ("shape", "s.json")
 
 
 def test_validate_is_strict_whatever_the_model_says():
@@ -665,3 +666,25 @@ def test_a_checkpoint_that_is_not_a_training_one_or_whose_config_is_not_utf8_is_
     with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: cannot load config.yaml (not UTF-8: invalid start byte)"
+
+
+def test_a_re_signed_memory_json_naming_a_missing_array_is_one_line_cut_at_300(copy):
+    path = newest(copy)
+    key = "k" * 400
+    (path / "memory.json").write_text(json.dumps({"storage": {"__array__": key}}))
+    reseal(path)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.load_run_checkpoint(path)
+    reason = repr(key)[:300]
+    assert str(caught.value) == f"{path}: cannot load memory.json (KeyError: {reason})"
+
+
+def test_a_checkpoint_in_a_run_dir_whose_run_json_is_damaged_is_refused_naming_it(copy):
+    """``check_owner`` cannot tell whose a checkpoint is when the run dir's ``run.json`` is
+    damaged: the checkpoint is refused with ``run.json``'s own line."""
+    path = newest(copy)
+    (copy / "run.json").write_text("[]")
+    manifest = ckpt.read_manifest(path)
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.check_owner(path, manifest, copy)
+    assert str(caught.value) == f"{copy / 'run.json'}: holds no run id ('run_id': 32 hex digits)"

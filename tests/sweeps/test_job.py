@@ -198,7 +198,7 @@ def test_a_run_dir_that_is_a_link_fails_its_job_alone_in_a_pack(tmp_path):
     with pytest.raises(ValueError, match="symbolic link"):
         job.run_jobs(jobs[:1], out)
     first, second = job.run_jobs(jobs, out)
-    assert first.error is not None and "symbolic link" in first.error
+    assert first.job == jobs[0] and first.error is not None and "symbolic link" in first.error
     assert second.error is None and second.final_return is not None
     assert (target / "keep").read_text() == "x" and sorted(os.listdir(target)) == ["keep"]
 
