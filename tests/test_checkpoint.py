@@ -922,3 +922,71 @@ def test_a_listed_size_that_is_not_a_number_is_shown_as_listed(tmp_path):
     with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.verify_checkpoint(path)
     assert str(caught.value) == f"{path}: a has 5 bytes, its manifest says '5'"
+
+
+def _resigned(path: Path, **changes) -> None:
+    """The checkpoint's manifest with ``changes`` made (None: key removed), re-signed."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    manifest.pop(ckpt.MANIFEST_DIGEST_KEY, None)
+    manifest[ckpt.MANIFEST_DIGEST_KEY] = ckpt.manifest_digest(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_re_signed_manifest_of_the_wrong_shape_is_one_line_naming_what(tmp_path):
+    """Each shape a manifest is refused for, re-signed so that its digest passes: not an object,
+    another format, ``files`` or ``env_steps`` of the wrong type, a run id that is not a string,
+    and one past the manifest's size cap."""
+    ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"1"}), keep_last=1)
+    path = tmp_path / "step_000000100"
+    good = (path / "manifest.json").read_bytes()
+
+    def refusal() -> str:
+        with pytest.raises(ckpt.CheckpointError) as caught:
+            ckpt.read_manifest(path)
+        (path / "manifest.json").write_bytes(good)
+        return str(caught.value)
+
+    (path / "manifest.json").write_text("[]")
+    assert refusal() == f"{path}: manifest.json is not a checkpoint manifest"
+    _resigned(path, format=99)
+    said = refusal()
+    assert said.startswith(f"{path}: a format-99 checkpoint; this per-dqn reads formats ")
+    assert said.endswith(": use the per-dqn release that wrote it")
+    version = json.loads(good)["format"]
+    for change in ({"files": ["a"]}, {"env_steps": "100"}, {"env_steps": None}):
+        _resigned(path, **change)
+        assert refusal() == f"{path}: manifest.json is not a format-{version} checkpoint manifest"
+    _resigned(path, run_id=5)
+    assert refusal() == f"{path}: its manifest.json has a run_id of 5"
+    (path / "manifest.json").write_bytes(b" " * (ckpt.MANIFEST_MAX_BYTES + 1))
+    assert refusal() == (
+        f"{path}: manifest.json is larger than {ckpt.MANIFEST_MAX_BYTES:,} bytes: not a manifest"
+    )
+    with pytest.raises(ckpt.CheckpointError) as caught:
+        ckpt.read_verified(tmp_path / "step_000000200", ["a"])
+    assert str(caught.value) == f"{tmp_path / 'step_000000200'}: no such checkpoint dir"
+
+
+def test_a_stray_at_step_zero_is_named_too(tmp_path):
+    """``_strays`` with no checkpoint used names every stray, from step 0: the first checkpoint
+    a run writes can be step 0."""
+    (tmp_path / "step_000000000").write_bytes(b"a file")
+    found = ckpt.find_latest(tmp_path)
+    assert found.warnings == [
+        f"checkpoint {tmp_path / 'step_000000000'}: not a directory but a file; no earlier "
+        "checkpoint is usable"
+    ]
+
+
+def test_a_stray_of_the_used_checkpoint_s_own_step_changes_nothing(tmp_path):
+    """A stray is named only when newer than the checkpoint used: ``step_200`` (another spelling
+    of step 200) beside ``step_000000200`` changes nothing."""
+    ckpt.write_checkpoint(tmp_path, 200, write_bytes({"a": b"1"}), keep_last=1)
+    (tmp_path / "step_200").write_bytes(b"a file")
+    found = ckpt.find_latest(tmp_path)
+    assert found.path == tmp_path / "step_000000200" and found.warnings == []

@@ -690,3 +690,11 @@ def test_a_checkpoint_in_a_run_dir_whose_run_json_is_damaged_is_refused_naming_i
     with pytest.raises(ckpt.CheckpointError) as caught:
         ckpt.check_owner(path, manifest, copy)
     assert str(caught.value) == f"{copy / 'run.json'}: holds no run id ('run_id': 32 hex digits)"
+
+
+def test_a_training_checkpoint_named_through_the_user_s_own_link_is_loaded(copy, tmp_path):
+    """A checkpoint dir the user names (``eval PATH``, ``load_run_checkpoint``) may be a link of
+    theirs: it is followed; only step dirs found by listing are never followed."""
+    link = tmp_path / "latest"
+    link.symlink_to(newest(copy))
+    assert ckpt.load_run_checkpoint(link).env_steps == 1500
