@@ -990,3 +990,10 @@ def test_a_stray_of_the_used_checkpoint_s_own_step_changes_nothing(tmp_path):
     (tmp_path / "step_200").write_bytes(b"a file")
     found = ckpt.find_latest(tmp_path)
     assert found.path == tmp_path / "step_000000200" and found.warnings == []
+
+
+def test_the_manifest_digest_is_of_its_canonical_ascii_json(tmp_path):
+    """By hand: keys sorted, no spaces, non-ASCII escaped, the digest's own key left out."""
+    manifest = {"z": 1, "config_name": "café", "a": [1, 2], ckpt.MANIFEST_DIGEST_KEY: "old"}
+    canonical = '{"a":[1,2],"config_name":"caf\\u00e9","z":1}'
+    assert ckpt.manifest_digest(manifest) == hashlib.sha256(canonical.encode()).hexdigest()

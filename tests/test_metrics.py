@@ -267,6 +267,12 @@ def test_lock_run_dir_names_what_it_locks_and_leaves_nothing_when_it_cannot(tmp_
     ``create=False``: never followed); and a lock file that cannot be created (the disk filled
     between the checks and the open, injected here), which removes the dirs it made, and keeps
     one another process wrote into meanwhile."""
+    held = rundir.lock_run_dir(tmp_path / "held", what="sweep dir")
+    assert held is not None and held.path == tmp_path / "held"
+    with pytest.raises(rundir.RunDirInUse) as caught:
+        rundir.lock_run_dir(tmp_path / "held", what="sweep dir")
+    assert str(caught.value).startswith(f"sweep dir {tmp_path / 'held'} is in use by another")
+    held.release()
     long = tmp_path / ("n" * 300)
     with pytest.raises(rundir.RunDirError) as caught:
         rundir.lock_run_dir(long, what="sweep dir")

@@ -698,3 +698,43 @@ def test_a_training_checkpoint_named_through_the_user_s_own_link_is_loaded(copy,
     link = tmp_path / "latest"
     link.symlink_to(newest(copy))
     assert ckpt.load_run_checkpoint(link).env_steps == 1500
+
+
+def test_available_ram_is_meminfo_s_memavailable_else_free_pages_else_none(monkeypatch):
+    """``available_ram_bytes`` reads ``/proc/meminfo``'s ``MemAvailable`` (kB), by hand here from
+    a given text; without that line, or without the file, free pages times the page size (as
+    ``os.sysconf`` gives them); without those either, None."""
+    import io
+
+    opened = []
+
+    def meminfo(text):
+        def fake_open(path, *args, **kwargs):
+            opened.append(path)
+            if text is None:
+                raise FileNotFoundError(path)
+            return io.StringIO(text)
+
+        return fake_open
+
+    monkeypatch.setattr(readback, "open", meminfo("MemTotal: 9 kB\nMemAvailable:    1000 kB\n"),
+                        raising=False)  # fmt: skip
+    assert readback.available_ram_bytes() == 1000 * 1024 and opened == ["/proc/meminfo"]
+    pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for text in ("MemTotal: 9 kB\n", None):
+        monkeypatch.setattr(readback, "open", meminfo(text), raising=False)
+        assert abs(readback.available_ram_bytes() - pages) < (256 << 20)  # free pages move
+
+    def no_sysconf(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(readback.os, "sysconf", no_sysconf)
+    assert readback.available_ram_bytes() is None
+
+
+def test_read_text_names_a_file_that_is_not_utf8(tmp_path):
+    (tmp_path / "c.yaml").write_bytes(b"a: \xff\n")
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_text(tmp_path, "c.yaml", KINDS["config"])
+    assert str(caught.value) == f"{tmp_path / 'c.yaml'}: not UTF-8 text (invalid start byte)"
+    assert caught.value.reason == "syntax"
