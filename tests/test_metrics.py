@@ -315,6 +315,31 @@ def test_lock_run_dir_names_what_it_locks_and_leaves_nothing_when_it_cannot(tmp_
     assert not fresh.exists() and (fresh.parent / "theirs").exists()
 
 
+def test_a_name_longer_than_the_filesystem_takes_is_refused_to_the_byte(tmp_path):
+    """``check_name_lengths``: a component of exactly the filesystem's limit (255 bytes here) is
+    taken, one byte more refused; the line shows each component of up to 40 characters whole and
+    a longer one by its ends; a name no file can have (a lone surrogate) is refused too."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    forty, forty_one = "f" * 40, "g" * 41
+    rundir.check_name_lengths(tmp_path / forty / ("n" * limit))
+    long = "n" * (limit + 1)
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.check_run_dir(tmp_path / forty / forty_one / long)
+    shown_long = "n" * 24 + "..." + "n" * 12
+    shown = tmp_path / forty / ("g" * 24 + "..." + "g" * 12) / shown_long
+    assert str(caught.value) == (
+        f"run dir {shown}: the name {shown_long!r} is {limit + 1} bytes long, more than the "
+        f"filesystem's limit of {limit}; choose a shorter one"
+    )
+    odd = tmp_path / "a\ud800b"
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.check_name_lengths(odd, "sweep dir")
+    assert str(caught.value) == (
+        f"sweep dir {str(odd)!a}: the name 'a\\ud800b' cannot be a file name (surrogates not "
+        "allowed); choose another"
+    )
+
+
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
     assert rundir.fresh_run_dir(tmp_path, "run") == tmp_path / "run"
     (tmp_path / "run").mkdir()

@@ -738,3 +738,23 @@ def test_read_text_names_a_file_that_is_not_utf8(tmp_path):
         readback.read_text(tmp_path, "c.yaml", KINDS["config"])
     assert str(caught.value) == f"{tmp_path / 'c.yaml'}: not UTF-8 text (invalid start byte)"
     assert caught.value.reason == "syntax"
+
+
+def test_parse_json_refuses_past_its_kind_s_depth_to_the_level_and_names_bad_utf8():
+    """Nesting exactly at the kind's depth is read; one level more is refused, in one line naming
+    the kind; bytes that are not UTF-8 are refused as syntax."""
+    kind = KINDS["run"]
+    at = "[" * kind.max_depth + "]" * kind.max_depth
+    assert readback.json_depth(readback.parse_json(at, "r.json", kind) and at) == kind.max_depth
+    past = "[" + at + "]"
+    with pytest.raises(ReadBackError) as caught:
+        readback.parse_json(past, "r.json", kind)
+    assert str(caught.value) == (
+        f"r.json: nested {kind.max_depth + 1} levels deep, past the {kind.max_depth} a "
+        f"{kind.name} may have"
+    )
+    assert caught.value.reason == "deep"
+    with pytest.raises(ReadBackError) as caught:
+        readback.parse_json(b'{"a": "\xff"}', "r.json", kind)
+    assert str(caught.value) == "r.json: not UTF-8 text (invalid start byte)"
+    assert caught.value.reason == "syntax"
