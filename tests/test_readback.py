@@ -758,3 +758,15 @@ def test_parse_json_refuses_past_its_kind_s_depth_to_the_level_and_names_bad_utf
         readback.parse_json(b'{"a": "\xff"}', "r.json", kind)
     assert str(caught.value) == "r.json: not UTF-8 text (invalid start byte)"
     assert caught.value.reason == "syntax"
+
+
+def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path):
+    """``read_all`` on a handle the OS refuses to read (here one open for writing only): the
+    label and the OS's reason, as ``unreadable``."""
+    path = tmp_path / "summary.json"
+    path.write_text("{}")
+    with os.fdopen(os.open(path, os.O_WRONLY), "rb", buffering=0) as file:
+        with pytest.raises(ReadBackError) as caught:
+            readback.read_all(file, KINDS["summary"], path)
+    assert str(caught.value) == f"{path}: cannot read it (Bad file descriptor)"
+    assert caught.value.reason == "unreadable"
