@@ -11,8 +11,8 @@ Five sections, each printed as a markdown table as soon as it is measured:
    way an env emits them (consecutive stacks share 3 frames, ``next_obs`` is ``obs`` shifted by
    one frame, an episode's first stack repeats its reset frame), in episodes of 100 to 599 steps.
    Every frame is distinct (an id is stamped into its first 8 bytes), so a returned stack can be
-   checked against the truth bit for bit. Rows: ``per_dqn`` ``UniformReplay`` and
-   ``PrioritizedReplay`` (alpha 0.6) with ``dedup_frames=True``, and, when ``cpprb`` imports
+   checked against the truth bit for bit. Rows: ``per_dqn``'s ``uniform`` and ``proportional``
+   (alpha 0.6) memories (``make_memory``) with ``dedup_frames=True``, and, when ``cpprb`` imports
    (the ``bench`` extra), cpprb 11's ``PrioritizedReplayBuffer`` with its frame-sharing options
    (``next_of="obs"``, ``stack_compress="obs"``, ``Nstep=False``), once with the channel-first
    ``(4, 84, 84)`` stacks every other row stores, and once with channel-last ``(84, 84, 4)``
@@ -116,7 +116,7 @@ from per_dqn.agent import DQNAgent
 from per_dqn.agent.layout import stack_nhwc
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
 from per_dqn.envs import atari_game, make_eval_env, make_vector_env
-from per_dqn.memory import Batch, PrioritizedReplay, UniformReplay, planned_nbytes
+from per_dqn.memory import Batch, make_memory, planned_nbytes
 from per_dqn.plan import PROCESS_OVERHEAD_BYTES
 from per_dqn.run import Trainer
 
@@ -391,8 +391,8 @@ class ReplayRow:
     extra_check: Callable[[EpisodeStream, FrameSource], str] | None = None
 
 
-def per_dqn_row(name: str, memory: Any, prioritized: bool) -> ReplayRow:
-    """A ``per_dqn`` memory behind the row interface."""
+def per_dqn_row(name: str, memory: Any) -> ReplayRow:
+    """A ``per_dqn`` memory behind the row interface (priorities updated where it is weighted)."""
 
     def add_one(t: tuple) -> None:
         memory.add(*t)
@@ -407,7 +407,7 @@ def per_dqn_row(name: str, memory: Any, prioritized: bool) -> ReplayRow:
         sample=lambda: memory.sample(TRAIN_BATCH, beta=BETA),
         indices_of=lambda batch: batch.indices,
         stacks_of=lambda batch: (batch.obs, batch.next_obs),
-        update=update if prioritized else None,
+        update=update if memory.weighted else None,
         stored=lambda: len(memory),
         nbytes=memory.nbytes,
         planned=planned_nbytes(
@@ -681,8 +681,8 @@ class ReplayResult:
     skipped: str | None = None
 
 
-ROW_UNIFORM = "per_dqn UniformReplay (dedup_frames)"
-ROW_PER = "per_dqn PrioritizedReplay (dedup_frames, alpha 0.6)"
+ROW_UNIFORM = "per_dqn uniform (dedup_frames)"
+ROW_PER = "per_dqn proportional (dedup_frames, alpha 0.6)"
 ROW_CPPRB = "cpprb PrioritizedReplayBuffer (4, 84, 84), next_of + stack_compress"
 ROW_CPPRB_CL = "cpprb PrioritizedReplayBuffer (84, 84, 4), next_of + stack_compress"
 ROW_TIANSHOU = "Tianshou PrioritizedReplayBuffer (4, 84, 84), stack_num 4 + save_only_last_obs"
@@ -702,14 +702,12 @@ class RowSpec:
 def replay_specs() -> list[RowSpec]:
     """Every row, in table order; the cpprb rows only when cpprb imports."""
 
-    def per_dqn_spec(name: str, kind: str, seed: int) -> RowSpec:
+    def per_dqn_spec(name: str, kind: str, seed: int, **settings: Any) -> RowSpec:
         def build(capacity: int) -> ReplayRow:
             base: dict[str, Any] = dict(
                 capacity=capacity, obs_shape=OBS_SHAPE, obs_dtype=np.uint8, dedup_frames=True
             )
-            if kind == "uniform":
-                return per_dqn_row(name, UniformReplay(**base, seed=seed), False)
-            return per_dqn_row(name, PrioritizedReplay(alpha=ALPHA, **base, seed=seed), True)
+            return per_dqn_row(name, make_memory(kind, **base, seed=seed, **settings))
 
         def need(capacity: int) -> int:
             return planned_nbytes(kind, capacity, OBS_SHAPE, np.uint8, dedup_frames=True)["total"]
@@ -718,7 +716,7 @@ def replay_specs() -> list[RowSpec]:
 
     specs = [
         per_dqn_spec(ROW_UNIFORM, "uniform", 0),
-        per_dqn_spec(ROW_PER, "proportional", 1),
+        per_dqn_spec(ROW_PER, "proportional", 1, alpha=ALPHA),
     ]
     if cpprb is not None:
         # Measured with this script's data (cpprb 11, capacity 1M, fills of 50k to 150k): with
@@ -899,7 +897,7 @@ def render_replay(results: list[ReplayResult], args: argparse.Namespace) -> str:
     per = by_name.get(ROW_PER)
     if per is not None and per.skipped is None:
         if per.nbytes != per.planned:
-            lines.append(f"- PrioritizedReplay nbytes {per.nbytes:,} != planned {per.planned:,}.")
+            lines.append(f"- {ROW_PER}: nbytes {per.nbytes:,} != planned {per.planned:,}.")
         if full:
             verdict = "met" if per.rss_delta <= RSS_TARGET_BYTES else "NOT met"
             lines.append(

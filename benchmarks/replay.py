@@ -24,8 +24,9 @@ untimed (numba JIT, first-touch page faults, caches).
 
 The rows, and why each is there:
 
-- ``per_dqn`` uniform, proportional (alpha 0.6, global weight normalisation) and rank-based
-  (alpha 0.7) memories: what the project ships. The rank-based memory re-sorts its heap every
+- ``per_dqn``'s memory of every kind in ``per_dqn.memory.KINDS``, built by ``make_memory`` at the
+  kind's default settings: uniform, proportional (alpha 0.6, global weight normalisation) and
+  rank-based (alpha 0.7): what the project ships. The rank-based memory re-sorts its heap every
   ``sort_interval`` (1000) updates; its update and loop timings make whole multiples of that many
   calls, so the amortised sort is included.
 - A pure-Python sum tree (Python lists, a Python loop per element for updates and per draw for the
@@ -38,7 +39,7 @@ The rows, and why each is there:
   configuration ``add`` writes straight into the main buffer; the script checks that the stored
   size is the capacity and that sampled observations are the ones written.
 
-Both baselines are checked against ``per_dqn.memory.PrioritizedReplay`` before timing: with the
+Both baselines are checked against ``make_memory("proportional", ...)`` before timing: with the
 same seed they must draw the same indices with the same weights.
 
 Run ``make bench`` (or ``.venv/bin/python benchmarks/replay.py``); ``--quick`` is a short run,
@@ -77,12 +78,11 @@ from _common import (
 )
 
 from per_dqn.memory import (
-    PrioritizedReplay,
+    KINDS,
     PriorityUpdate,
-    RankBasedReplay,
     ReplayMemory,
     Sampler,
-    UniformReplay,
+    make_memory,
     make_storage,
 )
 
@@ -138,9 +138,13 @@ class PurePythonSampler(Sampler):
         self._min = [math.inf] * (2 * self._offset)
         self.max_priority = 1.0
 
+    @staticmethod
+    def planned_nbytes(capacity: int) -> int:
+        return 2 * 2 * (1 << max(0, capacity - 1).bit_length()) * 8  # as float64 arrays
+
     @property
     def nbytes(self) -> int:
-        return 2 * 2 * self._offset * 8  # as float64 arrays; Python lists hold more
+        return self.planned_nbytes(self.capacity)  # Python lists hold more
 
     def _set(self, slot: int, leaf: float) -> None:
         sums, mins = self._sum, self._min
@@ -247,6 +251,10 @@ class NumpySampler(Sampler):
         self._level_shifts = self._path_shifts[1:, None]
         self._strata: dict[int, np.ndarray] = {}
 
+    @staticmethod
+    def planned_nbytes(capacity: int) -> int:
+        return 2 * 2 * (1 << max(0, capacity - 1).bit_length()) * 8  # two float64 trees
+
     @property
     def nbytes(self) -> int:
         return self._sum_nodes.nbytes + self._min_nodes.nbytes
@@ -347,7 +355,7 @@ class NumpyReplay(ReplayMemory):
 
 
 def check_baselines_agree() -> None:
-    """Raises if a baseline draws other indices or weights than ``PrioritizedReplay``.
+    """Raises if a baseline draws other indices or weights than per_dqn's proportional memory.
 
     Same seed, same fills and updates (a capacity that is not a power of two, a ring that has
     wrapped, repeated indices in one update): the stratified draws must pick the same slots, and
@@ -357,7 +365,7 @@ def check_baselines_agree() -> None:
     capacity = 37
     kwargs: dict[str, Any] = dict(capacity=capacity, obs_shape=OBS_SHAPE, seed=5, alpha=0.6)
     memories = [
-        PrioritizedReplay(**kwargs),
+        make_memory("proportional", **kwargs),
         NumpyReplay(**kwargs),
         PurePythonReplay(**kwargs),
     ]
@@ -375,7 +383,7 @@ def check_baselines_agree() -> None:
                 batch.weights, batches[0].weights, rtol=1e-6
             ):
                 raise AssertionError(
-                    f"{type(memory).__name__} disagrees with PrioritizedReplay: "
+                    f"{type(memory).__name__} disagrees with per_dqn proportional: "
                     f"{batch.indices} {batch.weights} vs {batches[0].indices} {batches[0].weights}"
                 )
         td_errors = np.abs(rng.standard_normal(16)) * 3
@@ -557,7 +565,7 @@ def per_dqn_subject(name: str, memory: ReplayMemory, data: FillData) -> Subject:
         sample_kwargs={"beta": BETA},
         indices_of=attrgetter("indices"),
         update=memory.update_priorities,
-        update_period=getattr(memory, "sort_interval", 1),
+        update_period=getattr(memory.sampler, "sort_interval", 1),
         memory=memory,
     )
 
@@ -600,49 +608,61 @@ def cpprb_env_dict() -> dict[str, dict[str, Any]]:
     return {"obs": {"shape": shape}, "act": {}, "rew": {}, "next_obs": {"shape": shape}, "done": {}}
 
 
-ROW_UNIFORM = "per_dqn UniformReplay"
+def per_dqn_row(kind: str) -> str:
+    """The row of per_dqn's memory of ``kind`` at its default settings, e.g. ``per_dqn rank
+    (alpha 0.7)``: the kind's name, and its ``alpha`` where it has one."""
+    sampler = make_memory(kind, capacity=1, obs_shape=OBS_SHAPE).sampler
+    alpha = getattr(sampler, "alpha", None)
+    return f"per_dqn {kind}" + ("" if alpha is None else f" (alpha {alpha:g})")
+
+
 ROW_CPPRB_UNIFORM = "cpprb ReplayBuffer"
-ROW_PROPORTIONAL = "per_dqn PrioritizedReplay (alpha 0.6, numba)"
+ROW_PROPORTIONAL = per_dqn_row("proportional")
 ROW_NUMPY = "vectorised-numpy sum tree (alpha 0.6)"
 ROW_PYTHON = "pure-Python sum tree (alpha 0.6)"
 ROW_CPPRB = "cpprb PrioritizedReplayBuffer (alpha 0.6)"
-ROW_RANK = "per_dqn RankBasedReplay (alpha 0.7)"
 
 
 def build_subjects(capacity: int, data: FillData, log: Callable[[str], None]) -> list[Subject]:
-    """Every implementation, filled, in table order; cpprb rows only when cpprb imports."""
+    """Every implementation, filled, in table order: per_dqn's memory of each kind in ``KINDS``,
+    each followed by the baselines of that kind; cpprb rows only when cpprb imports."""
     base: dict[str, Any] = dict(capacity=capacity, obs_shape=OBS_SHAPE, obs_dtype=np.float32)
     env_dict = cpprb_env_dict()
-    builders: dict[str, Callable[[], Subject]] = {
-        ROW_UNIFORM: lambda: per_dqn_subject(ROW_UNIFORM, UniformReplay(**base, seed=0), data),
-        ROW_CPPRB_UNIFORM: lambda: cpprb_subject(
-            ROW_CPPRB_UNIFORM, cpprb.ReplayBuffer(capacity, env_dict), data, prioritized=False
-        ),
-        ROW_PROPORTIONAL: lambda: per_dqn_subject(
-            ROW_PROPORTIONAL,
-            PrioritizedReplay(alpha=0.6, weight_normalization="global", **base, seed=1),
-            data,
-        ),
-        ROW_NUMPY: lambda: per_dqn_subject(ROW_NUMPY, NumpyReplay(alpha=0.6, **base, seed=2), data),
-        ROW_PYTHON: lambda: per_dqn_subject(
-            ROW_PYTHON, PurePythonReplay(alpha=0.6, **base, seed=3), data
-        ),
-        ROW_CPPRB: lambda: cpprb_subject(
-            ROW_CPPRB,
-            cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6),
-            data,
-            prioritized=True,
-        ),
-        ROW_RANK: lambda: per_dqn_subject(
-            ROW_RANK, RankBasedReplay(alpha=0.7, **base, seed=4), data
-        ),
+    # the baselines of a kind, timed right after per_dqn's memory of it
+    baselines: dict[str, dict[str, Callable[[int], Subject]]] = {
+        "uniform": {
+            ROW_CPPRB_UNIFORM: lambda seed: cpprb_subject(
+                ROW_CPPRB_UNIFORM, cpprb.ReplayBuffer(capacity, env_dict), data, prioritized=False
+            ),
+        },
+        "proportional": {
+            ROW_NUMPY: lambda seed: per_dqn_subject(
+                ROW_NUMPY, NumpyReplay(alpha=0.6, **base, seed=seed), data
+            ),
+            ROW_PYTHON: lambda seed: per_dqn_subject(
+                ROW_PYTHON, PurePythonReplay(alpha=0.6, **base, seed=seed), data
+            ),
+            ROW_CPPRB: lambda seed: cpprb_subject(
+                ROW_CPPRB,
+                cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6),
+                data,
+                prioritized=True,
+            ),
+        },
     }
+    builders: dict[str, Callable[[int], Subject]] = {}
+    for kind in KINDS:
+        row = per_dqn_row(kind)
+        builders[row] = lambda seed, kind=kind, row=row: per_dqn_subject(
+            row, make_memory(kind, **base, seed=seed), data
+        )
+        builders.update(baselines.get(kind, {}))
     subjects = []
-    for name, build in builders.items():
+    for seed, (name, build) in enumerate(builders.items()):
         if cpprb is None and name in (ROW_CPPRB_UNIFORM, ROW_CPPRB):
             continue
         start = time.perf_counter()
-        subjects.append(build())
+        subjects.append(build(seed))
         log(f"filled {name} in {time.perf_counter() - start:.1f} s")
     return subjects
 
@@ -728,11 +748,11 @@ def render(results: Results, args: argparse.Namespace, versions: dict[str, str])
         speedup = theirs_su / ours_su
         loop_ratio = cell(results, ROW_CPPRB, "step") / cell(results, ROW_PROPORTIONAL, "step")
         lines += [
-            f"- (a) sample 32 + update 32, per_dqn PrioritizedReplay vs cpprb: "
+            f"- (a) sample 32 + update 32, {ROW_PROPORTIONAL} vs cpprb: "
             f"{format_us(ours_su)} us vs {format_us(theirs_su)} us: per_dqn is {speedup:.2f}x as "
             f"fast ({paired_range(results, ROW_CPPRB, ROW_PROPORTIONAL, ('sample32', 'update32'))})"
             f"; target > 1x: {'met' if speedup > 1 else 'NOT met'}.",
-            f"- (b) loop steps/s, per_dqn PrioritizedReplay / cpprb: {loop_ratio:.2f}x "
+            f"- (b) loop steps/s, {ROW_PROPORTIONAL} / cpprb: {loop_ratio:.2f}x "
             f"({paired_range(results, ROW_CPPRB, ROW_PROPORTIONAL, ('step',))}); target >= 2x: "
             f"{'met' if loop_ratio >= 2 else 'NOT met'}.",
         ]
@@ -813,7 +833,7 @@ def main(argv: list[str] | None = None) -> None:
     log = progress_log()
 
     check_baselines_agree()
-    log("baselines agree with PrioritizedReplay")
+    log("baselines agree with per_dqn proportional")
     if cpprb is None:
         log("cpprb is not importable: its rows are skipped (`make bench` installs it)")
     subjects = build_subjects(args.capacity, FillData.make(args.capacity), log)

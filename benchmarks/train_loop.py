@@ -48,7 +48,8 @@ from _common import (
     run_python,
 )
 
-KINDS = ("uniform", "proportional", "rank")
+from per_dqn.memory import KINDS
+
 CHILD = Path(__file__).resolve().parent / "_train_child.py"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from per_dqn import families
+from per_dqn import families, memory
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config, ReplayConfig
 from per_dqn.envs import EnvSpec
@@ -46,7 +46,7 @@ def uses_frame_storage(config: ReplayConfig, spec: EnvSpec) -> bool:
 def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> ReplayMemory:
     """The replay memory ``config.kind`` names, sized for ``spec``'s observations.
 
-    The kind's own keys are the ones its registry entry maps (``REPLAY_KINDS``), read from
+    The kind's own settings are the ones its registry entry lists (``REPLAY_KINDS``), read from
     ``config``; nothing here knows a kind.
     """
     kind = REPLAY_KINDS[config.kind]
@@ -59,7 +59,7 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> Replay
     if uses_frame_storage(config, spec):
         kwargs.update(dedup_frames=True, frame_slack=config.frame_slack)
     kwargs.update(kind.keywords(config))
-    return kind.memory(**kwargs)
+    return memory.make_memory(config.kind, **kwargs)
 
 
 def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:

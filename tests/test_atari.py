@@ -15,7 +15,7 @@ from per_dqn.agent import DQNAgent, NatureCNN
 from per_dqn.cli import app
 from per_dqn.config import Config, EnvConfig
 from per_dqn.envs import atari_game, describe, make_eval_env, make_vector_env
-from per_dqn.memory import PrioritizedReplay, UniformReplay
+from per_dqn.memory import make_memory
 from per_dqn.nstep import NStepAccumulator, stack
 from per_dqn.run import Trainer
 from per_dqn.tags import (
@@ -92,8 +92,8 @@ def test_recorded_game_is_rebuilt_bit_exact_by_the_frame_memory(n_step):
     steps = play(env, 300, seed=2)
     env.close()
     common = {"capacity": 120, "obs_shape": (4, 84, 84), "obs_dtype": np.uint8, "seed": 0}
-    dedup = PrioritizedReplay(dedup_frames=True, **common)
-    whole = UniformReplay(**common)
+    dedup = make_memory("proportional", dedup_frames=True, **common)
+    whole = make_memory("uniform", **common)
     acc = NStepAccumulator(2, n_step, 0.99)
     autoreset = np.zeros(2, dtype=bool)
     written = 0
@@ -263,8 +263,8 @@ def test_agent_learns_on_uint8_batches():
         gamma=0.99, learning_rate=1e-3, adam_eps=1.5e-4, loss="huber", grad_clip_norm=None,
         target_update_interval=10, tau=1.0, device=torch.device("cpu"),
     )  # fmt: skip
-    mem = PrioritizedReplay(capacity=64, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
-                            dedup_frames=True, seed=0)  # fmt: skip
+    mem = make_memory("proportional", capacity=64, obs_shape=(4, 84, 84), obs_dtype=np.uint8,
+                      dedup_frames=True, seed=0)  # fmt: skip
     rng = np.random.default_rng(0)
     for _ in range(40):
         frames = rng.integers(0, 256, (5, 84, 84), dtype=np.uint8)
@@ -291,7 +291,7 @@ def test_bf16_update_tracks_the_fp32_update_and_keeps_fp32_state(channels_last):
             channels_last=channels_last, precision=precision,
         )  # fmt: skip
 
-    mem = UniformReplay(capacity=64, obs_shape=(4, 84, 84), obs_dtype=np.uint8, seed=0)
+    mem = make_memory("uniform", capacity=64, obs_shape=(4, 84, 84), obs_dtype=np.uint8, seed=0)
     rng = np.random.default_rng(0)
     for _ in range(40):
         frames = rng.integers(0, 256, (5, 84, 84), dtype=np.uint8)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from per_dqn.memory import KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_LINE = f"per_dqn from {ROOT / 'per_dqn'}"
 # A figure as the tables print it: 1,234 / 0.93 / 1.2e-05 / 3.40x / 12% / 0.03 GB / **5.01**.
@@ -78,23 +80,24 @@ def assert_numbers(cells: list[str]) -> None:
 def test_replay_benchmark_smoke_prints_a_table():
     proc = run("replay.py", "--smoke")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "baselines agree with PrioritizedReplay" in proc.stderr
+    assert "baselines agree with per_dqn proportional" in proc.stderr
     rows = {}
     for line in proc.stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and len(cells) == 7 and not set(cells[1]) <= {"-", ":"}:
             rows[cells[0]] = cells[1:]
     assert rows.pop("implementation")[0] == "add/s"
+    ours = {name.split()[1]: name for name in rows if name.startswith("per_dqn ")}
+    assert list(ours) == list(KINDS)  # one row per kind, in the registry's order
+    assert ours["proportional"] == "per_dqn proportional (alpha 0.6)"
+    assert ours["rank"] == "per_dqn rank (alpha 0.7)"
     for name in (
-        "per_dqn UniformReplay",
-        "per_dqn PrioritizedReplay (alpha 0.6, numba)",
+        *ours.values(),
         "vectorised-numpy sum tree (alpha 0.6)",
         "pure-Python sum tree (alpha 0.6)",
-        "per_dqn RankBasedReplay (alpha 0.7)",
     ):
-        cells = rows[name]
-        numbers = cells if name != "per_dqn UniformReplay" else cells[:3] + cells[5:]
-        assert all(re.fullmatch(r"[\d,]+(\.\d+)?", c) for c in numbers), (name, cells)
+        cells = rows[name]  # every kind's update is timed (uniform's: the input checks)
+        assert all(re.fullmatch(r"[\d,]+(\.\d+)?", c) for c in cells), (name, cells)
 
 
 @pytest.mark.slow
@@ -104,7 +107,7 @@ def test_train_loop_smoke_prints_each_kinds_sps():
     assert PACKAGE_LINE in out
     headers, rows = table_with(out, "replay")
     assert headers == ["replay", "SPS (median)", "min", "max", "updates", "overhead"]
-    assert list(rows) == ["uniform", "proportional", "rank"]
+    assert list(rows) == list(KINDS)
     for cells in rows.values():
         assert_numbers(cells)
     assert rows["uniform"][-1] == "1.000x"  # uniform is the overhead's baseline
@@ -331,8 +334,8 @@ def test_atari_smoke_runs_every_section_with_the_installed_peers():
         assert_numbers(cells)
     _, replay = table_with(out, "implementation")
     expected = {
-        "per_dqn UniformReplay (dedup_frames)": True,
-        "per_dqn PrioritizedReplay (dedup_frames, alpha 0.6)": True,
+        "per_dqn uniform (dedup_frames)": True,
+        "per_dqn proportional (dedup_frames, alpha 0.6)": True,
         "cpprb PrioritizedReplayBuffer (4, 84, 84), next_of + stack_compress": HAVE["cpprb"],
         "cpprb PrioritizedReplayBuffer (84, 84, 4), next_of + stack_compress": HAVE["cpprb"],
         "Tianshou PrioritizedReplayBuffer (4, 84, 84), stack_num 4 + save_only_last_obs": HAVE[

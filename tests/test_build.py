@@ -35,26 +35,26 @@ def test_the_non_default_values_differ_from_every_default():
         assert ReplayConfig.model_fields[key].default != value, key
     for entry in REPLAY_KINDS.values():
         params = inspect.signature(entry.sampler).parameters
-        for key, keyword in entry.config_keys.items():
-            assert params[keyword].default != NON_DEFAULT[key], (entry.name, key, keyword)
+        for key in entry.settings:
+            assert params[key].default != NON_DEFAULT[key], (entry.name, key)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_built_from_a_config_gets_each_of_its_keys(kind):
     """Issue 22: a kind whose keys ``build`` did not pass silently got the sampler's defaults.
 
-    Each key the registry maps for the kind is set to a non-default value in a real ``Config``,
+    Each setting the registry lists for the kind is set to a non-default value in a real ``Config``,
     the memory is built by ``build.make_memory`` and the sampler must hold every value."""
     entry = REPLAY_KINDS[kind]
-    unlisted = set(entry.config_keys) - set(NON_DEFAULT)
+    unlisted = set(entry.settings) - set(NON_DEFAULT)
     assert not unlisted, f"give {sorted(unlisted)} (replay kind {kind!r}) a value in NON_DEFAULT"
-    replay = {"kind": kind, "capacity": 128} | {key: NON_DEFAULT[key] for key in entry.config_keys}
+    replay = {"kind": kind, "capacity": 128} | {key: NON_DEFAULT[key] for key in entry.settings}
     config = Config.model_validate({"replay": replay})
     memory = make_memory(config.replay, VECTOR, seed=3)
     assert memory.kind == kind and isinstance(memory.sampler, entry.sampler)
     assert memory.capacity == 128
-    for key, keyword in entry.config_keys.items():
-        assert getattr(memory.sampler, keyword) == NON_DEFAULT[key], (kind, key)
+    for key in entry.settings:
+        assert getattr(memory.sampler, key) == NON_DEFAULT[key], (kind, key)
 
 
 @pytest.mark.parametrize("kind", KINDS)

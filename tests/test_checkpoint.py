@@ -30,7 +30,7 @@ from per_dqn import readback
 from per_dqn.envs import check_env_state, env_state, load_env_state
 from per_dqn.fileio import write_bytes_atomic, write_text_atomic
 from per_dqn.health import ReplayHealth
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay
+from per_dqn.memory import KINDS, make_memory
 from per_dqn.nstep import NStepAccumulator
 
 
@@ -492,12 +492,12 @@ def test_a_tree_whose_json_is_damaged_is_named_by_its_file(tmp_path):
 # --- the state a checkpoint carries ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", [PrioritizedReplay, RankBasedReplay])
+@pytest.mark.parametrize("kind", KINDS)
 def test_memory_round_trip_continues_identically(tmp_path, kind):
     """Arrays, priorities and the 128-bit PCG64 state survive npz + JSON: the restored memory
     draws the same batches as the original."""
     rng = np.random.default_rng(0)
-    memory = kind(capacity=64, obs_shape=(3,), seed=7)
+    memory = make_memory(kind, capacity=64, obs_shape=(3,), seed=7)
     for _ in range(100):  # wraps around
         memory.add(
             rng.normal(size=3), int(rng.integers(2)), rng.normal(), rng.normal(size=3), False
@@ -505,7 +505,7 @@ def test_memory_round_trip_continues_identically(tmp_path, kind):
     batch = memory.sample(8, 0.5)
     memory.update_priorities(batch.indices, rng.random(8) * 5)
     ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
-    restored = kind(capacity=64, obs_shape=(3,), seed=123)
+    restored = make_memory(kind, capacity=64, obs_shape=(3,), seed=123)
     restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
     for _ in range(3):
         a, b = memory.sample(16, 0.7), restored.sample(16, 0.7)
@@ -515,16 +515,18 @@ def test_memory_round_trip_continues_identically(tmp_path, kind):
 
 def test_frame_memory_round_trip(tmp_path):
     """The deduplicated-frame storage Atari uses: its frame ring and links survive too."""
-    memory = PrioritizedReplay(
-        capacity=16, obs_shape=(4, 8, 8), obs_dtype=np.uint8, seed=1, dedup_frames=True
-    )
+    memory = make_memory(
+        "proportional", capacity=16, obs_shape=(4, 8, 8), obs_dtype=np.uint8, seed=1,
+        dedup_frames=True,
+    )  # fmt: skip
     frames = np.random.default_rng(1).integers(0, 255, size=(40, 8, 8), dtype=np.uint8)
     for t in range(30):
         memory.add(frames[t : t + 4], t % 3, 1.0, frames[t + 1 : t + 5], t % 9 == 8)
     ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
-    restored = PrioritizedReplay(
-        capacity=16, obs_shape=(4, 8, 8), obs_dtype=np.uint8, seed=5, dedup_frames=True
-    )
+    restored = make_memory(
+        "proportional", capacity=16, obs_shape=(4, 8, 8), obs_dtype=np.uint8, seed=5,
+        dedup_frames=True,
+    )  # fmt: skip
     restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
     a, b = memory.sample(8, 1.0), restored.sample(8, 1.0)
     np.testing.assert_array_equal(a.obs, b.obs)

@@ -182,11 +182,11 @@ def test_a_priority_from_the_loss_lands_on_the_sampled_slots(tmp_path):
         last = dict(zip(batch.indices.tolist(), huber.tolist(), strict=True))
         slots = np.array(sorted(last))
         expected = np.sqrt(np.array([last[s] for s in slots]) + 1e-10)
-        np.testing.assert_allclose(trainer.memory.priorities(slots), expected, rtol=1e-6)
+        np.testing.assert_allclose(trainer.memory.sampler.priorities(slots), expected, rtol=1e-6)
         # Not |delta| ** 0.5: the loss made them (the two differ for every delta but 0 and 2).
         by_td = dict(zip(batch.indices.tolist(), td_abs.tolist(), strict=True))
         from_td = np.sqrt(np.array([by_td[s] for s in slots]) + 1e-10)
-        assert not np.allclose(trainer.memory.priorities(slots), from_td, rtol=1e-3)
+        assert not np.allclose(trainer.memory.sampler.priorities(slots), from_td, rtol=1e-3)
     finally:
         trainer.close()
 

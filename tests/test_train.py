@@ -255,7 +255,7 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
         slots = np.array(sorted(last_error))
         errors = np.array([last_error[s] for s in slots])
         expected = (errors + config.replay.priority_eps) ** config.replay.alpha
-        np.testing.assert_allclose(trainer.memory.priorities(slots), expected, rtol=1e-12)
+        np.testing.assert_allclose(trainer.memory.sampler.priorities(slots), expected, rtol=1e-12)
     finally:
         trainer.close()
 

@@ -1,4 +1,4 @@
-"""Replay memories for DQN: uniform, proportional PER and rank-based PER, as a standalone library.
+"""Replay memories for DQN (uniform, proportional PER, rank-based PER, ...) as a standalone library.
 
 A pure data structure on numpy (numba compiles its inner loops): it never imports torch,
 gymnasium or the agent, so it can be lifted out and fed from any loop::
@@ -21,16 +21,18 @@ A memory is a storage plus a sampler, ``ReplayMemory(storage, sampler)``; ``Batc
   (``TransitionStorage``), bool cells eight a byte with each next observation once
   (``BitStorage``, ``bits.py``), or each distinct frame of stacked images once
   (``FrameStorage``, ``frames.py``, ``dedup_frames=True``);
-- sampler (``samplers.py``): ``UniformSampler``, ``ProportionalSampler`` (sum and min trees,
-  ``trees.py``) or ``RankSampler`` (a binary heap, ``heap.py``) behind one ABC, ``Sampler``; it
-  owns the random generator, draws indices with their IS weights and the priorities it read, and
-  takes a ``PriorityUpdate`` whole, so errors are never paired with slots by hand.
+- sampler: one ABC, ``Sampler`` (``samplers.py``), and one module per kind: ``UniformSampler``
+  (``uniform.py``), ``ProportionalSampler`` (sum and min trees, ``trees.py``; ``proportional.py``)
+  and ``RankSampler`` (a binary heap, ``heap.py``; ``rank.py``). It owns the random generator,
+  draws indices with their IS weights and the priorities it read, and takes a ``PriorityUpdate``
+  whole, so errors are never paired with slots by hand.
 
-``KINDS`` lists the kinds; ``kinds.py`` registers each once (``REPLAY_KINDS``: its sampler,
-memory class, config keys and index bytes). ``make_memory(kind, **kwargs)`` builds one (the
-keywords of ``UniformReplay``, ``PrioritizedReplay`` or ``RankBasedReplay``). ``memory.weighted``
-says whether the weights depend on beta (not for uniform), so a loop never needs to ask which
-kind it has. The beta schedule lives outside (``per_dqn.schedules``).
+``kinds.py`` registers each kind once (``REPLAY_KINDS``: its name, its sampler and the sampler's
+settings); ``KINDS`` is the registry's names. ``make_memory(kind, capacity=..., obs_shape=...,
+**settings)`` builds one. ``memory.weighted`` says whether the weights depend on beta (not for
+uniform), so a loop never needs to ask which kind it has; what only one kind has is its
+sampler's (``memory.sampler.tree_drift()``). The beta schedule lives outside
+(``per_dqn.schedules``).
 
 The names below are imported on first use, so reading ``KINDS`` (as the config and the command
 line do) costs no numpy or numba import.
@@ -41,9 +43,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-KINDS = ("uniform", "proportional", "rank")
-"""The replay kinds, the one list: ``replay.kind`` in the config, ``--replay`` on the CLI; each has
-its entry in ``kinds.REPLAY_KINDS`` (importing that module checks that the two agree)."""
+from per_dqn.memory.kinds import KINDS, REPLAY_KINDS, ReplayKind
 
 # name -> submodule that defines it
 _EXPORTS = {
@@ -61,16 +61,11 @@ _EXPORTS = {
     "SumTree": "trees",
     "RankHeap": "heap",
     "Sampler": "samplers",
-    "UniformSampler": "samplers",
-    "ProportionalSampler": "samplers",
-    "RankSampler": "samplers",
+    "UniformSampler": "uniform",
+    "ProportionalSampler": "proportional",
+    "RankSampler": "rank",
     "ReplayMemory": "replay",
-    "UniformReplay": "replay",
-    "PrioritizedReplay": "replay",
-    "RankBasedReplay": "replay",
-    "REPLAY_KINDS": "kinds",
-    "ReplayKind": "kinds",
-    "make_memory": "kinds",
+    "make_memory": "replay",
     "make_storage": "replay",
     "planned_nbytes": "footprint",
 }
@@ -85,10 +80,8 @@ __all__ = [
     "FrameStorage",
     "MinTree",
     "ObservationStore",
-    "PrioritizedReplay",
     "PriorityUpdate",
     "ProportionalSampler",
-    "RankBasedReplay",
     "RankHeap",
     "RankSampler",
     "ReplayKind",
@@ -97,7 +90,6 @@ __all__ = [
     "Sampler",
     "SumTree",
     "TransitionStorage",
-    "UniformReplay",
     "UniformSampler",
     "WholeObservations",
     "make_memory",
@@ -110,20 +102,10 @@ if TYPE_CHECKING:
     from per_dqn.memory.footprint import planned_nbytes
     from per_dqn.memory.frames import FrameObservations, FrameStorage
     from per_dqn.memory.heap import RankHeap
-    from per_dqn.memory.kinds import REPLAY_KINDS, ReplayKind, make_memory
-    from per_dqn.memory.replay import (
-        PrioritizedReplay,
-        RankBasedReplay,
-        ReplayMemory,
-        UniformReplay,
-        make_storage,
-    )
-    from per_dqn.memory.samplers import (
-        ProportionalSampler,
-        RankSampler,
-        Sampler,
-        UniformSampler,
-    )
+    from per_dqn.memory.proportional import ProportionalSampler
+    from per_dqn.memory.rank import RankSampler
+    from per_dqn.memory.replay import ReplayMemory, make_memory, make_storage
+    from per_dqn.memory.samplers import Sampler
     from per_dqn.memory.storage import (
         ObservationStore,
         RingStorage,
@@ -132,9 +114,10 @@ if TYPE_CHECKING:
     )
     from per_dqn.memory.trees import MinTree, SumTree
     from per_dqn.memory.types import Batch, PriorityUpdate
+    from per_dqn.memory.uniform import UniformSampler
 
 
-if set(__all__) != {"KINDS", *_EXPORTS}:  # the two lists above must name the same things
+if set(__all__) != {"KINDS", "REPLAY_KINDS", "ReplayKind", *_EXPORTS}:  # the lists must agree
     raise ImportError("per_dqn.memory: __all__ and _EXPORTS disagree")
 
 

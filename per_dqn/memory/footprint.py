@@ -1,7 +1,7 @@
 """How many bytes a replay memory holds, computed before it is built.
 
 ``planned_nbytes`` asks each part for its own arithmetic: the storage layout ``make_storage``
-would choose, the ring's fields, and the kind's priority index from its registry entry (a test
+would choose, the ring's fields, and the kind's priority index (``Sampler.planned_nbytes``; a test
 checks the total against ``ReplayMemory.nbytes`` of real instances), so ``per-dqn plan`` and
 ``per-dqn train`` can refuse a memory that will not fit in RAM before a single page is touched,
 instead of dying of OOM hours in.
@@ -27,7 +27,7 @@ def planned_nbytes(
     """Bytes of a memory's arrays, by part, without allocating them.
 
     Args:
-        kind: ``uniform``, ``proportional`` or ``rank`` (one of ``KINDS``).
+        kind: one of ``KINDS``.
         capacity: transitions kept.
         obs_shape: shape of one observation.
         obs_dtype: its dtype.
@@ -43,9 +43,8 @@ def planned_nbytes(
     Raises:
         ValueError: an unknown ``kind``.
     """
-    entry = replay_kind(kind)
     capacity = int(capacity)
-    index = entry.index_nbytes(capacity)
+    index = replay_kind(kind).sampler.planned_nbytes(capacity)
     storage, options = storage_layout(obs_dtype, dedup_frames, frame_slack)
     observations = storage.observation_store.planned_nbytes(
         capacity, tuple(obs_shape), obs_dtype, **options

@@ -16,7 +16,7 @@ number; position ``p`` has children ``2p + 1`` and ``2p + 2``)::
 Order is lexicographic on ``(key, stamp)``: a larger key ranks higher, and between equal keys the
 newer transition (larger stamp) does. New transitions enter with the largest key seen so far
 (Algorithm 1: "store transition with maximal priority"), so without the stamp a new transition
-tied with every clipped ``|delta|`` and could sink to the bottom (see ``RankBasedReplay``).
+tied with every clipped ``|delta|`` and could sink to the bottom (see ``RankSampler``, ``rank.py``).
 
 Like the trees, the heap owns its numba kernels (``py``). ``insert``, ``update`` and
 ``sample_segments`` are the replay memory's hot path and trust their input (slots handed out by

@@ -1,124 +1,109 @@
-"""The replay kinds, registered once: each entry carries everything the rest of the project
-needs to build, configure and size a memory of that kind.
+"""The replay kinds, registered once: a kind is its name, its sampler and that sampler's settings.
 
-A new kind is a ``Sampler`` subclass (``samplers.py``), a memory class that builds it
-(``replay.py``; the readers it adds are its own), one ``ReplayKind`` entry below, and its name in
-``per_dqn.memory.KINDS`` (kept there as a literal so that reading the list imports no numpy).
-``make_memory`` here, ``per_dqn.build.make_memory`` (from a config) and ``planned_nbytes`` all
-read the entry; nothing outside this module branches on a kind.
+A new kind is one ``Sampler`` subclass in a module of its own and one ``ReplayKind`` entry below
+(``docs/extending.md``). Everything else that lists the kinds reads ``REPLAY_KINDS``: ``KINDS``,
+``replay.kind`` in the config, ``--replay`` and ``ablate``'s arms, the generated config
+reference, ``make_memory``, ``planned_nbytes`` and the shared tests.
 
-The entry is checked when it is made: ``config_keys`` must map every keyword of the sampler's
-constructor beside ``capacity`` and ``seed``, so that a key left out fails at import, naming the
-kind, instead of silently leaving the sampler at its default.
+An entry names its sampler as ``"module:Class"`` (as Gymnasium's ``register`` names an env's entry
+point) and lists its settings as data, so that reading the registry, as the config and the command
+line do, imports no numpy or numba: the class is imported on first use (``ReplayKind.sampler``),
+and checked then against the entry.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import importlib
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from per_dqn.memory import KINDS
-from per_dqn.memory.heap import RankHeap
-from per_dqn.memory.replay import PrioritizedReplay, RankBasedReplay, ReplayMemory, UniformReplay
-from per_dqn.memory.samplers import ProportionalSampler, RankSampler, Sampler, UniformSampler
-from per_dqn.memory.trees import SumTree
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-# Keywords every sampler takes from the memory's own arguments, never from the kind's config.
-_SHARED_KEYWORDS = frozenset({"capacity", "seed"})
+    from per_dqn.memory.samplers import Sampler
 
 
 @dataclass(frozen=True)
 class ReplayKind:
-    """One replay kind: its sampler, the memory class that builds it, its config keys and the
-    bytes of its priority index.
+    """One replay kind.
 
     Args:
         name: the kind's name (``replay.kind`` in the config, ``--replay`` on the CLI).
-        sampler: the ``Sampler`` subclass.
-        memory: the memory class ``make_memory(name, ...)`` builds; it takes the sampler's
-            keywords and the storage's (``capacity``, ``obs_shape``, ``obs_dtype``, ``seed``,
-            ``dedup_frames``, ``frame_slack``).
-        config_keys: ``ReplayConfig`` field -> the constructor keyword it is passed as, for every
-            keyword of ``sampler`` but ``capacity`` and ``seed``.
-        index_nbytes: bytes of the sampler's priority index for a capacity, without allocating
-            it (``planned_nbytes``; a test checks it against ``Sampler.nbytes``).
-
-    Raises:
-        ValueError: ``config_keys`` leaves a keyword of the sampler unmapped, or maps one it
-            does not take; the message names the kind.
+        entry_point: ``"package.module:SamplerClass"``, the kind's ``Sampler`` subclass.
+        settings: the sampler's own constructor keywords, each a ``ReplayConfig`` field of the
+            same name (``ReplayKind.sampler`` checks the list against the constructor).
+        summary: one line on what the kind does, for the config reference and ``--help``.
     """
 
     name: str
-    sampler: type[Sampler]
-    memory: type[ReplayMemory]
-    config_keys: Mapping[str, str] = field(default_factory=dict)
-    index_nbytes: Callable[[int], int] = lambda capacity: 0
+    entry_point: str
+    settings: tuple[str, ...] = ()
+    summary: str = ""
 
-    def __post_init__(self) -> None:
-        taken = set(inspect.signature(self.sampler).parameters) - _SHARED_KEYWORDS
-        mapped = set(self.config_keys.values())
-        if taken - mapped:
-            raise ValueError(
-                f"replay kind {self.name!r}: `config_keys` maps no config key to "
-                f"{sorted(taken - mapped)}, which {self.sampler.__name__} takes"
-            )
-        if mapped - taken:
-            raise ValueError(
-                f"replay kind {self.name!r}: `config_keys` maps to {sorted(mapped - taken)}, "
-                f"which {self.sampler.__name__} does not take"
-            )
-        if self.sampler.kind != self.name:
-            raise ValueError(
-                f"replay kind {self.name!r}: its sampler {self.sampler.__name__} says kind "
-                f"{self.sampler.kind!r}"
-            )
-        # Frozen: no caller can add a key to the kind's mapping after the check above.
-        object.__setattr__(self, "config_keys", MappingProxyType(dict(self.config_keys)))
-
-    def keywords(self, config: Any) -> dict[str, Any]:
-        """The constructor keywords of this kind, read from ``config`` (a ``ReplayConfig``).
+    @property
+    def sampler(self) -> type[Sampler]:
+        """The sampler class, imported on first use and checked against this entry.
 
         Raises:
-            ValueError: ``config`` lacks a field ``config_keys`` names (the message names the kind).
+            ImportError: the entry point does not name a class; it is not a ``Sampler`` of this
+                kind; or ``settings`` differs from the constructor's own keywords. Each message
+                names the kind.
         """
-        missing = [key for key in self.config_keys if not hasattr(config, key)]
-        if missing:
-            raise ValueError(
-                f"replay kind {self.name!r}: the config has no {missing} for its `config_keys`"
+        module_name, _, class_name = self.entry_point.partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name, None)
+        from per_dqn.memory.samplers import Sampler  # numpy: only once a sampler is wanted
+
+        if not (isinstance(cls, type) and issubclass(cls, Sampler)):
+            raise ImportError(
+                f"replay kind {self.name!r}: {self.entry_point!r} is not a Sampler subclass"
             )
-        return {keyword: getattr(config, key) for key, keyword in self.config_keys.items()}
+        if getattr(cls, "kind", None) != self.name:
+            raise ImportError(
+                f"replay kind {self.name!r}: its sampler {cls.__name__} says kind "
+                f"{getattr(cls, 'kind', None)!r}"
+            )
+        if cls.settings() != self.settings:
+            raise ImportError(
+                f"replay kind {self.name!r}: the entry lists settings {self.settings}, but "
+                f"{cls.__name__} takes {cls.settings()}"
+            )
+        return cls
 
+    def keywords(self, config: Any) -> dict[str, Any]:
+        """The sampler's settings as ``config`` (a ``ReplayConfig``) holds them.
 
-def _sum_and_min_trees(capacity: int) -> int:
-    return 2 * SumTree.planned_nbytes(capacity)  # the min tree has the sum tree's layout
+        Raises:
+            ValueError: ``config`` lacks one of ``settings`` (the message names the kind).
+        """
+        missing = [key for key in self.settings if not hasattr(config, key)]
+        if missing:
+            raise ValueError(f"replay kind {self.name!r}: the config has no {missing}")
+        return {key: getattr(config, key) for key in self.settings}
 
 
 REPLAY_KINDS: Mapping[str, ReplayKind] = MappingProxyType({
     kind.name: kind
     for kind in (
-        ReplayKind("uniform", UniformSampler, UniformReplay),
         ReplayKind(
-            "proportional", ProportionalSampler, PrioritizedReplay,
-            config_keys={key: key for key in (
-                "alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization",
-            )},
-            index_nbytes=_sum_and_min_trees,
+            "uniform", "per_dqn.memory.uniform:UniformSampler",
+            summary="every stored transition equally likely (no priorities)",
         ),
         ReplayKind(
-            "rank", RankSampler, RankBasedReplay,
-            config_keys={key: key for key in ("alpha", "td_error_clip", "sort_interval")},
-            # the heap, and the sampler's cumulative power-law table (one float64 a slot)
-            index_nbytes=lambda capacity: RankHeap.planned_nbytes(capacity) + capacity * 8,
+            "proportional", "per_dqn.memory.proportional:ProportionalSampler",
+            ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
+            summary="PER, P(i) proportional to p_i^alpha over a sum tree (Schaul et al., 2016)",
+        ),
+        ReplayKind(
+            "rank", "per_dqn.memory.rank:RankSampler",
+            ("alpha", "td_error_clip", "sort_interval"),
+            summary="PER, P(i) proportional to rank(i)^-alpha over a heap (Schaul et al., 2016)",
         ),
     )
 })  # fmt: skip
-if tuple(REPLAY_KINDS) != KINDS:  # a kind registered here but not listed there, or the reverse
-    raise ImportError(
-        f"per_dqn.memory: KINDS {KINDS} and the registered kinds {tuple(REPLAY_KINDS)} disagree"
-    )
+
+KINDS: tuple[str, ...] = tuple(REPLAY_KINDS)
+"""The replay kinds' names, in the registry's order (the CLI's and the report's order)."""
 
 
 def replay_kind(kind: str) -> ReplayKind:
@@ -131,13 +116,3 @@ def replay_kind(kind: str) -> ReplayKind:
     if entry is None:
         raise ValueError(f"`kind` must be one of {KINDS}, got {kind!r}")
     return entry
-
-
-def make_memory(kind: str, **kwargs: Any) -> ReplayMemory:
-    """The memory of ``kind`` (one of ``KINDS``), built with its constructor's keywords.
-
-    Raises:
-        ValueError: an unknown ``kind``, or a keyword value the constructor refuses.
-        TypeError: a keyword that kind does not take.
-    """
-    return replay_kind(kind).memory(**kwargs)

@@ -1,13 +1,13 @@
-"""A replay memory is a storage plus a sampler; the three kinds are thin constructors of the pair.
+"""A replay memory is a storage plus a sampler, whatever the kind.
 
-``ReplayMemory(storage, sampler)`` is the one class the loop talks to, whatever the kind: ``add``,
-``add_batch``, ``sample(batch_size, beta) -> Batch`` (with the sampled priorities), ``update``
-(a ``PriorityUpdate``), ``weighted``, ``diagnostics()``, ``len()``, ``state_dict`` and
+``ReplayMemory(storage, sampler)`` is the one class the loop talks to: ``add``, ``add_batch``,
+``sample(batch_size, beta) -> Batch`` (with the sampled priorities), ``update`` (a
+``PriorityUpdate``), ``weighted``, ``diagnostics()``, ``len()``, ``state_dict`` and
 ``load_state_dict``. It checks every input at this boundary and hands the storage and the sampler
-only checked values. ``UniformReplay``, ``PrioritizedReplay`` and ``RankBasedReplay`` build the
-storage (the layout ``storage_layout`` picks: whole, bit-packed or frame-deduplicated) and the
-sampler from one set of keywords, and keep the kind-specific readers (``priorities``,
-``mean_priority``, ``ranks``, ...); ``kinds.py`` registers each.
+only checked values. ``make_memory(kind, ...)`` builds the pair from one set of keywords: the
+storage the layout ``storage_layout`` picks (whole, bit-packed or frame-deduplicated) and the
+sampler the kind's registry entry names (``kinds.py``). What only one kind has (a sum tree's
+drift, a heap's ranks) is its sampler's: ``memory.sampler.ranks(indices)``.
 """
 
 from __future__ import annotations
@@ -18,14 +18,8 @@ import numpy as np
 
 from per_dqn.memory.bits import BitStorage
 from per_dqn.memory.frames import FrameStorage
-from per_dqn.memory.samplers import (
-    ProportionalSampler,
-    RankSampler,
-    Sampler,
-    UniformSampler,
-    in_range,
-    positive_int,
-)
+from per_dqn.memory.kinds import replay_kind
+from per_dqn.memory.samplers import Sampler, in_range, positive_int
 from per_dqn.memory.storage import RingStorage, TransitionStorage
 from per_dqn.memory.trees import first_invalid_update
 from per_dqn.memory.types import Batch, PriorityUpdate
@@ -84,8 +78,8 @@ class ReplayMemory:
     Args:
         storage: a ``RingStorage`` (``TransitionStorage``, ``BitStorage`` or ``FrameStorage``;
             see ``make_storage``).
-        sampler: a ``Sampler`` of the same capacity (``UniformSampler``, ``ProportionalSampler``
-            or ``RankSampler``).
+        sampler: a ``Sampler`` of the same capacity (the kind's: ``UniformSampler``,
+            ``ProportionalSampler``, ``RankSampler``, ...).
 
     Raises:
         ValueError: storage and sampler of different capacities.
@@ -112,7 +106,7 @@ class ReplayMemory:
 
     @property
     def kind(self) -> str:
-        """``"uniform"``, ``"proportional"`` or ``"rank"`` (one of ``KINDS``): the sampler's."""
+        """The sampler's kind, one of ``KINDS``."""
         return self._sampler.kind
 
     @property
@@ -252,10 +246,9 @@ class ReplayMemory:
         self._sampler.update(self._check_update(update.indices, update.td_abs))
 
     def update_priorities(self, indices, td_errors) -> None:
-        """Sets new priorities from absolute TD errors ``|delta|`` (see ``update``).
-
-        Proportional: ``p_i = (min(|delta_i|, clip) + priority_eps) ** alpha``; rank: the key
-        ``min(|delta_i|, clip)``; uniform: nothing (after the checks).
+        """Sets new priorities from absolute TD errors ``|delta|`` (see ``update``); what a
+        priority is made of is the sampler's (proportional: ``(min(|delta|, clip) + eps) **
+        alpha``, rank: the key ``min(|delta|, clip)``, uniform: nothing, after the checks).
 
         Raises:
             ValueError: an index outside the stored range, or a NaN, infinite or negative error.
@@ -267,7 +260,7 @@ class ReplayMemory:
     def diagnostics(self, full: bool = False) -> dict[str, float]:
         """The sampler's numbers worth logging: ``{}`` for uniform replay, ``mean_priority`` and
         ``max_priority`` for the prioritized kinds, and with ``full`` (O(capacity), call it
-        rarely) ``tree_drift`` for proportional."""
+        rarely) its costly checks, such as proportional's ``tree_drift``."""
         return self._sampler.diagnostics(full)
 
     # --- state -------------------------------------------------------------------------------
@@ -292,10 +285,21 @@ class ReplayMemory:
         self._sampler.load_state_dict(state, size)
 
 
-class UniformReplay(ReplayMemory):
-    """Uniform experience replay: every stored transition equally likely, weights all 1.
+def make_memory(
+    kind: str,
+    *,
+    capacity: int,
+    obs_shape: tuple[int, ...],
+    obs_dtype: Any = np.float32,
+    seed: int | None = None,
+    dedup_frames: bool = False,
+    frame_slack: float = 0.02,
+    **settings: Any,
+) -> ReplayMemory:
+    """A memory of ``kind`` (one of ``KINDS``): ``ReplayMemory(storage, sampler)``.
 
     Args:
+        kind: the registry's name for it (``kinds.REPLAY_KINDS``).
         capacity: transitions kept; the oldest is overwritten first.
         obs_shape: shape of one observation, e.g. ``(4,)`` or ``(4, 84, 84)``.
         obs_dtype: storage dtype of observations (uint8 frames stay uint8).
@@ -304,152 +308,20 @@ class UniformReplay(ReplayMemory):
             distinct frame at a time (``FrameStorage``) instead of whole ``obs``/``next_obs``.
         frame_slack: with ``dedup_frames``, extra frames for episode starts, as a fraction of
             ``capacity``.
+        **settings: the kind's own settings (its entry's ``settings``, e.g. ``alpha``), passed
+            to its sampler; left out, the sampler's defaults.
+
+    Raises:
+        ValueError: an unknown ``kind``, or a value the sampler or the storage refuses.
+        TypeError: a setting the kind does not take.
     """
-
-    def __init__(
-        self,
-        *,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        obs_dtype: Any = np.float32,
-        seed: int | None = None,
-        dedup_frames: bool = False,
-        frame_slack: float = 0.02,
-    ) -> None:
-        sampler = UniformSampler(capacity, seed)
-        storage = make_storage(capacity, obs_shape, obs_dtype, dedup_frames, frame_slack)
-        super().__init__(storage, sampler)
-
-
-class _PrioritizedReplay(ReplayMemory):
-    """What the two prioritized kinds share: building from keywords, and the readers every
-    prioritized sampler has (``alpha``, ``td_error_clip``, ``max_priority``, ``priorities``,
-    ``mean_priority``)."""
-
-    def __init__(
-        self, sampler: type[ProportionalSampler | RankSampler], keywords: dict, base: dict
-    ) -> None:
-        seed = base.pop("seed", None)
-        prioritized = sampler(base.get("capacity"), seed=seed, **keywords)
-        super().__init__(make_storage(**base), prioritized)
-        self._prioritized = prioritized
-
-    @property
-    def alpha(self) -> float:
-        """The exponent of the priorities (proportional) or of the ranks (rank)."""
-        return self._prioritized.alpha
-
-    @property
-    def td_error_clip(self) -> float | None:
-        """Where ``|delta|`` is clipped (None: nowhere)."""
-        return self._prioritized.td_error_clip
-
-    @property
-    def max_priority(self) -> float:
-        """The largest raw priority seen, initially 1: ``min(|delta|, clip) + priority_eps``
-        (proportional) or the ranking key ``min(|delta|, clip)`` (rank)."""
-        return self._prioritized.max_priority
-
-    def priorities(self, indices) -> np.ndarray:
-        """Leaf priorities ``p_i`` (alpha applied; proportional) or ranking keys
-        ``min(|delta|, clip)`` (rank) at ``indices``."""
-        return self._prioritized.priorities(indices)
-
-    @property
-    def mean_priority(self) -> float:
-        """Mean of ``priorities`` over the stored transitions (0 when empty)."""
-        return self._prioritized.mean_priority
-
-
-class PrioritizedReplay(_PrioritizedReplay):
-    """Proportional prioritized replay over a sum tree: ``ProportionalSampler`` has the formulas.
-
-    Args:
-        alpha: prioritisation exponent >= 0; 0.6 in the paper's proportional Atari runs.
-        priority_eps: added to ``|delta|`` so no transition gets priority 0; > 0 (1e-6 default).
-        td_error_clip: clip ``|delta|`` at this value before prioritising (None: no clip).
-        uniform_mix: probability in [0, 1) that a draw is uniform instead of prioritized; the
-            weights use the resulting mixture distribution.
-        weight_normalization: ``"global"`` (the paper's max over the memory) or ``"batch"``.
-        **base: ``capacity``, ``obs_shape``, ``obs_dtype``, ``seed``, ``dedup_frames``,
-            ``frame_slack`` (see ``UniformReplay``).
-    """
-
-    def __init__(
-        self,
-        *,
-        alpha: float = 0.6,
-        priority_eps: float = 1e-6,
-        td_error_clip: float | None = None,
-        uniform_mix: float = 0.0,
-        weight_normalization: str = "global",
-        **base: Any,
-    ) -> None:
-        keywords = dict(
-            alpha=alpha, priority_eps=priority_eps, td_error_clip=td_error_clip,
-            uniform_mix=uniform_mix, weight_normalization=weight_normalization,
-        )  # fmt: skip
-        super().__init__(ProportionalSampler, keywords, base)
-        self._proportional = self._prioritized
-
-    @property
-    def priority_eps(self) -> float:
-        """Added to ``|delta|`` before the exponent."""
-        return self._proportional.priority_eps
-
-    @property
-    def uniform_mix(self) -> float:
-        """Share of uniform draws."""
-        return self._proportional.uniform_mix
-
-    @property
-    def weight_normalization(self) -> str:
-        """``"global"`` or ``"batch"``."""
-        return self._proportional.weight_normalization
-
-    @property
-    def total_priority(self) -> float:
-        """Sum of all leaf priorities (the sum tree's root)."""
-        return self._proportional.sums.total
-
-    def tree_drift(self) -> float:
-        """Relative gap between the sum tree's root and an exact sum of its leaves; O(capacity)."""
-        return self._proportional.tree_drift()
-
-
-class RankBasedReplay(_PrioritizedReplay):
-    """Rank-based prioritized replay over a binary heap: ``RankSampler`` has the formulas.
-
-    Args:
-        alpha: rank exponent >= 0; 0.7 in the paper's rank-based Atari runs.
-        td_error_clip: clip ``|delta|`` at this value before ranking (None: no clip).
-        sort_interval: priority updates between full re-sorts of the heap (>= 1).
-        **base: ``capacity``, ``obs_shape``, ``obs_dtype``, ``seed``, ``dedup_frames``,
-            ``frame_slack`` (see ``UniformReplay``).
-    """
-
-    def __init__(
-        self,
-        *,
-        alpha: float = 0.7,
-        td_error_clip: float | None = None,
-        sort_interval: int = 1000,
-        **base: Any,
-    ) -> None:
-        keywords = dict(alpha=alpha, td_error_clip=td_error_clip, sort_interval=sort_interval)
-        super().__init__(RankSampler, keywords, base)
-        self._rank = self._prioritized
-
-    @property
-    def sort_interval(self) -> int:
-        """Priority updates between full re-sorts."""
-        return self._rank.sort_interval
-
-    def sort(self) -> None:
-        """Sorts the heap array by decreasing ``|delta|``, ties newest first, so that positions
-        are exact ranks (a sorted array is a valid heap)."""
-        self._rank.sort()
-
-    def ranks(self, indices) -> np.ndarray:
-        """Current 1-based rank (heap position + 1) of each stored index."""
-        return self._rank.ranks(indices)
+    sampler = replay_kind(kind).sampler
+    unknown = sorted(set(settings) - set(sampler.settings()))
+    if unknown:
+        raise TypeError(
+            f"replay kind {kind!r} takes no {', '.join(f'`{name}`' for name in unknown)}; "
+            f"its settings are {', '.join(sampler.settings()) or 'none'}"
+        )
+    built = sampler(capacity, seed=seed, **settings)
+    storage = make_storage(capacity, obs_shape, obs_dtype, dedup_frames, frame_slack)
+    return ReplayMemory(storage, built)

@@ -15,13 +15,14 @@ import hashlib
 import numpy as np
 import pytest
 
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay
+from per_dqn.memory import make_memory
 
+# name -> (replay kind, its settings for make_memory)
 CONFIGS = {
-    "uniform": (UniformReplay, {}),
-    "proportional": (PrioritizedReplay, {}),
+    "uniform": ("uniform", {}),
+    "proportional": ("proportional", {}),
     "proportional-mixed": (
-        PrioritizedReplay,
+        "proportional",
         dict(
             alpha=0.7,
             priority_eps=1e-3,
@@ -30,8 +31,8 @@ CONFIGS = {
             weight_normalization="batch",
         ),
     ),
-    "rank": (RankBasedReplay, {}),
-    "rank-clipped": (RankBasedReplay, dict(alpha=0.5, td_error_clip=1.0, sort_interval=7)),
+    "rank": ("rank", {}),
+    "rank-clipped": ("rank", dict(alpha=0.5, td_error_clip=1.0, sort_interval=7)),
 }
 BATCH_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "indices", "weights",
                 "n_steps")  # fmt: skip
@@ -74,9 +75,11 @@ def stream_digest(name: str, frames: bool) -> str:
     """SHA-256 of a deterministic stream through the memory's public API (the part that existed
     before the redesign): single and batched adds with wrap-around, samples with varying batch
     size and beta, updates with zeros and repeated slots, and the state after every round."""
-    cls, kw = CONFIGS[name]
+    kind, kw = CONFIGS[name]
     layout = dict(obs_shape=(4, 8, 8), obs_dtype=np.uint8, dedup_frames=True, frame_slack=0.5)
-    mem = cls(capacity=37, seed=5, **(layout if frames else dict(obs_shape=(3,))), **kw)
+    mem = make_memory(
+        kind, capacity=37, seed=5, **(layout if frames else dict(obs_shape=(3,))), **kw
+    )
     rng = np.random.default_rng(42)
     h = hashlib.sha256()
     t = 0
@@ -97,8 +100,8 @@ def stream_digest(name: str, frames: bool) -> str:
             batch = mem.sample(size, float(rng.choice([0.0, 0.4, 0.77, 1.0])))
             for field in BATCH_FIELDS:
                 _feed(h, getattr(batch, field))
-            if hasattr(mem, "priorities"):
-                _feed(h, mem.priorities(batch.indices))
+            if hasattr(mem.sampler, "priorities"):
+                _feed(h, mem.sampler.priorities(batch.indices))
             td = np.abs(rng.standard_normal(size)) * rng.choice([0.1, 1.0, 5.0])
             if rnd % 5 == 0:
                 td[: size // 2] = 0.0

@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay, planned_nbytes
-
-CLASSES = {"uniform": UniformReplay, "proportional": PrioritizedReplay, "rank": RankBasedReplay}
+from per_dqn.memory import KINDS, make_memory, planned_nbytes
 
 
-@pytest.mark.parametrize("kind", sorted(CLASSES))
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("capacity", [1, 100, 1000, 5000])
 @pytest.mark.parametrize(
     ("obs_shape", "obs_dtype", "dedup"),
@@ -24,8 +22,8 @@ CLASSES = {"uniform": UniformReplay, "proportional": PrioritizedReplay, "rank": 
 )
 def test_planned_bytes_match_built_memories(kind, capacity, obs_shape, obs_dtype, dedup):
     """Pins the plan to the real allocation: a storage or index change must update both."""
-    mem = CLASSES[kind](
-        capacity=capacity, obs_shape=obs_shape, obs_dtype=obs_dtype, dedup_frames=dedup
+    mem = make_memory(
+        kind, capacity=capacity, obs_shape=obs_shape, obs_dtype=obs_dtype, dedup_frames=dedup
     )
     plan = planned_nbytes(kind, capacity, obs_shape, obs_dtype, dedup_frames=dedup)
     assert plan["total"] == mem.nbytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from per_dqn.memory import PrioritizedReplay, RankBasedReplay, UniformReplay
+from per_dqn.memory import KINDS, make_memory
 from per_dqn.memory.frames import FrameStorage
 
 STACK, H, W = 4, 8, 8
@@ -60,8 +60,8 @@ def test_stacks_are_rebuilt_bit_exact(padding, n_step, n_envs):
     """Episode starts, wrap-around of both rings (100 slots for ~900 transitions), 2 envs."""
     transitions = record_transitions(0, n_envs, 100 // n_envs, n_step, padding)
     assert len(transitions) > 3 * 100
-    mem = UniformReplay(
-        capacity=100, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True,
+    mem = make_memory(
+        "uniform", capacity=100, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True,
         frame_slack=0.5,
     )  # fmt: skip
     for i, (obs, next_obs, k, terminated) in enumerate(transitions):
@@ -71,10 +71,12 @@ def test_stacks_are_rebuilt_bit_exact(padding, n_step, n_envs):
     check_memory_holds(mem, transitions)
 
 
-@pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay, RankBasedReplay])
-def test_frame_storage_plugs_under_every_memory(cls):
+@pytest.mark.parametrize("kind", KINDS)
+def test_frame_storage_plugs_under_every_memory(kind):
     transitions = record_transitions(1, 2, 10, 1, "reset")
-    mem = cls(capacity=64, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True, seed=0)
+    mem = make_memory(
+        kind, capacity=64, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True, seed=0
+    )
     obs = np.stack([t[0] for t in transitions[:50]])
     next_obs = np.stack([t[1] for t in transitions[:50]])
     mem.add_batch(obs, np.zeros(50), np.zeros(50), next_obs, np.zeros(50, bool))
@@ -115,19 +117,21 @@ def test_episodes_too_short_for_the_slack_fail_clearly():
 def test_bad_layouts_are_refused(kwargs, message):
     args = {"obs_shape": (STACK, H, W), "obs_dtype": np.uint8, **kwargs}
     with pytest.raises(ValueError, match=message):
-        UniformReplay(capacity=8, dedup_frames=True, **args)
+        make_memory("uniform", capacity=8, dedup_frames=True, **args)
 
 
 def test_state_dict_round_trip():
     transitions = record_transitions(3, 2, 6, 3, "zero")
-    mem = PrioritizedReplay(
-        capacity=40, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True, seed=1
-    )
+    mem = make_memory(
+        "proportional", capacity=40, obs_shape=(STACK, H, W), obs_dtype=np.uint8,
+        dedup_frames=True, seed=1,
+    )  # fmt: skip
     for obs, next_obs, k, terminated in transitions:
         mem.add(obs, 0, 0.0, next_obs, terminated, n_steps=k)
-    clone = PrioritizedReplay(
-        capacity=40, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True, seed=9
-    )
+    clone = make_memory(
+        "proportional", capacity=40, obs_shape=(STACK, H, W), obs_dtype=np.uint8,
+        dedup_frames=True, seed=9,
+    )  # fmt: skip
     clone.load_state_dict(mem.state_dict())
     a, b = mem.sample(8, beta=0.5), clone.sample(8, beta=0.5)
     for field in a._fields:
@@ -146,8 +150,8 @@ def test_stale_shortcut_pointers_cost_a_hash_never_a_wrong_stack(n_step):
     split = len(theirs) // 2
 
     def memory():
-        return UniformReplay(
-            capacity=64, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True
+        return make_memory(
+            "uniform", capacity=64, obs_shape=(STACK, H, W), obs_dtype=np.uint8, dedup_frames=True
         )
 
     mem, source = memory(), memory()

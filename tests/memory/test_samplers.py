@@ -1,59 +1,50 @@
-"""The memory as storage plus sampler: the loop-facing API every kind shares, against references."""
+"""The memory as storage plus sampler: the loop-facing API every kind shares, against references.
+
+Every test here runs each kind of the registry (``KINDS``) and asks the sampler what is kind
+specific; what one kind alone computes is in ``test_uniform.py``, ``test_proportional.py`` and
+``test_rank.py``.
+"""
 
 from __future__ import annotations
 
 import copy
+import re
 import typing
 
 import numpy as np
 import pytest
+from replay_helpers import added, check_refused_state, settings_for
 from support import assert_same_state
 
 from per_dqn.memory import (
     KINDS,
-    PrioritizedReplay,
+    REPLAY_KINDS,
     PriorityUpdate,
-    ProportionalSampler,
-    RankBasedReplay,
-    RankSampler,
     ReplayMemory,
-    UniformReplay,
-    UniformSampler,
     make_memory,
     make_storage,
 )
 
-CLASSES = {"uniform": UniformReplay, "proportional": PrioritizedReplay, "rank": RankBasedReplay}
-FRAME = dict(obs_shape=(4, 8, 8), obs_dtype=np.uint8, dedup_frames=True, frame_slack=0.5)
-
-
-def filled(kind, capacity=40, n=50, seed=0, frames=False, **kw):
-    """``n`` deterministic transitions (obs value i for transition i) in a memory of ``kind``."""
-    shape = FRAME if frames else dict(obs_shape=(2,))
-    mem = make_memory(kind, capacity=capacity, seed=seed, **shape, **kw)
-    for i in range(n):
-        if frames:
-            obs = np.stack([np.full((8, 8), (i + j) % 256, np.uint8) for j in range(4)])
-            nxt = np.stack([np.full((8, 8), (i + j + 1) % 256, np.uint8) for j in range(4)])
-        else:
-            obs, nxt = np.full(2, i, np.float32), np.full(2, i + 1, np.float32)
-        mem.add(obs, i % 3, float(i), nxt, i % 7 == 0)
-    return mem
-
 
 def test_one_list_of_kinds_drives_config_cli_and_factory():
     """Pins the single list: the config's Literal, the CLI's enum, the factory and every
-    memory's ``kind`` are ``KINDS``, in its order."""
+    memory's ``kind`` are the registry's names (``KINDS``), in its order, and each memory draws
+    with the sampler its registry entry names."""
     from per_dqn.cli.common import Replay
     from per_dqn.config import ReplayConfig
 
-    assert KINDS == ("uniform", "proportional", "rank")
-    assert typing.get_args(ReplayConfig.model_fields["kind"].annotation) == KINDS
-    assert tuple(r.value for r in Replay) == KINDS
-    for kind in KINDS:
+    names = tuple(REPLAY_KINDS)
+    assert KINDS == names
+    assert {"uniform", "proportional", "rank"} <= set(KINDS)  # none of the original kinds lost
+    assert typing.get_args(ReplayConfig.model_fields["kind"].annotation) == names
+    assert tuple(r.value for r in Replay) == names
+    for kind in names:
         mem = make_memory(kind, capacity=4, obs_shape=(1,))
         assert mem.kind == kind and mem.state_dict()["kind"] == kind
-        assert isinstance(mem, CLASSES[kind])
+        assert type(mem) is ReplayMemory
+        assert type(mem.sampler) is REPLAY_KINDS[kind].sampler
+    with pytest.raises(ValueError, match=re.escape(f"`kind` must be one of {names}")):
+        make_memory("not-a-kind", capacity=4, obs_shape=(1,))
 
 
 def test_make_memory_names_an_unknown_kind():
@@ -64,36 +55,29 @@ def test_make_memory_names_an_unknown_kind():
 @pytest.mark.parametrize("frames", [False, True], ids=["flat", "frames"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_batch_priorities_are_what_memory_priorities_returns(kind, frames):
-    """The priorities the draw read equal a second lookup (which the loop no longer makes): the
-    leaf p_i for proportional, the ranking key for rank; None for uniform."""
-    mem = filled(kind, frames=frames, td_error_clip=2.0) if kind != "uniform" else filled(kind)
+    """The priorities the draw read equal a second lookup (which the loop no longer makes) through
+    the sampler's ``priorities``: the leaf p_i for proportional, the ranking key for rank; None
+    for a kind whose sampler has no priorities (uniform)."""
+    mem = added(kind, frames=frames, **settings_for(kind, td_error_clip=2.0))
+    priorities = getattr(mem.sampler, "priorities", None)
     rng = np.random.default_rng(0)
     for beta in (0.0, 0.4, 1.0):
         batch = mem.sample(16, beta)
-        if kind == "uniform":
+        if priorities is None:
             assert batch.priorities is None
         else:
             assert batch.priorities.dtype == np.float64
-            np.testing.assert_array_equal(batch.priorities, mem.priorities(batch.indices))
+            np.testing.assert_array_equal(batch.priorities, priorities(batch.indices))
         mem.update(PriorityUpdate(batch.indices, rng.exponential(size=16) * 2))
-    if kind != "uniform":  # not all equal, so the check above could fail
-        assert len(set(mem.priorities(np.arange(len(mem))).tolist())) > 5
-
-
-def test_batch_priorities_with_uniform_mix_are_the_drawn_leaves():
-    """With ``uniform_mix`` some draws are replaced by uniform slots: their priorities too."""
-    mem = filled("proportional", uniform_mix=0.5)
-    mem.update_priorities(np.arange(40), np.arange(40.0))
-    for _ in range(10):
-        batch = mem.sample(32, 0.5)
-        np.testing.assert_array_equal(batch.priorities, mem.priorities(batch.indices))
+    if priorities is not None:  # not all equal, so the check above could fail
+        assert len(set(priorities(np.arange(len(mem))).tolist())) > 5
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_update_with_priority_update_equals_update_priorities(kind):
     """``update(PriorityUpdate(i, d))`` is ``update_priorities(i, d)``: same state after both,
     repeated indices (last wins) included, and the same next draws."""
-    a, b = filled(kind, sort_interval=3) if kind == "rank" else filled(kind), None
+    a = added(kind, **settings_for(kind, sort_interval=3))
     b = copy.deepcopy(a)
     rng = np.random.default_rng(1)
     for _ in range(7):
@@ -110,7 +94,7 @@ def test_update_with_priority_update_equals_update_priorities(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_update_validates_whatever_the_kind(kind):
     """A NaN from the learner is refused by every kind, uniform included; nothing changes."""
-    mem = filled(kind)
+    mem = added(kind)
     before = copy.deepcopy(mem.state_dict())
     with pytest.raises(ValueError, match=r"got nan at position 1 \(index 5\)"):
         mem.update(PriorityUpdate(np.array([4, 5]), np.array([0.5, np.nan])))
@@ -121,46 +105,31 @@ def test_update_validates_whatever_the_kind(kind):
     assert_same_state(mem.state_dict(), before)
 
 
-def test_weighted_and_diagnostics_per_kind():
-    """What the loop reads instead of asking for the type."""
-    uniform, prop, rank = (filled(kind) for kind in KINDS)
-    assert (uniform.weighted, prop.weighted, rank.weighted) == (False, True, True)
-    assert uniform.diagnostics() == {} and uniform.diagnostics(full=True) == {}
-    prop.update_priorities([0, 1], [3.0, 0.0])
-    rank.update_priorities([0, 1], [3.0, 0.0])
-    assert prop.diagnostics() == {"mean_priority": prop.mean_priority, "max_priority": 3.000001}
-    full = prop.diagnostics(full=True)
-    assert list(full) == ["mean_priority", "max_priority", "tree_drift"]
-    assert full["tree_drift"] == prop.tree_drift() < 1e-15
-    # rank: 38 keys at the initial max 1, one at 3, one at 0 -> mean 41 / 40
-    assert rank.diagnostics() == {"mean_priority": 41 / 40, "max_priority": 3.0}
-    assert rank.diagnostics(full=True) == rank.diagnostics()
+@pytest.mark.parametrize("kind", KINDS)
+def test_weighted_and_diagnostics_per_kind(kind):
+    """What the loop reads instead of asking for the type: ``weighted`` is the sampler's, and
+    ``diagnostics(full=True)`` is ``diagnostics()`` (same names first, same values) plus the
+    costly checks. The values each kind reports are pinned in its own test file."""
+    mem = added(kind)
+    mem.update_priorities([0, 1], [3.0, 0.0])
+    assert mem.weighted is mem.sampler.weighted is REPLAY_KINDS[kind].sampler.weighted
+    assert isinstance(mem.weighted, bool)
+    values, full = mem.diagnostics(), mem.diagnostics(full=True)
+    assert all(isinstance(name, str) and isinstance(v, float) for name, v in full.items())
+    assert list(full)[: len(values)] == list(values)
+    assert {name: full[name] for name in values} == values
+    for name in ("mean_priority", "max_priority"):  # the sampler's reader, where it has one
+        if name in values and hasattr(mem.sampler, name):
+            assert values[name] == getattr(mem.sampler, name)
 
 
-def test_mean_priority_counts_only_stored_transitions():
-    """The proportional sampler counts stored transitions as the ring does: min(n, capacity).
-    Hand computation: 5 of 10 slots at leaf 1, then slot 0 at (3 + 1)**1 = 4 -> mean 8 / 5."""
-    mem = make_memory("proportional", capacity=10, obs_shape=(1,), alpha=1.0, priority_eps=1.0)
-    assert mem.diagnostics()["mean_priority"] == 0.0
-    mem.add_batch(np.zeros((5, 1)), np.zeros(5), np.zeros(5), np.zeros((5, 1)), np.zeros(5))
-    mem.update_priorities([0], [3.0])
-    assert mem.diagnostics()["mean_priority"] == 8 / 5
-    mem.add_batch(np.zeros((25, 1)), np.zeros(25), np.zeros(25), np.zeros((25, 1)), np.zeros(25))
-    assert len(mem) == 10 and mem.diagnostics()["mean_priority"] == 4.0  # all at max 4 ** 1
-
-
-@pytest.mark.parametrize(
-    ("sampler", "cls", "kw"),
-    [
-        (UniformSampler, UniformReplay, {}),
-        (ProportionalSampler, PrioritizedReplay, dict(alpha=0.5, uniform_mix=0.1)),
-        (RankSampler, RankBasedReplay, dict(alpha=0.5, sort_interval=4)),
-    ],
-)
-def test_composing_storage_and_sampler_by_hand_is_the_constructor(sampler, cls, kw):
-    """``ReplayMemory(make_storage(...), Sampler(...))`` draws exactly what the thin
-    constructor's memory draws, and both report the same bytes."""
-    built = cls(capacity=30, obs_shape=(3,), seed=4, **kw)
+@pytest.mark.parametrize("kind", KINDS)
+def test_composing_storage_and_sampler_by_hand_is_make_memory(kind):
+    """``ReplayMemory(make_storage(...), Sampler(...))`` draws exactly what ``make_memory``'s
+    memory draws (non-default settings included), and both report the same bytes."""
+    sampler = REPLAY_KINDS[kind].sampler
+    kw = settings_for(kind, alpha=0.5, uniform_mix=0.1, sort_interval=4)
+    built = make_memory(kind, capacity=30, obs_shape=(3,), seed=4, **kw)
     composed = ReplayMemory(make_storage(30, (3,)), sampler(30, seed=4, **kw))
     rng = np.random.default_rng(0)
     obs = rng.random((45, 3))
@@ -176,59 +145,36 @@ def test_composing_storage_and_sampler_by_hand_is_the_constructor(sampler, cls, 
     assert built.nbytes == composed.nbytes and composed.sampler.nbytes >= 0
 
 
-def test_storage_and_sampler_of_different_capacities_are_refused():
+@pytest.mark.parametrize("kind", KINDS)
+def test_storage_and_sampler_of_different_capacities_are_refused(kind):
+    sampler = REPLAY_KINDS[kind].sampler(9)
     with pytest.raises(ValueError, match=r"`sampler` capacity must be the storage's \(8\), got 9"):
-        ReplayMemory(make_storage(8, (2,)), UniformSampler(9))
+        ReplayMemory(make_storage(8, (2,)), sampler)
 
 
-def test_sampler_takes_a_generator_as_is():
-    """A sampler given a Generator draws from that very generator (one stream for a caller)."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_sampler_takes_a_generator_as_is(kind):
+    """A sampler given a Generator keeps that very generator (one stream for a caller), and draws
+    what a sampler seeded with the generator's seed draws."""
+    sampler = REPLAY_KINDS[kind].sampler
     rng = np.random.default_rng(3)
-    sampler = UniformSampler(10, rng)
-    assert sampler.rng is rng
-    indices, weights, priorities = sampler.draw(4, 0.5, 10)
-    np.testing.assert_array_equal(indices, np.random.default_rng(3).integers(0, 10, 4))
-    assert weights.tolist() == [1.0] * 4 and priorities is None
+    given = sampler(10, seed=rng)
+    assert given.rng is rng
+    a = ReplayMemory(make_storage(10, (1,)), given)
+    b = make_memory(kind, capacity=10, obs_shape=(1,), seed=3)
+    for mem in (a, b):
+        mem.add_batch(np.arange(10.0)[:, None], np.zeros(10), np.zeros(10), np.zeros((10, 1)),
+                      np.zeros(10))  # fmt: skip
+    for _ in range(3):
+        x, y = a.sample(4, 0.5), b.sample(4, 0.5)
+        np.testing.assert_array_equal(x.indices, y.indices)
+        np.testing.assert_array_equal(x.weights, y.weights)
+    assert_same_state(a.state_dict(), b.state_dict())
 
 
-@pytest.mark.parametrize(
-    ("kind", "damage", "message"),
-    [
-        ("proportional", lambda s: s.update(priorities=s["priorities"][:-1]), r"shape \(40,\)"),
-        ("proportional", lambda s: s["priorities"].__setitem__(3, -1.0), r"got -1.0 at slot 3"),
-        ("rank", lambda s: s.update(heap_keys=s["heap_keys"][:-1]), "must have 40 entries"),
-        ("rank", lambda s: s.pop("heap_stamps"), "no `heap_stamps`"),
-        ("uniform", lambda s: s.pop("rng"), "no `rng`"),
-    ],
-)
-def test_a_refused_state_changes_nothing(kind, damage, message):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_refused_state_changes_nothing(kind):
     """Pins the order of ``load_state_dict``: the sampler's part is checked before the storage is
-    overwritten, so a refused checkpoint leaves the memory as it was."""
-    source = filled(kind, seed=1)
-    source.update_priorities(np.arange(40), np.arange(40.0))
-    state = copy.deepcopy(source.state_dict())
-    damage(state)
-    target = filled(kind, n=13, seed=2)
-    before = copy.deepcopy(target.state_dict())
-    with pytest.raises(ValueError, match=message):
-        target.load_state_dict(state)
-    assert_same_state(target.state_dict(), before)
-
-
-def test_rank_batches_always_hold_the_global_maximum_weight():
-    """Why ``weight_normalization`` is proportional-only: a rank batch draws once from every
-    equal-mass segment, the last (most ranks, least probability each) included, so the largest
-    weight in every batch is the global maximum, 1, and batch normalisation would change
-    nothing. Checked over many draws, betas and batch sizes after the keys have been spread."""
-    mem = filled("rank", capacity=64, n=64, seed=3)
-    rng = np.random.default_rng(0)
-    for step in range(200):
-        batch = mem.sample(int(rng.integers(1, 33)), beta=float(rng.random()))
-        assert batch.weights.max() == 1.0, step
-        mem.update(PriorityUpdate(batch.indices, rng.random(batch.indices.size) * 5))
-    proportional = filled("proportional", capacity=64, n=64, seed=3)
-    for _ in range(50):
-        batch = proportional.sample(8, beta=1.0)
-        proportional.update(PriorityUpdate(batch.indices, rng.random(8) * 5))
-    # the negative control: proportional's global normalisation leaves most batches below 1
-    assert min(proportional.sample(8, beta=1.0).weights.max() for _ in range(20)) < 1.0
+    overwritten, so a refused checkpoint leaves the memory as it was. Here a state without its
+    RNG, which every sampler keeps; each kind's own parts are damaged in its test file."""
+    check_refused_state(kind, lambda s: s.pop("rng"), "no `rng`")

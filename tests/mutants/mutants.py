@@ -113,7 +113,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "rank-based PER: a new transition ties with clipped errors instead of ranking first",
     ),
     Mutant(
-        "alpha-not-on-insert", "per_dqn/memory/samplers.py",
+        "alpha-not-on-insert", "per_dqn/memory/proportional.py",
         "leaf = self.max_priority**self.alpha",
         "leaf = self.max_priority",
         ("tests/memory",),
