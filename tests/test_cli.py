@@ -20,6 +20,9 @@ from typer.testing import CliRunner
 from per_dqn import __version__
 from per_dqn.cli import app
 from per_dqn.config import load_config, resolve_config_path
+from per_dqn.memory import KINDS
+
+CHOICES = ", ".join(repr(kind) for kind in KINDS)  # click's wording of the choices
 
 runner = CliRunner()
 
@@ -95,7 +98,7 @@ def test_version():
     ("args", "line"),
     [
         (["train", "-c", "cartpole.yaml", "--replay", "prop"],
-         "invalid value for '--replay': 'prop' is not one of 'uniform', 'proportional', 'rank' "
+         f"invalid value for '--replay': 'prop' is not one of {CHOICES} "
          "(see per-dqn train --help)"),
         (["eval", "run", "--episodes=x"],
          "invalid value for '--episodes': 'x': input should be a valid integer, unable to parse "
@@ -128,8 +131,8 @@ def test_usage_errors_from_a_real_process(workdir):
     same = python is not None and os.path.samefile(python, sys.executable)
     shown = "python" if same else sys.executable
     assert done.stderr == (
-        "error: invalid value for '--replay': 'prop' is not one of 'uniform', 'proportional', "
-        f"'rank' (see {shown} -m per_dqn.cli train --help)\n"
+        f"error: invalid value for '--replay': 'prop' is not one of {CHOICES} "
+        f"(see {shown} -m per_dqn.cli train --help)\n"
     )
     done = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"per-dqn {__version__}\n", "")
@@ -385,6 +388,7 @@ LIMITED_CLI = """
 import resource, sys
 import per_dqn.run  # torch, gymnasium, numba: loaded before the limit
 from per_dqn.cli import app
+
 vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
 limit = vm + (256 << 20)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

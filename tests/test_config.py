@@ -18,6 +18,9 @@ from per_dqn.config import (
     resolve_config_path,
     shipped_config_names,
 )
+from per_dqn.memory import KINDS
+
+ONE_OF_KINDS = ", ".join(repr(kind) for kind in KINDS[:-1]) + f" or {KINDS[-1]!r}"
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -88,8 +91,8 @@ def problems(tmp_path, text: str, overrides=()) -> list[str]:
                                          "got 1.5"]),
         ("agent:\n  dueling: 'yes'\n", ["exp.yaml: agent.dueling: must be true or false, "
                                         "got 'yes'"]),
-        ("replay:\n  kind: prio\n", ["exp.yaml: replay.kind: must be one of 'uniform', "
-                                     "'proportional' or 'rank', got 'prio'"]),
+        ("replay:\n  kind: prio\n", [f"exp.yaml: replay.kind: must be one of {ONE_OF_KINDS}, "
+                                     "got 'prio'"]),
         ("replay:\n  td_error_clip: big\n", ["exp.yaml: replay.td_error_clip: must be a number, "
                                              "got 'big'"]),
         ("agent:\n  hidden_sizes: [64, 0]\n", ["exp.yaml: agent.hidden_sizes: every width must "

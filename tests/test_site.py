@@ -23,6 +23,7 @@ from per_dqn import tags
 from per_dqn.cli import app
 from per_dqn.config.loading import shipped_config_names
 from per_dqn.config.models import Config
+from per_dqn.memory import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -102,7 +103,7 @@ def test_the_config_reference_has_every_key_with_its_default_and_meaning():
                 assert default == "null"
     assert rows["train.batch_size"][2:4] == ("64", ">= 1")
     assert rows["env.num_envs"][3] == ">= 1, <= 1024"
-    assert rows["replay.kind"][1] == "`uniform` \\| `proportional` \\| `rank`"
+    assert rows["replay.kind"][1] == " \\| ".join(f"`{kind}`" for kind in KINDS)
     assert "| `frame_skip` *(Atari)* |" in page
     assert "| `full_action_space` *(Atari, MinAtar)* |" in page
     assert "| `num_envs` |" in page  # read by every family: no mark

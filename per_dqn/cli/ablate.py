@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets
-from per_dqn.config import ConfigError
+from per_dqn.config import REPLAY_KINDS, ConfigError
 from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 from per_dqn.sweeps.backends import BACKENDS
 
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 Backend = StrEnum("Backend", {name: name for name in BACKENDS})  # where ``ablate`` runs its runs
+ARMS_HELP = (
+    f"Arms, comma-separated replay kinds ({', '.join(REPLAY_KINDS)}), each with its own settings "
+    'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: every kind.'
+)
 
 
 @app.command(short_help="Run a paired multi-seed sweep of arms and grid values.")
@@ -36,8 +40,7 @@ def ablate(
         list[str] | None,
         typer.Option(
             metavar="ARMS",
-            help="Arms, comma-separated (uniform, proportional, rank), each with its own settings "
-            'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: all three.',
+            help=ARMS_HELP,
         ),
     ] = None,
     grid: Annotated[

@@ -201,12 +201,13 @@ class AgentConfig(_Section):
 
 
 class ReplayConfig(_Section):
-    """Replay memory (see ``per_dqn.memory`` for the formulas).
+    """Replay memory (see ``per_dqn.memory`` for the formulas). A kind reads its own settings
+    (``per_dqn.memory.REPLAY_KINDS``) and no other kind's.
 
     Attributes:
-        kind: ``uniform``, ``proportional`` (sum tree) or ``rank`` (rank-based heap).
+        kind: the replay kind, one of the registry's (``per_dqn.memory.KINDS``).
         capacity: transitions kept.
-        alpha: prioritisation exponent (proportional and rank; ignored by uniform).
+        alpha: prioritisation exponent.
         beta0: initial importance-sampling exponent, annealed linearly to ``beta_end`` over the
             run (or over ``beta_anneal_steps``).
         beta_end: the importance-sampling exponent at the end of the anneal, the run's last step
@@ -221,15 +222,15 @@ class ReplayConfig(_Section):
             ``|delta|``) or ``loss`` (its per-sample loss, Huber or squared as ``agent.loss``
             says; Dopamine's PER, whose priority ``sqrt(loss + 1e-10)`` is ``alpha`` 0.5 and
             ``priority_eps`` 1e-10 here). ``td_error_clip`` then clips the loss.
-        priority_eps: added to ``|delta|`` before the exponent (proportional only).
+        priority_eps: added to ``|delta|`` before the exponent.
         td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
-        uniform_mix: share of each batch drawn uniformly (proportional only).
+        uniform_mix: share of each batch drawn uniformly.
         weight_normalization: how proportional PER scales its IS weights: ``global`` (the
             paper's max over the memory) or ``batch`` (the max over the batch). Rank-based PER
             has no such choice to make: every batch holds one draw from the segment with the
             most ranks, whose weight is the largest any rank can get, so its batch maximum is
             always the global one.
-        sort_interval: priority updates between full re-sorts of the rank heap (rank only).
+        sort_interval: priority updates between full re-sorts of the rank heap.
         dedup_frames: keep stacked uint8 image observations one distinct frame at a time
             (about 7 KB a transition for Atari instead of 56 KB); vector observations are always
             stored whole.

@@ -37,6 +37,7 @@ from per_dqn import checkpoint as ckpt
 from per_dqn import fileio, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
+from per_dqn.memory import KINDS
 from per_dqn.provenance import redact_argv
 from per_dqn.run import Trainer
 from per_dqn.sweeps import plan, runs
@@ -53,7 +54,7 @@ def test_parse_arms():
     assert plan.parse_arms("uniform, rank") == (plan.Arm("uniform"), plan.Arm("rank"))
     for text, message in (
         ("", "must list at least one"),
-        ("uniform,greedy", "unknown arm 'greedy'; choose from uniform, proportional, rank"),
+        ("uniform,greedy", f"unknown arm 'greedy'; choose from {', '.join(KINDS)}"),
         ("rank,rank", "lists the arm 'rank' twice"),
         ("replay.alpha=0.7", "setting 'replay.alpha=0.7' comes before any arm"),
         ("rank:replay.alpha", "--replay rank: 'replay.alpha': expected section.key=value"),

@@ -16,8 +16,11 @@ import pytest
 
 from per_dqn import fileio, rundir
 from per_dqn.config import parse_override
+from per_dqn.memory import KINDS
 from per_dqn.sweeps import job, plan
 from per_dqn.sweeps.runs import SWEEP_FILE
+
+ONE_OF_KINDS = ", ".join(repr(kind) for kind in KINDS[:-1]) + f" or {KINDS[-1]!r}"
 
 
 def a_plan(out: Path, arms=("uniform",), seeds=(0,), sets=(), grid=()) -> plan.Sweep:
@@ -94,9 +97,7 @@ def test_the_worker_count_is_one_per_core_by_default_and_at_least_one(monkeypatc
 def test_an_empty_replay_list_names_the_arms():
     with pytest.raises(ValueError) as caught:
         plan.parse_arms(" ")
-    assert str(caught.value) == (
-        "--replay must list at least one of uniform, proportional, rank, got ' '"
-    )
+    assert str(caught.value) == (f"--replay must list at least one of {', '.join(KINDS)}, got ' '")
 
 
 def test_a_bad_arm_setting_is_named_as_the_arm_s_and_only_its_own_flag_is_renamed():
@@ -486,7 +487,7 @@ def test_a_run_spelled_two_ways_is_found_past_an_unreadable_run_dir(tmp_path):
 @pytest.mark.parametrize(
     ("arms", "seeds", "problem"),
     [
-        (("nosuch",), (0,), "replay.kind: must be one of 'uniform', 'proportional' or 'rank', "
+        (("nosuch",), (0,), f"replay.kind: must be one of {ONE_OF_KINDS}, "
                             "got 'nosuch' (set by --replay)"),
         (("uniform",), (-1,), "run.seed: must be >= 0, got -1 (set by --seeds)"),
     ],
