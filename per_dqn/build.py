@@ -91,4 +91,5 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         rmsprop_centered=agent.rmsprop_centered,
         init=agent.init,
         conv_padding=agent.conv_padding,
+        priority_signal=config.replay.priority_from,
     )

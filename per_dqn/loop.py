@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
-from per_dqn.agent.dqn import LearnResult, sample_losses
+from per_dqn.agent.dqn import LearnResult
 from per_dqn.asking import ACT, LEARN, Request, serve
 from per_dqn.config import Config
 from per_dqn.envs import Envs
@@ -263,7 +263,6 @@ class Loop:
         replay = config.replay
         anneal_steps = replay.beta_anneal_steps or train.total_env_steps
         self.beta = LinearSchedule(replay.beta0, replay.beta_end, anneal_steps)
-        self._priority_from_loss = replay.priority_from == "loss"
         agent_cfg, starts = config.agent, train.learning_starts
         self.learning_rate = (
             None
@@ -436,9 +435,7 @@ class Loop:
                 f"train/loss is {loss} at env step {step:,} (update step "
                 f"{self.agent.update_steps:,}): training diverged"
             )
-        update = result.priorities
-        if self._priority_from_loss:  # replay.priority_from: the per-sample loss, not |delta|
-            update = update._replace(td_abs=sample_losses(update.td_abs, self.agent.loss_name))
+        update = result.priorities  # made of the agent's priority signal (replay.priority_from)
         memory.update(update)
         # The health panel's one feed per gradient step: the batch drawn, the slots updated.
         state.health.record_learn(

@@ -15,9 +15,9 @@ import torch
 from support import cartpole_config, fill_with_random_play
 from torch.nn import functional as F
 
-from per_dqn.agent.dqn import sample_losses
 from per_dqn.agent.networks import MinAtarCNN, initialize, make_q_network
 from per_dqn.agent.rmsprop import RMSprop
+from per_dqn.agent.signals import priority_signal, sample_losses
 from per_dqn.build import make_agent, make_memory, resolve_device
 from per_dqn.config import ConfigError, load_config, parse_override, resolve_config_path
 from per_dqn.envs import EnvSpec
@@ -175,6 +175,7 @@ def test_a_priority_from_the_loss_lands_on_the_sampled_slots(tmp_path):
         memory_copy.load_state_dict(trainer.memory.state_dict())
         agent_copy = make_agent(config, trainer.spec, resolve_device("cpu"))
         agent_copy.load_state_dict(trainer.agent.state_dict())
+        agent_copy.priority_signal = priority_signal("td_error")  # |delta|, to compute by hand
         trainer.loop.learn()
         batch = memory_copy.sample(config.train.batch_size, trainer.loop.beta(0))
         td_abs = agent_copy.learn(batch).td_abs.astype(np.float64)

@@ -1,8 +1,9 @@
 """Double/Dueling DQN learner: targets, the IS-weighted loss, the optimiser and the target net.
 
 The agent never logs and never touches the replay memory: ``learn`` returns metrics and a
-``PriorityUpdate`` (the sampled slots with their new absolute TD errors), and the training loop
-hands it to the memory whole (Acme's losses return keys with their priorities the same way).
+``PriorityUpdate`` (the sampled slots with their new priorities, made of the agent's priority
+signal, ``signals.py``), and the training loop hands it to the memory whole (Acme's losses return
+keys with their priorities the same way).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from per_dqn.agent import layout
+from per_dqn.agent import layout, signals
 from per_dqn.agent.networks import NatureCNN, QNetwork, initialize, make_q_network
 from per_dqn.agent.optim import make_optimizer
 from per_dqn.agent.pack import Pack, can_pack
+from per_dqn.agent.signals import LOSSES, PrioritySignal, SignalInputs
 from per_dqn.memory import Batch, PriorityUpdate
 
 
@@ -60,10 +62,11 @@ class LearnResult:
     """What one gradient step produced.
 
     Attributes:
-        priorities: the sampled slots with their new ``|y - Q(s, a)|`` (float32, batch order),
-            measured before the step as in Schaul et al. (Algorithm 1); hand it whole to
-            ``memory.update`` (as Acme's learners return keys with their priorities, so no index
-            is ever paired with an error by hand).
+        priorities: the sampled slots with their new priorities (float32, batch order), the
+            agent's priority signal (``|y - Q(s, a)|`` unless ``priority_signal`` says
+            otherwise), measured before the step as in Schaul et al. (Algorithm 1); hand it whole
+            to ``memory.update`` (as Acme's learners return keys with their priorities, so no
+            index is ever paired with an error by hand).
         metrics: ``loss`` (the IS-weighted loss), ``loss_unweighted`` (the plain mean of the
             same per-sample losses), ``q_mean`` (mean ``Q(s, a)`` of the batch), ``td_error_abs``
             (mean ``|delta|``) and, when clipping, ``grad_norm`` (before clipping). The run logs
@@ -75,14 +78,17 @@ class LearnResult:
 
     @property
     def td_abs(self) -> np.ndarray:
-        """The new ``|delta|`` per sample, in batch order."""
+        """The new priority per sample (``|delta|`` for the ``td_error`` signal), in batch
+        order."""
         return self.priorities.td_abs
 
 
-def learn_result(host: np.ndarray, indices: np.ndarray, clipped: bool) -> LearnResult:
+def learn_result(
+    host: np.ndarray, indices: np.ndarray, clipped: bool, signal: PrioritySignal, loss: str
+) -> LearnResult:
     """A ``LearnResult`` from one update's host copy: the batch's targets, then its
     ``Q(s, a)``, then the weighted loss, the unweighted loss and (``clipped``) the gradient
-    norm."""
+    norm; the priorities are ``signal``'s, computed from them (``loss``: ``agent.loss``)."""
     size = len(indices)
     td_abs = np.abs(host[:size] - host[size : 2 * size])
     metrics = {
@@ -93,18 +99,8 @@ def learn_result(host: np.ndarray, indices: np.ndarray, clipped: bool) -> LearnR
     }
     if clipped:
         metrics["grad_norm"] = float(host[2 * size + 2])
-    return LearnResult(PriorityUpdate(indices, td_abs), metrics)
-
-
-def sample_losses(td_abs: np.ndarray, loss: str) -> np.ndarray:
-    """Each sample's unweighted loss from its ``|delta|``, as the update computes it:
-    ``huber`` (delta 1) ``0.5 d^2`` below 1 and ``d - 0.5`` from 1 on, ``mse`` ``d^2``. What a
-    priority is made of under ``replay.priority_from: loss`` (Dopamine's PER)."""
-    if loss == "mse":
-        return np.square(td_abs)
-    if loss == "huber":
-        return np.where(td_abs < 1.0, 0.5 * np.square(td_abs), td_abs - 0.5)
-    raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
+    priorities = signal.compute(SignalInputs(td_abs, loss))
+    return LearnResult(PriorityUpdate(indices, priorities), metrics)
 
 
 class DQNAgent:
@@ -125,6 +121,8 @@ class DQNAgent:
             (``networks.initialize``).
         conv_padding: the MinAtar CNN's padding, ``valid`` or ``same``.
         loss: ``huber`` (smooth L1, delta 1) or ``mse``.
+        priority_signal: what ``learn``'s priorities are made of, a name in
+            ``signals.PRIORITY_SIGNALS`` (``replay.priority_from``): ``td_error`` is ``|delta|``.
         grad_clip_norm: global gradient-norm clip (None: none).
         target_update_interval: gradient steps between target updates.
         tau: target update weight, ``target <- tau * online + (1 - tau) * target``; 1 is a copy.
@@ -160,9 +158,11 @@ class DQNAgent:
         rmsprop_centered: bool = True,
         init: str = "torch",
         conv_padding: str = "valid",
+        priority_signal: str = "td_error",
     ) -> None:
-        if loss not in ("huber", "mse"):
+        if loss not in LOSSES:
             raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
+        self.priority_signal = signals.priority_signal(priority_signal)
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"`precision` must be 'fp32' or 'bf16', got {precision!r}")
         self.device = device
@@ -318,7 +318,10 @@ class DQNAgent:
 
         # One device-to-host copy for targets, predictions and scalars: a single sync per step.
         host = torch.cat((targets, q_taken.detach(), torch.stack(extras))).cpu().numpy()
-        return learn_result(host, batch.indices, self.grad_clip_norm is not None)
+        return learn_result(
+            host, batch.indices, self.grad_clip_norm is not None, self.priority_signal,
+            self.loss_name,
+        )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """The networks, the optimiser's moments and step counts, and the update counter: copies

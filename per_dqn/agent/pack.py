@@ -415,7 +415,11 @@ class Pack:
         host = torch.cat((targets, q_taken.detach(), torch.stack(extras, dim=1)), dim=1)
         host = host.cpu().numpy()
         clipped = self.grad_clip_norm is not None
-        return {k: learn_result(host[i], batches[k].indices, clipped) for i, k in enumerate(slots)}
+        return {
+            k: learn_result(host[i], batches[k].indices, clipped, agent.priority_signal,
+                            agent.loss_name)
+            for i, (k, agent) in enumerate(zip(slots, agents, strict=True))
+        }  # fmt: skip
 
     def _member_grads(self, slots: Sequence[int], online: list[_Stack]) -> list[list[torch.Tensor]]:
         """Each member's gradients in the order of its ``online.parameters()``, also set as

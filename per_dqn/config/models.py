@@ -15,11 +15,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from per_dqn import families
+from per_dqn.agent.signals import SIGNALS
 from per_dqn.config.messages import CrossFieldError, CrossProblem, got
 from per_dqn.memory import KINDS
 
 # The values `replay.kind` takes: the memory's registry, in its order (the CLI's --replay choices).
 REPLAY_KINDS = KINDS
+# The values `replay.priority_from` takes: the learner's priority signals, in registry order.
+PRIORITY_FROM = SIGNALS
 # The largest value an int key may take: the loop's counters, the memory's indices and the
 # checkpoints hold int64, and a larger number would overflow one of them far from the config.
 INT64_MAX = 2**63 - 1
@@ -244,7 +247,7 @@ class ReplayConfig(_Section):
     beta0: float = Field(0.4, ge=0, le=1)
     beta_end: float = Field(1.0, ge=0, le=1)
     beta_anneal_steps: int | None = Field(None, ge=1)
-    priority_from: Literal["td_error", "loss"] = "td_error"
+    priority_from: Literal[PRIORITY_FROM] = "td_error"  # type: ignore[valid-type]
     priority_eps: float = Field(1e-6, gt=0)
     td_error_clip: float | None = Field(None, gt=0)
     uniform_mix: float = Field(0.0, ge=0, lt=1)

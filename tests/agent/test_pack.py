@@ -14,6 +14,7 @@ import torch
 
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.pack import Pack
+from per_dqn.agent.signals import SIGNALS
 from per_dqn.memory import Batch
 
 MLP = dict(obs_shape=(4,), hidden_sizes=(64, 64), network="auto")
@@ -115,6 +116,8 @@ def assert_same_stream(a: list, b: list) -> None:
             },
         ),
         (MLP, 30, {"optimizer": "rmsprop", "rmsprop_centered": False, "rmsprop_alpha": 0.9}),
+        # Every priority signal but |delta| (the default, above).
+        *[(MLP, 20, {"priority_signal": name}) for name in SIGNALS if name != "td_error"],
     ],
     ids=[
         "mlp",
@@ -123,6 +126,7 @@ def assert_same_stream(a: list, b: list) -> None:
         "minatar-cnn",
         "minatar-rmsprop-same",
         "mlp-rmsprop-plain",
+        *[f"mlp-signal-{name}" for name in SIGNALS if name != "td_error"],
     ],
 )
 def test_a_member_learns_the_same_bits_alone_and_in_packs_of_4_and_16(net, updates, overrides):

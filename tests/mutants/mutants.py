@@ -51,8 +51,8 @@ class Mutant:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "slots-reversed", "per_dqn/agent/dqn.py",
-        "return LearnResult(PriorityUpdate(indices, td_abs), metrics)",
-        "return LearnResult(PriorityUpdate(indices[::-1], td_abs), metrics)",
+        "return LearnResult(PriorityUpdate(indices, priorities), metrics)",
+        "return LearnResult(PriorityUpdate(indices[::-1], priorities), metrics)",
         ("tests/test_train.py",),
         "TD errors written back to slots other than those sampled",
     ),
