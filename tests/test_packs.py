@@ -23,6 +23,7 @@ from per_dqn import packing, tags
 from per_dqn.agent.pack import Pack
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.loop import DivergedError
+from per_dqn.memory import KINDS
 from per_dqn.packs import run_pack
 from per_dqn.run import Trainer
 from per_dqn.sweeps.job import error_line
@@ -84,6 +85,23 @@ def test_train_many_gives_each_run_what_train_gives_it(workdir):
     assert first == {"size": 3, "members": ["uniform/s0", "uniform/s1", "proportional/s0"]}
     assert "pack" not in summary_of(many[3].run_dir)["provenance"]  # alone in its pack of one
     assert summary_of(many[0].run_dir)["provenance"]["call"]["function"] == "per_dqn.train_many"
+
+
+def test_every_replay_kind_in_one_pack_gives_each_run_what_train_gives_it(workdir):
+    """Every registered kind (``KINDS``: a new one is taken without a line here) in one pack:
+    each run's files are byte for byte what it writes alone, its memory's sampler included."""
+    many = per_dqn.train_many(
+        "cartpole", seeds=[1], arms=list(KINDS), overrides=SMALL, out="runs/many",
+        pack=len(KINDS),
+    )  # fmt: skip
+    assert [(r.arm, r.error) for r in many] == [(kind, None) for kind in KINDS]
+    assert summary_of(many[0].run_dir)["provenance"]["pack"]["size"] == len(KINDS)
+    for r in many:
+        alone = per_dqn.train(
+            "cartpole", overrides={**SMALL, "replay.kind": r.arm, "run.seed": 1},
+            run_dir=f"runs/alone/{r.arm}",
+        )  # fmt: skip
+        assert_same_files(r.run_dir, alone.run_dir)
 
 
 def test_a_minatar_pack_gives_each_run_what_it_gives_alone(workdir):

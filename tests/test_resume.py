@@ -37,11 +37,13 @@ from support import (
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
+import per_dqn
 from per_dqn import checkpoint as ckpt
 from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import load_config
+from per_dqn.memory import KINDS
 
 SETTINGS = RESUMABLE
 # A Ctrl-C on this gradient step lands at env step ~1100: after the checkpoint at 900, with
@@ -528,3 +530,29 @@ def test_a_format_2_checkpoint_from_before_the_redesign_resumes_exactly(tmp_path
     assert summary["auc"] is None and summary["is_weight_mean"] is None
     assert summary["wall_sessions"] is None and summary["wall_seconds_total"] is None
     assert summary["final_eval_return_mean"] is not None
+
+
+class _StopAt:
+    """A callback that stops the run at its checkpoint at ``env_steps``."""
+
+    def __init__(self, env_steps: int) -> None:
+        self.env_steps = env_steps
+
+    def on_checkpoint(self, env_steps: int, path: Path) -> bool:
+        return env_steps == self.env_steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_of_every_kind_stopped_and_resumed_is_the_run_never_stopped(kind, tmp_path):
+    """Every registered kind (a new one is taken without a line here): stopped at its checkpoint
+    at step 600 and resumed through the API, the run ends with the curves, weights, memory
+    (contents, priorities, RNG) and summary of the run never stopped."""
+    settings = [*SETTINGS, f"replay.kind={kind}"]
+    reference = per_dqn.train("cartpole", overrides=settings, run_dir=tmp_path / "ref").run_dir
+    stopped = per_dqn.train(
+        "cartpole", overrides=settings, run_dir=tmp_path / "run", callbacks=[_StopAt(600)]
+    )
+    assert stopped.summary["interrupted"] and stopped.summary["env_steps"] == 600
+    per_dqn.resume(stopped.run_dir)
+    assert_same_run(stopped.run_dir, reference)

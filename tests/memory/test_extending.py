@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "extending.md"
 # The registry's closing lines in kinds.py: "after the last entry" is just before them.
 REGISTRY_END = "    )\n})  # fmt: skip\n"
-# Test files whose tests a new kind must reach: every memory-wide contract, and its own.
-SHARED = ("test_kinds.py", "test_build.py", "test_replay.py", "test_footprint.py", "test_scan.py")
+# Test files whose tests a new kind must reach: the memory's contract, an exact resume, packs
+# bit for bit, and its own.
+SHARED = ("test_kinds.py", "test_build.py", "test_replay.py", "test_footprint.py", "test_resume.py",
+          "test_packs.py", "test_scan.py")  # fmt: skip
 
 
 def recipe() -> dict[str, str]:
@@ -78,7 +80,8 @@ def test_a_kind_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli
 
     tests = _run(
         copy, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
-        "-o", "addopts=", "-rA", "-k", "scan", "tests/memory", "tests/test_build.py",
+        "-o", "addopts=", "-rA", "-k", "scan or every_replay_kind", "tests/memory",
+        "tests/test_build.py", "tests/test_resume.py", "tests/test_packs.py",
     )  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     passed = re.findall(r"^PASSED (\S+)", tests.stdout, re.M)
