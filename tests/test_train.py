@@ -21,6 +21,7 @@ from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config
+from per_dqn.memory import KINDS, make_memory
 from per_dqn.run import Trainer
 
 # A run short enough for a test that still learns, logs, evaluates and checks the tree.
@@ -76,23 +77,29 @@ def test_cli_run_writes_events_config_and_summary(workdir):
     assert saved == short_config("run.seed=3")
 
 
-@pytest.mark.parametrize("kind", ["uniform", "rank"])
-def test_other_memories_log_what_they_have(tmp_path, kind):
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_memory_logs_what_it_has(tmp_path, kind):
+    """What a kind logs follows from what its sampler has, not from its name: the priority tags
+    where its diagnostics give priorities, the tree drift where its full diagnostics check one,
+    and IS weights of 1 (an effective sample size of 1) where its weights do not depend on beta."""
     summary = run_trainer(short_config(f"replay.kind={kind}"), tmp_path)
     assert summary["replay"] == kind
     scalars = read_scalars(tmp_path)
-    assert tags.PER_TREE_DRIFT not in scalars  # only the sum tree has a drift to check
-    if kind == "uniform":
-        assert not set(tags.PRIORITY_TAGS) & set(scalars)
+    memory = make_memory(kind, capacity=8, obs_shape=(4,))
+    has = memory.diagnostics(full=True)
+    assert (tags.PER_TREE_DRIFT in scalars) == ("tree_drift" in has)
+    if not memory.weighted:
         assert all(v == 1.0 for _, v in scalars[tags.PER_IS_WEIGHT_ESS])
+    if "mean_priority" in has:
+        assert set(tags.PRIORITY_TAGS) <= set(scalars)
+    else:
+        assert not set(tags.PRIORITY_TAGS) & set(scalars)
         # Pins the tag table promising priority tags for uniform runs (issue 26): every tag a
-        # uniform run does not log says so in its meaning, save the optional two.
+        # run without priorities does not log says so in its meaning, save the optional two.
         optional = {tags.TRAIN_GRAD_NORM, tags.TRAIN_LEARNING_RATE}
         for tag in set(tags.SCALAR_TAGS) - set(scalars) - optional:
             meaning = tags.SCALAR_TAGS[tag]
             assert "prioritized memories only" in meaning or "proportional only" in meaning, tag
-    else:
-        assert set(tags.PRIORITY_TAGS) <= set(scalars)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ A config file has six sections, each optional (every key has a default)::
 
     env:    which environment and how many copies step together
     agent:  the Q-network and the learning rule (Double/Dueling DQN, n-step, loss, optimiser)
-    replay: the memory (uniform, proportional or rank-based PER) and its PER parameters
+    replay: the memory (a kind of the replay registry) and its PER parameters
     train:  the loop's budget and periods (env steps, updates, exploration, evaluation, logging)
     run:    seed, device and where run directories go
     checkpoint: how often the run saves a resumable checkpoint, how many it keeps, what it holds
