@@ -83,17 +83,30 @@ def test_the_size_cap_holds_at_its_byte(tmp_path):
         readback.read_bytes(tmp_path, "f", TINY_KIND)
 
 
-def test_a_missing_file_says_so(tmp_path):
+@pytest.mark.parametrize("name", ["nope", "no/such/dir/x.json"])
+def test_a_missing_file_says_so(tmp_path, name):
+    """Missing itself or a dir on its way: one line naming the path, as ``missing``."""
+    (tmp_path / "no").mkdir()
     with pytest.raises(ReadBackError) as caught:
-        readback.read_bytes(tmp_path, "nope", KINDS["text"])
-    assert caught.value.missing
+        readback.read_bytes(tmp_path, name, KINDS["text"])
+    assert str(caught.value) == f"{tmp_path / name}: no such file"
+    assert caught.value.missing and caught.value.reason == "missing"
 
 
 def test_a_path_through_dotdot_or_absolute_is_refused(tmp_path):
     for name in ("../x", "/etc/passwd", "a/../../x"):
         with pytest.raises(ReadBackError) as caught:
             readback.read_bytes(tmp_path, name, KINDS["text"])
+        assert str(caught.value) == f"{name}: not a path inside its dir (absolute, or through ..)"
         assert caught.value.reason == "outside"
+
+
+@pytest.mark.parametrize("name", ["", "."])
+def test_the_dir_itself_is_not_a_file(tmp_path, name):
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path, name, KINDS["text"])
+    assert str(caught.value) == f"{tmp_path}: not a file"
+    assert caught.value.reason == "special"
 
 
 def reference_depth(value) -> int:
@@ -770,3 +783,67 @@ def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path):
             readback.read_all(file, KINDS["summary"], path)
     assert str(caught.value) == f"{path}: cannot read it (Bad file descriptor)"
     assert caught.value.reason == "unreadable"
+
+
+def test_a_path_holding_a_nul_byte_is_one_line_naming_it(tmp_path):
+    """The NUL byte is refused before any system call (which would raise a bare ValueError),
+    and the line shows it escaped."""
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path, "a\0b/c.json", KINDS["summary"])
+    assert str(caught.value) == "a\\x00b/c.json: a path holding a NUL byte"
+    assert caught.value.reason == "outside"
+
+
+def test_a_kind_capped_by_the_ram_is_capped_by_what_is_available_or_not_at_all(monkeypatch):
+    """``limit``: a fixed cap as is; the RAM available for the arrays' kind; 2**62 (no cap a
+    file can reach) when the RAM available cannot be known."""
+    assert readback.limit(TINY_KIND) == 10
+    monkeypatch.setattr(readback, "available_ram_bytes", lambda: 12_345)
+    assert readback.limit(KINDS["arrays"]) == 12_345
+    monkeypatch.setattr(readback, "available_ram_bytes", lambda: None)
+    assert readback.limit(KINDS["arrays"]) == 1 << 62
+
+
+def _pipe(data: bytes):
+    """An unbuffered read handle on a pipe holding ``data``, already closed for writing: its
+    size reads as 0, so every byte ``read_all`` takes is one it read past that size."""
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return os.fdopen(r, "rb", buffering=0)
+
+
+@pytest.mark.parametrize("size", [1, 2, 9, 10])
+def test_read_all_takes_a_growing_file_to_its_cap(size):
+    """A file that grew since its size was read (a pipe's size reads 0) is read whole, byte
+    for byte, up to its kind's cap."""
+    data = bytes(range(65, 65 + size))
+    with _pipe(data) as file:
+        assert readback.read_all(file, TINY_KIND, "grown") == data
+
+
+def test_read_all_refuses_a_file_grown_past_its_cap_and_reads_no_further():
+    """Grown past the cap: one line naming it, and no byte read past the cap's first one over
+    (the rest is still in the pipe), so a file growing without end is no endless read."""
+    with _pipe(b"x" * 100) as file:
+        with pytest.raises(ReadBackError) as caught:
+            readback.read_all(file, TINY_KIND, "grown.json")
+        assert file.read() == b"x" * (100 - 11)
+    assert str(caught.value) == "grown.json: grew past the 10 bytes a test file may have"
+    assert caught.value.reason == "too_big"
+
+
+def test_json_nested_exactly_at_its_kind_s_depth_is_read_when_the_scan_runs():
+    """More brackets than the depth (so the nesting is scanned) but nested exactly at it: read."""
+    kind = KINDS["run"]
+    at = "[" * kind.max_depth + "]" * kind.max_depth
+    assert readback.parse_json(f"[{at[1:-1]}, []]", "r.json", kind)[1] == []
+
+
+def test_json_that_does_not_parse_is_one_line_with_json_s_reason():
+    with pytest.raises(ReadBackError) as caught:
+        readback.parse_json(b'{"a":\n  }', "s.json", KINDS["summary"])
+    assert str(caught.value) == (
+        "s.json: cannot be read as JSON (Expecting value: line 2 column 3 (char 8))"
+    )
+    assert caught.value.reason == "syntax"
