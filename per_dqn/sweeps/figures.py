@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from per_dqn.config.messages import printable
+from per_dqn.memory import KINDS
 from per_dqn.sweeps import stats
 from per_dqn.sweeps.measure import (
     BOOTSTRAP_REPS,
@@ -57,16 +58,19 @@ TRAINING_FILE = "training.png"
 TRAINING_SVG = "training.svg"
 FIGURE_DPI = 200
 PROFILE_POINTS = 101
-_ARM_COLORS = {"uniform": "#4c72b0", "proportional": "#dd8452", "rank": "#55a868"}
-# The colours of arms that are not a kind alone (seaborn's "deep" palette after its first three,
-# which are the kinds'), in the sweep's arm order; past them, matplotlib's cycle.
-_PALETTE = ("#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+# seaborn's "deep" palette. Each replay kind alone takes its colour in the registry's order (so a
+# kind is the same colour in every report); arms that are not a kind alone take the colours left,
+# in the sweep's arm order, and past them matplotlib's cycle.
+_DEEP = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
+         "#ccb974", "#64b5cd")  # fmt: skip
+_ARM_COLORS = dict(zip(KINDS, _DEEP, strict=False))
+_PALETTE = _DEEP[len(_ARM_COLORS) :]
 _LINE_STYLES = ("-", "--", ":", "-.")
 
 
 def arm_styles(arms: Sequence[str]) -> dict[str, tuple[str, str]]:
     """``arm -> (colour, line style)``, the same in every figure of a report: a kind alone
-    (``uniform``, ``proportional``, ``rank``) in its own colour, other arms (a kind with settings,
+    (``uniform``, ``rank``, any of ``KINDS``) in its own colour, other arms (a kind with settings,
     ``proportional/alpha=0.4``) in the palette's next unused colour, in ``arms``' order; line
     styles cycle in that order, so overlapping lines stay apart."""
     styles: dict[str, tuple[str, str]] = {}

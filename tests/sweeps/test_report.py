@@ -1199,6 +1199,9 @@ def test_an_arm_keeps_one_colour_and_legends_sit_outside_the_data(cartpole_sweep
     arms = ["uniform", "proportional/alpha=0.4", "rank", "proportional/alpha=0.8"]
     styles = figures.arm_styles(arms)
     assert styles["uniform"][0] == "#4c72b0" and styles["rank"][0] == "#55a868"
+    kinds = figures.arm_styles(list(KINDS))  # every kind alone: a colour of its own, whatever arms
+    assert len({color for color, _ in kinds.values()}) == len(KINDS)
+    assert all(figures.arm_styles([k])[k][0] == kinds[k][0] for k in KINDS)
     assert len(set(styles.values())) == len(arms)
     assert figures.arm_styles(arms[:2]) == {a: styles[a] for a in arms[:2]}  # order, not count
     measured = [measure.measure(r, 475.0) for r in sweep.runs]
