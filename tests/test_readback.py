@@ -20,6 +20,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from support import RESUMABLE, cartpole_config, nest, reseal, run_trainer, time_limit
 from typer.testing import CliRunner
 
@@ -79,8 +80,10 @@ def test_the_size_cap_holds_at_its_byte(tmp_path):
     (tmp_path / "f").write_bytes(b"x" * 10)
     assert readback.read_bytes(tmp_path, "f", TINY_KIND) == b"x" * 10
     (tmp_path / "f").write_bytes(b"x" * 11)
-    with pytest.raises(ReadBackError, match=r"11 bytes, over the 10 a test file may have"):
+    with pytest.raises(ReadBackError) as caught:
         readback.read_bytes(tmp_path, "f", TINY_KIND)
+    assert str(caught.value) == f"{tmp_path / 'f'}: 11 bytes, over the 10 a test file may have"
+    assert caught.value.reason == "too_big"
 
 
 @pytest.mark.parametrize("name", ["nope", "no/such/dir/x.json"])
@@ -845,5 +848,71 @@ def test_json_that_does_not_parse_is_one_line_with_json_s_reason():
         readback.parse_json(b'{"a":\n  }', "s.json", KINDS["summary"])
     assert str(caught.value) == (
         "s.json: cannot be read as JSON (Expecting value: line 2 column 3 (char 8))"
+    )
+    assert caught.value.reason == "syntax"
+
+
+def test_a_file_opened_in_an_open_dir_is_named_by_its_label_whatever_refuses_it(tmp_path):
+    """``open_at`` (a checkpoint's files, read through the dir's one handle) names the file by
+    the label it is given: a link refused (never followed), a socket the system cannot open (with
+    the system's words), a file missing."""
+    import socket
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    (tmp_path / "link").symlink_to("sock")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = []
+        for name in ("link", "sock", "gone"):
+            with pytest.raises(ReadBackError) as caught:
+                readback.open_at(fd, name, KINDS["text"], f"run/{name}")
+            found.append((str(caught.value), caught.value.reason))
+    finally:
+        os.close(fd)
+        server.close()
+    assert found == [
+        ("run/link: a symbolic link, not a regular file", "outside"),
+        ("run/sock: cannot open it (No such device or address)", "unreadable"),
+        ("run/gone: no such file", "missing"),
+    ]
+
+
+def test_a_file_the_system_fails_to_read_is_named_by_its_path():
+    """A regular file whose read fails (a process's own memory, unmapped at offset 0): one line
+    naming the file's path under its dir, as ``unreadable``."""
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes("/proc/self", "mem", KINDS["text"])
+    assert str(caught.value) == "/proc/self/mem: cannot read it (Input/output error)"
+    assert caught.value.reason == "unreadable"
+
+
+class _Record(BaseModel):
+    name: str
+    steps: int
+
+
+def test_read_json_returns_its_model_and_names_the_file_it_refuses(tmp_path):
+    """With a model: the validated record; a value of the wrong type or JSON that does not parse
+    is one line naming the file by its path. Without one: the parsed value."""
+    (tmp_path / "r.json").write_text('{"name": "a", "steps": 3}')
+    assert readback.read_json(tmp_path, "r.json", KINDS["run"], _Record) == _Record(
+        name="a", steps=3
+    )
+    assert readback.read_json(tmp_path, "r.json", KINDS["run"]) == {"name": "a", "steps": 3}
+    (tmp_path / "bad.json").write_text('{"name": "a", "steps": "3"}')
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_json(tmp_path, "bad.json", KINDS["run"], _Record)
+    assert str(caught.value) == (
+        f"{tmp_path / 'bad.json'}: not a _Record record: steps: Input should be a valid integer "
+        "(got '3')"
+    )
+    assert caught.value.reason == "shape"
+    (tmp_path / "cut.json").write_text('{"name": ')
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_json(tmp_path, "cut.json", KINDS["run"], _Record)
+    assert str(caught.value) == (
+        f"{tmp_path / 'cut.json'}: cannot be read as JSON (Expecting value: line 1 column 10 "
+        "(char 9))"
     )
     assert caught.value.reason == "syntax"
