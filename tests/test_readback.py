@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -916,3 +917,63 @@ def test_read_json_returns_its_model_and_names_the_file_it_refuses(tmp_path):
         "(char 9))"
     )
     assert caught.value.reason == "syntax"
+
+
+def test_a_dir_on_the_way_swapped_for_a_link_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """The race the reader closes: the path is resolved and checked, then a dir on its way is
+    replaced by a link to a dir outside. Each component is opened with ``O_NOFOLLOW``, so the
+    swap is refused, naming the link, instead of reading the file outside."""
+    inside, outside = tmp_path / "run", tmp_path / "elsewhere"
+    (inside / "a").mkdir(parents=True)
+    (inside / "a" / "x.json").write_text("{}")
+    outside.mkdir()
+    (outside / "x.json").write_text('{"foreign": true}')
+    real = os.path.realpath
+    calls = []
+
+    def resolve_then_swap(path):
+        resolved = real(path)
+        calls.append(path)
+        if len(calls) == 2:  # the file's path, resolved and checked: now the swap
+            shutil.rmtree(inside / "a")
+            (inside / "a").symlink_to(outside)
+        return resolved
+
+    monkeypatch.setattr(readback.os.path, "realpath", resolve_then_swap)
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(inside, "a/x.json", KINDS["summary"])
+    assert str(caught.value) == f"{inside / 'a/x.json'}: 'a' is a symbolic link, not a directory"
+    assert caught.value.reason == "outside"
+
+
+def test_a_dir_read_back_that_is_missing_or_a_file_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path / "gone", "x.json", KINDS["summary"])
+    assert str(caught.value) == f"{tmp_path / 'gone/x.json'}: no such file"
+    assert caught.value.reason == "missing"
+    with pytest.raises(ReadBackError) as caught:
+        readback.read_bytes(tmp_path / "file", "x.json", KINDS["summary"])
+    assert str(caught.value) == f"{tmp_path / 'file/x.json'}: cannot open its dir (Not a directory)"
+    assert caught.value.reason == "unreadable"
+
+
+def test_a_file_that_reaches_its_cap_and_grows_on_is_refused():
+    """Read to exactly its cap, the file is read once more to see whether it goes on: here a
+    byte that arrives later (a writer still writing) makes it one past the cap, refused."""
+    r, w = os.pipe()
+    os.write(w, b"x" * 10)
+
+    def late_byte():
+        time.sleep(0.3)
+        os.write(w, b"y")
+        os.close(w)
+
+    writer = threading.Thread(target=late_byte)
+    writer.start()
+    try:
+        with os.fdopen(r, "rb", buffering=0) as file:
+            with pytest.raises(ReadBackError, match="grew past the 10 bytes a test file may have"):
+                readback.read_all(file, TINY_KIND, "grown")
+    finally:
+        writer.join()
