@@ -69,10 +69,13 @@ def check_name_lengths(path: Path, what: str = "run dir") -> None:
     counts them (``os.fsencode``).
 
     Raises:
-        RunDirError: naming the component (shortened) and its length in bytes.
+        RunDirError: naming the component (shortened) and its length in bytes, or a path holding
+            a NUL byte (which no system call takes: it would fail later with a bare ValueError).
     """
+    if "\0" in str(path):
+        raise RunDirError(f"{what} {str(path)!a}: a path holding a NUL byte; choose another")
     limit = NAME_MAX
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a platform without PC_NAME_MAX
         limit = os.pathconf(nearest_existing(path), "PC_NAME_MAX")
 
     def short(part: str) -> str:  # the line stays readable: a long name shown by its ends

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from per_dqn import rundir, tags
+from per_dqn.cli import app
 from per_dqn.console import ConsoleProgress, format_duration, format_steps
 from per_dqn.health import MeanAccumulator, ReplayHealth
 
@@ -338,6 +340,27 @@ def test_a_name_longer_than_the_filesystem_takes_is_refused_to_the_byte(tmp_path
         f"sweep dir {str(odd)!a}: the name 'a\\ud800b' cannot be a file name (surrogates not "
         "allowed); choose another"
     )
+
+
+def test_a_run_dir_holding_a_nul_byte_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """Pins a bug: a NUL byte in a run dir's path (YAML writes one as ``"\\0"`` in
+    ``run.runs_root``) passed the name check, whose probe of the filesystem swallowed the
+    ValueError, and the run then died on a bare ``ValueError: embedded null byte``. Now the check
+    refuses it in one line, and ``train`` exits 2 having made nothing."""
+    odd = tmp_path / "r\0x" / "run"
+    with pytest.raises(rundir.RunDirError) as caught:
+        rundir.check_name_lengths(odd)
+    assert str(caught.value) == f"run dir {str(odd)!a}: a path holding a NUL byte; choose another"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(
+        'run:\n  runs_root: "r\\0x"\ntrain:\n  total_env_steps: 600\n  learning_starts: 100\n'
+    )
+    result = CliRunner().invoke(app, ["train", "-c", "c.yaml", "-q"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: run dir 'r\\x00x/CartPole-v1__c__proportional__s0__")
+    assert result.stderr.endswith("': a path holding a NUL byte; choose another\n")
+    assert len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 
 
 def test_fresh_run_dir_never_reuses_a_written_dir(tmp_path):
