@@ -353,6 +353,29 @@ def test_a_checkpoint_rotated_away_mid_read_is_no_damage(tmp_path):
     assert ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
 
 
+def test_a_damaged_newest_is_passed_over_again_after_a_rotation(tmp_path, monkeypatch):
+    """The newest checkpoint is damaged and the one before it is rotated away while it is read:
+    on the second look the damaged one, already refused, is passed over (not the end of the
+    look), and the oldest, whole, is returned, with the damage warned about."""
+    for step in (100, 200, 300):
+        ckpt.write_checkpoint(tmp_path, step, write_bytes({"a": str(step).encode()}), keep_last=3)
+    (tmp_path / "step_000000300" / "a").write_bytes(b"tampered")
+    real = ckpt.read_verified
+
+    def rotated_mid_read(path, *args, **kwargs):
+        if path.name == "step_000000200" and path.exists():
+            shutil.rmtree(path)  # the writer's rotation, between the listing and the read
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "read_verified", rotated_mid_read)
+    read = ckpt.read_latest(tmp_path, ["a"])
+    assert (read.path, read.files) == (tmp_path / "step_000000100", {"a": b"100"})
+    assert read.warnings == [
+        f"checkpoint {tmp_path / 'step_000000300'}: a has 8 bytes, its manifest says 3; using "
+        "the previous one, step_000000100"
+    ]
+
+
 def test_read_latest_beside_a_writer_that_rotates(tmp_path):
     """A real writer thread writes checkpoints as fast as it can, keeping one, while this thread
     reads the newest again and again for a second (the race is real: on the 2-core development

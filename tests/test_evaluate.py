@@ -995,3 +995,24 @@ def test_an_episode_that_terminates_on_its_time_limit_s_step_is_not_cut():
 
     played = play(Balancer(), _EndsBothWays(), 2, 0.0, seed=3)
     assert played.lengths.tolist() == [1, 1] and played.truncated.tolist() == [False, False]
+
+
+def test_a_policy_loaded_with_a_seed_explores_the_same_way_each_time(run_dir):
+    """``load(..., seed=)`` seeds the policy's own generator: two loads with one seed take the
+    same epsilon-greedy actions, draw for draw, and the draws are those of numpy's generator of
+    that seed (another seed gives others)."""
+    obs = np.zeros((64, 4), dtype=np.float32)
+
+    def actions(seed):
+        policy = per_dqn.load(run_dir, device="cpu", seed=seed)
+        return [policy.act(obs, epsilon=0.5).tolist() for _ in range(3)]
+
+    first = actions(7)
+    assert actions(7) == first
+    assert actions(8) != first
+    greedy = per_dqn.load(run_dir, device="cpu").act(obs).tolist()
+    rng = np.random.default_rng(7)
+    coin = rng.random(64) < 0.5  # the draws ``act`` makes, in its order
+    assert [a for a, c in zip(first[0], coin, strict=True) if not c] == [
+        g for g, c in zip(greedy, coin, strict=True) if not c
+    ]

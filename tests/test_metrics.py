@@ -539,6 +539,34 @@ def test_a_run_reads_its_sweep_s_axes_and_takes_a_damaged_record_as_none(tmp_pat
         assert sweep_axes(run) is None, text
 
 
+def test_a_sweep_is_found_up_to_four_dirs_above_a_run_and_no_further(tmp_path):
+    """A sweep's run dirs lie at most ``<env>/<arm>/<settings>/s<seed>`` below it: a
+    ``sweep.json`` four dirs up is the run's sweep, one five dirs up (a run dir of its own inside
+    some other sweep's tree) is not."""
+    from per_dqn.rundir import sweep_axes
+
+    (tmp_path / "sweep.json").write_text('{"axes": ["run.seed"]}')
+    four = tmp_path / "env" / "arm" / "settings" / "s0"
+    five = four / "deeper"
+    five.mkdir(parents=True)
+    assert sweep_axes(four) == ["run.seed"]
+    assert sweep_axes(five) is None
+
+
+def test_a_lock_file_is_made_readable_by_all_and_writable_by_its_owner(tmp_path):
+    """The lock file's mode is 0o644 (under the usual umask 022): other users may read who holds
+    a run dir (``/proc/locks`` and the file), only its owner may write it."""
+    old = os.umask(0o022)
+    try:
+        lock = rundir.lock_run_dir(tmp_path / "run")
+    finally:
+        os.umask(old)
+    assert lock is not None
+    lock.release()
+    assert lock.path == tmp_path / "run"
+    assert os.stat(tmp_path / "run" / rundir.LOCK_FILE).st_mode & 0o777 == 0o644
+
+
 def _learner_metric_names() -> set[str]:
     """Every key ``agent.learn``'s metrics can hold: one gradient step without and one with
     gradient clipping (``grad_norm``, the one optional metric), on a batch from a real memory."""
