@@ -22,8 +22,12 @@ def resolve_device(name: str) -> torch.device:
     """``auto`` -> CUDA when available, else CPU.
 
     Raises:
-        ValueError: ``cuda`` asked for on a machine without a usable CUDA device.
+        ValueError: a name other than ``auto``, ``cpu`` or ``cuda`` (the API takes any string;
+            the config's checked already), or ``cuda`` asked for on a machine without a usable
+            CUDA device.
     """
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"`device` must be 'auto', 'cpu' or 'cuda', got {name!r}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():

@@ -1016,3 +1016,12 @@ def test_a_policy_loaded_with_a_seed_explores_the_same_way_each_time(run_dir):
     assert [a for a, c in zip(first[0], coin, strict=True) if not c] == [
         g for g, c in zip(greedy, coin, strict=True) if not c
     ]
+
+
+def test_an_unknown_device_asked_of_load_is_one_line(run_dir):
+    """Pins a bug: ``per_dqn.load(run, device="nonsense")`` raised torch's RuntimeError with a
+    list of every device type torch knows; it is a ValueError naming the value."""
+    with pytest.raises(ValueError) as caught:
+        per_dqn.load(run_dir, device="nonsense")
+    assert str(caught.value) == "`device` must be 'auto', 'cpu' or 'cuda', got 'nonsense'"
+
