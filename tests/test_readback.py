@@ -901,22 +901,16 @@ def test_read_json_returns_its_model_and_names_the_file_it_refuses(tmp_path):
         name="a", steps=3
     )
     assert readback.read_json(tmp_path, "r.json", KINDS["run"]) == {"name": "a", "steps": 3}
-    (tmp_path / "bad.json").write_text('{"name": "a", "steps": "3"}')
-    with pytest.raises(ReadBackError) as caught:
-        readback.read_json(tmp_path, "bad.json", KINDS["run"], _Record)
-    assert str(caught.value) == (
-        f"{tmp_path / 'bad.json'}: not a _Record record: steps: Input should be a valid integer "
-        "(got '3')"
-    )
-    assert caught.value.reason == "shape"
-    (tmp_path / "cut.json").write_text('{"name": ')
-    with pytest.raises(ReadBackError) as caught:
-        readback.read_json(tmp_path, "cut.json", KINDS["run"], _Record)
-    assert str(caught.value) == (
-        f"{tmp_path / 'cut.json'}: cannot be read as JSON (Expecting value: line 1 column 10 "
-        "(char 9))"
-    )
-    assert caught.value.reason == "syntax"
+    for name, text, problem, reason in (
+        ("bad.json", '{"name": "a", "steps": "3"}',
+         "not a _Record record: steps: Input should be a valid integer (got '3')", "shape"),
+        ("cut.json", '{"name": ',
+         "cannot be read as JSON (Expecting value: line 1 column 10 (char 9))", "syntax"),
+    ):  # fmt: skip
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ReadBackError) as caught:
+            readback.read_json(tmp_path, name, KINDS["run"], _Record)
+        assert (str(caught.value), caught.value.reason) == (f"{tmp_path / name}: {problem}", reason)
 
 
 def test_a_dir_on_the_way_swapped_for_a_link_after_the_check_is_not_followed(tmp_path, monkeypatch):
