@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from per_dqn import families, memory
-from per_dqn.agent import DQNAgent
+from per_dqn.agent import DQNAgent, objectives
 from per_dqn.config import Config, ReplayConfig
 from per_dqn.envs import EnvSpec
 from per_dqn.memory import REPLAY_KINDS, ReplayMemory
@@ -69,6 +69,7 @@ def make_memory(config: ReplayConfig, spec: EnvSpec, seed: int | None) -> Replay
 def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
     """The agent ``config.agent`` describes, sized for ``spec``."""
     agent = config.agent
+    kind = REPLAY_KINDS[config.replay.kind]
     network = agent.network
     if network == families.AUTO_NETWORK:
         network = families.of(config.env.id).default_network
@@ -95,5 +96,6 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         rmsprop_centered=agent.rmsprop_centered,
         init=agent.init,
         conv_padding=agent.conv_padding,
-        priority_signal=config.replay.priority_from,
+        priority_signal=kind.signal or config.replay.priority_from,
+        objective=objectives.spec_from(kind.objective, agent.loss, vars(config.replay)),
     )

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "pack_key", "packable"]
+from per_dqn.agent.objectives import objective
+from per_dqn.memory.kinds import REPLAY_KINDS
+
+__all__ = ["MEMBER_AGENT_KEYS", "group_into_packs", "objective_key", "pack_key", "packable"]
 
 
 # Agent keys that may differ inside a pack: each member applies its own (the learning rate and
@@ -20,11 +23,24 @@ MEMBER_AGENT_KEYS = frozenset(
 )  # fmt: skip
 
 
+def objective_key(config: Any) -> tuple:
+    """What the replay kind makes the update compute (``per_dqn.agent.objectives``): its
+    objective with the settings that objective reads, and the rows of a batch (LaBER learns
+    from ``large_batch`` times the batch size)."""
+    kind = REPLAY_KINDS[config.replay.kind]
+    entry = objective(kind.objective)
+    settings = tuple(repr(getattr(config.replay, key)) for key in entry.settings)
+    rows = config.replay.large_batch if entry.subsamples else 1
+    return (entry.name, settings, rows)
+
+
 def pack_key(config: Any) -> tuple:
     """What runs must share to share a pack, from their configs: the env (its id and sub-env
     count: the observations' and the actions' shapes), the batch size, the device and torch's
-    threads, and every agent key but ``MEMBER_AGENT_KEYS``. Anything else may differ: the
-    seed, the replay kind and every ``replay.*`` key, the exploration schedule, the budget."""
+    threads, every agent key but ``MEMBER_AGENT_KEYS``, and what the replay kind makes the update
+    compute (``objective_key``: uniform, proportional, rank and ReLo share one; LAP, PAL and
+    LaBER each have their own). Anything else may differ: the seed, the priorities and every
+    other ``replay.*`` key, the exploration schedule, the budget."""
     agent = config.agent.model_dump(mode="json")
     return (
         config.env.id,
@@ -33,6 +49,7 @@ def pack_key(config: Any) -> tuple:
         config.run.device,
         config.run.torch_threads,
         tuple(sorted((k, repr(v)) for k, v in agent.items() if k not in MEMBER_AGENT_KEYS)),
+        objective_key(config),
     )
 
 

@@ -30,6 +30,12 @@ TRAIN_Q_MEAN = "train/q_mean"
 TRAIN_TD_ERROR_ABS = "train/td_error_abs"
 TRAIN_GRAD_NORM = "train/grad_norm"
 TRAIN_LEARNING_RATE = "train/learning_rate"
+TRAIN_REDUCIBLE_LOSS = "train/reducible_loss"
+TRAIN_IRREDUCIBLE_LOSS = "train/irreducible_loss"
+TRAIN_REDUCIBLE_CLIPPED = "train/reducible_clipped_share"
+TRAIN_LARGE_BATCH_TD_MEAN = "train/large_batch_td_mean"
+TRAIN_LARGE_BATCH_TD_STD = "train/large_batch_td_std"
+TRAIN_PAL_LAMBDA = "train/pal_lambda"
 EXPLORE_EPSILON = "explore/epsilon"
 EPISODE_RETURN = "episode/return"
 EPISODE_LENGTH = "episode/length"
@@ -73,6 +79,18 @@ SCALAR_TAGS: dict[str, str] = {
     TRAIN_TD_ERROR_ABS: "mean |delta| of the sampled batches",
     TRAIN_GRAD_NORM: "gradient norm before clipping (only when agent.grad_clip_norm is set)",
     TRAIN_LEARNING_RATE: "the optimiser's step size (only when agent.learning_rate_end anneals it)",
+    TRAIN_REDUCIBLE_LOSS: "mean reducible loss of the sampled batches before its clip at 0: the "
+    "online loss minus the target net's loss on the same target (relo only, or a "
+    "replay.priority_from of reducible_loss)",
+    TRAIN_IRREDUCIBLE_LOSS: "mean loss of the target net's Q(s, a) on the same targets, the "
+    "part ReLo takes as irreducible (relo only, as above)",
+    TRAIN_REDUCIBLE_CLIPPED: "share of the sampled transitions whose reducible loss was <= 0 "
+    "and was clipped to 0 (relo only, as above)",
+    TRAIN_LARGE_BATCH_TD_MEAN: "mean |delta| over LaBER's large batch, by the current network "
+    "(laber only)",
+    TRAIN_LARGE_BATCH_TD_STD: "standard deviation of |delta| over LaBER's large batch: the "
+    "spread the picks exploit (laber only)",
+    TRAIN_PAL_LAMBDA: "PAL's normaliser, the batch mean of max(|delta|, k)^alpha (pal only)",
     EXPLORE_EPSILON: "exploration epsilon",
     EPISODE_RETURN: "undiscounted return of each finished training episode",
     EPISODE_LENGTH: "length in env steps of each finished training episode",
@@ -110,6 +128,13 @@ CUSTOM_SCALARS_LAYOUT = {
         "priority of the sampled batches": ["Multiline", [f"^{PER_SAMPLED_PRIORITY}$"]],
         "mean priority of the memory": ["Multiline", [f"^{PER_MEAN_PRIORITY}$"]],
         "IS weights: batch mean": ["Multiline", [f"^{PER_IS_WEIGHT_MEAN}$"]],
+    },
+    "priority signal": {
+        "reducible loss before its clip (relo)": ["Multiline", [f"^{TRAIN_REDUCIBLE_LOSS}$"]],
+        "irreducible loss (relo)": ["Multiline", [f"^{TRAIN_IRREDUCIBLE_LOSS}$"]],
+        "share clipped to 0 (relo)": ["Multiline", [f"^{TRAIN_REDUCIBLE_CLIPPED}$"]],
+        "large batch |delta|: mean (laber)": ["Multiline", [f"^{TRAIN_LARGE_BATCH_TD_MEAN}$"]],
+        "large batch |delta|: spread (laber)": ["Multiline", [f"^{TRAIN_LARGE_BATCH_TD_STD}$"]],
     },
     "loss": {
         "TD loss, IS-weighted (what is minimised)": ["Multiline", [f"^{TRAIN_LOSS}$"]],

@@ -87,12 +87,16 @@ ONLY = {
     "per_dqn.console": {"rich"},
     # numpy for its annotations alone (under TYPE_CHECKING): see TABLES.
     "per_dqn.agent.signals": {"numpy"},
+    # torch inside the functions that compute an objective, and for annotations: importing the
+    # table loads none (test_config_and_families_load_neither_torch_nor_an_env_library).
+    "per_dqn.agent.objectives": {"torch", "torch.nn"},
     "per_dqn.video": {"numpy", "PIL", "per_dqn.fileio"},
 }
 # Tables any layer may ask, though they live in a package it may not import: the priority signals
-# sit beside the loss, in the agent, and the config checks `replay.priority_from` against them.
-# Each imports nothing (ONLY), so asking one loads nothing of its package.
-TABLES = {"per_dqn.agent.signals"}
+# and the objectives sit beside the loss, in the agent, and the config checks `replay.*` keys
+# against them. Each imports nothing at its top (ONLY), so asking one loads nothing of its
+# package.
+TABLES = {"per_dqn.agent.signals", "per_dqn.agent.objectives"}
 NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
 # A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task;
 # `api` is the Python entry point, and the CLI's one way in to training (see CLI_MAY_IMPORT).
@@ -418,7 +422,7 @@ def test_memory_runs_without_torch_gymnasium_or_the_agent():
         "    m = make_memory(kind, capacity=8, obs_shape=(2,), seed=0)\n"
         "    m.add_batch(np.zeros((5, 2)), [0] * 5, [0.0] * 5, np.ones((5, 2)), [False] * 5)\n"
         "    b = m.sample(4, 0.5)\n"
-        "    m.update(PriorityUpdate(b.indices, np.ones(4)))\n"
+        "    m.update(PriorityUpdate(b.indices, np.ones(len(b.indices))))\n"
         "    m.diagnostics(full=True)\n"
         "    m.load_state_dict(m.state_dict())\n"
         "top = {'.'.join(n.split('.')[:2]) for n in sys.modules}\n"
@@ -437,14 +441,17 @@ def test_memory_runs_without_torch_gymnasium_or_the_agent():
 
 
 def test_config_and_families_load_neither_torch_nor_an_env_library():
-    """Beyond the static check: loading and validating a shipped config, and asking a family,
+    """Beyond the static check: loading and validating a shipped config, asking a family, and
+    the tables it checks against (the priority signals, the objectives, what may share a pack)
     load none of torch, gymnasium, ale_py or minatar (checked in a fresh interpreter)."""
     code = (
         "import sys\n"
-        "from per_dqn import families\n"
+        "from per_dqn import families, packing\n"
+        "from per_dqn.agent import objectives, signals\n"
         "from per_dqn.config import load_config, resolve_config_path\n"
         "for name in ('cartpole.yaml', 'atari.yaml', 'minatar.yaml'):\n"
-        "    families.of(load_config(resolve_config_path(name)).env.id)\n"
+        "    config = load_config(resolve_config_path(name))\n"
+        "    families.of(config.env.id), packing.pack_key(config), objectives.objective('pal')\n"
         "heavy = ('torch', 'gymnasium', 'ale_py', 'minatar')\n"
         "print(','.join(sorted({n.split('.')[0] for n in sys.modules} & set(heavy))))\n"
     )

@@ -21,6 +21,8 @@ NON_DEFAULT = {
     "uniform_mix": 0.25,
     "weight_normalization": "batch",
     "sort_interval": 7,
+    "min_priority": 0.05,
+    "large_batch": 3,
 }
 VECTOR = EnvSpec(obs_shape=(4,), obs_dtype=np.dtype(np.float32), num_actions=2)
 

@@ -526,7 +526,7 @@ def test_memory_round_trip_continues_identically(tmp_path, kind):
             rng.normal(size=3), int(rng.integers(2)), rng.normal(), rng.normal(size=3), False
         )
     batch = memory.sample(8, 0.5)
-    memory.update_priorities(batch.indices, rng.random(8) * 5)
+    memory.update_priorities(batch.indices, rng.random(len(batch.indices)) * 5)
     ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
     restored = make_memory(kind, capacity=64, obs_shape=(3,), seed=123)
     restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))

@@ -23,7 +23,7 @@ from per_dqn import packing, tags
 from per_dqn.agent.pack import Pack
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.loop import DivergedError
-from per_dqn.memory import KINDS
+from per_dqn.memory import KINDS, REPLAY_KINDS
 from per_dqn.packs import run_pack
 from per_dqn.run import Trainer
 from per_dqn.sweeps.job import error_line
@@ -88,14 +88,20 @@ def test_train_many_gives_each_run_what_train_gives_it(workdir):
 
 
 def test_every_replay_kind_in_one_pack_gives_each_run_what_train_gives_it(workdir):
-    """Every registered kind (``KINDS``: a new one is taken without a line here) in one pack:
+    """Every registered kind (``KINDS``: a new one is taken without a line here) packed as
+    ``pack_key`` groups them (the kinds whose update computes the same objective share a pack):
     each run's files are byte for byte what it writes alone, its memory's sampler included."""
     many = per_dqn.train_many(
         "cartpole", seeds=[1], arms=list(KINDS), overrides=SMALL, out="runs/many",
         pack=len(KINDS),
     )  # fmt: skip
     assert [(r.arm, r.error) for r in many] == [(kind, None) for kind in KINDS]
-    assert summary_of(many[0].run_dir)["provenance"]["pack"]["size"] == len(KINDS)
+    objective_of = {kind: REPLAY_KINDS[kind].objective for kind in KINDS}
+    for r in many:
+        size = sum(o == objective_of[r.arm] for o in objective_of.values())
+        pack = summary_of(r.run_dir)["provenance"].get("pack", {"size": 1})
+        assert pack["size"] == size, r.arm
+    assert max(list(objective_of.values()).count(o) for o in objective_of.values()) > 1
     for r in many:
         alone = per_dqn.train(
             "cartpole", overrides={**SMALL, "replay.kind": r.arm, "run.seed": 1},

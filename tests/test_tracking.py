@@ -282,8 +282,9 @@ def test_custom_scalars_give_each_quantity_its_chart_and_the_ratio_one(full):
     """Pins the Custom Scalars tab drawing a run's sampled and memory-mean priority on one chart
     (issue 26), where TensorBoard told the two lines apart only by the marker's shape: each
     quantity has its own chart now, every run's line on it, and the comparison is a chart of
-    its own, ``per/priority_ratio`` (1 under uniform sampling). Every chart's tag is one the run
-    logs."""
+    its own, ``per/priority_ratio`` (1 under uniform sampling). Every chart's tag is in the
+    catalogue, and the PER and loss charts' are ones this proportional run logs (the priority
+    signal's charts are those of the kinds that log them: tests/test_train.py)."""
     (record,) = events(full).Tensors("custom_scalars__config__")
     layout = layout_pb2.Layout()
     layout.ParseFromString(record.tensor_proto.string_val[0])
@@ -295,7 +296,11 @@ def test_custom_scalars_give_each_quantity_its_chart_and_the_ratio_one(full):
     assert charts["priority of the sampled batches"] == ["^per/sampled_priority$"]
     assert charts["mean priority of the memory"] == ["^per/mean_priority$"]
     logged = set(read_scalars(full))
-    assert {p.strip("^$") for patterns in charts.values() for p in patterns} <= logged
+    assert {p.strip("^$") for patterns in charts.values() for p in patterns} <= set(
+        tags.SCALAR_TAGS
+    )
+    shared = [chart for c in layout.category if c.title in ("PER", "loss") for chart in c.chart]
+    assert {p.strip("^$") for chart in shared for p in chart.multiline.tag} <= logged
 
 
 # --- Weights & Biases -----------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typer.testing import CliRunner
 
 from per_dqn import tags
-from per_dqn.agent import DQNAgent
+from per_dqn.agent import DQNAgent, objectives, signals
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config
-from per_dqn.memory import KINDS, make_memory
+from per_dqn.memory import KINDS, REPLAY_KINDS, make_memory
 from per_dqn.run import Trainer
 
 # A run short enough for a test that still learns, logs, evaluates and checks the tree.
@@ -81,13 +81,20 @@ def test_cli_run_writes_events_config_and_summary(workdir):
 def test_every_memory_logs_what_it_has(tmp_path, kind):
     """What a kind logs follows from what its sampler has, not from its name: the priority tags
     where its diagnostics give priorities, the tree drift where its full diagnostics check one,
-    and IS weights of 1 (an effective sample size of 1) where its weights do not depend on beta."""
+    IS weights of 1 (an effective sample size of 1) where its weights do not depend on beta,
+    and its learner's own numbers (its objective's and its priority signal's)."""
     summary = run_trainer(short_config(f"replay.kind={kind}"), tmp_path)
     assert summary["replay"] == kind
     scalars = read_scalars(tmp_path)
     memory = make_memory(kind, capacity=8, obs_shape=(4,))
     has = memory.diagnostics(full=True)
     assert (tags.PER_TREE_DRIFT in scalars) == ("tree_drift" in has)
+    entry = REPLAY_KINDS[kind]
+    own = set(objectives.objective(entry.objective).metrics)
+    signal = signals.priority_signal(entry.signal or "td_error")
+    if signal.report is not None:
+        own |= set(signal.report(signals.SignalInputs(np.ones(2), "huber", np.ones(2))))
+    assert {tags.LEARNER_PREFIX + name for name in own} <= set(scalars)
     if not memory.weighted:
         assert all(v == 1.0 for _, v in scalars[tags.PER_IS_WEIGHT_ESS])
     if "mean_priority" in has:
@@ -97,9 +104,10 @@ def test_every_memory_logs_what_it_has(tmp_path, kind):
         # Pins the tag table promising priority tags for uniform runs (issue 26): every tag a
         # run without priorities does not log says so in its meaning, save the optional two.
         optional = {tags.TRAIN_GRAD_NORM, tags.TRAIN_LEARNING_RATE}
+        only = ("prioritized memories only", *(f"{other} only" for other in KINDS))
         for tag in set(tags.SCALAR_TAGS) - set(scalars) - optional:
             meaning = tags.SCALAR_TAGS[tag]
-            assert "prioritized memories only" in meaning or "proportional only" in meaning, tag
+            assert any(phrase in meaning for phrase in only), tag
 
 
 @pytest.mark.slow

@@ -16,10 +16,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from per_dqn.agent import layout, signals
 from per_dqn.agent.networks import NatureCNN, QNetwork, initialize, make_q_network
+from per_dqn.agent.objectives import ObjectiveSpec
 from per_dqn.agent.optim import make_optimizer
 from per_dqn.agent.pack import Pack, can_pack
 from per_dqn.agent.signals import LOSSES, PrioritySignal, SignalInputs
@@ -83,24 +83,53 @@ class LearnResult:
         return self.priorities.td_abs
 
 
+@dataclass(frozen=True)
+class HostLayout:
+    """Where each number lies in one learner's row of an update's host copy: the learned
+    samples' targets, then their ``Q(s, a)``, then (``target_q``) the target net's ``Q(s, a)``,
+    then (``chosen``) their positions in a larger batch, then the objective's loss, the plain
+    mean of its per-sample losses, (``clipped``) the gradient norm and the objective's
+    ``metrics``."""
+
+    size: int
+    target_q: bool = False
+    chosen: bool = False
+    clipped: bool = False
+    metrics: tuple[str, ...] = ()
+
+
 def learn_result(
-    host: np.ndarray, indices: np.ndarray, clipped: bool, signal: PrioritySignal, loss: str
+    host: np.ndarray, indices: np.ndarray, layout: HostLayout, signal: PrioritySignal, loss: str
 ) -> LearnResult:
-    """A ``LearnResult`` from one update's host copy: the batch's targets, then its
-    ``Q(s, a)``, then the weighted loss, the unweighted loss and (``clipped``) the gradient
-    norm; the priorities are ``signal``'s, computed from them (``loss``: ``agent.loss``)."""
-    size = len(indices)
-    td_abs = np.abs(host[:size] - host[size : 2 * size])
+    """A ``LearnResult`` from one learner's row of an update's host copy (``HostLayout``); the
+    priorities are ``signal``'s, computed from it (``loss``: ``agent.loss``)."""
+    size = layout.size
+    targets, q_taken = host[:size], host[size : 2 * size]
+    at = 2 * size
+    target_td_abs = None
+    if layout.target_q:
+        target_td_abs = np.abs(targets - host[at : at + size])
+        at += size
+    if layout.chosen:
+        indices = indices[host[at : at + size].astype(np.int64)]
+        at += size
+    td_abs = np.abs(targets - q_taken)
     metrics = {
-        "loss": float(host[2 * size]),
-        "loss_unweighted": float(host[2 * size + 1]),
-        "q_mean": float(host[size : 2 * size].mean()),
+        "loss": float(host[at]),
+        "loss_unweighted": float(host[at + 1]),
+        "q_mean": float(q_taken.mean()),
         "td_error_abs": float(td_abs.mean()),
     }
-    if clipped:
-        metrics["grad_norm"] = float(host[2 * size + 2])
-    priorities = signal.compute(SignalInputs(td_abs, loss))
-    return LearnResult(PriorityUpdate(indices, priorities), metrics)
+    at += 2
+    if layout.clipped:
+        metrics["grad_norm"] = float(host[at])
+        at += 1
+    for offset, name in enumerate(layout.metrics):
+        metrics[name] = float(host[at + offset])
+    inputs = SignalInputs(td_abs, loss, target_td_abs)
+    if signal.report is not None:
+        metrics.update(signal.report(inputs))
+    return LearnResult(PriorityUpdate(indices, signal.compute(inputs)), metrics)
 
 
 class DQNAgent:
@@ -123,6 +152,8 @@ class DQNAgent:
         loss: ``huber`` (smooth L1, delta 1) or ``mse``.
         priority_signal: what ``learn``'s priorities are made of, a name in
             ``signals.PRIORITY_SIGNALS`` (``replay.priority_from``): ``td_error`` is ``|delta|``.
+        objective: what a step minimises (``objectives.ObjectiveSpec``; None: ``weighted``, the
+            IS-weighted ``loss``); its ``loss`` must be ``loss``.
         grad_clip_norm: global gradient-norm clip (None: none).
         target_update_interval: gradient steps between target updates.
         tau: target update weight, ``target <- tau * online + (1 - tau) * target``; 1 is a copy.
@@ -159,10 +190,16 @@ class DQNAgent:
         init: str = "torch",
         conv_padding: str = "valid",
         priority_signal: str = "td_error",
+        objective: ObjectiveSpec | None = None,
     ) -> None:
         if loss not in LOSSES:
             raise ValueError(f"`loss` must be 'huber' or 'mse', got {loss!r}")
         self.priority_signal = signals.priority_signal(priority_signal)
+        self.objective = ObjectiveSpec(loss=loss) if objective is None else objective
+        if self.objective.loss != loss:
+            raise ValueError(
+                f"`objective` computes the {self.objective.loss!r} loss, not the agent's {loss!r}"
+            )
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"`precision` must be 'fp32' or 'bf16', got {precision!r}")
         self.device = device
@@ -174,7 +211,6 @@ class DQNAgent:
         self.target_update_interval = target_update_interval
         self.tau = tau
         self.loss_name = loss
-        self._loss = F.smooth_l1_loss if loss == "huber" else F.mse_loss
         online = make_q_network(
             obs_shape, num_actions, hidden_sizes, dueling, network, channels_last, conv_padding
         )
@@ -290,6 +326,7 @@ class DQNAgent:
         # nets, which are the same class.
         both_x = self.online.prepare(both_obs)
         next_x = both_x[size:]
+        signal, objective = self.priority_signal, self.objective
         with self._autocast():
             q_pred = self.online.q_values(both_x[:size])
             with torch.no_grad():
@@ -297,31 +334,44 @@ class DQNAgent:
                 # the calls but double the backward's matrix products, which cost more here.
                 next_q_online = self.online.q_values(next_x) if self.double else None
                 next_q_target = self.target.q_values(next_x)
+                q_target = self.target.q_values(both_x[:size]) if signal.needs_target else None
         # Targets, the loss and the TD errors in float32 whatever the forward passes ran in.
         next_q_online = None if next_q_online is None else next_q_online.float()
         targets = td_targets(rewards, discounts_t, next_q_target.float(), next_q_online)
-        q_taken = q_pred.float().gather(1, actions.unsqueeze(1)).squeeze(1)
-        per_sample = self._loss(q_taken, targets, reduction="none")
-        loss = (weights * per_sample).mean()
+        taken = actions.unsqueeze(1)
+        q_taken = q_pred.float().gather(1, taken).squeeze(1)
+        picks = None
+        if objective.entry.subsamples:
+            picks = torch.as_tensor(batch.picks, dtype=torch.float32, device=self.device)
+        out = objective(q_taken, targets, weights, picks)
+        loss = out.loss
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # The plain mean beside the weighted one: IS weights far below 1 make the weighted loss
         # look tiny next to |delta| (issue 14). It rides the one host copy below: no extra sync.
-        extras = [loss.detach(), per_sample.detach().mean()]
+        extras = [loss.detach(), out.per_sample.detach().mean()]
         if self.grad_clip_norm is not None:
             extras.append(nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip_norm))
+        extras.extend(out.metrics.values())
         self.optimizer.step()
         self.update_steps += 1
         if self.update_steps % self.target_update_interval == 0:
             self.update_target()
 
         # One device-to-host copy for targets, predictions and scalars: a single sync per step.
-        host = torch.cat((targets, q_taken.detach(), torch.stack(extras))).cpu().numpy()
-        return learn_result(
-            host, batch.indices, self.grad_clip_norm is not None, self.priority_signal,
-            self.loss_name,
+        rows = [targets, q_taken.detach()]
+        if q_target is not None:
+            rows.append(q_target.float().gather(1, taken).squeeze(1))
+        if out.chosen is not None:
+            rows = [row.gather(0, out.chosen) for row in rows]
+            rows.append(out.chosen.float())
+        host = torch.cat((*rows, torch.stack(extras))).cpu().numpy()
+        layout_ = HostLayout(
+            len(out.per_sample), q_target is not None, out.chosen is not None,
+            self.grad_clip_norm is not None, tuple(out.metrics),
         )  # fmt: skip
+        return learn_result(host, batch.indices, layout_, signal, self.loss_name)
 
     def state_dict(self) -> dict[str, Any]:
         """The networks, the optimiser's moments and step counts, and the update counter: copies

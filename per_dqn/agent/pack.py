@@ -67,6 +67,7 @@ def pack_key(agent: DQNAgent) -> tuple:
         agent.online.dueling,
         agent.double,
         agent.loss_name,
+        agent.objective,
         type(agent.optimizer).__name__,
         agent.grad_clip_norm,
         agent.precision,
@@ -172,7 +173,7 @@ class Pack:
         self.dueling = first.online.dueling
         self.num_actions = first.num_actions
         self.double = first.double
-        self.loss = first._loss
+        self.objective = first.objective
         self.grad_clip_norm = first.grad_clip_norm
         self.precision = first.precision
         # A network with a stem (convolutions) runs it per member.
@@ -343,7 +344,7 @@ class Pack:
     def learn(self, batches: Mapping[int, Batch]) -> dict[int, LearnResult]:
         """One gradient step for each member given a batch (one batch size for all), as
         ``DQNAgent.learn`` documents it; returns each member's ``LearnResult``."""
-        from per_dqn.agent.dqn import learn_result
+        from per_dqn.agent.dqn import HostLayout, learn_result
 
         slots = sorted(batches)
         agents = [self.agents[k] for k in slots]
@@ -369,6 +370,9 @@ class Pack:
             agent.online.prepare(self._batch_obs(agent, batches[k]))
             for k, agent in zip(slots, agents, strict=True)
         ]
+        # Members whose priority signal reads the target net's Q(s, a) (reducible loss): a pass
+        # of their own, so that the other members' numbers are those of a run alone.
+        asking = [i for i, agent in enumerate(agents) if agent.priority_signal.needs_target]
         online = self._layers(self.online, slots, True)
         target = self._layers(self.target, slots, False)
         with self._autocast():
@@ -380,6 +384,10 @@ class Pack:
                 next_q_online = None if h_next is None else self._q(online, h_next)
                 h_target = self._features("target", slots, next_x)
                 next_q_target = self._q(target, h_target)
+                q_target = None
+                if asking:
+                    q_target = self._target_q([slots[i] for i in asking], target, slots,
+                                              [both[i][:size] for i in asking])  # fmt: skip
         next_q_target = next_q_target.float()
         if next_q_online is None:
             next_value = next_q_target.max(dim=-1).values
@@ -387,9 +395,16 @@ class Pack:
             best = next_q_online.float().argmax(dim=-1, keepdim=True)
             next_value = next_q_target.gather(-1, best).squeeze(-1)
         targets = (rewards + discounts * next_value).detach()
-        q_taken = q_pred.float().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        per_sample = self.loss(q_taken, targets, reduction="none")
-        loss = (weights * per_sample).mean(dim=1)
+        taken = actions.unsqueeze(-1)
+        q_taken = q_pred.float().gather(-1, taken).squeeze(-1)
+        picks = None
+        if self.objective.entry.subsamples:
+            picks = torch.as_tensor(
+                np.stack([batches[k].picks for k in slots]), dtype=torch.float32,
+                device=self.device,
+            )  # fmt: skip
+        out = self.objective(q_taken, targets, weights, picks)
+        loss = out.loss
 
         conv_params = [p for k in slots for p in self._convs[k]]
         for p in conv_params:
@@ -399,10 +414,11 @@ class Pack:
             s.bias.grad = None
         loss.sum().backward()
         grads = self._member_grads(slots, online)
-        extras = [loss.detach(), per_sample.detach().mean(dim=1)]
+        extras = [loss.detach(), out.per_sample.detach().mean(dim=1)]
         with torch.no_grad():
             if self.grad_clip_norm is not None:
                 extras.append(self._clip(grads))
+            extras.extend(out.metrics.values())
             step_all([(agent.optimizer, g) for agent, g in zip(agents, grads, strict=True)])
             due = []
             for agent in agents:
@@ -412,14 +428,33 @@ class Pack:
             if due:
                 self._update_targets(due)
 
-        host = torch.cat((targets, q_taken.detach(), torch.stack(extras, dim=1)), dim=1)
+        rows = [targets, q_taken.detach()]
+        if q_target is not None:
+            full = torch.zeros_like(targets)
+            full[asking] = q_target.float().gather(-1, taken[asking]).squeeze(-1)
+            rows.append(full)
+        if out.chosen is not None:
+            rows = [row.gather(-1, out.chosen) for row in rows]
+            rows.append(out.chosen.float())
+        host = torch.cat((*rows, torch.stack(extras, dim=1)), dim=1)
         host = host.cpu().numpy()
-        clipped = self.grad_clip_norm is not None
+        layout_ = HostLayout(
+            out.per_sample.shape[-1], q_target is not None, out.chosen is not None,
+            self.grad_clip_norm is not None, tuple(out.metrics),
+        )  # fmt: skip
         return {
-            k: learn_result(host[i], batches[k].indices, clipped, agent.priority_signal,
+            k: learn_result(host[i], batches[k].indices, layout_, agent.priority_signal,
                             agent.loss_name)
             for i, (k, agent) in enumerate(zip(slots, agents, strict=True))
         }  # fmt: skip
+
+    def _target_q(
+        self, asking: list[int], target: list[_Stack], slots: list[int], x: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The target nets' ``Q(s, .)`` ``(len(asking), B, A)`` of the members in ``asking``
+        (slots), on their prepared ``s``; ``target`` is the stacked target layers of ``slots``."""
+        layers = target if asking == slots else self._layers(self.target, asking, False)
+        return self._q(layers, self._features("target", asking, x))
 
     def _member_grads(self, slots: Sequence[int], online: list[_Stack]) -> list[list[torch.Tensor]]:
         """Each member's gradients in the order of its ``online.parameters()``, also set as

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets
-from per_dqn.config import REPLAY_KINDS, ConfigError
+from per_dqn.config import ABLATE_DEFAULT_ARMS, REPLAY_KINDS, ConfigError
 from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 from per_dqn.sweeps.backends import BACKENDS
 
@@ -26,7 +26,8 @@ app = typer.Typer()
 Backend = StrEnum("Backend", {name: name for name in BACKENDS})  # where ``ablate`` runs its runs
 ARMS_HELP = (
     f"Arms, comma-separated replay kinds ({', '.join(REPLAY_KINDS)}), each with its own settings "
-    'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: every kind.'
+    'if wanted: "rank:replay.alpha=0.7,replay.beta0=0.5". Repeatable. Default: '
+    f"{', '.join(ABLATE_DEFAULT_ARMS)}."
 )
 
 
@@ -154,7 +155,7 @@ def ablate(
     try:
         sweep = sweeps.plan_sweep(
             config,
-            sweeps.parse_arms(replay or [",".join(sweeps.ARMS)]),
+            sweeps.parse_arms(replay or [",".join(ABLATE_DEFAULT_ARMS)]),
             sweeps.parse_seeds(seeds),
             steps,
             overrides,

@@ -33,6 +33,7 @@ from per_dqn.config.loading import (
 )
 from per_dqn.config.messages import ConfigError
 from per_dqn.config.models import (
+    ABLATE_DEFAULT_ARMS,
     INT64_MAX,
     MAX_EVAL_EPISODES,
     MAX_THREADS,
@@ -53,6 +54,7 @@ from per_dqn.config.trust import (
 )
 
 __all__ = [
+    "ABLATE_DEFAULT_ARMS",
     "CODE_KEYS",
     "INT64_MAX",
     "MAX_EVAL_EPISODES",

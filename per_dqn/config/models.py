@@ -18,9 +18,12 @@ from per_dqn import families
 from per_dqn.agent.signals import SIGNALS
 from per_dqn.config.messages import CrossFieldError, CrossProblem, got
 from per_dqn.memory import KINDS
+from per_dqn.memory.kinds import DEFAULT_ARMS
 
 # The values `replay.kind` takes: the memory's registry, in its order (the CLI's --replay choices).
 REPLAY_KINDS = KINDS
+# The kinds `per-dqn ablate` compares when --replay is not given (the registry marks them).
+ABLATE_DEFAULT_ARMS = DEFAULT_ARMS
 # The values `replay.priority_from` takes: the learner's priority signals, in registry order.
 PRIORITY_FROM = SIGNALS
 # The largest value an int key may take: the loop's counters, the memory's indices and the
@@ -234,6 +237,11 @@ class ReplayConfig(_Section):
             most ranks, whose weight is the largest any rank can get, so its batch maximum is
             always the global one.
         sort_interval: priority updates between full re-sorts of the rank heap.
+        min_priority: LAP's and PAL's ``k``: the floor of ``|delta|`` in LAP's priority
+            ``max(|delta|, k)^alpha`` and the threshold of their losses (the paper's 1;
+            sfujim/LAP-PAL's Atari setting 0.01).
+        large_batch: LaBER's ``m``: each step draws ``m`` times ``train.batch_size`` transitions
+            uniformly and learns from ``train.batch_size`` of them (the authors' Atari agent: 4).
         dedup_frames: keep stacked uint8 image observations one distinct frame at a time
             (about 7 KB a transition for Atari instead of 56 KB); vector observations are always
             stored whole.
@@ -253,6 +261,8 @@ class ReplayConfig(_Section):
     uniform_mix: float = Field(0.0, ge=0, lt=1)
     weight_normalization: Literal["global", "batch"] = "global"
     sort_interval: int = Field(1000, ge=1)
+    min_priority: float = Field(1.0, gt=0)
+    large_batch: int = Field(4, ge=1)
     dedup_frames: bool = True
     frame_slack: float = Field(0.02, gt=0, le=1)
 

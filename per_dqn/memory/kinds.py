@@ -34,12 +34,22 @@ class ReplayKind:
         settings: the sampler's own constructor keywords, each a ``ReplayConfig`` field of the
             same name (``ReplayKind.sampler`` checks the list against the constructor).
         summary: one line on what the kind does, for the config reference and ``--help``.
+        objective: what its learner minimises, a name in ``per_dqn.agent.objectives.OBJECTIVES``
+            (``weighted``: the IS-weighted ``agent.loss``); the objective's own settings are
+            ``ReplayConfig`` fields too.
+        signal: the priority signal its learner hands back, a name in
+            ``per_dqn.agent.signals.PRIORITY_SIGNALS``; None: ``replay.priority_from`` chooses.
+        default_arm: whether ``per-dqn ablate`` runs it when ``--replay`` is not given (the
+            three arms of Schaul et al.'s comparison: uniform, proportional and rank).
     """
 
     name: str
     entry_point: str
     settings: tuple[str, ...] = ()
     summary: str = ""
+    objective: str = "weighted"
+    signal: str | None = "td_error"
+    default_arm: bool = False
 
     @property
     def sampler(self) -> type[Sampler]:
@@ -87,23 +97,50 @@ REPLAY_KINDS: Mapping[str, ReplayKind] = MappingProxyType({
     for kind in (
         ReplayKind(
             "uniform", "per_dqn.memory.uniform:UniformSampler",
-            summary="every stored transition equally likely (no priorities)",
+            summary="every stored transition equally likely (no priorities)", default_arm=True,
         ),
         ReplayKind(
             "proportional", "per_dqn.memory.proportional:ProportionalSampler",
             ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
             summary="PER, P(i) proportional to p_i^alpha over a sum tree (Schaul et al., 2016)",
+            signal=None, default_arm=True,
         ),
         ReplayKind(
             "rank", "per_dqn.memory.rank:RankSampler",
             ("alpha", "td_error_clip", "sort_interval"),
             summary="PER, P(i) proportional to rank(i)^-alpha over a heap (Schaul et al., 2016)",
+            signal=None, default_arm=True,
+        ),
+        ReplayKind(
+            "relo", "per_dqn.memory.relo:ReLoSampler",
+            ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
+            summary="proportional PER by the reducible loss, ReLo (Sujit et al., 2023)",
+            signal="reducible_loss",
+        ),
+        ReplayKind(
+            "lap", "per_dqn.memory.lap:LAPSampler", ("alpha", "min_priority"),
+            summary="LAP: P(i) by max(|delta|, k)^alpha, no IS weights, LAP's Huber loss "
+            "(Fujimoto et al., 2020)",
+            objective="lap",
+        ),
+        ReplayKind(
+            "pal", "per_dqn.memory.pal:PALSampler",
+            summary="PAL: uniform replay with LAP's expected gradient (Fujimoto et al., 2020)",
+            objective="pal",
+        ),
+        ReplayKind(
+            "laber", "per_dqn.memory.laber:LaBERSampler", ("large_batch",),
+            summary="LaBER-mean: B picked by fresh |delta| from m B uniform (Lahire et al., 2022)",
+            objective="laber",
         ),
     )
 })  # fmt: skip
 
 KINDS: tuple[str, ...] = tuple(REPLAY_KINDS)
 """The replay kinds' names, in the registry's order (the CLI's and the report's order)."""
+
+DEFAULT_ARMS: tuple[str, ...] = tuple(k.name for k in REPLAY_KINDS.values() if k.default_arm)
+"""The kinds ``per-dqn ablate`` compares when ``--replay`` is not given."""
 
 
 def replay_kind(kind: str) -> ReplayKind:

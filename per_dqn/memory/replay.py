@@ -180,7 +180,10 @@ class ReplayMemory:
 
         Returns:
             The transitions, their slots (``indices``), IS weights and, for the prioritized kinds,
-            the ``priorities`` the sampler read during the draw (None for uniform).
+            the ``priorities`` the sampler read during the draw (None for uniform):
+            ``sampler.rows(batch_size)`` of them, which is ``batch_size`` but for a kind whose
+            learner picks ``batch_size`` out of a larger batch (LaBER), whose ``picks`` the batch
+            then carries.
 
         Raises:
             ValueError: an empty memory, ``batch_size`` out of range, or ``beta`` outside [0, 1].
@@ -195,7 +198,9 @@ class ReplayMemory:
             )
         beta = in_range("beta", beta, 0.0, 1.0)
         # draw -> (indices, weights, priorities), the arguments of gather
-        return self._storage.gather(*self._sampler.draw(batch_size, beta, size))
+        batch = self._storage.gather(*self._sampler.draw(batch_size, beta, size))
+        picks = self._sampler.picks(batch_size)
+        return batch if picks is None else batch._replace(picks=picks)
 
     # --- priorities --------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ sampler only checked input:
   transitions;
 - ``draw(batch_size, beta, size) -> (indices, weights, priorities)``: a batch from the ``size``
   stored transitions, with importance-sampling weights and the priorities the draw read (None for
-  uniform);
+  uniform); ``picks(batch_size)``: uniforms for a learner that picks its samples out of a larger
+  batch (LaBER), None for the others;
 - ``update(PriorityUpdate)``: new ``|delta|`` for sampled slots;
 - ``diagnostics(full)``: numbers worth logging, ``{}`` when there are none;
 - ``state_dict()`` / ``check_state(state, size)`` / ``load_state_dict(state, size)``; ``nbytes``
@@ -128,6 +129,17 @@ class Sampler(ABC):
             ``(indices, weights, priorities)``: int64 slots, float64 IS weights, and the float64
             priorities read during the draw (None where there are no priorities).
         """
+
+    def rows(self, batch_size: int) -> int:
+        """Transitions ``draw`` returns for a batch of ``batch_size``: ``batch_size`` itself
+        (the default), or more for a kind whose learner picks from a larger batch (LaBER)."""
+        return batch_size
+
+    def picks(self, batch_size: int) -> np.ndarray | None:
+        """Uniforms in [0, 1), one per sample the learner learns from, drawn after ``draw`` for a
+        kind whose learner picks ``batch_size`` samples out of the larger batch ``draw`` returned
+        (LaBER); None (the default) for every other kind."""
+        return None
 
     @abstractmethod
     def update(self, update: PriorityUpdate) -> None:

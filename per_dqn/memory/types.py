@@ -27,6 +27,9 @@ class Batch(NamedTuple):
             the draw (proportional: the leaf ``p_i``, alpha applied; rank: the ranking key
             ``min(|delta|, clip)``), so that nobody has to look them up again; None for uniform
             replay (and by default, for a batch built by hand).
+        picks: float64 uniforms in [0, 1), one per transition a learner learns from, for a kind
+            whose learner picks them out of this larger batch (LaBER: ``B`` of ``m B``); None
+            for every other kind.
     """
 
     obs: np.ndarray
@@ -38,6 +41,7 @@ class Batch(NamedTuple):
     weights: np.ndarray
     n_steps: np.ndarray
     priorities: np.ndarray | None = None
+    picks: np.ndarray | None = None
 
 
 class PriorityUpdate(NamedTuple):

@@ -83,7 +83,8 @@ def test_frame_storage_plugs_under_every_memory(kind):
     batch = mem.sample(16, beta=0.5)
     np.testing.assert_array_equal(batch.obs, obs[batch.indices])
     np.testing.assert_array_equal(batch.next_obs, next_obs[batch.indices])
-    assert batch.obs.dtype == np.uint8 and batch.obs.shape == (16, STACK, H, W)
+    rows = mem.sampler.rows(16)
+    assert batch.obs.dtype == np.uint8 and batch.obs.shape == (rows, STACK, H, W)
 
 
 def test_one_frame_per_step_plus_one_per_episode():

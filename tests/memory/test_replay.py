@@ -42,7 +42,7 @@ def test_batch_contents_match_what_was_added(kind):
     np.testing.assert_array_equal(batch.actions, i % 3)
     np.testing.assert_array_equal(batch.rewards, i)
     assert batch.obs.dtype == np.float32 and batch.weights.dtype == np.float32
-    assert batch.n_steps.tolist() == [1] * 16
+    assert batch.n_steps.tolist() == [1] * mem.sampler.rows(16) and len(i) >= 16
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -132,14 +132,14 @@ def test_state_dict_round_trip_reproduces_next_samples(kind):
     rng = np.random.default_rng(1)
     for _ in range(20):
         batch = mem.sample(8, beta=0.6)
-        mem.update_priorities(batch.indices, rng.exponential(size=8))
+        mem.update_priorities(batch.indices, rng.exponential(size=len(batch.indices)))
     clone = make_memory(kind, capacity=64, obs_shape=(2,), seed=999)
     clone.load_state_dict(copy.deepcopy(mem.state_dict()))
     for _ in range(5):
         a, b = mem.sample(8, beta=0.6), clone.sample(8, beta=0.6)
         for field in a._fields:
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
-        td = rng.exponential(size=8)
+        td = rng.exponential(size=len(a.indices))
         mem.update_priorities(a.indices, td)
         clone.update_priorities(b.indices, td)
         slot = mem.add(np.ones(2), 0, 0.0, np.ones(2), False)

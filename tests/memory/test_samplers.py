@@ -68,7 +68,7 @@ def test_batch_priorities_are_what_memory_priorities_returns(kind, frames):
         else:
             assert batch.priorities.dtype == np.float64
             np.testing.assert_array_equal(batch.priorities, priorities(batch.indices))
-        mem.update(PriorityUpdate(batch.indices, rng.exponential(size=16) * 2))
+        mem.update(PriorityUpdate(batch.indices, rng.exponential(size=len(batch.indices)) * 2))
     if priorities is not None:  # not all equal, so the check above could fail
         assert len(set(priorities(np.arange(len(mem))).tolist())) > 5
 
@@ -83,7 +83,7 @@ def test_update_with_priority_update_equals_update_priorities(kind):
     for _ in range(7):
         batch_a, batch_b = a.sample(8, 0.6), b.sample(8, 0.6)
         np.testing.assert_array_equal(batch_a.indices, batch_b.indices)
-        td = rng.exponential(size=8)
+        td = rng.exponential(size=len(batch_a.indices))
         a.update(PriorityUpdate(batch_a.indices, td))
         b.update_priorities(batch_b.indices, td)
         a.update(PriorityUpdate(np.array([3, 3]), np.array([9.0, 0.5])))
@@ -139,7 +139,7 @@ def test_composing_storage_and_sampler_by_hand_is_make_memory(kind):
         a, b = built.sample(8, 0.5), composed.sample(8, 0.5)
         for field in a._fields:
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
-        td = rng.exponential(size=8)
+        td = rng.exponential(size=len(a.indices))
         built.update_priorities(a.indices, td)
         composed.update(PriorityUpdate(b.indices, td))
     assert built.nbytes == composed.nbytes and composed.sampler.nbytes >= 0

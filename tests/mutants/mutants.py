@@ -51,8 +51,8 @@ class Mutant:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "slots-reversed", "per_dqn/agent/dqn.py",
-        "return LearnResult(PriorityUpdate(indices, priorities), metrics)",
-        "return LearnResult(PriorityUpdate(indices[::-1], priorities), metrics)",
+        "return LearnResult(PriorityUpdate(indices, signal.compute(inputs)), metrics)",
+        "return LearnResult(PriorityUpdate(indices[::-1], signal.compute(inputs)), metrics)",
         ("tests/test_train.py",),
         "TD errors written back to slots other than those sampled",
     ),
@@ -163,9 +163,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "Double DQN's action chosen by the target net",
     ),
     Mutant(
-        "is-weights-ignored", "per_dqn/agent/pack.py",
-        "loss = (weights * per_sample).mean(dim=1)",
-        "loss = per_sample.mean(dim=1)",
+        "is-weights-ignored", "per_dqn/agent/objectives.py",
+        "return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, None, {})",
+        "return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {})",
         ("tests/agent",),
         "importance-sampling weights left out of the loss",
     ),

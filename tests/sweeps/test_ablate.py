@@ -232,8 +232,8 @@ def test_config_problems_are_reported_once(tmp_path):
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--replay", "uniform,bogus"], "--replay: unknown arm 'bogus'; choose from uniform, "
-                                        "proportional, rank"),
+        (["--replay", "uniform,bogus"], f"--replay: unknown arm 'bogus'; choose from "
+                                        f"{', '.join(KINDS)}"),
         (["--seeds", "0"], "--seeds must be a count from 1 to 100,000, got 0"),
         (["--workers", "0"], "--workers must be >= 1, got 0"),
         (["--steps", "0"], "cartpole.yaml: train.total_env_steps: must be >= 1, got 0 (set by "

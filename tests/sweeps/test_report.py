@@ -289,7 +289,7 @@ def test_runs_are_grouped_by_env_and_arm_in_sweep_order(cartpole_sweep):
     sweep = runs.collect(cartpole_sweep)
     measured = [measure.measure(r, 475.0) for r in reversed(sweep.runs)]
     cells = measure.group_cells(sweep, measured)
-    assert list(cells) == [("CartPole-v1", a) for a in KINDS]
+    assert list(cells) == [("CartPole-v1", a) for a in ("uniform", "proportional", "rank")]
     assert [r.run.seed for r in cells[("CartPole-v1", "uniform")]] == [0, 1, 2, 3]
     assert cells[("CartPole-v1", "rank")] == []
 
