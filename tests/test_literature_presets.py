@@ -108,11 +108,31 @@ REDUCIBLE_LOSS_PER = {
     "replay.weight_normalization": "batch",  # per_buffer.py:228-235
 }
 
+# The same repository and commit, MinAtar/examples/relo_dqn.py (ReLo) and per_buffer.py.
+REDUCIBLE_LOSS_RELO = {
+    **MINATAR_PAPER,
+    "replay.kind": "relo",  # ReLU(L_online - L_target) as the priority (relo_dqn.py:164-167, 180)
+    "replay.capacity": 100_000,  # REPLAY_BUFFER_SIZE (relo_dqn.py:23)
+    "replay.alpha": 0.6,  # PER_ALPHA (relo_dqn.py:37)
+    "replay.priority_eps": 1e-5,  # PER_EPS (relo_dqn.py:39; per_buffer.py:239)
+    "replay.td_error_clip": None,
+    "replay.uniform_mix": 0.0,
+    "replay.beta0": 0.4,  # PER_BETA (relo_dqn.py:38)
+    "replay.beta_end": 1.0,  # min(beta + increase, 1) (relo_dqn.py:313-315)
+    "replay.beta_anneal_steps": 5_000_000,  # (1 - PER_BETA) / (NUM_FRAMES - ...) (relo_dqn.py:288)
+    "replay.weight_normalization": "batch",  # per_buffer.py:228-235
+    "agent.target_update_interval": 1000,  # TARGET_NETWORK_UPDATE_FREQ (relo_dqn.py:24, 326-331)
+    "agent.learning_rate": 0.00025,  # STEP_SIZE (relo_dqn.py:31)
+    "train.total_env_steps": 5_000_000,  # NUM_FRAMES (relo_dqn.py:27)
+    "train.learning_starts": 5000,  # REPLAY_START_SIZE (relo_dqn.py:29, 97)
+}
+
 PRESETS = {
     "literature/minatar_paper_dqn.yaml": MINATAR_PAPER,
     "literature/dopamine_minatar_dqn.yaml": DOPAMINE,
     "literature/dopamine_minatar_dqn_per.yaml": DOPAMINE_PER,
     "literature/reducible_loss_minatar_per.yaml": REDUCIBLE_LOSS_PER,
+    "literature/reducible_loss_minatar_relo.yaml": REDUCIBLE_LOSS_RELO,
 }
 
 # Keys a preset may set that no source has: the game, this tool's greedy evaluations, its logs,
