@@ -58,7 +58,8 @@ def test_missing_config_file(workdir):
     shipped = (
         "atari.yaml, atari100k.yaml, cartpole.yaml, minatar.yaml, "
         "literature/dopamine_minatar_dqn.yaml, literature/dopamine_minatar_dqn_per.yaml, "
-        "literature/minatar_paper_dqn.yaml, literature/reducible_loss_minatar_per.yaml"
+        "literature/minatar_paper_dqn.yaml, literature/reducible_loss_minatar_per.yaml, "
+        "literature/reducible_loss_minatar_relo.yaml"
     )
     assert_bad_input(result, f"nope.yaml: no such config file (the shipped configs are: {shipped})")
     assert list(workdir.iterdir()) == []

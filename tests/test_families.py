@@ -33,6 +33,7 @@ SHIPPED = {
     "literature/dopamine_minatar_dqn_per.yaml": "minatar",
     "literature/minatar_paper_dqn.yaml": "minatar",
     "literature/reducible_loss_minatar_per.yaml": "minatar",
+    "literature/reducible_loss_minatar_relo.yaml": "minatar",
 }
 # The Q-network class `agent.network: auto` builds on each family's example id.
 AUTO_BUILDS = {"classic": QNetwork, "atari": NatureCNN, "minatar": MinAtarCNN}

@@ -67,6 +67,8 @@ class Objective:
         metrics: the names of ``ObjectiveOutput.metrics``, in order.
         subsamples: whether it learns from ``B`` samples picked from a larger batch.
         summary: one line on what it is, for the config reference.
+        reads_loss: whether it uses the agent's loss (``agent.loss``); LAP's and PAL's are their
+            own.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Objective:
     metrics: tuple[str, ...] = ()
     subsamples: bool = False
     summary: str = ""
+    reads_loss: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,14 +144,27 @@ def _lap(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutp
     return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {})
 
 
+def rowwise_pow(x: torch.Tensor, exponent: float) -> torch.Tensor:
+    """``x ** exponent``, one call per row of the last dimension: torch computes a power with
+    vector instructions over the bulk of a tensor and in scalar code over its tail, which can
+    differ in the last bit, so a pack's member gets the bits it gets alone only if its row is
+    computed alone."""
+    import torch
+
+    if x.dim() == 1:
+        return x.pow(exponent)
+    rows = x.reshape(-1, x.shape[-1])
+    return torch.stack([row.pow(exponent) for row in rows.unbind(0)]).reshape(x.shape)
+
+
 def _pal(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutput:
     import torch
 
     kappa, alpha = spec.min_priority, spec.alpha
     td_abs = (q_taken - targets).abs()
     inside = kappa**alpha * 0.5 * td_abs * td_abs
-    outside = kappa * td_abs.pow(1.0 + alpha) / (1.0 + alpha)
-    lam = td_abs.detach().clamp(min=kappa).pow(alpha).mean(dim=-1)
+    outside = kappa * rowwise_pow(td_abs, 1.0 + alpha) / (1.0 + alpha)
+    lam = rowwise_pow(td_abs.detach().clamp(min=kappa), alpha).mean(dim=-1)
     per_sample = torch.where(td_abs < kappa, inside, outside) / lam.unsqueeze(-1)
     return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {"pal_lambda": lam})
 
@@ -196,10 +212,11 @@ OBJECTIVES: Mapping[str, Objective] = MappingProxyType({
         Objective(
             "lap", _lap, ("min_priority",),
             summary="LAP's Huber with threshold replay.min_priority, no IS weights",
+            reads_loss=False,
         ),
         Objective(
             "pal", _pal, ("alpha", "min_priority"), ("pal_lambda",),
-            summary="PAL: LAP's expected gradient under uniform sampling",
+            summary="PAL: LAP's expected gradient under uniform sampling", reads_loss=False,
         ),
         Objective(
             "laber", _laber, (), ("large_batch_td_mean", "large_batch_td_std"), subsamples=True,

@@ -45,6 +45,7 @@ from per_dqn.config.models import (
     ReplayConfig,
     RunConfig,
     TrainConfig,
+    kind_ignores,
 )
 from per_dqn.config.trust import (
     CODE_KEYS,
@@ -74,6 +75,7 @@ __all__ = [
     "UntrustedCodeError",
     "code_keys",
     "config_from_data",
+    "kind_ignores",
     "load_config",
     "parse_override",
     "parse_yaml",

@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from per_dqn.config.messages import ConfigError, NonFiniteFloat, describe, one_line
-from per_dqn.config.models import Config
+from per_dqn.config.models import Config, kind_ignores
 
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
 SHIPPED_CONFIG_DIR = "configs"
@@ -111,7 +111,10 @@ def resolve_config_path(name_or_path: str) -> Path:
 
 
 def load_config(
-    path: str | Path, overrides: Iterable[Override] = (), display_name: str | None = None
+    path: str | Path,
+    overrides: Iterable[Override] = (),
+    display_name: str | None = None,
+    check_unread: bool = True,
 ) -> Config:
     """Reads, overrides and validates a config file.
 
@@ -120,6 +123,8 @@ def load_config(
         overrides: changes applied to the parsed YAML before validation, so they are validated
             exactly like the file's own values.
         display_name: how to name the file in error messages (defaults to ``path``).
+        check_unread: refuse an override of a key the replay kind does not read (see
+            ``config_from_data``).
 
     Raises:
         ConfigError: unreadable file, YAML syntax, unknown keys, wrong types, out-of-range or
@@ -137,14 +142,19 @@ def load_config(
         raise ConfigError([f"{label}: no such config file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{label}: cannot read ({one_line(exc)})"]) from None
-    return config_from_data(parse_yaml(text, label), label, overrides)
+    return config_from_data(parse_yaml(text, label), label, overrides, check_unread)
 
 
 def config_from_data(
-    data: dict[str, Any], label: str, overrides: Iterable[Override] = ()
+    data: dict[str, Any],
+    label: str,
+    overrides: Iterable[Override] = (),
+    check_unread: bool = True,
 ) -> Config:
     """Applies ``overrides`` to parsed sections (a dict, changed in place) and validates the
-    result, exactly as ``load_config`` does a file's; ``label`` names it in errors.
+    result, exactly as ``load_config`` does a file's; ``label`` names it in errors. With
+    ``check_unread``, an override of a key the run's replay kind does not read is refused
+    (``--replay laber --set replay.alpha=0.5`` would change nothing).
 
     Raises:
         ConfigError: see ``load_config``.
@@ -153,7 +163,30 @@ def config_from_data(
     problems = [f"{label}: {msg}" for msg in _apply_overrides(data, overrides)]
     if problems:
         raise ConfigError(problems)
-    return validate_config(data, label, overrides)
+    config = validate_config(data, label, overrides)
+    if check_unread:
+        _refuse_unread(config, label, overrides)
+    return config
+
+
+def _refuse_unread(config: Config, label: str, overrides: Sequence[Override]) -> None:
+    """Refuses an override of a key the run's replay kind does not read (``kind_ignores``): a
+    ``--set replay.alpha=0.5`` beside ``--replay laber`` would change nothing, silently. A file's
+    own keys are not checked: a run dir's ``config.yaml`` holds every key, and a file written for
+    one kind may be run with another (``--replay``).
+
+    Raises:
+        ConfigError: one line per such override, naming the key, the kind and the flag.
+    """
+    kind = config.replay.kind
+    ignored = kind_ignores(kind)
+    problems = [
+        f"{label}: {o.path}: replay kind {kind!r} does not read it (set by {o.source})"
+        for o in overrides
+        if o.path in ignored
+    ]
+    if problems:
+        raise ConfigError(problems)
 
 
 def parse_yaml(text: str, label: str) -> dict[str, Any]:

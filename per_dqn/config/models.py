@@ -15,10 +15,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from per_dqn import families
+from per_dqn.agent.objectives import objective as _objective
 from per_dqn.agent.signals import SIGNALS
 from per_dqn.config.messages import CrossFieldError, CrossProblem, got
 from per_dqn.memory import KINDS
 from per_dqn.memory.kinds import DEFAULT_ARMS
+from per_dqn.memory.kinds import REPLAY_KINDS as _KIND_ENTRIES
 
 # The values `replay.kind` takes: the memory's registry, in its order (the CLI's --replay choices).
 REPLAY_KINDS = KINDS
@@ -265,6 +267,33 @@ class ReplayConfig(_Section):
     large_batch: int = Field(4, ge=1)
     dedup_frames: bool = True
     frame_slack: float = Field(0.02, gt=0, le=1)
+
+
+# Keys every replay kind reads (what storage holds its transitions, and how many).
+_EVERY_KIND_READS = ("kind", "capacity", "dedup_frames", "frame_slack")
+# The importance-sampling schedule, read by a kind whose weights depend on beta.
+_BETA_KEYS = ("beta0", "beta_end", "beta_anneal_steps")
+
+
+def kind_ignores(kind: str) -> frozenset[str]:
+    """The dotted keys a run of replay ``kind`` does not read: each ``replay.*`` key that is not
+    its sampler's or its objective's setting, its beta schedule (a weighted kind) or
+    ``priority_from`` (a kind whose signal the config chooses), and ``agent.loss`` where its
+    objective has a loss of its own (LAP, PAL). Setting one of them with the kind is refused
+    (``loading.config_from_data``). Nothing for an unknown ``kind`` (validation names it)."""
+    entry = _KIND_ENTRIES.get(kind)
+    if entry is None:
+        return frozenset()
+    learner = _objective(entry.objective)
+    reads = {*_EVERY_KIND_READS, *entry.settings, *learner.settings}
+    if entry.weighted:
+        reads.update(_BETA_KEYS)
+    if entry.signal is None:
+        reads.add("priority_from")
+    ignored = {f"replay.{key}" for key in ReplayConfig.model_fields if key not in reads}
+    if not learner.reads_loss:
+        ignored.add("agent.loss")
+    return frozenset(ignored)
 
 
 class TrainConfig(_Section):

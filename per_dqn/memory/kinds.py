@@ -39,6 +39,9 @@ class ReplayKind:
             ``ReplayConfig`` fields too.
         signal: the priority signal its learner hands back, a name in
             ``per_dqn.agent.signals.PRIORITY_SIGNALS``; None: ``replay.priority_from`` chooses.
+        weighted: whether its draws carry IS weights that depend on beta (its sampler's
+            ``weighted``; ``ReplayKind.sampler`` checks the two agree): only then does it read
+            ``replay.beta0``, ``beta_end`` and ``beta_anneal_steps``.
         default_arm: whether ``per-dqn ablate`` runs it when ``--replay`` is not given (the
             three arms of Schaul et al.'s comparison: uniform, proportional and rank).
     """
@@ -49,6 +52,7 @@ class ReplayKind:
     summary: str = ""
     objective: str = "weighted"
     signal: str | None = "td_error"
+    weighted: bool = False
     default_arm: bool = False
 
     @property
@@ -72,6 +76,11 @@ class ReplayKind:
             raise ImportError(
                 f"replay kind {self.name!r}: its sampler {cls.__name__} says kind "
                 f"{getattr(cls, 'kind', None)!r}"
+            )
+        if cls.weighted != self.weighted:
+            raise ImportError(
+                f"replay kind {self.name!r}: the entry says weighted={self.weighted}, but "
+                f"{cls.__name__} says {cls.weighted}"
             )
         if cls.settings() != self.settings:
             raise ImportError(
@@ -103,19 +112,19 @@ REPLAY_KINDS: Mapping[str, ReplayKind] = MappingProxyType({
             "proportional", "per_dqn.memory.proportional:ProportionalSampler",
             ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
             summary="PER, P(i) proportional to p_i^alpha over a sum tree (Schaul et al., 2016)",
-            signal=None, default_arm=True,
+            signal=None, weighted=True, default_arm=True,
         ),
         ReplayKind(
             "rank", "per_dqn.memory.rank:RankSampler",
             ("alpha", "td_error_clip", "sort_interval"),
             summary="PER, P(i) proportional to rank(i)^-alpha over a heap (Schaul et al., 2016)",
-            signal=None, default_arm=True,
+            signal=None, weighted=True, default_arm=True,
         ),
         ReplayKind(
             "relo", "per_dqn.memory.relo:ReLoSampler",
             ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
             summary="proportional PER by the reducible loss, ReLo (Sujit et al., 2023)",
-            signal="reducible_loss",
+            signal="reducible_loss", weighted=True,
         ),
         ReplayKind(
             "lap", "per_dqn.memory.lap:LAPSampler", ("alpha", "min_priority"),

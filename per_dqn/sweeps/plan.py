@@ -52,6 +52,7 @@ from per_dqn.config import (
     Config,
     ConfigError,
     Override,
+    kind_ignores,
     load_config,
     parse_override,
     parse_yaml,
@@ -404,11 +405,15 @@ def plan_sweep(
     for seed in seeds:
         for env in env_list or [None]:  # None: the config's own env
             for arm in arm_list:
+                # A sweep-wide key the arm's kind does not read (`--set replay.alpha` beside a
+                # uniform arm) is left out of that arm's runs; its own settings are checked.
+                ignored = kind_ignores(arm.kind)
+                shared = [o for o in rest if o.path not in ignored]
                 for point in points:
                     extra = [
                         Override("replay.kind", arm.kind, "--replay"),
                         *arm.settings,
-                        *(Override(k, v, "--grid") for k, v in point),
+                        *(Override(k, v, "--grid") for k, v in point if k not in ignored),
                         Override("run.seed", seed, "--seeds"),
                     ]
                     if env is not None:
@@ -416,11 +421,13 @@ def plan_sweep(
                     if steps is not None:
                         extra.append(Override("train.total_env_steps", steps, "--steps"))
                     try:
-                        cfg = load_config(path, [*rest, *extra], display_name=config)
+                        cfg = load_config(path, [*shared, *extra], display_name=config)
                     except ConfigError as exc:
                         problems += [p for p in exc.problems if p not in problems]
                         continue
-                    base = base if base is not None else _normalised(cfg, axes)
+                    if base is None:  # every sweep-wide key, those this arm leaves out too
+                        whole = load_config(path, [*rest, *extra], config, check_unread=False)
+                        base = _normalised(whole, axes)
                     runs_root, env_id = cfg.run.runs_root, cfg.env.id
                     if env_id not in envs:
                         envs.append(env_id)

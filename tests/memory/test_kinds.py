@@ -43,7 +43,7 @@ def test_an_entry_missing_a_setting_fails_naming_the_kind():
     full = REPLAY_KINDS["proportional"].settings
     assert "uniform_mix" in full
     settings = tuple(key for key in full if key != "uniform_mix")
-    entry = ReplayKind("proportional", PROPORTIONAL, settings=settings)
+    entry = ReplayKind("proportional", PROPORTIONAL, settings=settings, weighted=True)
     message = (
         f"replay kind 'proportional': the entry lists settings {settings}, "
         f"but ProportionalSampler takes {full}"
@@ -60,7 +60,9 @@ def test_an_entry_listing_a_setting_its_sampler_lacks_fails_naming_the_kind():
 
 def test_an_entry_listing_its_settings_in_another_order_fails_naming_the_kind():
     """The order is the sampler's (the config reference lists them so)."""
-    entry = ReplayKind("proportional", PROPORTIONAL, REPLAY_KINDS["proportional"].settings[::-1])
+    entry = ReplayKind(
+        "proportional", PROPORTIONAL, REPLAY_KINDS["proportional"].settings[::-1], weighted=True
+    )
     with pytest.raises(ImportError, match=r"replay kind 'proportional': the entry lists"):
         _ = entry.sampler
 

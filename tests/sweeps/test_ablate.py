@@ -218,8 +218,9 @@ def test_default_out_dir(workdir):
 def test_config_problems_are_reported_once(tmp_path):
     with pytest.raises(ConfigError) as info:
         plan.plan_sweep(
-            "cartpole.yaml", plan.ARMS, range(4), 0, [parse_override("replay.alpha=-1")], tmp_path
-        )
+            "cartpole.yaml", ("proportional", "rank", "relo"), range(4), 0,
+            [parse_override("replay.alpha=-1")], tmp_path,
+        )  # fmt: skip
     assert info.value.problems == [
         "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --set)",
         "cartpole.yaml: train.total_env_steps: must be >= 1, got 0 (set by --steps)",

@@ -1,0 +1,215 @@
+"""The learner's objectives (``per_dqn/agent/objectives.py``), each by hand against its source's
+formula: LAP's and PAL's losses (sfujim/LAP-PAL ``discrete/LAP_DDQN.py``, ``PAL_DDQN.py``),
+LaBER-mean's picks and weights (SuReLI/laber ``MinAtar_experiments/agents/dqn_LABER.py``), the
+registry, and an agent of each objective packed against itself alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from per_dqn.agent import DQNAgent
+from per_dqn.agent.objectives import (
+    OBJECTIVE_NAMES,
+    OBJECTIVES,
+    ObjectiveSpec,
+    laber_pick,
+    lap_losses,
+    objective,
+)
+from per_dqn.agent.pack import Pack
+from per_dqn.memory import REPLAY_KINDS, Batch
+
+Q = torch.tensor([1.0, 2.0, 0.0, -1.0])
+Y = torch.tensor([1.5, 0.0, 0.005, 2.0])  # |delta| = 0.5, 2, 0.005, 3
+W = torch.tensor([1.0, 0.5, 0.25, 0.125])
+
+
+def test_every_kind_names_a_registered_objective_and_the_registry_is_whole():
+    assert OBJECTIVE_NAMES == tuple(OBJECTIVES)
+    assert {kind.objective for kind in REPLAY_KINDS.values()} <= set(OBJECTIVES)
+    assert all(name == entry.name and entry.summary for name, entry in OBJECTIVES.items())
+    with pytest.raises(ValueError, match=r"`objective` must be one of .* got 'lapp'"):
+        objective("lapp")
+
+
+def test_weighted_is_the_is_weighted_huber_mean_by_hand():
+    """Huber (delta 1) of 0.5, 2, 0.005, 3: 0.125, 1.5, 1.25e-5, 2.5; weighted mean
+    (0.125 + 0.75 + 3.125e-6 + 0.3125) / 4."""
+    out = ObjectiveSpec()(Q, Y, W)
+    np.testing.assert_allclose(out.per_sample, [0.125, 1.5, 1.25e-5, 2.5], rtol=1e-5)
+    assert float(out.loss) == pytest.approx((0.125 + 0.75 + 3.125e-6 + 0.3125) / 4, rel=1e-6)
+    assert out.chosen is None and out.metrics == {}
+
+
+@pytest.mark.parametrize(
+    ("kappa", "expected"),
+    [
+        # k = 1 (the paper): 0.5 d^2 below 1, d from 1 on: 0.125, 2, 1.25e-5, 3.
+        (1.0, [0.125, 2.0, 1.25e-5, 3.0]),
+        # k = 0.01 (the source's Atari): 0.01 d from 0.01 on: 0.005, 0.02, 1.25e-5, 0.03.
+        (0.01, [0.005, 0.02, 1.25e-5, 0.03]),
+    ],
+)
+def test_lap_s_loss_by_hand_and_it_ignores_the_is_weights(kappa, expected):
+    spec = ObjectiveSpec("lap", min_priority=kappa)
+    out = spec(Q, Y, W)
+    np.testing.assert_allclose(out.per_sample, expected, rtol=1e-5)
+    assert float(out.loss) == pytest.approx(np.mean(expected), rel=1e-5)
+    assert float(spec(Q, Y, torch.ones(4)).loss) == float(out.loss)  # weights not read
+
+
+def test_lap_s_gradient_is_delta_inside_and_kappa_sign_outside():
+    """The source's Huber without its constant: d/dQ of H_k(|Q - y|) is (Q - y) below k and
+    k sign(Q - y) from k on."""
+    q = Q.clone().requires_grad_(True)
+    lap_losses((q - Y).abs(), 1.0).sum().backward()
+    np.testing.assert_allclose(q.grad, [-0.5, 1.0, -0.005, -1.0], rtol=1e-6)
+
+
+def test_pal_s_loss_by_hand():
+    """alpha 0.4, k 1: per sample 0.5 d^2 below 1 and d^1.4 / 1.4 from 1 on; lambda is the mean
+    of max(d, 1)^0.4 = (1 + 2^0.4 + 1 + 3^0.4) / 4; the loss their mean over lambda."""
+    spec = ObjectiveSpec("pal", alpha=0.4, min_priority=1.0)
+    out = spec(Q, Y, W)
+    lam = (1 + 2**0.4 + 1 + 3**0.4) / 4
+    raw = np.array([0.125, 2**1.4 / 1.4, 1.25e-5, 3**1.4 / 1.4])
+    np.testing.assert_allclose(out.per_sample, raw / lam, rtol=1e-5)
+    assert float(out.loss) == pytest.approx(raw.mean() / lam, rel=1e-5)
+    assert float(out.metrics["pal_lambda"]) == pytest.approx(lam, rel=1e-6)
+
+
+def test_pal_s_expected_gradient_under_uniform_sampling_is_lap_s_under_its_sampling():
+    """The paper's equivalence, on a whole 'memory' of 4 samples: the gradient of PAL's loss over
+    all of them (uniform sampling's expectation) equals the expectation of LAP's gradient under
+    P(i) = max(d_i, 1)^alpha / sum_j max(d_j, 1)^alpha, with LAP's lambda-free loss."""
+    alpha = 0.6
+    q_pal = Q.clone().requires_grad_(True)
+    ObjectiveSpec("pal", alpha=alpha)(q_pal, Y, W).loss.backward()
+    d = (Q - Y).abs()
+    p = d.clamp(min=1.0).pow(alpha)
+    q_lap = Q.clone().requires_grad_(True)
+    per_sample = lap_losses((q_lap - Y).abs(), 1.0)
+    (per_sample * p / p.sum()).sum().backward()  # E_P[the gradient of one sample's LAP loss]
+    np.testing.assert_allclose(q_pal.grad, q_lap.grad, rtol=1e-5)
+    assert q_pal.grad.abs().min() > 0  # every sample moves
+
+
+def test_laber_picks_by_inverse_cdf_by_hand():
+    """Surrogates 0.5, 1 (clipped from 2), 0.005, 1 (from 3): running sums 0.5, 1.5, 1.505,
+    2.505. u * 2.505 picks the first position whose running sum exceeds it."""
+    surrogate = torch.tensor([0.5, 1.0, 0.005, 1.0])
+    picks = torch.tensor([0.0, 0.19, 0.2, 0.5, 0.5999, 0.6, 0.9999])
+    # 0 -> 0; 0.476 -> 0; 0.501 -> 1; 1.2525 -> 1; 1.5027 -> 2; 1.503 -> 2; 2.5047 -> 3
+    assert laber_pick(surrogate, picks).tolist() == [0, 0, 1, 1, 2, 2, 3]
+
+
+def test_laber_never_picks_a_zero_surrogate_and_an_all_zero_row_uniformly():
+    surrogate = torch.tensor([[0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    picks = torch.tensor([[0.0, 0.5, 0.999999], [0.0, 0.3, 0.99]])
+    assert laber_pick(surrogate, picks).tolist() == [[1, 1, 1], [0, 1, 3]]
+    # u * total rounding up to the total falls back on the last position with mass
+    assert laber_pick(torch.tensor([1.0, 3.0, 0.0]), torch.tensor([1.0])).tolist() == [1]
+
+
+def test_laber_mean_s_loss_and_weights_by_hand():
+    """m B = 4, B = 3, picks as above: positions 1, 3, 0; surrogate mean 2.505 / 4; weights
+    mean / p: 0.62625 / 1, 0.62625 / 1, 0.62625 / 0.5; Huber of the picked |delta| 2, 3, 0.5."""
+    out = ObjectiveSpec("laber")(Q, Y, W, torch.tensor([0.3, 0.9, 0.1]))
+    assert out.chosen.tolist() == [1, 3, 0]
+    mean = 2.505 / 4
+    expected = (mean / 1 * 1.5 + mean / 1 * 2.5 + mean / 0.5 * 0.125) / 3
+    assert float(out.loss) == pytest.approx(expected, rel=1e-5)
+    np.testing.assert_allclose(out.per_sample, [1.5, 2.5, 0.125], rtol=1e-6)
+    assert float(out.metrics["large_batch_td_mean"]) == pytest.approx(5.505 / 4, rel=1e-6)
+    assert float(out.metrics["large_batch_td_std"]) == pytest.approx(
+        np.std([0.5, 2, 0.005, 3], ddof=1), rel=1e-5
+    )
+
+
+def test_laber_s_surrogate_under_a_squared_loss_is_delta_unclipped():
+    """Under MSE the per-sample gradient is not clipped, so neither is the surrogate (the
+    authors' SAC version): |delta| 0.5, 2, 0.005, 3, total 5.505."""
+    out = ObjectiveSpec("laber", loss="mse")(Q, Y, W, torch.tensor([0.1, 0.2]))
+    # 0.5505 -> 1 (0.5 < 0.5505 < 2.5); 1.101 -> 1
+    assert out.chosen.tolist() == [1, 1]
+    mean = 5.505 / 4
+    assert float(out.loss) == pytest.approx(mean / 2 * 4.0, rel=1e-5)
+
+
+def test_an_objective_spec_checks_its_values():
+    with pytest.raises(ValueError, match="`min_priority` must be > 0, got 0"):
+        ObjectiveSpec("lap", min_priority=0)
+    with pytest.raises(ValueError, match="`loss` must be 'huber' or 'mse', got 'l1'"):
+        ObjectiveSpec(loss="l1")
+
+
+def _agent(seed: int, spec: ObjectiveSpec) -> DQNAgent:
+    torch.manual_seed(seed)
+    return DQNAgent(
+        obs_shape=(4,), num_actions=3, hidden_sizes=(16,), dueling=True, double=True,
+        gamma=0.9, learning_rate=1e-2, adam_eps=1e-8, loss=spec.loss, grad_clip_norm=1.0,
+        target_update_interval=4, tau=1.0, device=torch.device("cpu"), objective=spec,
+    )  # fmt: skip
+
+
+def _batch(seed: int, rows: int = 12, picks: int | None = None) -> Batch:
+    rng = np.random.default_rng(seed)
+    return Batch(
+        obs=rng.normal(size=(rows, 4)).astype(np.float32),
+        actions=rng.integers(0, 3, rows),
+        rewards=rng.normal(size=rows).astype(np.float32) * 3,
+        next_obs=rng.normal(size=(rows, 4)).astype(np.float32),
+        terminated=rng.random(rows) < 0.25,
+        indices=np.arange(rows, dtype=np.int64) + 50,
+        weights=np.ones(rows, dtype=np.float32),
+        n_steps=np.ones(rows, dtype=np.uint8),
+        picks=None if picks is None else rng.random(picks),
+    )
+
+
+SPECS = {
+    "lap": ObjectiveSpec("lap", min_priority=0.5),
+    "pal": ObjectiveSpec("pal", alpha=0.4, min_priority=0.5),
+    "laber": ObjectiveSpec("laber"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_pack_of_one_objective_gives_each_member_what_it_learns_alone(name):
+    """Three agents of one objective in a pack: every member's priorities (slots included),
+    metrics and weights are bit for bit its own alone."""
+    spec = SPECS[name]
+    picks = 4 if spec.entry.subsamples else None
+    alone = [_agent(k, spec) for k in range(3)]
+    pack = Pack([_agent(k, spec) for k in range(3)])
+    for step in range(6):
+        results = pack.learn({k: _batch(10 * k + step, 12, picks) for k in range(3)})
+        for k, agent in enumerate(alone):
+            expected = agent.learn(_batch(10 * k + step, 12, picks))
+            np.testing.assert_array_equal(
+                results[k].priorities.indices, expected.priorities.indices
+            )
+            np.testing.assert_array_equal(results[k].td_abs, expected.td_abs)
+            assert results[k].metrics == expected.metrics
+    for k, agent in enumerate(alone):
+        for a, b in zip(agent.online.parameters(), pack.agents[k].online.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_laber_hands_back_the_picked_slots_with_their_delta():
+    """LaBER learns from B = 4 of the 12: the update names the 4 slots picked (out of the batch's
+    indices) and their |delta|, and its metrics say the large batch's spread."""
+    agent = _agent(0, SPECS["laber"])
+    batch = _batch(1, 12, 4)
+    result = agent.learn(batch)
+    assert len(result.priorities.indices) == 4
+    assert set(result.priorities.indices.tolist()) <= set(batch.indices.tolist())
+    assert result.metrics["large_batch_td_std"] > 0
+    assert result.metrics["td_error_abs"] == pytest.approx(float(result.td_abs.mean()))
+
+
+def test_agents_of_different_objectives_cannot_share_a_pack():
+    with pytest.raises(ValueError, match="cannot share a pack"):
+        Pack([_agent(0, SPECS["lap"]), _agent(1, ObjectiveSpec())])

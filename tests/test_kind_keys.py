@@ -1,0 +1,119 @@
+"""Keys a replay kind does not read (``per_dqn.config.kind_ignores``): each kind's list by hand,
+an override of one refused with one line and exit 2 (``train``, ``ablate``'s arms, the API),
+and the cases that are not refusals (a file written for another kind, a sweep-wide ``--set``
+beside an arm that does not read it)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support import assert_bad_input
+from typer.testing import CliRunner
+
+import per_dqn
+from per_dqn.cli import app
+from per_dqn.config import ConfigError, kind_ignores, load_config, parse_override
+from per_dqn.memory import KINDS
+from per_dqn.sweeps import plan
+
+runner = CliRunner()
+
+EVERY = {"replay.kind", "replay.capacity", "replay.dedup_frames", "replay.frame_slack"}
+BETA = {"replay.beta0", "replay.beta_end", "replay.beta_anneal_steps"}
+PROPORTIONAL = {"replay.alpha", "replay.priority_eps", "replay.td_error_clip",
+                "replay.uniform_mix", "replay.weight_normalization"}  # fmt: skip
+# What each kind reads, written out by hand from its sampler, its objective and its signal.
+READS = {
+    "uniform": EVERY | {"agent.loss"},
+    "proportional": EVERY | PROPORTIONAL | BETA | {"replay.priority_from", "agent.loss"},
+    "rank": EVERY
+    | BETA
+    | {
+        "replay.alpha",
+        "replay.td_error_clip",
+        "replay.sort_interval",
+        "replay.priority_from",
+        "agent.loss",
+    },
+    "relo": EVERY | PROPORTIONAL | BETA | {"agent.loss"},
+    "lap": EVERY | {"replay.alpha", "replay.min_priority"},
+    "pal": EVERY | {"replay.alpha", "replay.min_priority"},
+    "laber": EVERY | {"replay.large_batch", "agent.loss"},
+}
+ALL = {f"replay.{key}" for key in per_dqn.config.ReplayConfig.model_fields} | {"agent.loss"}
+
+
+def test_every_kind_s_unread_keys_by_hand():
+    assert set(READS) == set(KINDS)
+    for kind, reads in READS.items():
+        assert kind_ignores(kind) == ALL - reads, kind
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--replay", "laber", "--set", "replay.alpha=0.5"],
+         "cartpole.yaml: replay.alpha: replay kind 'laber' does not read it (set by --set)"),
+        (["--replay", "lap", "--set", "agent.loss=mse"],
+         "cartpole.yaml: agent.loss: replay kind 'lap' does not read it (set by --set)"),
+        (["--replay", "relo", "--set", "replay.priority_from=loss"],
+         "cartpole.yaml: replay.priority_from: replay kind 'relo' does not read it (set by "
+         "--set)"),
+        (["--set", "replay.kind=uniform", "--set", "replay.beta0=0.3"],
+         "cartpole.yaml: replay.beta0: replay kind 'uniform' does not read it (set by --set)"),
+        (["--replay", "laber", "--set", "replay.large_batch=0"],
+         "cartpole.yaml: replay.large_batch: must be >= 1, got 0 (set by --set)"),
+    ],
+)  # fmt: skip
+def test_train_refuses_a_key_its_kind_does_not_read(workdir, args, line):
+    result = runner.invoke(app, ["train", "-c", "cartpole.yaml", "--steps", "2000", *args])
+    assert_bad_input(result, line)
+    assert list(workdir.iterdir()) == []
+
+
+def test_an_arm_s_own_setting_its_kind_does_not_read_is_refused(workdir):
+    result = runner.invoke(
+        app, ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,laber:replay.alpha=0.7",
+              "--seeds", "1", "--steps", "2000"],
+    )  # fmt: skip
+    assert_bad_input(
+        result,
+        "cartpole.yaml: replay.alpha: replay kind 'laber' does not read it (set by --replay "
+        "laber:)",
+    )
+    assert list(workdir.iterdir()) == []
+
+
+def test_a_sweep_wide_key_reaches_only_the_arms_that_read_it(tmp_path):
+    """``--set replay.alpha=0.7`` beside uniform, proportional and LaBER: proportional's runs
+    have it, uniform's and LaBER's keep the config's value (they would not read it), and the
+    sweep's record still holds it (a re-run with another alpha is another sweep)."""
+    sweep = plan.plan_sweep(
+        "cartpole.yaml", ("uniform", "proportional", "laber"), range(1), 2000,
+        [parse_override("replay.alpha=0.7")], tmp_path / "sw",
+    )  # fmt: skip
+    alpha = {job.arm: yaml.safe_load(job.config_yaml)["replay"]["alpha"] for job in sweep.jobs}
+    default = load_config(per_dqn.config.resolve_config_path("cartpole.yaml")).replay.alpha
+    assert alpha == {"uniform": default, "proportional": 0.7, "laber": default}
+    assert default != 0.7
+    assert sweep.record["resolved_config"]["replay"]["alpha"] == 0.7
+
+
+def test_a_file_written_for_another_kind_runs_with_any_kind(tmp_path):
+    """A file's own keys are not checked: ``reducible_loss_minatar_per`` sets proportional PER's
+    keys (priority_from, beta, ...), and ``--replay laber`` runs it as LaBER."""
+    config = load_config(
+        per_dqn.config.resolve_config_path("literature/reducible_loss_minatar_per"),
+        [parse_override("replay.kind=laber")],
+    )
+    assert config.replay.kind == "laber" and config.replay.priority_from == "loss"
+
+
+def test_the_api_refuses_it_in_one_line():
+    """PAL reads alpha (its loss's exponent), not rank's sort interval."""
+    with pytest.raises(ConfigError) as info:
+        per_dqn.train("cartpole", overrides={"replay.kind": "pal", "replay.alpha": 0.3,
+                                             "replay.sort_interval": 5})  # fmt: skip
+    assert info.value.problems == [
+        "cartpole: replay.sort_interval: replay kind 'pal' does not read it (set by overrides)"
+    ]
