@@ -327,23 +327,39 @@ class DQNAgent:
         both_x = self.online.prepare(both_obs)
         next_x = both_x[size:]
         signal, objective = self.priority_signal, self.objective
+        s_x = both_x[:size]
         with self._autocast():
-            q_pred = self.online.q_values(both_x[:size])
+            if objective.entry.pick is None:
+                q_pred = self.online.q_values(s_x)
             with torch.no_grad():
                 # A separate no-grad pass over s': folding it into the forward above would halve
                 # the calls but double the backward's matrix products, which cost more here.
                 next_q_online = self.online.q_values(next_x) if self.double else None
                 next_q_target = self.target.q_values(next_x)
-                q_target = self.target.q_values(both_x[:size]) if signal.needs_target else None
         # Targets, the loss and the TD errors in float32 whatever the forward passes ran in.
         next_q_online = None if next_q_online is None else next_q_online.float()
         targets = td_targets(rewards, discounts_t, next_q_target.float(), next_q_online)
+        picked = None
+        if objective.entry.pick is not None:
+            # The large batch's Q(s, a) without gradients, the picks, then the forward pass with
+            # gradients on the picked samples alone (``Pack.learn`` does the same).
+            with torch.no_grad(), self._autocast():
+                q_all = self.online.q_values(s_x)
+            q_all = q_all.float().gather(1, actions.unsqueeze(1)).squeeze(1)
+            picks = torch.as_tensor(batch.picks, dtype=torch.float32, device=self.device)
+            picked = objective.pick(q_all, targets, picks)
+            s_x = s_x.index_select(0, picked.chosen)
+            targets, actions = targets.gather(0, picked.chosen), actions.gather(0, picked.chosen)
+            weights = picked.weights
+            with self._autocast():
+                q_pred = self.online.q_values(s_x)
+        q_target = None
+        if signal.needs_target:
+            with torch.no_grad(), self._autocast():
+                q_target = self.target.q_values(s_x)
         taken = actions.unsqueeze(1)
         q_taken = q_pred.float().gather(1, taken).squeeze(1)
-        picks = None
-        if objective.entry.subsamples:
-            picks = torch.as_tensor(batch.picks, dtype=torch.float32, device=self.device)
-        out = objective(q_taken, targets, weights, picks)
+        out = objective(q_taken, targets, weights)
         loss = out.loss
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -353,6 +369,8 @@ class DQNAgent:
         extras = [loss.detach(), out.per_sample.detach().mean()]
         if self.grad_clip_norm is not None:
             extras.append(nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip_norm))
+        if picked is not None:
+            extras.extend(picked.metrics.values())
         extras.extend(out.metrics.values())
         self.optimizer.step()
         self.update_steps += 1
@@ -363,13 +381,13 @@ class DQNAgent:
         rows = [targets, q_taken.detach()]
         if q_target is not None:
             rows.append(q_target.float().gather(1, taken).squeeze(1))
-        if out.chosen is not None:
-            rows = [row.gather(0, out.chosen) for row in rows]
-            rows.append(out.chosen.float())
+        if picked is not None:
+            rows.append(picked.chosen.float())
         host = torch.cat((*rows, torch.stack(extras))).cpu().numpy()
+        metrics = (*(picked.metrics if picked is not None else ()), *out.metrics)
         layout_ = HostLayout(
-            len(out.per_sample), q_target is not None, out.chosen is not None,
-            self.grad_clip_norm is not None, tuple(out.metrics),
+            len(out.per_sample), q_target is not None, picked is not None,
+            self.grad_clip_norm is not None, metrics,
         )  # fmt: skip
         return learn_result(host, batch.indices, layout_, signal, self.loss_name)
 

@@ -18,8 +18,10 @@ members at once ``(K, B)``:
 - ``laber``: Large Batch Experience Replay, LaBER-mean (Lahire, Geist & Rachelson, 2022;
   SuReLI/laber ``MinAtar_experiments/agents/dqn_LABER.py``): the batch is ``m B`` transitions
   drawn uniformly; the surrogate ``p_i = min(|delta_i|, 1)`` (``|delta_i|`` under a squared loss,
-  whose per-sample gradient is not clipped) is computed with the current network, ``B`` of them
-  are drawn in proportion with replacement, and each is weighted by ``mean_j p_j / p_i``.
+  whose per-sample gradient is not clipped) is computed with the current network without
+  gradients, ``B`` of them are drawn in proportion with replacement (``Objective.pick``), and
+  the learner's forward pass with gradients runs on those ``B`` alone, each weighted by
+  ``mean_j p_j / p_i`` in the agent's loss, as the source's second pass does.
 
 ``OBJECTIVES`` lists them, with the ``replay.*`` settings each reads. The module imports no
 torch until an objective is computed, so that the config can check names without it.
@@ -43,14 +45,25 @@ class ObjectiveOutput(NamedTuple):
         loss: ``(...,)`` what is minimised, one per learner.
         per_sample: ``(..., B)`` the per-sample losses it averages, without IS weights (their
             plain mean is ``train/loss_unweighted``).
-        chosen: ``(..., B)`` int64 positions in the batch of the ``B`` samples learned from, for
-            an objective that picks them from a larger batch (``laber``); None otherwise.
         metrics: the objective's own numbers, ``(...,)`` each, logged as ``train/<name>``.
     """
 
     loss: torch.Tensor
     per_sample: torch.Tensor
-    chosen: torch.Tensor | None
+    metrics: dict[str, torch.Tensor]
+
+
+class Picked(NamedTuple):
+    """What an objective that subsamples (``Objective.pick``) chose from a larger batch.
+
+    Attributes:
+        chosen: ``(..., B)`` int64 positions in the large batch of the samples to learn from.
+        weights: ``(..., B)`` their weights in the loss.
+        metrics: numbers about the large batch, ``(...,)`` each, logged as ``train/<name>``.
+    """
+
+    chosen: torch.Tensor
+    weights: torch.Tensor
     metrics: dict[str, torch.Tensor]
 
 
@@ -60,12 +73,16 @@ class Objective:
 
     Args:
         name: the name a replay kind's entry gives (``ReplayKind.objective``).
-        compute: ``(q_taken, targets, weights, picks, spec) -> ObjectiveOutput``, over the last
-            dimension; ``picks`` are uniforms in [0, 1) for an objective that subsamples the batch
-            (``subsamples``), else None.
+        compute: ``(q_taken, targets, weights, spec) -> ObjectiveOutput``, over the last
+            dimension.
         settings: the ``replay.*`` keys it reads (each an ``ObjectiveSpec`` field).
-        metrics: the names of ``ObjectiveOutput.metrics``, in order.
-        subsamples: whether it learns from ``B`` samples picked from a larger batch.
+        metrics: the names of its metrics, in order: ``Picked.metrics``' then
+            ``ObjectiveOutput.metrics``'.
+        pick: for an objective that learns from ``B`` samples picked out of a larger batch,
+            ``(q_taken, targets, picks, spec) -> Picked``, from the large batch's ``Q(s, a)``
+            (no gradient) and targets and ``B`` uniforms in [0, 1); the learner then runs its
+            forward pass with gradients on the ``B`` picked only, with ``Picked.weights`` as
+            their weights; None for the others.
         summary: one line on what it is, for the config reference.
         reads_loss: whether it uses the agent's loss (``agent.loss``); LAP's and PAL's are their
             own.
@@ -75,9 +92,14 @@ class Objective:
     compute: Callable[..., ObjectiveOutput]
     settings: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
-    subsamples: bool = False
+    pick: Callable[..., Picked] | None = None
     summary: str = ""
     reads_loss: bool = True
+
+    @property
+    def subsamples(self) -> bool:
+        """Whether it learns from samples picked out of a larger batch (it has a ``pick``)."""
+        return self.pick is not None
 
 
 @dataclass(frozen=True)
@@ -113,9 +135,19 @@ class ObjectiveSpec:
         assert self._entry is not None
         return self._entry
 
-    def __call__(self, q_taken, targets, weights, picks=None) -> ObjectiveOutput:
+    def __call__(self, q_taken, targets, weights) -> ObjectiveOutput:
         """The objective over the last dimension (see ``Objective.compute``)."""
-        return self.entry.compute(q_taken, targets, weights, picks, self)
+        return self.entry.compute(q_taken, targets, weights, self)
+
+    def pick(self, q_taken, targets, picks) -> Picked:
+        """The samples to learn from (see ``Objective.pick``).
+
+        Raises:
+            ValueError: the objective does not subsample.
+        """
+        if self.entry.pick is None:
+            raise ValueError(f"objective {self.name!r} picks no samples")
+        return self.entry.pick(q_taken, targets, picks, self)
 
 
 def base_losses(q_taken: torch.Tensor, targets: torch.Tensor, loss: str) -> torch.Tensor:
@@ -127,9 +159,9 @@ def base_losses(q_taken: torch.Tensor, targets: torch.Tensor, loss: str) -> torc
     return F.mse_loss(q_taken, targets, reduction="none")
 
 
-def _weighted(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutput:
+def _weighted(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput:
     per_sample = base_losses(q_taken, targets, spec.loss)
-    return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, None, {})
+    return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, {})
 
 
 def lap_losses(td_abs: torch.Tensor, kappa: float) -> torch.Tensor:
@@ -139,9 +171,9 @@ def lap_losses(td_abs: torch.Tensor, kappa: float) -> torch.Tensor:
     return torch.where(td_abs < kappa, 0.5 * td_abs * td_abs, kappa * td_abs)
 
 
-def _lap(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutput:
+def _lap(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput:
     per_sample = lap_losses((q_taken - targets).abs(), spec.min_priority)
-    return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {})
+    return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, {})
 
 
 def rowwise_pow(x: torch.Tensor, exponent: float) -> torch.Tensor:
@@ -151,22 +183,25 @@ def rowwise_pow(x: torch.Tensor, exponent: float) -> torch.Tensor:
     computed alone."""
     import torch
 
-    if x.dim() == 1:
+    if x.dim() == 1 or x.numel() == x.shape[-1]:
         return x.pow(exponent)
     rows = x.reshape(-1, x.shape[-1])
     return torch.stack([row.pow(exponent) for row in rows.unbind(0)]).reshape(x.shape)
 
 
-def _pal(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutput:
+def _pal(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput:
     import torch
 
     kappa, alpha = spec.min_priority, spec.alpha
     td_abs = (q_taken - targets).abs()
+    # max(d, k) ** alpha: lambda's terms, and from k on d ** alpha, so that d ** (1 + alpha) is
+    # d times it (one power, not two).
+    floored = rowwise_pow(td_abs.clamp(min=kappa), alpha)
     inside = kappa**alpha * 0.5 * td_abs * td_abs
-    outside = kappa * rowwise_pow(td_abs, 1.0 + alpha) / (1.0 + alpha)
-    lam = rowwise_pow(td_abs.detach().clamp(min=kappa), alpha).mean(dim=-1)
+    outside = kappa * td_abs * floored / (1.0 + alpha)
+    lam = floored.detach().mean(dim=-1)
     per_sample = torch.where(td_abs < kappa, inside, outside) / lam.unsqueeze(-1)
-    return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {"pal_lambda": lam})
+    return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, {"pal_lambda": lam})
 
 
 def laber_pick(surrogate: torch.Tensor, picks: torch.Tensor) -> torch.Tensor:
@@ -186,20 +221,21 @@ def laber_pick(surrogate: torch.Tensor, picks: torch.Tensor) -> torch.Tensor:
     return torch.minimum(chosen, last)
 
 
-def _laber(q_taken, targets, weights, picks, spec: ObjectiveSpec) -> ObjectiveOutput:
+def _laber_pick(q_taken, targets, picks, spec: ObjectiveSpec) -> Picked:
+    """LaBER-mean: the surrogate ``min(|delta|, 1)`` (``|delta|`` under a squared loss) of every
+    sample of the large batch, ``B`` of them drawn in proportion, weighted ``mean_j p_j / p_i``
+    (an all-zero batch: drawn uniformly, weights 1)."""
     import torch
 
-    td_abs = (q_taken - targets).detach().abs()
+    td_abs = (q_taken - targets).abs()
     surrogate = td_abs.clamp(max=1.0) if spec.loss == "huber" else td_abs
     chosen = laber_pick(surrogate, picks)
     mass = torch.where(
         surrogate.sum(dim=-1, keepdim=True) == 0, torch.ones_like(surrogate), surrogate
     )
-    picked_weights = mass.mean(dim=-1, keepdim=True) / mass.gather(-1, chosen)
-    per_sample = base_losses(q_taken.gather(-1, chosen), targets.gather(-1, chosen), spec.loss)
+    weights = mass.mean(dim=-1, keepdim=True) / mass.gather(-1, chosen)
     metrics = {"large_batch_td_mean": td_abs.mean(dim=-1), "large_batch_td_std": td_abs.std(dim=-1)}
-    loss = (picked_weights * per_sample).mean(dim=-1)
-    return ObjectiveOutput(loss, per_sample, chosen, metrics)
+    return Picked(chosen, weights, metrics)
 
 
 OBJECTIVES: Mapping[str, Objective] = MappingProxyType({
@@ -219,7 +255,8 @@ OBJECTIVES: Mapping[str, Objective] = MappingProxyType({
             summary="PAL: LAP's expected gradient under uniform sampling", reads_loss=False,
         ),
         Objective(
-            "laber", _laber, (), ("large_batch_td_mean", "large_batch_td_std"), subsamples=True,
+            "laber", _weighted, (), ("large_batch_td_mean", "large_batch_td_std"),
+            pick=_laber_pick,
             summary="LaBER-mean: B of m B picked by min(|delta|, 1), weighted mean(p) / p_i",
         ),
     )

@@ -375,19 +375,18 @@ class Pack:
         asking = [i for i, agent in enumerate(agents) if agent.priority_signal.needs_target]
         online = self._layers(self.online, slots, True)
         target = self._layers(self.target, slots, False)
+        objective = self.objective
+        s_x = [x[:size] for x in both]
         with self._autocast():
-            h = self._features("online", slots, [x[:size] for x in both])
-            q_pred = self._q(online, h)
+            if objective.entry.pick is None:
+                h = self._features("online", slots, s_x)
+                q_pred = self._q(online, h)
             with torch.no_grad():
                 next_x = [x[size:] for x in both]
                 h_next = self._features("online", slots, next_x) if self.double else None
                 next_q_online = None if h_next is None else self._q(online, h_next)
                 h_target = self._features("target", slots, next_x)
                 next_q_target = self._q(target, h_target)
-                q_target = None
-                if asking:
-                    q_target = self._target_q([slots[i] for i in asking], target, slots,
-                                              [both[i][:size] for i in asking])  # fmt: skip
         next_q_target = next_q_target.float()
         if next_q_online is None:
             next_value = next_q_target.max(dim=-1).values
@@ -395,15 +394,31 @@ class Pack:
             best = next_q_online.float().argmax(dim=-1, keepdim=True)
             next_value = next_q_target.gather(-1, best).squeeze(-1)
         targets = (rewards + discounts * next_value).detach()
+        picked = None
+        if objective.entry.pick is not None:
+            # The large batch's Q(s, a) without gradients, the picks, then the forward pass with
+            # gradients on the picked samples alone.
+            with torch.no_grad(), self._autocast():
+                q_all = self._q(online, self._features("online", slots, s_x))
+            q_all = q_all.float().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            uniforms = np.stack([batches[k].picks for k in slots])
+            picks = torch.as_tensor(uniforms, dtype=torch.float32, device=self.device)
+            picked = objective.pick(q_all, targets, picks)
+            chosen = picked.chosen
+            s_x = [x.index_select(0, chosen[i]) for i, x in enumerate(s_x)]
+            targets, actions, weights = (
+                targets.gather(-1, chosen), actions.gather(-1, chosen), picked.weights,
+            )  # fmt: skip
+            with self._autocast():
+                q_pred = self._q(online, self._features("online", slots, s_x))
+        q_target = None
+        if asking:
+            with torch.no_grad(), self._autocast():
+                q_target = self._target_q([slots[i] for i in asking], target, slots,
+                                          [s_x[i] for i in asking])  # fmt: skip
         taken = actions.unsqueeze(-1)
         q_taken = q_pred.float().gather(-1, taken).squeeze(-1)
-        picks = None
-        if self.objective.entry.subsamples:
-            picks = torch.as_tensor(
-                np.stack([batches[k].picks for k in slots]), dtype=torch.float32,
-                device=self.device,
-            )  # fmt: skip
-        out = self.objective(q_taken, targets, weights, picks)
+        out = objective(q_taken, targets, weights)
         loss = out.loss
 
         conv_params = [p for k in slots for p in self._convs[k]]
@@ -418,6 +433,8 @@ class Pack:
         with torch.no_grad():
             if self.grad_clip_norm is not None:
                 extras.append(self._clip(grads))
+            if picked is not None:
+                extras.extend(picked.metrics.values())
             extras.extend(out.metrics.values())
             step_all([(agent.optimizer, g) for agent, g in zip(agents, grads, strict=True)])
             due = []
@@ -433,14 +450,14 @@ class Pack:
             full = torch.zeros_like(targets)
             full[asking] = q_target.float().gather(-1, taken[asking]).squeeze(-1)
             rows.append(full)
-        if out.chosen is not None:
-            rows = [row.gather(-1, out.chosen) for row in rows]
-            rows.append(out.chosen.float())
+        if picked is not None:
+            rows.append(picked.chosen.float())
         host = torch.cat((*rows, torch.stack(extras, dim=1)), dim=1)
         host = host.cpu().numpy()
+        metrics = (*(picked.metrics if picked is not None else ()), *out.metrics)
         layout_ = HostLayout(
-            out.per_sample.shape[-1], q_target is not None, out.chosen is not None,
-            self.grad_clip_norm is not None, tuple(out.metrics),
+            out.per_sample.shape[-1], q_target is not None, picked is not None,
+            self.grad_clip_norm is not None, metrics,
         )  # fmt: skip
         return {
             k: learn_result(host[i], batches[k].indices, layout_, agent.priority_signal,

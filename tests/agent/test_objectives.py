@@ -40,7 +40,7 @@ def test_weighted_is_the_is_weighted_huber_mean_by_hand():
     out = ObjectiveSpec()(Q, Y, W)
     np.testing.assert_allclose(out.per_sample, [0.125, 1.5, 1.25e-5, 2.5], rtol=1e-5)
     assert float(out.loss) == pytest.approx((0.125 + 0.75 + 3.125e-6 + 0.3125) / 4, rel=1e-6)
-    assert out.chosen is None and out.metrics == {}
+    assert out.metrics == {} and OBJECTIVES["weighted"].pick is None
 
 
 @pytest.mark.parametrize(
@@ -113,29 +113,37 @@ def test_laber_never_picks_a_zero_surrogate_and_an_all_zero_row_uniformly():
     assert laber_pick(torch.tensor([1.0, 3.0, 0.0]), torch.tensor([1.0])).tolist() == [1]
 
 
-def test_laber_mean_s_loss_and_weights_by_hand():
+def test_laber_mean_s_picks_weights_and_loss_by_hand():
     """m B = 4, B = 3, picks as above: positions 1, 3, 0; surrogate mean 2.505 / 4; weights
-    mean / p: 0.62625 / 1, 0.62625 / 1, 0.62625 / 0.5; Huber of the picked |delta| 2, 3, 0.5."""
-    out = ObjectiveSpec("laber")(Q, Y, W, torch.tensor([0.3, 0.9, 0.1]))
-    assert out.chosen.tolist() == [1, 3, 0]
+    mean / p: 0.62625 / 1, 0.62625 / 1, 0.62625 / 0.5; the loss is the agent's Huber of the
+    picked |delta| 2, 3, 0.5 under those weights."""
+    spec = ObjectiveSpec("laber")
+    picked = spec.pick(Q, Y, torch.tensor([0.3, 0.9, 0.1]))
+    assert picked.chosen.tolist() == [1, 3, 0]
     mean = 2.505 / 4
+    np.testing.assert_allclose(picked.weights, [mean, mean, mean / 0.5], rtol=1e-6)
+    assert float(picked.metrics["large_batch_td_mean"]) == pytest.approx(5.505 / 4, rel=1e-6)
+    assert float(picked.metrics["large_batch_td_std"]) == pytest.approx(
+        np.std([0.5, 2, 0.005, 3], ddof=1), rel=1e-5
+    )
+    out = spec(Q[picked.chosen], Y[picked.chosen], picked.weights)
     expected = (mean / 1 * 1.5 + mean / 1 * 2.5 + mean / 0.5 * 0.125) / 3
     assert float(out.loss) == pytest.approx(expected, rel=1e-5)
     np.testing.assert_allclose(out.per_sample, [1.5, 2.5, 0.125], rtol=1e-6)
-    assert float(out.metrics["large_batch_td_mean"]) == pytest.approx(5.505 / 4, rel=1e-6)
-    assert float(out.metrics["large_batch_td_std"]) == pytest.approx(
-        np.std([0.5, 2, 0.005, 3], ddof=1), rel=1e-5
-    )
 
 
 def test_laber_s_surrogate_under_a_squared_loss_is_delta_unclipped():
     """Under MSE the per-sample gradient is not clipped, so neither is the surrogate (the
     authors' SAC version): |delta| 0.5, 2, 0.005, 3, total 5.505."""
-    out = ObjectiveSpec("laber", loss="mse")(Q, Y, W, torch.tensor([0.1, 0.2]))
+    picked = ObjectiveSpec("laber", loss="mse").pick(Q, Y, torch.tensor([0.1, 0.2]))
     # 0.5505 -> 1 (0.5 < 0.5505 < 2.5); 1.101 -> 1
-    assert out.chosen.tolist() == [1, 1]
-    mean = 5.505 / 4
-    assert float(out.loss) == pytest.approx(mean / 2 * 4.0, rel=1e-5)
+    assert picked.chosen.tolist() == [1, 1]
+    np.testing.assert_allclose(picked.weights, [5.505 / 4 / 2] * 2, rtol=1e-6)
+
+
+def test_only_laber_picks():
+    with pytest.raises(ValueError, match="objective 'lap' picks no samples"):
+        ObjectiveSpec("lap").pick(Q, Y, torch.tensor([0.5]))
 
 
 def test_an_objective_spec_checks_its_values():
@@ -198,15 +206,30 @@ def test_a_pack_of_one_objective_gives_each_member_what_it_learns_alone(name):
             assert torch.equal(a, b)
 
 
-def test_laber_hands_back_the_picked_slots_with_their_delta():
-    """LaBER learns from B = 4 of the 12: the update names the 4 slots picked (out of the batch's
-    indices) and their |delta|, and its metrics say the large batch's spread."""
+def test_laber_learns_from_the_picked_samples_by_hand():
+    """LaBER learns from B = 4 of the 12, as the source: the large batch's |delta| without
+    gradients, the picks by hand from it (inverse CDF of min(|delta|, 1)), then the update
+    names those 4 slots with their |delta|, and its loss is the weighted Huber of those."""
     agent = _agent(0, SPECS["laber"])
     batch = _batch(1, 12, 4)
+    with torch.no_grad():
+        obs, nxt = torch.from_numpy(batch.obs), torch.from_numpy(batch.next_obs)
+        actions = torch.from_numpy(batch.actions).unsqueeze(1)
+        best = agent.online(nxt).argmax(dim=1, keepdim=True)  # Double DQN
+        y = torch.from_numpy(batch.rewards) + 0.9 * torch.from_numpy(
+            (~batch.terminated).astype(np.float32)
+        ) * agent.target(nxt).gather(1, best).squeeze(1)
+        td = (agent.online(obs).gather(1, actions).squeeze(1) - y).abs().numpy()
+    p = np.minimum(td, 1.0)
+    cdf = np.cumsum(p)
+    chosen = np.searchsorted(cdf, batch.picks * cdf[-1], side="right")
+    weights = p.mean() / p[chosen]
     result = agent.learn(batch)
-    assert len(result.priorities.indices) == 4
-    assert set(result.priorities.indices.tolist()) <= set(batch.indices.tolist())
-    assert result.metrics["large_batch_td_std"] > 0
+    np.testing.assert_array_equal(result.priorities.indices, batch.indices[chosen])
+    np.testing.assert_allclose(result.td_abs, td[chosen], rtol=1e-5, atol=1e-6)
+    huber = np.where(td[chosen] < 1, 0.5 * td[chosen] ** 2, td[chosen] - 0.5)
+    assert result.metrics["loss"] == pytest.approx(float((weights * huber).mean()), rel=1e-5)
+    assert result.metrics["large_batch_td_mean"] == pytest.approx(float(td.mean()), rel=1e-5)
     assert result.metrics["td_error_abs"] == pytest.approx(float(result.td_abs.mean()))
 
 

@@ -164,8 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "is-weights-ignored", "per_dqn/agent/objectives.py",
-        "return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, None, {})",
-        "return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, None, {})",
+        "return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, {})",
+        "return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, {})",
         ("tests/agent",),
         "importance-sampling weights left out of the loss",
     ),
