@@ -122,6 +122,12 @@ bench-packs: $(TEST_STAMP)
 bench-ray: $(TEST_STAMP)
 	$(BIN)/python benchmarks/ray_overhead.py
 
+# Each replay kind's cost per gradient step (sample, learn, update) against proportional's, on
+# CartPole and MinAtar Breakout, in one run (a few minutes): docs/benchmarks.md's table.
+.PHONY: bench-variants
+bench-variants: $(TEST_STAMP)
+	$(BIN)/python benchmarks/variants.py
+
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)
 	$(BIN)/python -m pytest -m bench_smoke tests/test_benchmarks.py

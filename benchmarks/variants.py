@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"`{command_line()}`\n")
     print(machine_line(package_versions("torch", "numpy", "numba", "minatar")))
-    print(f"load averages before: {load_averages()}; torch threads {torch.get_num_threads()}\n")
+    print(f"load averages before: {load_averages()}\n")
     for title, (config_name, env_id) in ENVS.items():
         seconds = measure(args, config_name, env_id)
         base = median(seconds[BASELINE])
@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> None:
              f"{median(v) / base:.2f}x"]
             for kind, v in seconds.items()
         ]  # fmt: skip
-        print(f"{title} ({config_name}, batch {build_batch(config_name)}), {args.steps:,} "
-              f"gradient steps x {args.repeats}:\n")  # fmt: skip
+        threads = torch.get_num_threads()
+        print(f"{title} ({config_name}, batch {build_batch(config_name)}, torch threads "
+              f"{threads}), {args.steps:,} gradient steps x {args.repeats}:\n")  # fmt: skip
         print(markdown_table(["kind", "us/step (median)", "min", "max", f"/ {BASELINE}"], rows))
         print()
     print(f"load averages after: {load_averages()}")

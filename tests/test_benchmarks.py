@@ -102,6 +102,21 @@ def test_replay_benchmark_smoke_prints_a_table():
 
 @pytest.mark.slow
 @pytest.mark.bench_smoke
+def test_variants_smoke_prints_each_kind_s_cost_against_proportional():
+    out = run_script("variants.py", "--smoke")
+    assert PACKAGE_LINE in out
+    found = [t for t in tables(out) if t[0][0] == "kind"]
+    assert len(found) == 2  # CartPole and MinAtar
+    for headers, rows in found:
+        assert headers == ["kind", "us/step (median)", "min", "max", "/ proportional"]
+        assert list(rows) == list(KINDS)
+        for cells in rows.values():
+            assert_numbers(cells)
+        assert rows["proportional"][-1] == "1.00x"
+
+
+@pytest.mark.slow
+@pytest.mark.bench_smoke
 def test_train_loop_smoke_prints_each_kinds_sps():
     out = run_script("train_loop.py", "--smoke")
     assert PACKAGE_LINE in out
