@@ -44,7 +44,7 @@ from per_dqn.sweeps.measure import (
     normalized_matrix,
     sensitivity,
 )
-from per_dqn.sweeps.published import Point, ema_at, in_reach, steps_for
+from per_dqn.sweeps.published import Point, in_reach, read_as_logged, steps_for
 from per_dqn.sweeps.runs import SweepRuns, env_label
 
 # The figures' file names in the sweep dir (report.md links them by these names).
@@ -181,8 +181,9 @@ def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
 def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
     """The training-return EMA against env steps, one panel per env with runs (``drawn_envs``):
     each arm's mean over seeds with a band of one sd, read at the published steps
-    (``published.steps_for``), and each published curve of that env up to the runs' last step,
-    with its sd band."""
+    (``published.steps_for``) the way the env's most often logged published curve was
+    (``published.read_as_logged``), and each published curve of that env up to the runs' last
+    step, with its sd band."""
     envs = drawn_envs(sweep, cells)
     fig = _new_figure(6.4 * len(envs), 4.6)
     axes = fig.subplots(1, len(envs), squeeze=False)[0]
@@ -194,8 +195,11 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
         last, reached = in_reach(env, points, [r.run.env_steps for r in runs])
         steps = steps_for(reached, last)
         counts = {}
+        # Read as the most often logged published curve of the env was (its bins average the
+        # most points); at the steps themselves without one.
+        every = min((p.logged_every for p in reached if p.logged_every), default=None)
         for arm in sweep.arms:
-            curves = [ema_at(r.run.train_returns, steps) for r in cells[(env, arm)]]
+            curves = [read_as_logged(r.run.train_returns, steps, every) for r in cells[(env, arm)]]
             if not curves:
                 continue
             counts[arm] = len(curves)

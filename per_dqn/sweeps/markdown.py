@@ -62,7 +62,7 @@ from per_dqn.sweeps.measure import (
     sensitivity,
     sensitivity_keys,
 )
-from per_dqn.sweeps.published import Point, ema_at, in_reach
+from per_dqn.sweeps.published import Point, in_reach, read_as_logged
 from per_dqn.sweeps.runs import SweepRuns, compute_seconds, env_games, env_label
 from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -435,7 +435,10 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
         "## Beside the published curves",
         "",
         "The training-return EMA (as above) at the last published step within the runs, "
-        "beside the published value there; mean (sd) over seeds. Training returns are measured "
+        "beside the published value there; mean (sd) over seeds. Where the published file says "
+        "how often its source logged a curve, the runs are read the same way: what they would "
+        "have logged at that cadence, averaged over the 50k-step bin ending at the step, one row "
+        "per cadence (`per_dqn.sweeps.published.read_as_logged`). Training returns are measured "
         "under exploration, so each curve's exploration after its decay is named (the "
         "published file's, where it gives it). "
         f"![training return EMA against env steps, beside the published curves]({TRAINING_FILE}) "
@@ -458,13 +461,21 @@ def _published_table(sweep: SweepRuns, cells: Cells, points: Sequence[Point]) ->
                 lines.append(f"| {cell(env)} | {step:,} | {cell(p.label)} (published) | "
                              f"{cell(p.exploration or 'not given')} | "
                              f"{value_cells(p.mean, p.sd, seeds)} |")  # fmt: skip
+        # Each arm read as each published curve at this step was logged (``read_as_logged``).
+        cadences = sorted({p.logged_every for p in here if p.step == step},
+                          key=lambda every: (every is not None, every or 0))  # fmt: skip
         for arm in sweep.arms:
-            values = [ema_at(r.run.train_returns, [step])[0] for r in cells[(env, arm)]]
-            if values:
+            for every in cadences:
+                values = [read_as_logged(r.run.train_returns, [step], every)[0]
+                          for r in cells[(env, arm)]]  # fmt: skip
+                if not values:
+                    continue
                 sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
                 kinds = sorted({r.run.exploration or "not known" for r in cells[(env, arm)]})
                 values_text = value_cells(float(np.mean(values)), sd, len(values))
-                lines.append(f"| {cell(env)} | {step:,} | {cell(arm)} | {cell('; '.join(kinds))} | "
+                name = arm if every is None else f"{arm}, read as logged every {every:,}"
+                explored = cell("; ".join(kinds))
+                lines.append(f"| {cell(env)} | {step:,} | {cell(name)} | {explored} | "
                              f"{values_text} |")  # fmt: skip
     lines.append("")
     return lines

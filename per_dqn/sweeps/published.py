@@ -6,8 +6,8 @@ MinAtar curves of the literature report. The file (``docs/results/published/`` h
 reducible-loss's released MinAtar curves) has one row per source curve and step::
 
     # comment lines start with '#'
-    env_id,label,step,mean,sd,seeds,exploration
-    MinAtar/Breakout-v1,reducible-loss DQN,1000000,7.87,0.55,5,epsilon 0.1 from 105k
+    env_id,label,step,mean,sd,seeds,exploration,logged_every
+    MinAtar/Breakout-v1,reducible-loss DQN,1000000,7.87,0.55,5,epsilon 0.1 from 105k,50000
 
 ``env_id`` names the env as a run's config does; ``label`` names the curve in the figure's legend
 (one label is one curve: a method of a source); ``step`` is an env step (MinAtar has no frame
@@ -15,10 +15,16 @@ skip, so a frame); ``mean`` the value published at it, ``sd`` its spread over th
 (empty where not known), ``seeds`` how many seeds it is over (empty where not known) and
 ``exploration`` the exploration the source's training returns were measured under (free text,
 empty where not known): training returns depend on it as much as on the agent, so the report
-names it beside the runs' own.
+names it beside the runs' own. ``logged_every`` (empty where not known) is how often, in env
+steps, the source logged its EMA; the published value at ``x`` is then the mean of what a run
+logged in the bin ``(x - 50k, x]``, the way reducible-loss's ``plotting.py`` bins its logs.
 
-A run's curve at those steps (``ema_at``): at step ``s``, the EMA after the last training episode
-that ended at or before ``s``, 0 before its first (the EMA starts at 0, as the sources' does).
+A run's curve at those steps is read the way the curve beside it was: ``read_as_logged`` replays
+the source's logger over the run's own episodes (``logged``: at the first episode end past each
+mark, as its ``utils.Every``) and bins what it would have logged (``binned``, as its
+``bin_scores``). Without ``logged_every``, a run is read at the step itself (``ema_at``): the EMA
+after the last training episode that ended at or before it, 0 before its first (the EMA starts at
+0, as the sources' does).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from pathlib import Path
 from per_dqn.sweeps.measure import train_return_ema
 from per_dqn.sweeps.stats import Estimate
 
-COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds", "exploration")
+COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds", "exploration", "logged_every")
 REQUIRED = ("env_id", "label", "step", "mean")
 MAX_BYTES = 10 * 1024 * 1024  # a published curve file is kilobytes; refuse anything huge
 # The bin of the runs' curve on an env that no published point covers.
@@ -50,6 +56,7 @@ class Point:
     sd: float | None = None
     seeds: int | None = None
     exploration: str | None = None
+    logged_every: int | None = None
 
 
 def read_published(path: Path) -> tuple[Point, ...]:
@@ -86,6 +93,9 @@ def read_published(path: Path) -> tuple[Point, ...]:
             raise ValueError(f"{where}: line {n}: {len(values)} values for {len(header)} columns")
         row = dict(zip(header, (v.strip() for v in values), strict=True))
         seeds = _optional(row, "seeds", where, n, integer=True)
+        every = _optional(row, "logged_every", where, n, integer=True)
+        if every == 0:
+            raise ValueError(f"{where}: line {n}: logged_every: '0' is out of range")
         point = Point(
             env_id=_text(row, "env_id", where, n),
             label=_text(row, "label", where, n),
@@ -94,6 +104,7 @@ def read_published(path: Path) -> tuple[Point, ...]:
             sd=_optional(row, "sd", where, n),
             seeds=None if seeds is None else int(seeds),
             exploration=_text(row, "exploration", where, n) if row.get("exploration") else None,
+            logged_every=None if every is None else int(every),
         )
         key = (point.env_id, point.label, point.step)
         if key in seen:
@@ -118,7 +129,9 @@ def _number(row: dict[str, str], column: str, where: str, n: int, integer: bool 
     except ValueError:
         kind = "a whole number" if integer else "a number"
         raise ValueError(f"{where}: line {n}: {column}: {text!r} is not {kind}") from None
-    if not math.isfinite(value) or (column in ("step", "sd", "seeds") and value < 0):
+    if not math.isfinite(value) or (
+        column in ("step", "sd", "seeds", "logged_every") and value < 0
+    ):
         raise ValueError(f"{where}: line {n}: {column}: {text!r} is out of range")
     return value
 
@@ -140,6 +153,78 @@ def ema_at(returns: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[f
             i += 1
         out.append(value)
     return out
+
+
+def logged(returns: Sequence[tuple[int, float]], every: int) -> list[tuple[int, float]]:
+    """The ``(step, EMA)`` points a run would have logged under reducible-loss's logger: asked at
+    every episode end, ``utils.Every(every)`` logs the first one, then whenever the step has
+    reached its last mark plus ``every``, moving the mark on by ``every`` (so after a long
+    episode it catches up one mark an episode)."""
+    out: list[tuple[int, float]] = []
+    mark = None
+    for step, value in train_return_ema(returns):
+        if mark is None:
+            mark = step
+        elif step >= mark + every:
+            mark += every
+        else:
+            continue
+        out.append((step, value))
+    return out
+
+
+def binned(
+    points: Sequence[tuple[int, float]], steps: Sequence[int], bin_steps: int = BIN_STEPS
+) -> list[float]:
+    """Logged ``(step, value)`` points binned as reducible-loss's ``plotting.bin_scores`` bins
+    them, read at ``steps`` (multiples of ``bin_steps``): 0 at step 0; at ``x``, the mean of the
+    values logged in ``(x - bin_steps, x]``; an empty bin, linearly between the nearest bins
+    that are not (the last one held past the last point).
+
+    Raises:
+        ValueError: a step that is not a multiple of ``bin_steps``.
+    """
+    bad = [s for s in steps if s % bin_steps]
+    if bad:
+        raise ValueError(f"steps must be multiples of {bin_steps:,}, got {bad[0]:,}")
+    # Every bin up to the last one the points fill, as the source bins a run to its last
+    # border at or before its last point (a later bin bounds the interpolation of an empty one),
+    # and up to the last step asked for.
+    last_point = max((t for t, _ in points), default=0)
+    last = max(max(steps, default=0), last_point) // bin_steps
+    sums, counts = [0.0] * (last + 1), [0] * (last + 1)
+    for step, value in points:
+        index = -(-step // bin_steps)  # the bin (x - bin, x] that holds step: ceil
+        if 1 <= index <= last:
+            sums[index] += value
+            counts[index] += 1
+    known = [(0, 0.0)] + [(i, sums[i] / counts[i]) for i in range(1, last + 1) if counts[i]]
+    xs, ys = [i for i, _ in known], [v for _, v in known]
+    out = []
+    for s in steps:
+        i = s // bin_steps
+        out.append(ys[xs.index(i)] if i in xs else _interpolate(xs, ys, i))
+    return out
+
+
+def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
+    """``numpy.interp`` at ``x`` (xs ascending): linear inside, the end values outside."""
+    if x >= xs[-1]:
+        return ys[-1]
+    right = next(k for k, v in enumerate(xs) if v > x)
+    x0, x1, y0, y1 = xs[right - 1], xs[right], ys[right - 1], ys[right]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def read_as_logged(
+    returns: Sequence[tuple[int, float]], steps: Sequence[int], every: int | None
+) -> list[float]:
+    """A run's training-return EMA at ``steps``, read as a source that logged it every
+    ``every`` env steps published it (``logged`` then ``binned``); with ``every`` None, at the
+    steps themselves (``ema_at``)."""
+    if every is None:
+        return ema_at(returns, steps)
+    return binned(logged(returns, every), steps)
 
 
 def in_reach(

@@ -49,7 +49,8 @@ def test_a_file_is_read_in_order_with_comments_and_optional_columns(tmp_path):
         ("", "no header and no rows"),
         (
             "env_id,label,mean\n",
-            "line 1: no column 'step' (columns: env_id, label, step, mean, sd, seeds, exploration)",
+            "line 1: no column 'step' (columns: env_id, label, step, mean, sd, seeds, exploration, "
+            "logged_every)",
         ),
         (f"env_id,label,step,mean\n{ENV},DQN,1e5,1\n", "line 2: step: '1e5' is not a whole number"),
         (f"env_id,label,step,mean\n{ENV},DQN,-1,1\n", "line 2: step: '-1' is out of range"),
@@ -137,6 +138,86 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
         assert image.format == "PNG" and image.width > 1000
     assert (out / "training.svg").read_bytes().startswith(b"<?xml")
     assert "training.png" in result.output
+
+
+def test_the_source_s_logger_is_replayed_by_hand():
+    """reducible-loss's ``utils.Every(5000)``, asked at each episode end: it logs the first
+    episode (mark 10), then the first end at or past mark + 5000, moving the mark by 5000 once a
+    log, so after a long episode it logs at each next end while the mark catches up (marks
+    5010, 10010, 15010, 20010, 25010)."""
+    returns = [(10, 1.0), (5_000, 2.0), (12_000, 3.0), (40_000, 4.0), (40_100, 5.0),
+               (40_200, 6.0), (40_300, 7.0)]  # fmt: skip
+    ema = [value for _, value in published.train_return_ema(returns)]
+    got = published.logged(returns, 5_000)
+    assert [s for s, _ in got] == [10, 12_000, 40_000, 40_100, 40_200, 40_300]
+    assert [v for _, v in got] == [ema[0], *ema[2:]]
+    assert published.logged([], 5_000) == []
+
+
+def test_logged_points_are_binned_as_the_source_bins_them_by_hand():
+    """0 at step 0; the mean of the points in (x - 50k, x]; an empty bin linearly between its
+    neighbours; the last value held after the last point; a last partial bin past the steps
+    asked for dropped, as the source's borders stop at the last point; a step off the 50k grid
+    refused."""
+    points = [(10, 1.0), (50_000, 3.0), (50_001, 10.0), (120_000, 20.0), (130_000, 30.0)]
+    steps = [0, 50_000, 100_000, 150_000, 200_000, 250_000]
+    # (0, 50k]: 1, 3 -> 2; (50k, 100k]: 10; (100k, 150k]: 20, 30 -> 25; then held.
+    assert published.binned(points, steps) == [0.0, 2.0, 10.0, 25.0, 25.0, 25.0]
+    # (50k, 100k] empty: halfway between 2 and 25.
+    assert published.binned([(10, 1.0), (50_000, 3.0), (150_000, 25.0)],
+                             [100_000]) == [13.5]  # fmt: skip
+    # The source's borders for points up to 130k end at 100k: (100k, 150k] is not a bin.
+    assert published.binned([(10, 1.0), (50_000, 3.0), (130_000, 25.0)],
+                             [100_000]) == [2.0]  # fmt: skip
+    with pytest.raises(ValueError, match="steps must be multiples of 50,000, got 75,000"):
+        published.binned(points, [75_000])
+
+
+def test_a_run_is_read_as_each_published_curve_was_logged():
+    """Episodes of return 1 ending every 1,000 steps from step 1,000: logged every 5k (marks
+    1k, 6k, 11k, ...), the bin (50k, 100k] averages the EMA after episodes 51, 56, ..., 96;
+    logged every 50k (marks 1k, 51k, 101k), it holds the one after episode 51; without a
+    cadence, the EMA after episode 100 itself."""
+    returns = [((i + 1) * 1_000, 1.0) for i in range(120)]
+
+    def ema(n: int) -> float:  # after n episodes of return 1
+        return 1 - 0.99**n
+
+    five = published.read_as_logged(returns, [100_000], 5_000)[0]
+    assert five == pytest.approx(np.mean([ema(n) for n in range(51, 97, 5)]))
+    assert published.read_as_logged(returns, [100_000], 50_000) == [pytest.approx(ema(51))]
+    assert published.read_as_logged(returns, [100_000], None) == [pytest.approx(ema(100))]
+
+
+def test_the_report_reads_the_runs_once_per_published_cadence(tmp_path):
+    """A published file giving two cadences at the step: each arm gets a row read each way."""
+    out = breakout_sweep(tmp_path / "sweep")
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,sd,seeds,logged_every\n"
+                 f"{ENV},src DQN,50000,2.5,0.5,5,50000\n"
+                 f"{ENV},src PER,50000,2,0.5,5,5000\n")  # fmt: skip
+    result = runner.invoke(app, ["report", str(out), "--published", str(path)])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    sweep = runs.collect(out)
+    for every in (5_000, 50_000):
+        values = [published.read_as_logged(r.train_returns, [50_000], every)[0]
+                  for r in sweep.runs]  # fmt: skip
+        ours = f"{np.mean(values):.2f} ({np.std(values, ddof=1):.2f})"
+        assert (f"| {ENV} | 50,000 | uniform, read as logged every {every:,} | not known | "
+                f"{ours} | 2 |") in text  # fmt: skip
+    assert f"| {ENV} | 50,000 | uniform | " not in text
+
+
+def test_logged_every_is_read_and_checked(tmp_path):
+    path = write(tmp_path / "p.csv", "env_id,label,step,mean,logged_every\n"
+                 f"{ENV},DQN,50000,1,5000\n{ENV},PER,50000,1,\n")  # fmt: skip
+    assert [p.logged_every for p in published.read_published(path)] == [5_000, None]
+    for bad in ("0", "-5", "1.5"):
+        path = write(
+            tmp_path / "p.csv", f"env_id,label,step,mean,logged_every\n{ENV},DQN,1,1,{bad}\n"
+        )
+        with pytest.raises(ValueError, match=f"line 2: logged_every: '{bad}' is "):
+            published.read_published(path)
 
 
 def with_an_env_not_run(out: Path) -> Path:
