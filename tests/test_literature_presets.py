@@ -17,7 +17,7 @@ MINATAR_PAPER = {
     "env.clip_rewards": False,  # dqn.py:237
     "agent.network": "minatar_cnn",
     "agent.conv_padding": "valid",  # Conv2d(in, 16, 3, stride=1) (dqn.py:72)
-    "agent.hidden_sizes": (128,),  # dqn.py:87-90
+    "agent.hidden_sizes": (128,),  # dqn.py:80
     "agent.init": "torch",
     "agent.dueling": False,
     "agent.double": False,  # dqn.py:228-237
@@ -39,9 +39,9 @@ MINATAR_PAPER = {
     "train.batch_size": 32,  # dqn.py:36
     "train.replay_period": 1,  # dqn.py:39
     "train.gradient_steps": 1,
-    "train.epsilon_start": 1.0,  # dqn.py:41
+    "train.epsilon_start": 1.0,  # EPSILON (dqn.py:48)
     "train.epsilon_end": 0.1,  # dqn.py:43
-    "train.epsilon_decay_steps": 100_000,  # dqn.py:48
+    "train.epsilon_decay_steps": 100_000,  # FIRST_N_FRAMES (dqn.py:41)
     "train.epsilon_decay_from": "learning_starts",  # dqn.py:170-171
 }
 

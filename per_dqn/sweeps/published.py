@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from per_dqn.sweeps.measure import train_return_ema
+from per_dqn.sweeps.runs import collect
 from per_dqn.sweeps.stats import Estimate
 
 COLUMNS = ("env_id", "label", "step", "mean", "sd", "seeds", "exploration", "logged_every")
@@ -225,6 +226,17 @@ def read_as_logged(
     if every is None:
         return ema_at(returns, steps)
     return binned(logged(returns, every), steps)
+
+
+def values_at(sweep: Path, arm: str, env_id: str, step: int, every: int | None) -> dict[int, float]:
+    """Seed -> the training-return EMA at ``step`` of each run of ``arm`` on ``env_id`` in the
+    sweep dir ``sweep`` that reached it, read as a curve logged every ``every`` env steps was
+    published (``read_as_logged``): what a page sets beside a published value."""
+    return {
+        r.seed: read_as_logged(r.train_returns, [step], every)[0]
+        for r in collect(sweep).runs
+        if r.arm == arm and r.env_id == env_id and r.env_steps >= step
+    }
 
 
 def in_reach(
