@@ -11,7 +11,10 @@ and dtype, so the priority index holds as many entries as in a run.
 Each repeat times every kind once, in rotating order, for ``--steps`` gradient steps after an
 untimed warm-up; the table gives the median microseconds per step over the repeats and the ratio
 to proportional's (1.30x = 30 % more per step). Ratios measured in one run are what to compare
-(the machine's speed drifts between runs).
+(the machine's speed drifts between runs). A last row times what LaBER cannot do without: the
+three forward passes over its large batch that give it fresh ``|delta|`` (the online net on
+``s`` and ``s'``, the target net on ``s'``), alone; proportional's step plus that row is the
+least a LaBER step can cost.
 
     .venv/bin/python benchmarks/variants.py            # 2,000 steps x 5 repeats, both envs
     .venv/bin/python benchmarks/variants.py --smoke    # a few seconds, for make test
@@ -94,15 +97,32 @@ def time_steps(config: Any, memory: Any, agent: Any, steps: int) -> float:
     return (time.perf_counter() - started) / steps
 
 
+def forward_floor(config: Any, memory: Any, agent: Any, steps: int) -> float:
+    """Seconds a step of LaBER spends on its large batch's forward passes alone: three passes
+    without gradients over ``large_batch * B`` rows (the online net on s and s', the target net
+    on s'; the two nets are the same shape, so three online passes cost the same)."""
+    batch = memory.sample(config.train.batch_size, 0.5)
+    started = time.perf_counter()
+    for _ in range(steps):
+        for obs in (batch.obs, batch.next_obs, batch.next_obs):
+            agent.q_values(obs)
+    return (time.perf_counter() - started) / steps
+
+
 def measure(args: argparse.Namespace, config_name: str, env_id: str) -> dict[str, list[float]]:
     """Each kind's seconds per step, one value per repeat."""
     built = {kind: build(config_name, env_id, kind, args.fill, args.seed) for kind in args.kinds}
     for kind in args.kinds:  # warm-up: kernels compiled, allocator settled
         time_steps(*built[kind], args.warmup)
     seconds: dict[str, list[float]] = {kind: [] for kind in args.kinds}
+    floor = "laber: its large batch's 3 forward passes alone"
+    if "laber" in built:
+        seconds[floor] = []
     for repeat in range(args.repeats):
         for kind in rotated(args.kinds, repeat):
             seconds[kind].append(time_steps(*built[kind], args.steps))
+        if "laber" in built:
+            seconds[floor].append(forward_floor(*built["laber"], args.steps))
     return seconds
 
 

@@ -109,7 +109,8 @@ def test_variants_smoke_prints_each_kind_s_cost_against_proportional():
     assert len(found) == 2  # CartPole and MinAtar
     for headers, rows in found:
         assert headers == ["kind", "us/step (median)", "min", "max", "/ proportional"]
-        assert list(rows) == list(KINDS)
+        # every kind, then LaBER's large-batch forward passes alone (its floor)
+        assert list(rows) == [*KINDS, "laber: its large batch's 3 forward passes alone"]
         for cells in rows.values():
             assert_numbers(cells)
         assert rows["proportional"][-1] == "1.00x"
