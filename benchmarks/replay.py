@@ -460,7 +460,9 @@ def update_loop(batch_size: int) -> Callable[[Subject, np.random.Generator], Loo
             return None
 
         def factory(calls: int) -> Callable[[], float]:
-            pool = [np.abs(rng.standard_normal(batch_size)) for _ in range(TD_POOL)]
+            # One error per sampled row: a kind may draw more rows than the batch (LaBER).
+            rows = len(indices_of(sample(batch_size, **kwargs)))
+            pool = [np.abs(rng.standard_normal(rows)) for _ in range(TD_POOL)]
 
             def run() -> float:
                 timed = 0.0
@@ -484,7 +486,9 @@ def step_loop(subject: Subject, rng: np.random.Generator) -> LoopFactory:
     indices_of, update = subject.indices_of, subject.update
 
     def factory(calls: int) -> Callable[[], None]:
-        pool = [np.abs(rng.standard_normal(TRAIN_BATCH)) for _ in range(TD_POOL)]
+        # One error per sampled row: a kind may draw more rows than the batch (LaBER).
+        rows = len(indices_of(sample(TRAIN_BATCH, **sample_kwargs)))
+        pool = [np.abs(rng.standard_normal(rows)) for _ in range(TD_POOL)]
 
         def run() -> None:
             for td_errors in islice(cycle(pool), calls):
