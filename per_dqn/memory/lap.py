@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from per_dqn.memory.samplers import Sampler, in_range
+from per_dqn.memory.samplers import Sampler, checked_priorities, in_range
 from per_dqn.memory.trees import SumTree
 from per_dqn.memory.types import PriorityUpdate
 
@@ -120,17 +120,7 @@ class LAPSampler(Sampler):
 
     def check_state(self, state: dict[str, Any], size: int) -> None:
         super().check_state(state, size)
-        priorities = np.asarray(state.get("priorities"), dtype=np.float64)
-        if priorities.shape != (self.capacity,):
-            raise ValueError(
-                f"`priorities` must have shape ({self.capacity},), got {priorities.shape}"
-            )
-        bad = np.flatnonzero(~(np.isfinite(priorities) & (priorities >= 0.0)))
-        if bad.size:
-            raise ValueError(
-                f"`priorities` must be finite and >= 0, "
-                f"got {float(priorities[bad[0]])!r} at slot {bad[0]}"
-            )
+        checked_priorities(state, self.capacity)
         max_priority = float(state.get("max_priority", np.nan))
         if not 1.0 <= max_priority < np.inf:
             raise ValueError(f"`max_priority` must be finite and >= 1, got {max_priority}")

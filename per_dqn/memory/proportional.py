@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from per_dqn.memory.samplers import Sampler, in_range, optional_clip
+from per_dqn.memory.samplers import Sampler, checked_priorities, in_range, optional_clip
 from per_dqn.memory.trees import MinTree, SumTree
 from per_dqn.memory.types import PriorityUpdate
 
@@ -171,17 +171,7 @@ class ProportionalSampler(Sampler):
 
     def check_state(self, state: dict[str, Any], size: int) -> None:
         super().check_state(state, size)
-        priorities = np.asarray(state["priorities"], dtype=np.float64)
-        if priorities.shape != (self.capacity,):
-            raise ValueError(
-                f"`priorities` must have shape ({self.capacity},), got {priorities.shape}"
-            )
-        bad = np.flatnonzero(~(np.isfinite(priorities) & (priorities >= 0.0)))
-        if bad.size:
-            raise ValueError(
-                f"`priorities` must be finite and >= 0, "
-                f"got {float(priorities[bad[0]])!r} at slot {bad[0]}"
-            )
+        checked_priorities(state, self.capacity)
 
     def load_state_dict(self, state: dict[str, Any], size: int) -> None:
         self.check_state(state, size)

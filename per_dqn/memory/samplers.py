@@ -60,6 +60,21 @@ def optional_clip(name: str, value) -> float | None:
     return clip
 
 
+def checked_priorities(state: dict[str, Any], capacity: int) -> np.ndarray:
+    """A sampler state's ``priorities`` as float64, or ValueError unless they are ``capacity``
+    finite values >= 0 (the one check of the samplers that keep a leaf per slot)."""
+    priorities = np.asarray(state["priorities"], dtype=np.float64)
+    if priorities.shape != (capacity,):
+        raise ValueError(f"`priorities` must have shape ({capacity},), got {priorities.shape}")
+    bad = np.flatnonzero(~(np.isfinite(priorities) & (priorities >= 0.0)))
+    if bad.size:
+        raise ValueError(
+            f"`priorities` must be finite and >= 0, "
+            f"got {float(priorities[bad[0]])!r} at slot {bad[0]}"
+        )
+    return priorities
+
+
 class Sampler(ABC):
     """The interface every sampler implements; it owns the random generator and its state.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from agent_helpers import random_batch, tiny_agent
 
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.objectives import (
@@ -154,27 +155,12 @@ def test_an_objective_spec_checks_its_values():
 
 
 def _agent(seed: int, spec: ObjectiveSpec) -> DQNAgent:
-    torch.manual_seed(seed)
-    return DQNAgent(
-        obs_shape=(4,), num_actions=3, hidden_sizes=(16,), dueling=True, double=True,
-        gamma=0.9, learning_rate=1e-2, adam_eps=1e-8, loss=spec.loss, grad_clip_norm=1.0,
-        target_update_interval=4, tau=1.0, device=torch.device("cpu"), objective=spec,
-    )  # fmt: skip
+    return tiny_agent(seed, gamma=0.9, learning_rate=1e-2, loss=spec.loss, grad_clip_norm=1.0,
+                      target_update_interval=4, objective=spec)  # fmt: skip
 
 
 def _batch(seed: int, rows: int = 12, picks: int | None = None) -> Batch:
-    rng = np.random.default_rng(seed)
-    return Batch(
-        obs=rng.normal(size=(rows, 4)).astype(np.float32),
-        actions=rng.integers(0, 3, rows),
-        rewards=rng.normal(size=rows).astype(np.float32) * 3,
-        next_obs=rng.normal(size=(rows, 4)).astype(np.float32),
-        terminated=rng.random(rows) < 0.25,
-        indices=np.arange(rows, dtype=np.int64) + 50,
-        weights=np.ones(rows, dtype=np.float32),
-        n_steps=np.ones(rows, dtype=np.uint8),
-        picks=None if picks is None else rng.random(picks),
-    )
+    return random_batch(seed, rows, first_index=50, picks=picks)
 
 
 SPECS = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from agent_helpers import random_batch, tiny_agent
 from torch.nn import functional as F
 
 from per_dqn.agent import DQNAgent
@@ -39,26 +40,12 @@ def test_relo_under_a_squared_loss_by_hand():
 
 
 def _agent(seed: int, signal: str = "reducible_loss", double: bool = False) -> DQNAgent:
-    torch.manual_seed(seed)
-    return DQNAgent(
-        obs_shape=(4,), num_actions=3, hidden_sizes=(16,), dueling=False, double=double,
-        gamma=0.9, learning_rate=1e-2, adam_eps=1e-8, loss="huber", grad_clip_norm=None,
-        target_update_interval=1000, tau=1.0, device=torch.device("cpu"), priority_signal=signal,
-    )  # fmt: skip
+    return tiny_agent(seed, dueling=False, double=double, gamma=0.9, learning_rate=1e-2,
+                      target_update_interval=1000, priority_signal=signal)  # fmt: skip
 
 
 def _batch(seed: int, size: int = 12) -> Batch:
-    rng = np.random.default_rng(seed)
-    return Batch(
-        obs=rng.normal(size=(size, 4)).astype(np.float32),
-        actions=rng.integers(0, 3, size),
-        rewards=rng.normal(size=size).astype(np.float32) * 3,
-        next_obs=rng.normal(size=(size, 4)).astype(np.float32),
-        terminated=rng.random(size) < 0.25,
-        indices=np.arange(size, dtype=np.int64) + 7,
-        weights=np.ones(size, dtype=np.float32),
-        n_steps=np.ones(size, dtype=np.uint8),
-    )
+    return random_batch(seed, size, first_index=7)
 
 
 def test_the_learner_s_relo_is_the_source_s_formula_on_a_tiny_network():

@@ -8,6 +8,7 @@ import typing
 import numpy as np
 import pytest
 import torch
+from agent_helpers import random_batch, tiny_agent
 from torch.nn import functional as F
 
 from per_dqn.agent import DQNAgent
@@ -78,26 +79,11 @@ def test_sample_losses_names_an_unknown_loss():
 
 
 def _agent(seed: int, signal: str, loss: str = "huber") -> DQNAgent:
-    torch.manual_seed(seed)
-    return DQNAgent(
-        obs_shape=(4,), num_actions=3, hidden_sizes=(16,), dueling=True, double=True,
-        gamma=0.99, learning_rate=1e-3, adam_eps=1e-8, loss=loss, grad_clip_norm=None,
-        target_update_interval=3, tau=1.0, device=torch.device("cpu"), priority_signal=signal,
-    )  # fmt: skip
+    return tiny_agent(seed, loss=loss, priority_signal=signal)
 
 
 def _batch(seed: int, size: int = 16) -> Batch:
-    rng = np.random.default_rng(seed)
-    return Batch(
-        obs=rng.normal(size=(size, 4)).astype(np.float32),
-        actions=rng.integers(0, 3, size),
-        rewards=rng.normal(size=size).astype(np.float32) * 3,
-        next_obs=rng.normal(size=(size, 4)).astype(np.float32),
-        terminated=rng.random(size) < 0.2,
-        indices=np.arange(size, dtype=np.int64) + 100,
-        weights=np.ones(size, dtype=np.float32),
-        n_steps=np.ones(size, dtype=np.uint8),
-    )
+    return random_batch(seed, size)
 
 
 @pytest.mark.parametrize("loss", ["huber", "mse"])
