@@ -36,6 +36,7 @@ TRAIN_REDUCIBLE_CLIPPED = "train/reducible_clipped_share"
 TRAIN_LARGE_BATCH_TD_MEAN = "train/large_batch_td_mean"
 TRAIN_LARGE_BATCH_TD_STD = "train/large_batch_td_std"
 TRAIN_PAL_LAMBDA = "train/pal_lambda"
+TRAIN_PICKED_WEIGHT_MEAN = "train/picked_weight_mean"
 EXPLORE_EPSILON = "explore/epsilon"
 EPISODE_RETURN = "episode/return"
 EPISODE_LENGTH = "episode/length"
@@ -91,6 +92,8 @@ SCALAR_TAGS: dict[str, str] = {
     TRAIN_LARGE_BATCH_TD_STD: "standard deviation of |delta| over LaBER's large batch: the "
     "spread the picks exploit (laber only)",
     TRAIN_PAL_LAMBDA: "PAL's normaliser, the batch mean of max(|delta|, k)^alpha (pal only)",
+    TRAIN_PICKED_WEIGHT_MEAN: "mean weight mean(p) / p_i of the samples LaBER picked, the weights "
+    "its loss applies; per/is_weight_* are the large batch's, all 1 (laber only)",
     EXPLORE_EPSILON: "exploration epsilon",
     EPISODE_RETURN: "undiscounted return of each finished training episode",
     EPISODE_LENGTH: "length in env steps of each finished training episode",
@@ -135,6 +138,9 @@ CUSTOM_SCALARS_LAYOUT = {
         "share clipped to 0 (relo)": ["Multiline", [f"^{TRAIN_REDUCIBLE_CLIPPED}$"]],
         "large batch |delta|: mean (laber)": ["Multiline", [f"^{TRAIN_LARGE_BATCH_TD_MEAN}$"]],
         "large batch |delta|: spread (laber)": ["Multiline", [f"^{TRAIN_LARGE_BATCH_TD_STD}$"]],
+        "weights of the picked samples (laber)": [
+            "Multiline", [f"^{TRAIN_PICKED_WEIGHT_MEAN}$"],
+        ],
     },
     "loss": {
         "TD loss, IS-weighted (what is minimised)": ["Multiline", [f"^{TRAIN_LOSS}$"]],

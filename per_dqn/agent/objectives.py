@@ -234,7 +234,11 @@ def _laber_pick(q_taken, targets, picks, spec: ObjectiveSpec) -> Picked:
         surrogate.sum(dim=-1, keepdim=True) == 0, torch.ones_like(surrogate), surrogate
     )
     weights = mass.mean(dim=-1, keepdim=True) / mass.gather(-1, chosen)
-    metrics = {"large_batch_td_mean": td_abs.mean(dim=-1), "large_batch_td_std": td_abs.std(dim=-1)}
+    metrics = {
+        "large_batch_td_mean": td_abs.mean(dim=-1),
+        "large_batch_td_std": td_abs.std(dim=-1),
+        "picked_weight_mean": weights.mean(dim=-1),
+    }
     return Picked(chosen, weights, metrics)
 
 
@@ -255,7 +259,8 @@ OBJECTIVES: Mapping[str, Objective] = MappingProxyType({
             summary="PAL: LAP's expected gradient under uniform sampling", reads_loss=False,
         ),
         Objective(
-            "laber", _weighted, (), ("large_batch_td_mean", "large_batch_td_std"),
+            "laber", _weighted, (),
+            ("large_batch_td_mean", "large_batch_td_std", "picked_weight_mean"),
             pick=_laber_pick,
             summary="LaBER-mean: B of m B picked by min(|delta|, 1), weighted mean(p) / p_i",
         ),

@@ -123,6 +123,7 @@ def test_laber_mean_s_picks_weights_and_loss_by_hand():
     assert picked.chosen.tolist() == [1, 3, 0]
     mean = 2.505 / 4
     np.testing.assert_allclose(picked.weights, [mean, mean, mean / 0.5], rtol=1e-6)
+    assert float(picked.metrics["picked_weight_mean"]) == pytest.approx(4 * mean / 3, rel=1e-6)
     assert float(picked.metrics["large_batch_td_mean"]) == pytest.approx(5.505 / 4, rel=1e-6)
     assert float(picked.metrics["large_batch_td_std"]) == pytest.approx(
         np.std([0.5, 2, 0.005, 3], ddof=1), rel=1e-5
@@ -216,6 +217,7 @@ def test_laber_learns_from_the_picked_samples_by_hand():
     huber = np.where(td[chosen] < 1, 0.5 * td[chosen] ** 2, td[chosen] - 0.5)
     assert result.metrics["loss"] == pytest.approx(float((weights * huber).mean()), rel=1e-5)
     assert result.metrics["large_batch_td_mean"] == pytest.approx(float(td.mean()), rel=1e-5)
+    assert result.metrics["picked_weight_mean"] == pytest.approx(float(weights.mean()), rel=1e-5)
     assert result.metrics["td_error_abs"] == pytest.approx(float(result.td_abs.mean()))
 
 
