@@ -385,11 +385,11 @@ class DQNAgent:
             rows.append(picked.chosen.float())
         host = torch.cat((*rows, torch.stack(extras))).cpu().numpy()
         metrics = (*(picked.metrics if picked is not None else ()), *out.metrics)
-        layout_ = HostLayout(
+        host_layout = HostLayout(
             len(out.per_sample), q_target is not None, picked is not None,
             self.grad_clip_norm is not None, metrics,
         )  # fmt: skip
-        return learn_result(host, batch.indices, layout_, signal, self.loss_name)
+        return learn_result(host, batch.indices, host_layout, signal, self.loss_name)
 
     def state_dict(self) -> dict[str, Any]:
         """The networks, the optimiser's moments and step counts, and the update counter: copies

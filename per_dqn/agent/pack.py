@@ -455,12 +455,12 @@ class Pack:
         host = torch.cat((*rows, torch.stack(extras, dim=1)), dim=1)
         host = host.cpu().numpy()
         metrics = (*(picked.metrics if picked is not None else ()), *out.metrics)
-        layout_ = HostLayout(
+        host_layout = HostLayout(
             out.per_sample.shape[-1], q_target is not None, picked is not None,
             self.grad_clip_norm is not None, metrics,
         )  # fmt: skip
         return {
-            k: learn_result(host[i], batches[k].indices, layout_, agent.priority_signal,
+            k: learn_result(host[i], batches[k].indices, host_layout, agent.priority_signal,
                             agent.loss_name)
             for i, (k, agent) in enumerate(zip(slots, agents, strict=True))
         }  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from per_dqn.agent import DQNAgent, QNetwork, td_targets
+from per_dqn.agent import DQNAgent, QNetwork, objectives, td_targets
 from per_dqn.memory import Batch
 
 
@@ -219,3 +219,47 @@ def test_greedy_actions_are_the_argmax():
     with torch.no_grad():
         expected = agent.online(torch.from_numpy(obs)).argmax(1).numpy()
     np.testing.assert_array_equal(agent.greedy_actions(obs), expected)
+
+
+# Q = 0 and terminal targets 3, 0.5, 0.2 and 0: |delta| = 3, 0.5, 0.2, 0. Each objective's loss by
+# hand (LaBER: surrogates 1, 0.5, 0.2, 0, running sums 1, 1.5, 1.7, 1.7; picks 0.1 and 0.9 ->
+# masses 0.17 and 1.53 -> positions 0 and 2, weights 0.425 / 1 and 0.425 / 0.2).
+OBJECTIVE_LOSSES = {
+    "lap": ((3.0 + 0.125 + 0.02 + 0.0) / 4, [0, 1, 2, 3]),
+    "pal": ((3.0**1.4 / 1.4 + 0.125 + 0.02) / 4 / ((3.0**0.4 + 3) / 4), [0, 1, 2, 3]),
+    "laber": ((0.425 * 2.5 + 2.125 * 0.02) / 2, [0, 2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVE_LOSSES))
+@pytest.mark.parametrize("network", ["auto", "support:zero_q_network"])
+def test_each_objective_by_hand_on_a_built_in_and_a_user_s_network(name, network):
+    """The same loss and the same slots by hand through a pack (the built-in network) and through
+    ``DQNAgent.learn``'s own steps (a user's network, which computes alone)."""
+    spec = objectives.ObjectiveSpec(name, alpha=0.4, min_priority=1.0)
+    agent = make_agent(network=network, objective=spec)
+    if network == "auto":
+        zeroed(agent)
+    assert (agent.pack is None) == (network != "auto")
+    batch = make_batch(rewards=[3.0, 0.5, 0.2, 0.0], terminated=[True] * 4, n_steps=[1] * 4)
+    if name == "laber":
+        batch = batch._replace(picks=np.array([0.1, 0.9]))
+    result = agent.learn(batch)
+    loss, slots = OBJECTIVE_LOSSES[name]
+    assert result.metrics["loss"] == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_array_equal(result.priorities.indices, slots)
+    np.testing.assert_allclose(result.td_abs, np.array([3.0, 0.5, 0.2, 0.0])[slots], atol=1e-7)
+
+
+@pytest.mark.parametrize("network", ["auto", "support:zero_q_network"])
+def test_the_reducible_loss_signal_on_a_built_in_and_a_user_s_network(network):
+    """Q = 0 for both nets: the online and the target losses are equal, so every priority is 0,
+    and the irreducible loss is the plain Huber mean, (2.5 + 0.125 + 0.02 + 0) / 4."""
+    agent = make_agent(network=network, priority_signal="reducible_loss")
+    if network == "auto":
+        zeroed(agent)
+    batch = make_batch(rewards=[3.0, 0.5, 0.2, 0.0], terminated=[True] * 4, n_steps=[1] * 4)
+    result = agent.learn(batch)
+    assert result.td_abs.tolist() == [0.0] * 4
+    assert result.metrics["irreducible_loss"] == pytest.approx(2.645 / 4, rel=1e-6)
+    assert result.metrics["reducible_clipped_share"] == 1.0
