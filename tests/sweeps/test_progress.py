@@ -121,7 +121,9 @@ def test_runs_in_packs_are_listed_under_their_pack_naming_what_they_share_once()
 def test_a_local_sweep_shows_its_packs_runs_steps_and_speed_as_they_run(tmp_path):
     """Pins the local backend's display (issue 24 and 26: it printed nothing until a run ended):
     two CartPole runs in one pack on one worker report their steps and SPS at each log point,
-    through the worker's queue, under their pack's line."""
+    through the worker's queue, under their pack's line. Also pins a CI failure: a pack that
+    ended within one 0.5 s wait of the sweep's loop showed none of its steps, because its
+    reports were dropped with its result instead of shown before it."""
     from support import TINY, cartpole_config
 
     from per_dqn.sweeps import plan

@@ -263,6 +263,9 @@ def run_sweep(
         progress.update(progress.done, running)
 
     def record(outcome: Outcome) -> None:
+        # The run's reports sent before its result are shown first, not dropped with it: a
+        # pack that ends within one wait of the loop would otherwise never show its steps.
+        show()
         ended.add(outcome.job.run_dir)
         running.pop(outcome.job.run_dir, None)
         if progress is not None:
