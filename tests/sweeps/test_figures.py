@@ -1,0 +1,222 @@
+"""The report's figures draw the numbers they claim: each line and band is read back from the
+figure and checked against a hand computation (an IQM over four seeds, a mean and sd over two,
+a profile's share of runs above tau) or against the interval function the tables use, for the
+right arm, in the right panel and colour.
+
+A figure's band drawn from the wrong column, a curve of the wrong arm, or a profile of the wrong
+metric is a bug the tables do not show: these tests are what catch it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+from test_report import fake_run, sweep_record
+
+from per_dqn import fileio, metrics, tags
+from per_dqn.sweeps import figures, measure, published, runs, stats
+
+ENV, OTHER = "MinAtar/Breakout-v1", "MinAtar/Asterix-v1"
+STEPS = (1000, 2000, 3000)
+# Eval returns by seed at STEPS, per (env, arm): four seeds each.
+CURVES = {
+    (ENV, "uniform"): [(1, 2, 3), (5, 6, 7), (9, 10, 11), (13, 14, 15)],
+    (ENV, "proportional"): [(2, 2, 2), (2, 2, 2), (2, 2, 2), (2, 2, 2)],
+    (OTHER, "uniform"): [(0, 10, 40), (0, 20, 30), (0, 30, 20), (0, 40, 10)],
+    (OTHER, "proportional"): [(4, 4, 4), (8, 8, 8), (1, 1, 1), (100, 100, 100)],
+}
+# Final scores by seed, per (env, arm).
+FINALS = {
+    (ENV, "uniform"): [0.0, 10.0, 20.0, 30.0],
+    (ENV, "proportional"): [5.0, 15.0, 25.0, 40.0],
+    (OTHER, "uniform"): [100.0, 300.0, 200.0, 400.0],
+    (OTHER, "proportional"): [100.0, 100.0, 500.0, 100.0],
+}
+ARMS = ("uniform", "proportional")
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    out = tmp_path / "sweep"
+    planned = []
+    for (env, arm), curves in CURVES.items():
+        for seed, values in enumerate(curves):
+            rel = f"{env.split('/')[1]}/{arm}/s{seed}"
+            planned.append((env, arm, seed, rel))
+            fake_run(out, rel, env, arm, seed, FINALS[(env, arm)][seed],
+                     list(zip(STEPS, map(float, values), strict=True)))  # fmt: skip
+    fileio.write_json(out / "sweep.json", sweep_record(planned, [ENV, OTHER], list(ARMS)))
+    collected = runs.collect(out)
+    cells = measure.group_cells(collected, [measure.measure(r, None) for r in collected.runs])
+    return collected, cells
+
+
+def hand_iqm(values) -> float:
+    """The IQM of four values: the mean of the middle two."""
+    ordered = sorted(values)
+    return (ordered[1] + ordered[2]) / 2
+
+
+def arm_line(ax, arm: str):
+    (line,) = [line for line in ax.get_lines() if line.get_label() == arm]
+    return line
+
+
+def band_edges(ax, color: str, xs) -> tuple[np.ndarray, np.ndarray]:
+    """The lower and upper edge at each of ``xs`` of the one band filled in ``color``."""
+    (band,) = [c for c in ax.collections if tuple(c.get_facecolor()[0][:3]) == to_rgb(color)]
+    vertices = band.get_paths()[0].vertices
+    low, high = [], []
+    for x in xs:
+        at = vertices[np.isclose(vertices[:, 0], x), 1]
+        low.append(at.min())
+        high.append(at.max())
+    return np.array(low), np.array(high)
+
+
+def test_the_curves_figure_draws_each_arm_s_iqm_and_its_bootstrap_band(sweep):
+    collected, cells = sweep
+    fig = figures.plot_curves(collected, cells, {ENV: 12.0, OTHER: None})
+    styles = figures.arm_styles(collected.arms)
+    panels = {ax.get_title().split(" (")[0]: ax for ax in fig.axes}
+    assert list(panels) == [ENV, OTHER]
+    for (env, arm), curves in CURVES.items():
+        ax, (color, style) = panels[env], styles[arm]
+        line = arm_line(ax, arm)
+        assert (line.get_color(), line.get_linestyle()) == (color, style)
+        assert list(line.get_xdata()) == list(STEPS)
+        by_step = np.array(curves, dtype=float).T  # (steps, seeds)
+        assert list(line.get_ydata()) == [hand_iqm(v) for v in by_step]
+        low, high = band_edges(ax, color, STEPS)
+        for k, values in enumerate(by_step):
+            want = stats.stratified_bootstrap_ci(values, stats.iqm, reps=2000, seed=0)
+            assert (low[k], high[k]) == pytest.approx(want)
+            assert low[k] <= hand_iqm(values) <= high[k]
+    # Four equal seeds: the band is the line itself.
+    low, high = band_edges(panels[ENV], styles["proportional"][0], STEPS)
+    assert list(low) == list(high) == [2.0, 2.0, 2.0]
+    # The threshold, dashed, on its env's panel only.
+    (threshold,) = [ln for ln in panels[ENV].get_lines() if ln.get_label() == "threshold"]
+    assert list(threshold.get_ydata()) == [12.0, 12.0] and threshold.get_linestyle() == "--"
+    assert not [ln for ln in panels[OTHER].get_lines() if ln.get_label() == "threshold"]
+
+
+def test_the_profiles_figure_draws_each_arm_s_share_of_runs_above_tau(sweep):
+    """On the min-max scale of each game (over both arms' runs), the share of the 8 runs x games
+    of an arm whose score is above tau, by hand, with its band around it; the final score's
+    panel first, then the AUC's."""
+    collected, cells = sweep
+    norm = measure.normalization(collected, cells)
+    fig = figures.plot_profiles(collected, cells, norm)
+    styles = figures.arm_styles(collected.arms)
+    final_ax, auc_ax = fig.axes
+    assert final_ax.get_title().startswith("final score") and "AUC" in auc_ax.get_title()
+    finals = {}
+    for env in (ENV, OTHER):
+        lo = min(v for arm in ARMS for v in FINALS[(env, arm)])
+        hi = max(v for arm in ARMS for v in FINALS[(env, arm)])
+        for arm in ARMS:
+            finals.setdefault(arm, []).extend((v - lo) / (hi - lo) for v in FINALS[(env, arm)])
+    taus = np.linspace(0.0, 1.0, figures.PROFILE_POINTS)
+    for arm in ARMS:
+        line = arm_line(final_ax, arm)
+        assert np.allclose(line.get_xdata(), taus)
+        want = [np.mean([s > tau for s in finals[arm]]) for tau in taus]
+        assert np.allclose(line.get_ydata(), want)
+        low, high = band_edges(final_ax, styles[arm][0], taus)
+        assert np.all(low <= np.asarray(want) + 1e-12) and np.all(np.asarray(want) <= high + 1e-12)
+        assert low[-1] == high[-1] == want[-1] == 0.0  # no score is above the highest
+    # The AUC panel profiles the AUC (trapezoids over the three evaluations at even steps:
+    # (a + 2b + c) / 4), not the final score.
+    aucs = {}
+    for env in (ENV, OTHER):
+        by_arm = {arm: [(a + 2 * b + c) / 4 for a, b, c in CURVES[(env, arm)]] for arm in ARMS}
+        lo = min(min(v) for v in by_arm.values())
+        hi = max(max(v) for v in by_arm.values())
+        for arm in ARMS:
+            aucs.setdefault(arm, []).extend((v - lo) / (hi - lo) for v in by_arm[arm])
+    auc_taus = np.linspace(0.0, max(max(v) for v in aucs.values()), figures.PROFILE_POINTS)
+    for arm in ARMS:
+        line = arm_line(auc_ax, arm)
+        assert np.allclose(line.get_xdata(), auc_taus)
+        assert np.allclose(
+            line.get_ydata(), [np.mean([s > t for s in aucs[arm]]) for t in auc_taus]
+        )
+
+
+def test_profile_taus_run_from_zero_or_the_lowest_score_to_the_highest():
+    assert np.allclose(figures.profile_taus([np.array([[0.5, 2.0]])]), np.linspace(0, 2, 101))
+    assert np.allclose(figures.profile_taus([np.array([[-1.0]]), np.array([[3.0]])]),
+                       np.linspace(-1, 3, 101))  # fmt: skip
+    # One value, or none: a range of 1 from it.
+    assert np.allclose(figures.profile_taus([np.array([[0.0]])]), np.linspace(0, 1, 101))
+    assert np.allclose(figures.profile_taus([]), np.linspace(0, 1, 101))
+
+
+def training_sweep(tmp_path, returns: dict[int, float], steps: int = 100_000):
+    """Two uniform runs of ``steps`` env steps on ENV: seed s's episodes return ``returns[s]``,
+    one every 1,000 steps from step 1,000."""
+    out = tmp_path / "training"
+    planned = []
+    for seed, g in returns.items():
+        rel = f"uniform/s{seed}"
+        planned.append((ENV, "uniform", seed, rel))
+        fake_run(out, rel, ENV, "uniform", seed, 5.0, [(steps // 2, 4.0), (steps, 5.0)])
+        logger = metrics.TensorBoardLogger(out / rel)
+        for i in range(steps // 1000):
+            logger.scalars({tags.EPISODE_RETURN: g}, (i + 1) * 1000)
+        logger.close()
+    fileio.write_json(out / "sweep.json", sweep_record(planned, [ENV], ["uniform"]))
+    collected = runs.collect(out)
+    cells = measure.group_cells(collected, [measure.measure(r, None) for r in collected.runs])
+    return collected, cells
+
+
+def test_the_training_figure_draws_the_runs_mean_and_sd_and_each_published_curve(tmp_path):
+    """Episodes of constant return G every 1,000 steps: the EMA after n of them is
+    G (1 - 0.99^n). Read at the published steps (50k, 100k: n = 50, 100), the arm's line is the
+    mean over the two seeds (G = 1 and 3) and its band one sd (ddof 1) each side; each published
+    curve is its means with a band of its sds, in grey, up to the runs' last step."""
+    collected, cells = training_sweep(tmp_path, {0: 1.0, 1: 3.0})
+    points = (
+        published.Point(ENV, "src DQN", 50_000, 2.5, 0.5, 5),
+        published.Point(ENV, "src DQN", 100_000, 4.0, 1.0, 5),
+        published.Point(ENV, "src DQN", 150_000, 9.0, 1.0, 5),  # past the runs: not drawn
+        published.Point(OTHER, "src DQN", 50_000, 7.0, 1.0, 5),  # another env
+    )
+    fig = figures.plot_training(collected, cells, points)
+    (ax,) = fig.axes
+    color = figures.arm_styles(collected.arms)["uniform"][0]
+    line = arm_line(ax, "uniform (this tool)")
+    assert list(line.get_xdata()) == [50_000, 100_000]
+    emas = np.array([[g * (1 - 0.99**n) for n in (50, 100)] for g in (1.0, 3.0)])
+    assert np.allclose(line.get_ydata(), emas.mean(axis=0))
+    low, high = band_edges(ax, color, [50_000, 100_000])
+    sd = emas.std(axis=0, ddof=1)
+    assert np.allclose(low, emas.mean(axis=0) - sd) and np.allclose(high, emas.mean(axis=0) + sd)
+    source = arm_line(ax, "src DQN")
+    assert list(source.get_xdata()) == [50_000, 100_000]
+    assert list(source.get_ydata()) == [2.5, 4.0]
+    low, high = band_edges(ax, "grey", [50_000, 100_000])
+    assert list(low) == [2.0, 3.0] and list(high) == [3.0, 5.0]
+
+
+def test_the_training_figure_reads_the_runs_as_the_published_curve_was_logged(tmp_path):
+    """A published curve logged every 5,000 steps and binned per 50,000 (reducible-loss's PER):
+    the runs are read the same way. Logged at the first episode end (1,000), then at 6,000,
+    11,000, ..., so the value at 50k is the mean of the EMAs after n = 1, 6, ..., 46 episodes,
+    and at 100k after n = 51, ..., 96. One seed: no band (sd 0)."""
+    collected, cells = training_sweep(tmp_path, {0: 2.0})
+    points = tuple(
+        published.Point(ENV, "src PER", step, 1.0, 0.1, 5, logged_every=5000)
+        for step in (50_000, 100_000)
+    )
+    fig = figures.plot_training(collected, cells, points)
+    (ax,) = fig.axes
+    line = arm_line(ax, "uniform (this tool)")
+    want = [np.mean([2.0 * (1 - 0.99**n) for n in range(first, first + 50, 5)])
+            for first in (1, 51)]  # fmt: skip
+    assert np.allclose(line.get_ydata(), want)
+    low, high = band_edges(ax, figures.arm_styles(collected.arms)["uniform"][0], [50_000, 100_000])
+    assert np.allclose(low, want) and np.allclose(high, want)
