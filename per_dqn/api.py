@@ -377,8 +377,10 @@ def run_trainer(
     """
     from per_dqn import console
 
-    total = trainer.config.train.total_env_steps
-    with console.ConsoleProgress(total, enabled=progress) as bar:
+    train = trainer.config.train
+    with console.ConsoleProgress(
+        train.total_env_steps, enabled=progress, learning_starts=train.learning_starts
+    ) as bar:
         summary = trainer.run(run_dir, bar, should_stop=should_stop, callbacks=callbacks)
     return TrainResult(summary, run_dir)
 

@@ -36,6 +36,68 @@ def format_eta(steps_left: int, sps: float) -> str:
     return format_duration(steps_left / sps) if sps > 0 else format_duration(math.nan)
 
 
+# Seconds of wall time a run's speed is measured over.
+SPEED_WINDOW_S = 30.0
+
+
+class Speedometer:
+    """A run's env steps per second over the last ``window_s`` seconds of wall time, within its
+    current phase, and the ETA that follows from it.
+
+    A run has two phases with speeds far apart: the warm-up (env steps below
+    ``train.learning_starts``: acting only) and learning (an Atari run: about 2,000 env steps/s,
+    then about 130). The speed is measured within the phase the run is in (the window restarts
+    when learning begins), so the ETA never projects a run from its warm-up's speed: during the
+    warm-up it is the time until learning begins, and from there the time to the end of the
+    budget at the learning speed. Fed the env step count at each display update (``add``), it
+    measures between the oldest sample still in the window and the newest; a speed that cannot
+    be measured yet (one sample in the phase) is NaN.
+
+    Args:
+        total: the run's budget in env steps.
+        learning_starts: the env step learning begins at (0: no warm-up).
+        window_s: seconds of wall time the speed is measured over.
+    """
+
+    def __init__(self, total: int, learning_starts: int = 0, window_s: float = SPEED_WINDOW_S):
+        self.total, self.learning_starts, self.window_s = total, learning_starts, window_s
+        self.samples: list[tuple[float, int]] = []
+        self.steps = 0
+
+    def phase(self, steps: int | None = None) -> str:
+        """``"warm-up"`` below ``learning_starts`` env steps, else ``"learning"``."""
+        steps = self.steps if steps is None else steps
+        return "warm-up" if steps < self.learning_starts else "learning"
+
+    def add(self, steps: int, now: float) -> None:
+        """The run is at env step ``steps`` at wall time ``now`` (seconds, monotonic)."""
+        if self.samples and self.phase(steps) != self.phase(self.samples[-1][1]):
+            self.samples = []  # a new phase: its speed is its own
+        self.steps = steps
+        self.samples.append((now, steps))
+        # Keep the last sample at or before the window's start, so the speed spans the window.
+        while len(self.samples) > 2 and self.samples[1][0] <= now - self.window_s:
+            self.samples.pop(0)
+
+    @property
+    def speed(self) -> float:
+        """Env steps per second over the window (NaN: not measured yet)."""
+        if len(self.samples) < 2:
+            return math.nan
+        (t0, s0), (t1, s1) = self.samples[0], self.samples[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else math.nan
+
+    def eta_text(self) -> str:
+        """``ETA 1:43:49`` (to the end, at the learning speed), ``learning in 0:00:25`` during
+        the warm-up (to its end, at its speed), ``ETA 0:00:00`` at or past the budget, and
+        ``-:--:--`` for a time that cannot be projected (no speed yet, or a speed of 0)."""
+        if self.steps >= self.total:
+            return f"ETA {format_duration(0)}"
+        if self.phase() == "warm-up":
+            return f"learning in {format_eta(self.learning_starts - self.steps, self.speed)}"
+        return f"ETA {format_eta(self.total - self.steps, self.speed)}"
+
+
 def format_steps(steps: int) -> str:
     """``12,500`` below a million, ``12.50M`` from there (a 50M budget must fit in 80 columns)."""
     return f"{steps:,}" if steps < 1_000_000 else f"{steps / 1e6:.2f}M"
@@ -142,11 +204,14 @@ class ConsoleProgress(LiveOrPlainDisplay):
 
         progress: 12,500/50,000 env steps (25.0%)  1,234 SPS  return 45.2  last eval 120.0  ...
 
-    The ETA is the steps left at the SPS shown (the loop's speed over its last log interval);
-    it leaves out the final evaluation, which ``evaluating`` shows while it runs.
+    The SPS is the run's speed over the last ``SPEED_WINDOW_S`` seconds of wall time, within
+    its phase, and the ETA knows the phases (``Speedometer``): during the warm-up it reads
+    ``learning in 0:00:25``, from there ``ETA`` to the end at the learning speed. It leaves out
+    the final evaluation, which ``evaluating`` shows while it runs.
 
     Args:
         total_env_steps: the run's budget.
+        learning_starts: the env step its learning begins at (``train.learning_starts``).
         console: where to draw (stderr by default, so stdout stays clean for the summary).
         enabled: False draws nothing (tests, ``--quiet``); ``warn`` still prints.
         plain_interval_s: seconds between plain lines when ``console`` is not a terminal.
@@ -161,18 +226,19 @@ class ConsoleProgress(LiveOrPlainDisplay):
         console: Console | None = None,
         enabled: bool = True,
         plain_interval_s: float = PLAIN_PROGRESS_INTERVAL_S,
+        learning_starts: int = 0,
     ) -> None:
         super().__init__(console, enabled, plain_interval_s)
         self.total = total_env_steps
         self.env_steps = 0
-        self.sps = self.ret = self.loss = self.last_eval = math.nan
+        self.speedometer = Speedometer(total_env_steps, learning_starts)
+        self.ret = self.loss = self.last_eval = math.nan
         self.eps = self.beta = math.nan
         self.eval_state: tuple[int, int, int | None] | None = None  # done, total, agent steps
 
     def update(
         self,
         env_steps: int,
-        sps: float,
         ret: float,
         eps: float,
         beta: float,
@@ -183,15 +249,15 @@ class ConsoleProgress(LiveOrPlainDisplay):
         """Shows the training state at ``env_steps`` (and ends an ``evaluating`` display).
 
         Args:
-            env_steps: env steps done.
-            sps: env steps per second lately.
+            env_steps: env steps done (the speed is measured from these and the wall time).
             ret: mean return of the recent training episodes (NaN: none finished yet).
             eps: exploration epsilon.
             beta: PER's importance-sampling exponent.
             loss: the latest TD loss (NaN: no update yet).
             last_eval: mean return of the latest evaluation (NaN: none yet).
         """
-        self.env_steps, self.sps, self.ret, self.eps, self.beta = env_steps, sps, ret, eps, beta
+        self.speedometer.add(env_steps, time.monotonic())
+        self.env_steps, self.ret, self.eps, self.beta = env_steps, ret, eps, beta
         self.loss, self.last_eval = loss, last_eval
         self.eval_state = None
         self._tick()
@@ -213,8 +279,13 @@ class ConsoleProgress(LiveOrPlainDisplay):
     def _elapsed(self) -> str:
         return format_duration(self.elapsed_s())
 
+    @property
+    def sps(self) -> float:
+        """Env steps per second over the last ``SPEED_WINDOW_S`` seconds (NaN: not yet known)."""
+        return self.speedometer.speed
+
     def _eta(self) -> str:
-        return format_eta(self.total - self.env_steps, self.sps)
+        return self.speedometer.eta_text()
 
     def _eval_text(self) -> str:
         assert self.eval_state is not None
@@ -233,7 +304,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
         """The plain progress line (without its ``progress:`` prefix)."""
         share = 100.0 * self.env_steps / self.total if self.total else 100.0
         head = f"{self.env_steps:,}/{self.total:,} env steps ({share:.1f}%)"
-        times = f"elapsed {self._elapsed()}  ETA {self._eta()}"
+        times = f"elapsed {self._elapsed()}  {self._eta()}"
         if self.eval_state is not None:
             return f"{head}  {self._eval_text()}  {times}"
         return f"{head}  {_number(self.sps, ',.0f')} SPS  {self._learning_text()}  {times}"
@@ -245,8 +316,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
         label = "eval " if self.eval_state is not None else "train"
         steps = f"{format_steps(self.env_steps)}/{format_steps(self.total)} steps"
         right = (
-            f"{steps}  {_number(self.sps, ',.0f')} SPS  elapsed {self._elapsed()}  "
-            f"ETA {self._eta()}"
+            f"{steps}  {_number(self.sps, ',.0f')} SPS  elapsed {self._elapsed()}  {self._eta()}"
         )
         top = _bar_row(label, self.env_steps, self.total, right)
         second = self._eval_text() if self.eval_state is not None else self._learning_text()

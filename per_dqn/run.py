@@ -414,7 +414,6 @@ class _Session:
         self.checkpoints = self.config.checkpoint.enabled
         self.saved_at = self.loop.state.env_steps  # the step of the newest checkpoint
         self.stop_asked = False  # a callback asked to stop
-        self.last_sps = 0.0
         self.last_eval = math.nan
         self.last_loss = math.nan
 
@@ -625,7 +624,6 @@ class _Session:
         if state.record is not None:
             state.record.add_log(values)
         state.logs_written += 1
-        self.last_sps = sps
         if "loss" in learned:
             self.last_loss = learned["loss"]
         self._call("on_log", step, values)
@@ -636,7 +634,6 @@ class _Session:
         recent = state.recent_returns
         self.progress.update(
             state.env_steps,
-            sps=self.last_sps,
             ret=float(np.mean(recent)) if recent else math.nan,
             eps=loop.epsilon(state.env_steps),
             beta=loop.beta(state.env_steps),

@@ -4,6 +4,7 @@ against hand computation."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from per_dqn import rundir, tags
 from per_dqn.cli import app
-from per_dqn.console import ConsoleProgress, format_duration, format_steps
+from per_dqn.console import ConsoleProgress, Speedometer, format_duration, format_steps
 from per_dqn.health import MeanAccumulator, ReplayHealth
 
 
@@ -406,8 +407,10 @@ def test_progress_bar_fits_80_columns_with_labelled_times_loss_and_last_eval(mon
     monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
     console, buffer = _terminal()
     with ConsoleProgress(50_000_000, console=console) as progress:
-        clock[0] += 3_723.0  # 1:02:03 after the start
-        progress.update(12_500_000, sps=1_000.0, ret=-123.4, eps=0.05, beta=0.55,
+        clock[0] += 3_713.0
+        progress.update(12_490_000, ret=-123.4, eps=0.05, beta=0.55)
+        clock[0] += 10.0  # 1:02:03 after the start; 10,000 steps in 10 s
+        progress.update(12_500_000, ret=-123.4, eps=0.05, beta=0.55,
                         loss=1.234e-5, last_eval=-12_345.6)  # fmt: skip
         progress._live.refresh()
         progress.evaluating(3, 30, 81_000)
@@ -422,35 +425,36 @@ def test_progress_bar_fits_80_columns_with_labelled_times_loss_and_last_eval(mon
     assert any(line.startswith("eval ") for line in lines)
 
 
-def test_plain_progress_lines_off_a_terminal():
+def test_plain_progress_lines_off_a_terminal(monkeypatch):
     """Issue 13, part 3, item 1: under nohup, Slurm or CI (stderr not a terminal) the output
     stayed empty until the run ended. Now one plain line every `plain_interval_s` seconds, with
     the steps, SPS, recent return, last eval, epsilon, beta and ETA; none before the first
     period, so a short run prints nothing extra."""
     import io
-    import time
 
     from rich.console import Console
 
+    clock = [1000.0]
+    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
     buffer = io.StringIO()
     console = Console(file=buffer, width=80)  # a file: not a terminal
     assert not console.is_terminal
     with ConsoleProgress(50_000, console=console, plain_interval_s=0.5) as progress:
-        progress.update(250, sps=0.0, ret=float("nan"), eps=1.0, beta=0.4)
+        progress.update(2_500, ret=float("nan"), eps=1.0, beta=0.4)
         assert buffer.getvalue() == ""  # not yet due
-        time.sleep(0.6)
-        progress.update(12_500, sps=1_250.0, ret=45.25, eps=0.05, beta=0.55, loss=0.0123,
-                        last_eval=120.0)  # fmt: skip
-        progress.update(12_750, sps=1_250.0, ret=45.25, eps=0.05, beta=0.55)  # not yet due
-        time.sleep(0.6)
+        clock[0] += 8.0  # 10,000 steps in 8 s: 1,250 SPS
+        progress.update(12_500, ret=45.25, eps=0.05, beta=0.55, loss=0.0123, last_eval=120.0)
+        clock[0] += 0.2
+        progress.update(12_750, ret=45.25, eps=0.05, beta=0.55)  # not yet due
+        clock[0] += 0.6
         progress.evaluating(2, 20, 1_000)
     lines = buffer.getvalue().splitlines()
     assert len(lines) == 3  # two due, and where the run ended
     assert lines[0].startswith(
         "progress: 12,500/50,000 env steps (25.0%)  1,250 SPS  return 45.2  last eval 120.0  "
-        "loss 0.0123  eps 0.050  beta 0.550  elapsed 0:00:0"
+        "loss 0.0123  eps 0.050  beta 0.550  elapsed 0:00:08"
     )
-    assert lines[0].endswith("ETA 0:00:30")  # 37,500 steps left at 1,250 SPS
+    assert lines[0].endswith("elapsed 0:00:08  ETA 0:00:30")  # 37,500 steps at 1,250 SPS
     assert lines[1].startswith(
         "progress: 12,750/50,000 env steps (25.5%)  evaluating: 2/20 episodes, 1,000 agent steps"
     )
@@ -465,7 +469,7 @@ def test_disabled_progress_prints_only_warnings():
     buffer = io.StringIO()
     with ConsoleProgress(100, console=Console(file=buffer), enabled=False,
                            plain_interval_s=0.0) as progress:  # fmt: skip
-        progress.update(50, sps=10.0, ret=1.0, eps=0.5, beta=0.5)
+        progress.update(50, ret=1.0, eps=0.5, beta=0.5)
         progress.warn("the final evaluation: something to say")
     assert buffer.getvalue() == "warning: the final evaluation: something to say\n"
 
@@ -640,3 +644,65 @@ def test_every_memory_diagnostic_has_a_catalogued_tag():
     assert seen == {"mean_priority", "max_priority", "tree_drift"}
     with pytest.raises(KeyError, match="'made_up_diagnostic'"):
         tags.diagnostic_scalars({"made_up_diagnostic": 0.0})
+
+
+def test_the_speed_is_measured_over_a_sliding_window_of_wall_time():
+    """Issue 45, item 4: off a terminal a run printed ``0 SPS ... ETA -:--:--`` for about 77 s,
+    because its speed was measured per 10,000-step log interval. The speed is now measured over
+    the last 30 s of wall time from the display's own updates: known from the second one."""
+    meter = Speedometer(1_000_000)
+    meter.add(0, 0.0)
+    assert math.isnan(meter.speed) and meter.eta_text() == "ETA -:--:--"
+    meter.add(250, 0.5)
+    assert meter.speed == 500.0
+    for k in range(2, 121):  # 500 steps/s for 60 s
+        meter.add(250 * k, 0.5 * k)
+    assert meter.speed == 500.0
+    # Slower for the last 40 s: the window holds the last 30 s, at 100 steps/s, only.
+    t, steps = 60.0, 30_000
+    for _ in range(80):
+        t, steps = t + 0.5, steps + 50
+        meter.add(steps, t)
+    assert meter.speed == pytest.approx(100.0)
+    assert meter.samples[0][0] == t - 30.0  # the oldest sample kept starts the window
+
+
+def test_the_eta_knows_the_warm_up_and_learning_phases():
+    """Issue 45, item 4: an Atari run showed 2,030 SPS and ETA 6:50 during its 50k warm-up,
+    then 134 SPS and ETA 103:49 once learning began. During the warm-up the display now gives
+    the time until learning begins, at the warm-up's speed; from there the ETA to the end at
+    the learning speed, measured within that phase alone."""
+    meter = Speedometer(1_000_000, learning_starts=50_000)
+    meter.add(0, 0.0)
+    meter.add(20_000, 10.0)  # 2,000 steps/s acting only
+    assert meter.phase() == "warm-up"
+    assert meter.eta_text() == "learning in 0:00:15"  # 30,000 steps left at 2,000/s
+    meter.add(50_000, 25.0)  # learning begins: the warm-up's speed is not the run's
+    assert meter.phase() == "learning" and math.isnan(meter.speed)
+    assert meter.eta_text() == "ETA -:--:--"
+    meter.add(51_000, 35.0)  # 100 steps/s learning
+    assert meter.speed == 100.0
+    assert meter.eta_text() == "ETA 2:38:10"  # 949,000 steps at 100/s: 9,490 s
+
+
+def test_the_eta_at_the_last_step_past_the_budget_and_at_a_speed_of_zero():
+    """The ETA's edge cases: 0 at the last step and past the budget (a resumed run with a
+    smaller budget), unknown at a speed of 0 (a stalled run) rather than a division by 0."""
+    meter = Speedometer(10_000)
+    meter.add(9_000, 0.0)
+    meter.add(9_000, 5.0)
+    assert meter.speed == 0.0 and meter.eta_text() == "ETA -:--:--"
+    meter.add(10_000, 6.0)
+    assert meter.eta_text() == "ETA 0:00:00"
+    meter.add(12_000, 7.0)
+    assert meter.eta_text() == "ETA 0:00:00"
+    # Two samples at one instant: no speed, not an infinite one.
+    meter = Speedometer(10_000)
+    meter.add(100, 1.0)
+    meter.add(200, 1.0)
+    assert math.isnan(meter.speed)
+    # No warm-up (learning_starts 0): the ETA from the first speed on.
+    meter = Speedometer(10_000, learning_starts=0)
+    meter.add(0, 0.0)
+    meter.add(1_000, 1.0)
+    assert meter.phase() == "learning" and meter.eta_text() == "ETA 0:00:09"
