@@ -5,7 +5,7 @@ Both backends feed it: Ray's tasks report their runs' steps and SPS through a Ra
 log point, local workers through a queue; it knows neither. On a terminal it is a live display
 that redraws itself::
 
-    sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03
+    sweep 12/45 done, 2 running, 31 pending  elapsed 1:02:03  ETA 2:10:00
     dashboard http://127.0.0.1:8265
       MinAtar-Breakout-v1/rank/alpha=0.7/s2  starting
       MinAtar-Breakout-v1/uniform/s2         120,000/500,000 steps  1,234 SPS  ETA 0:05:07
@@ -13,10 +13,17 @@ that redraws itself::
 Runs in packs (``ablate --pack K``) are listed under their pack, whose line names what their run
 dirs share::
 
-    sweep 12/150 done, 5 running, 133 pending  elapsed 0:41:10
+    sweep 12/150 done, 5 running, 133 pending  elapsed 0:41:10  ETA 10:43:00
       pack 10/30  MinAtar-SpaceInvaders-v1
         proportional/s9  120,000/500,000 steps  1,234 SPS  ETA 0:05:07
         uniform/s9       120,000/500,000 steps  1,234 SPS  ETA 0:05:07
+
+A run's speed is measured over the last ``console.SPEED_WINDOW_S`` seconds of its log points
+(``console.Speedometer``), and during its warm-up its line reads ``learning in 0:00:25`` instead
+of an ETA. The sweep's ETA (``SweepProgress.eta_s``) is the env steps left, of the runs running
+and pending, at the summed speed of the runs now learning: it assumes the runs to come run as
+fast as those running (a sweep whose arms differ in cost, LaBER's against uniform's, is
+projected from whichever run now), and is unknown while none is learning.
 
 Where stderr is not a terminal (nohup, Slurm, CI, a pipe) the same text is printed as plain lines
 every ``plain_interval_s`` seconds, as ``per-dqn train`` does with its progress: both are
@@ -27,6 +34,7 @@ display shows.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +44,7 @@ from rich.console import Console
 from per_dqn.console import (
     PLAIN_PROGRESS_INTERVAL_S,
     LiveOrPlainDisplay,
+    Speedometer,
     format_duration,
     format_eta,
 )
@@ -52,24 +61,35 @@ class RunProgress:
     Attributes:
         env_steps: env steps done (0 until its first log point).
         total: the run's budget of env steps.
-        sps: env steps per second over its last log interval (NaN before its first log point).
+        sps: env steps per second lately, within its phase (NaN before its first log point).
         pack: the pack it runs in (``pack 3/30``), or ``""`` for a run alone.
+        learning_starts: the env step its learning begins at (``train.learning_starts``).
     """
 
     env_steps: int
     total: int
     sps: float = math.nan
     pack: str = ""
+    learning_starts: int = 0
+
+    @property
+    def learning(self) -> bool:
+        """Past its warm-up."""
+        return self.env_steps >= self.learning_starts
 
     def text(self) -> str:
         """``120,000/500,000 steps  1,234 SPS  ETA 0:05:07``, or ``starting`` before the first
         log point. The ETA is the steps left at the SPS shown, computed by
         ``console.format_eta`` as ``per-dqn train``'s display computes it (``-:--:--`` at a
-        speed of 0: a stalled run has no end in sight)."""
+        speed of 0: a stalled run has no end in sight); during the warm-up, ``learning in``
+        the time to its end."""
         if math.isnan(self.sps):
             return "starting"
-        eta = format_eta(self.total - self.env_steps, self.sps)
-        return f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS  ETA {eta}"
+        head = f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
+        if not self.learning:
+            warm_up_left = self.learning_starts - self.env_steps
+            return f"{head}  learning in {format_eta(warm_up_left, self.sps)}"
+        return f"{head}  ETA {format_eta(self.total - self.env_steps, self.sps)}"
 
 
 class ProgressReporter:
@@ -79,14 +99,27 @@ class ProgressReporter:
     ``report.remote``. Both backends use it; only ``send`` differs."""
 
     def __init__(
-        self, send: Callable[[str, RunProgress], Any], run_dir: str, total: int, pack: str = ""
+        self,
+        send: Callable[[str, RunProgress], Any],
+        run_dir: str,
+        total: int,
+        pack: str = "",
+        learning_starts: int = 0,
     ) -> None:
         self.send, self.run_dir, self.total, self.pack = send, run_dir, total, pack
-        self.send(run_dir, RunProgress(0, total, pack=pack))
+        self.learning_starts = learning_starts
+        self.speedometer = Speedometer(total, learning_starts)
+        self.send(run_dir, RunProgress(0, total, pack=pack, learning_starts=learning_starts))
 
     def on_log(self, env_steps: int, values: dict[str, float]) -> None:
-        sps = values.get(PERF_SPS, math.nan)
-        self.send(self.run_dir, RunProgress(env_steps, self.total, sps, self.pack))
+        """The speed over the last ``SPEED_WINDOW_S`` seconds of log points, within the run's
+        phase; the log interval's own (``perf/sps``) until two log points of a phase span one."""
+        self.speedometer.add(env_steps, time.monotonic())
+        sps = self.speedometer.speed
+        if math.isnan(sps):
+            sps = values.get(PERF_SPS, math.nan)
+        run = RunProgress(env_steps, self.total, sps, self.pack, self.learning_starts)
+        self.send(self.run_dir, run)
 
 
 class SweepProgress(LiveOrPlainDisplay):
@@ -131,13 +164,25 @@ class SweepProgress(LiveOrPlainDisplay):
         """Runs neither finished nor running."""
         return max(self.total - self.done - len(self.running), 0)
 
+    def eta_s(self) -> float:
+        """Seconds until the sweep ends: the env steps left (each running run's, and each
+        pending run's budget, taken as the running runs' mean) at the summed speed of the runs
+        past their warm-up; NaN while none is (none running, all starting or warming up)."""
+        learning = [r for r in self.running.values() if r.learning and r.sps > 0]
+        if not learning:
+            return math.nan
+        budget = sum(r.total for r in self.running.values()) / len(self.running)
+        left = sum(max(r.total - r.env_steps, 0) for r in self.running.values())
+        return (left + self.pending * budget) / sum(r.sps for r in learning)
+
     def lines(self, limit: int | None = None) -> list[str]:
         """The display's text: a head line, the dashboard's address, then one line per running run
         (at most ``limit``); runs in packs under a line per pack, which names the part of their
         run dirs they share (the env, in a sweep's layout) once."""
         head = (
             f"sweep {self.done}/{self.total} done, {len(self.running)} running, "
-            f"{self.pending} pending  elapsed {format_duration(self.elapsed_s())}"
+            f"{self.pending} pending  elapsed {format_duration(self.elapsed_s())}  "
+            f"ETA {format_duration(self.eta_s())}"
         )
         # On a line of its own, so that the head fits 80 columns.
         dashboard = [f"dashboard http://{self.dashboard}"] if self.dashboard else []

@@ -178,17 +178,55 @@ def test_the_report_display_prints_its_stage_off_a_terminal():
     assert len(lines) == 2
 
 
-def test_a_run_s_reporter_sends_its_start_and_each_log_point():
+def test_a_run_s_reporter_sends_its_start_and_each_log_point(monkeypatch):
     """``ProgressReporter``, both backends' run callback: ``(run dir, RunProgress)`` at the
-    start (steps 0, no SPS yet: "starting") and at each log point with the logged SPS, its pack
-    named in each."""
+    start (steps 0, no SPS yet: "starting") and at each log point, its pack named in each. The
+    speed is the one measured over its log points' wall times (issue 45: not the last log
+    interval's alone); at the first log point, before there is one, the logged SPS."""
     from per_dqn.sweeps.progress import ProgressReporter
 
+    clock = [50.0]
+    monkeypatch.setattr("per_dqn.sweeps.progress.time.monotonic", lambda: clock[0])
     sent: list = []
     reporter = ProgressReporter(lambda *a: sent.append(a), "uniform/s0", 500, "pack 1/2")
     reporter.on_log(100, {"perf/sps": 250.0, "train/loss": 0.1})
-    reporter.on_log(200, {})
+    clock[0] += 0.5
+    reporter.on_log(200, {"perf/sps": 999.0})
+    clock[0] += 1.5
+    reporter.on_log(300, {})
     assert sent[0] == ("uniform/s0", RunProgress(0, 500, pack="pack 1/2"))
     assert sent[0][1].text() == "starting"
     assert sent[1] == ("uniform/s0", RunProgress(100, 500, 250.0, "pack 1/2"))
-    assert sent[2][1].env_steps == 200 and math.isnan(sent[2][1].sps)
+    assert sent[2] == ("uniform/s0", RunProgress(200, 500, 200.0, "pack 1/2"))
+    assert sent[3] == ("uniform/s0", RunProgress(300, 500, 100.0, "pack 1/2"))  # 200 in 2 s
+
+
+def test_a_run_in_its_warm_up_shows_when_learning_begins_not_an_eta():
+    """Issue 45, item 4: a run's ETA projected its whole budget from its warm-up's speed (acting
+    only: 15 times its learning speed on Atari). During the warm-up its line now says when
+    learning begins; past it, the ETA."""
+    warming = RunProgress(20_000, 1_000_000, 2_000.0, learning_starts=50_000)
+    assert not warming.learning
+    assert warming.text() == "20,000/1,000,000 steps  2,000 SPS  learning in 0:00:15"
+    learning = RunProgress(60_000, 1_000_000, 100.0, learning_starts=50_000)
+    assert learning.text() == "60,000/1,000,000 steps  100 SPS  ETA 2:36:40"
+
+
+def test_the_sweep_s_eta_is_the_steps_left_at_the_learning_runs_summed_speed():
+    """Issue 45, item 5: `ablate` gave no ETA for the whole sweep. Five runs of 500,000 steps
+    running at 100 SPS each (one still in its warm-up, at 1,000 SPS, left out of the speed) and
+    10 pending: (4 x 400,000 + 495,000 + 10 x 500,000) steps at 400 SPS."""
+    shown = SweepProgress(20, done=5, console=Console(file=io.StringIO(), width=80))
+    running = {f"uniform/s{k}": RunProgress(100_000, 500_000, 100.0) for k in range(4)}
+    running["uniform/s4"] = RunProgress(5_000, 500_000, 1_000.0, learning_starts=10_000)
+    shown.update(5, running)
+    assert shown.pending == 10
+    assert shown.eta_s() == pytest.approx((4 * 400_000 + 495_000 + 10 * 500_000) / 400.0)
+    head = shown.lines()[0]
+    assert head.startswith("sweep 5/20 done, 5 running, 10 pending  elapsed 0:00:0")
+    assert head.endswith("  ETA 4:55:37") and len(head) <= 80
+    # Nothing learning yet (starting, or in the warm-up): no ETA rather than a wrong one.
+    shown.update(5, {"uniform/s0": RunProgress(0, 500_000)})
+    assert math.isnan(shown.eta_s()) and shown.lines()[0].endswith("ETA -:--:--")
+    shown.update(20, {})
+    assert shown.lines()[0].endswith("ETA -:--:--")

@@ -182,12 +182,17 @@ def _take_jobs(
         try:
             hooks = None
             if progress is not None:
-                totals = [job_config(one).train.total_env_steps for one in pack]
+                trains = [job_config(one).train for one in pack]
                 send = _queue_sender(progress)
                 hooks = [
-                    (ProgressReporter(send, one.run_dir, total, label),)
-                    for one, total in zip(pack, totals, strict=True)
-                ]
+                    (
+                        ProgressReporter(
+                            send, one.run_dir, train.total_env_steps, label,
+                            train.learning_starts,
+                        ),
+                    )
+                    for one, train in zip(pack, trains, strict=True)
+                ]  # fmt: skip
             with signals.watching(signal.SIGINT):
                 outcomes = run_jobs(pack, out, should_stop, hooks)
         except KeyboardInterrupt:

@@ -747,14 +747,16 @@ def _run_task(
         return [Outcome(job, interrupted=True) for job in members]
     own_argv, sys.argv = sys.argv, list(argv)
     try:
+        trains = [job_config(job).train for job in members]
         reporters = [
             (
                 ProgressReporter(
-                    board.report.remote, job.run_dir, job_config(job).train.total_env_steps
+                    board.report.remote, job.run_dir, train.total_env_steps,
+                    learning_starts=train.learning_starts,
                 ),
             )
-            for job in members
-        ]
+            for job, train in zip(members, trains, strict=True)
+        ]  # fmt: skip
         with provenance.recorded(ray=_where_this_runs()):
             return run_jobs(members, Path(out), stop, callbacks=reporters)
     except Exception as exc:
