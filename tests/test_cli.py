@@ -667,3 +667,46 @@ def test_config_show_stays_yaml_whatever_the_env_id():
         assert result.exit_code == 0, result.output
         assert yaml.safe_load(result.output)["env"]["id"] == env_id
         assert "# not read by CartPole-like envs" in result.output
+
+
+def test_evaluations_count_the_periodic_ones_below_the_budget_and_the_final_one():
+    """The points of a run's evaluation curve, by hand: one at each multiple of eval_interval
+    below the budget (``Loop.eval_due``: the last step's is the final evaluation's), and the
+    final one."""
+    from per_dqn.config.models import TrainConfig
+
+    def points(total: int, interval: int) -> int:
+        return TrainConfig(total_env_steps=total, eval_interval=interval,
+                           learning_starts=0).evaluations  # fmt: skip
+
+    assert points(10_000, 10_000) == 1  # the final one stands in for the one at 10,000
+    assert points(10_001, 10_000) == 2
+    assert points(25_000, 10_000) == 3
+    assert points(8_000, 10_000) == 1
+    assert points(50_000, 0) == 1  # 0: only the final one
+    assert TrainConfig(total_env_steps=20_000, eval_interval=10_000).schedule_warning() is None
+
+
+def test_a_budget_of_one_evaluation_is_warned_in_one_line_before_the_run(workdir):
+    """Issue 45, item 2: the README's first sweep (`--steps 8000` under cartpole.yaml's
+    eval_interval of 10,000) evaluated each run once, so its curves were dots and its AUC the
+    final score, and nothing said so. `train` and `ablate` now say it before they start, once,
+    with an interval that gives 10 points; a budget that draws curves gets no warning."""
+    line = (
+        "warning: train.total_env_steps 1,000 with train.eval_interval 10,000 gives 1 "
+        "evaluation: the curves are one point and the AUC is the final score "
+        "(train.eval_interval=100 gives 10)"
+    )
+    quick = ("--set", "train.learning_starts=100", "--quiet")
+    result = invoke("train", "-c", "cartpole.yaml", "--steps", "1000", *quick)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == line
+    result = invoke("ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2",
+                    "--steps", "1000", *quick[:2], "--out", "sw")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == line.replace("warning: ", "warning: 2 runs: ")
+    assert result.stderr.count("warning:") == 1
+    result = invoke("train", "-c", "cartpole.yaml", "--steps", "1000",
+                    "--set", "train.eval_interval=500", *quick)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr

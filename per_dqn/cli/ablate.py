@@ -195,6 +195,21 @@ def ablate(
         fail([str(refused)])
 
 
+def _schedule_warnings(todo: list[Job]) -> None:
+    """One line, before the sweep starts, for each budget of the runs to run that gives fewer
+    than 2 evaluations (``TrainConfig.schedule_warning``): a report of them draws no curves."""
+    from per_dqn.sweeps.job import job_config
+
+    counts: dict[str, int] = {}
+    for job in todo:
+        warning = job_config(job).train.schedule_warning()
+        if warning is not None:
+            counts[warning] = counts.get(warning, 0) + 1
+    for warning, count in counts.items():
+        runs = "run" if count == 1 else "runs"
+        typer.echo(f"warning: {count} {runs}: {warning}", err=True)
+
+
 def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
     """``ablate`` once the sweep dir is locked and the backend prepared: runs the sweep, prints
     its progress, reports."""
@@ -203,6 +218,7 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
     from per_dqn.sweeps.job import SweepResult
     from per_dqn.sweeps.plan import start_sweep
 
+    _schedule_warnings(todo)  # once nothing can refuse the sweep any more
     total = len(sweep.jobs)
     workers_text = f" on {runner.describe(todo)}" if todo else ""
     taken = f"{len(sweep.reuse)} to take from --reuse, " if sweep.reuse else ""

@@ -126,6 +126,9 @@ def train(
     trainer = _build_trainer(cfg, name, config)
     # Checked again under the lock: another command may have started in run_dir meanwhile.
     with _lock(run_dir, trainer, fresh=True):
+        warning = cfg.train.schedule_warning()  # once nothing can refuse the run any more
+        if warning is not None:
+            typer.echo(f"warning: {warning}", err=True)
         if not quiet:  # where to look (TensorBoard, the files) before the run's first step
             typer.echo(f"run dir: {run_dir}", err=True)
         _run(trainer, run_dir, quiet)

@@ -346,6 +346,27 @@ class TrainConfig(_Section):
     eval_max_total_steps: int | None = Field(None, ge=1)
     log_interval: int = Field(1_000, ge=1)
 
+    @property
+    def evaluations(self) -> int:
+        """The points of the run's evaluation curve: a periodic evaluation at each multiple of
+        ``eval_interval`` below the budget, and the final one at its end."""
+        if self.eval_interval == 0:
+            return 1
+        return -(-self.total_env_steps // self.eval_interval)
+
+    def schedule_warning(self) -> str | None:
+        """One line when the budget gives fewer than 2 evaluations, so that a report's curves
+        are single points and its AUC is the final score (None when it gives more)."""
+        points = self.evaluations
+        if points >= 2:
+            return None
+        suggest = max(self.total_env_steps // 10, 1)
+        return (
+            f"train.total_env_steps {self.total_env_steps:,} with train.eval_interval "
+            f"{self.eval_interval:,} gives {points} evaluation: the curves are one point and "
+            f"the AUC is the final score (train.eval_interval={suggest} gives 10)"
+        )
+
 
 class RunConfig(_Section):
     """Where and how a run executes.
