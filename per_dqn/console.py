@@ -252,7 +252,8 @@ class ConsoleProgress(LiveOrPlainDisplay):
             env_steps: env steps done (the speed is measured from these and the wall time).
             ret: mean return of the recent training episodes (NaN: none finished yet).
             eps: exploration epsilon.
-            beta: PER's importance-sampling exponent.
+            beta: PER's importance-sampling exponent (NaN for a memory without IS weights:
+                not shown).
             loss: the latest TD loss (NaN: no update yet).
             last_eval: mean return of the latest evaluation (NaN: none yet).
         """
@@ -294,11 +295,12 @@ class ConsoleProgress(LiveOrPlainDisplay):
         return text if steps is None else f"{text}, {steps:,} agent steps"
 
     def _learning_text(self) -> str:
-        return (
+        text = (
             f"return {_number(self.ret, '.1f')}  last eval {_number(self.last_eval, '.1f')}  "
-            f"loss {_number(self.loss, '.3g')}  eps {_number(self.eps, '.3f')}  "
-            f"beta {_number(self.beta, '.3f')}"
+            f"loss {_number(self.loss, '.3g')}  eps {_number(self.eps, '.3f')}"
         )
+        # A memory without IS weights (uniform, LAP, PAL, LaBER) has no beta: NaN, not shown.
+        return text if math.isnan(self.beta) else f"{text}  beta {self.beta:.3f}"
 
     def plain_line(self) -> str:
         """The plain progress line (without its ``progress:`` prefix)."""
@@ -362,14 +364,25 @@ class EvalDisplay(LiveOrPlainDisplay):
     def _mean(self) -> str:
         return _number(self.return_sum / self.returns if self.returns else math.nan, ".1f")
 
+    def _starting(self) -> str:
+        """What it shows before the first episode starts (the agent and its env being loaded):
+        not ``0/0 episodes``."""
+        return f"starting  elapsed {format_duration(self.elapsed_s())}"
+
     def plain_line(self) -> str:
         """The plain progress line (without its ``progress:`` prefix)."""
+        if not self.total:
+            return self._starting()
         return (
             f"{self.done}/{self.total} episodes  mean return {self._mean()}  "
             f"{self.steps:,} agent steps  elapsed {format_duration(self.elapsed_s())}"
         )
 
     def __rich__(self) -> Any:
+        if not self.total:
+            from rich.text import Text
+
+            return Text(f"eval  {self._starting()}", no_wrap=True, overflow="ellipsis")
         right = (
             f"{self.done}/{self.total} episodes  mean return {self._mean()}  "
             f"elapsed {format_duration(self.elapsed_s())}"
@@ -398,6 +411,10 @@ def _bar_row(label: str, done: int, total: int, right: str) -> Any:
 def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:
     """The end-of-run table: where the run went and how it ended."""
     table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(no_wrap=True)
+    # A value longer than the line (an Atari run's dir at 80 columns) folds onto the next line
+    # whole, never cut with an ellipsis.
+    table.add_column(overflow="fold")
     final = summary.get("final_eval_return_mean")
     # A resumed run's sessions together (``Trainer.run``), where its checkpoint timed the first.
     whole = summary.get("wall_seconds_total")

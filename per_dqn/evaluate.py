@@ -147,6 +147,10 @@ def resolve_source(target: Path) -> Source:
             cannot be read safely, or a run dir has nothing to evaluate.
     """
     target = Path(target)
+    if not os.path.lexists(target):
+        raise ValueError(f"{target}: no such run dir or checkpoint dir (the path does not exist)")
+    if not target.is_dir():
+        raise ValueError(f"{target}: not a directory (a run dir or a checkpoint dir)")
     wanted = (ckpt.AGENT_FILE, ckpt.CONFIG_FILE)
     if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
         manifest, files = ckpt.read_verified(target, wanted, only=ckpt.TRAINING_FILES)

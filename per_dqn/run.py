@@ -636,7 +636,8 @@ class _Session:
             state.env_steps,
             ret=float(np.mean(recent)) if recent else math.nan,
             eps=loop.epsilon(state.env_steps),
-            beta=loop.beta(state.env_steps),
+            # An unweighted memory (uniform, LAP, LaBER, PAL) has no beta to show.
+            beta=loop.beta(state.env_steps) if loop.memory.weighted else math.nan,
             loss=self.last_loss,
             last_eval=self.last_eval,
         )

@@ -341,6 +341,19 @@ def test_bad_input_is_one_line_each(tmp_path):
         "(no manifest.json)"
     ]
     assert result.stdout == ""
+    # Issue 45: a path that does not exist, or a file, said "neither a run dir (no config.yaml)".
+    result = evaluate(str(tmp_path / "no-such-run"))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path / 'no-such-run'}: no such run dir or checkpoint dir (the path does not "
+        "exist)"
+    ]
+    (tmp_path / "model.pt").write_bytes(b"")
+    result = evaluate(str(tmp_path / "model.pt"))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path / 'model.pt'}: not a directory (a run dir or a checkpoint dir)"
+    ]
 
 
 @pytest.mark.atari
@@ -1018,3 +1031,22 @@ def test_a_policy_loaded_with_a_seed_explores_the_same_way_each_time(run_dir):
     assert [a for a, c in zip(first[0], coin, strict=True) if not c] == [
         g for g, c in zip(greedy, coin, strict=True) if not c
     ]
+
+
+def test_the_eval_display_says_starting_before_its_first_episode_not_0_of_0():
+    """Issue 45: `eval` showed `0/0 episodes` for about a second while it loaded the agent and
+    its env. Until it knows how many episodes it plays, it says it is starting."""
+    import io
+
+    from rich.console import Console
+
+    from per_dqn.console import EvalDisplay
+
+    display = EvalDisplay(console=Console(file=io.StringIO()), enabled=False)
+    assert display.plain_line().startswith("starting  elapsed 0:00:0")
+    buffer = io.StringIO()
+    Console(file=buffer, width=80, force_terminal=True, color_system=None).print(display)
+    (line,) = buffer.getvalue().splitlines()
+    assert line.startswith("eval  starting  elapsed 0:00:0") and "0/0" not in line
+    display.progress(0, 4, 0)
+    assert display.plain_line().startswith("0/4 episodes")

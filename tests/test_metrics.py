@@ -706,3 +706,56 @@ def test_the_eta_at_the_last_step_past_the_budget_and_at_a_speed_of_zero():
     meter.add(0, 0.0)
     meter.add(1_000, 1.0)
     assert meter.phase() == "learning" and meter.eta_text() == "ETA 0:00:09"
+
+
+def test_a_memory_without_is_weights_shows_no_beta(tmp_path):
+    """Issue 45: a uniform run's display showed `beta 0.456`, an exponent it never uses. A run
+    of an unweighted kind shows none; a proportional run shows its annealed beta."""
+    import io
+
+    from rich.console import Console
+
+    from per_dqn import api
+
+    shown = {}
+    for kind in ("uniform", "proportional"):
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=200)
+        cfg, name = api.load_any_config(
+            "cartpole", [f"replay.kind={kind}", "train.total_env_steps=600",
+                         "train.learning_starts=100", "train.eval_interval=0",
+                         "train.final_eval_episodes=1", "checkpoint.enabled=false"], None,
+        )  # fmt: skip
+        trainer = api.build_trainer(cfg, name)
+        try:
+            with ConsoleProgress(600, console=console, plain_interval_s=0.0) as bar:
+                trainer.run(tmp_path / kind, bar)
+        finally:
+            trainer.close()
+        shown[kind] = [line for line in buffer.getvalue().splitlines() if "SPS" in line]
+    assert shown["uniform"] and not any("beta" in line for line in shown["uniform"])
+    assert shown["proportional"] and all(" beta 0." in line or " beta 1." in line
+                                         for line in shown["proportional"])  # fmt: skip
+
+
+def test_the_end_of_run_table_folds_a_long_run_dir_whole_at_80_columns():
+    """Issue 45: the Atari summary table cut its run dir at 80 columns (`runs/ALE-Pong-v5__at…`),
+    so the path could not be read or pasted. A value longer than the line now folds onto the
+    next one, every character kept."""
+    import io
+
+    from rich.console import Console
+
+    from per_dqn.console import print_summary
+
+    run_dir = "runs/ALE-Breakout-v5__atari__proportional__s0__20261129-031522-extra-long-name"
+    buffer = io.StringIO()
+    print_summary({"run_dir": run_dir, "replay": "proportional", "seed": 0, "env_steps": 51_112,
+                   "update_steps": 100, "wall_seconds": 25.0, "sps": 2044.5,
+                   "final_eval_return_mean": None},
+                  Console(file=buffer, width=80))  # fmt: skip
+    lines = buffer.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines) and "…" not in buffer.getvalue()
+    start = lines[0].index("runs/")
+    folded = "".join(line[start:].rstrip() for line in lines[:2])
+    assert lines[0].startswith("run dir") and folded == run_dir
