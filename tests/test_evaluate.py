@@ -1050,3 +1050,31 @@ def test_the_eval_display_says_starting_before_its_first_episode_not_0_of_0():
     assert line.startswith("eval  starting  elapsed 0:00:0") and "0/0" not in line
     display.progress(0, 4, 0)
     assert display.plain_line().startswith("0/4 episodes")
+
+
+def test_epsilon_0_plays_greedily_whatever_the_config_s_eval_epsilon(tmp_path):
+    """Issue 45 (tests with teeth): no test checked the command's own resolution of
+    ``--epsilon``, so ``epsilon or config.train.eval_epsilon`` (0 read as "not given") would
+    have survived the suite. A run whose config evaluates at random (``eval_epsilon: 1``):
+    ``--epsilon 0``, from the CLI and from the API, plays the hand-rolled greedy episodes; left
+    out, the config's 1 plays at random."""
+    import per_dqn
+
+    run = train(tmp_path / "run", "checkpoint.enabled=false", "train.total_env_steps=400",
+                "train.eval_epsilon=1.0")  # fmt: skip
+    weights = torch.load(run / "model.pt", weights_only=True)
+    greedy = hand_rolled_returns(weights, 6, 11)
+    line = (
+        f"return: mean {greedy.mean():.2f}  std {greedy.std():.2f}  min {greedy.min():.2f}  "
+        f"max {greedy.max():.2f}"
+    )
+    result = evaluate(str(run), "--episodes", "6", "--seed", "11", "--epsilon", "0")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1:3] == ["env: CartPole-v1, 6 episodes, epsilon 0, seed 11",
+                                               line]  # fmt: skip
+    played = per_dqn.load(run).evaluate(episodes=6, epsilon=0.0, seed=11)
+    assert list(played.returns) == list(greedy)
+    result = evaluate(str(run), "--episodes", "6", "--seed", "11")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1] == "env: CartPole-v1, 6 episodes, epsilon 1, seed 11"
+    assert result.stdout.splitlines()[2] != line
