@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets
+from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets, say
 from per_dqn.config import ABLATE_DEFAULT_ARMS, REPLAY_KINDS, ConfigError
 from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 from per_dqn.sweeps.backends import BACKENDS
@@ -220,13 +220,11 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
 
     _schedule_warnings(todo)  # once nothing can refuse the sweep any more
     total = len(sweep.jobs)
-    workers_text = f" on {runner.describe(todo)}" if todo else ""
     taken = f"{len(sweep.reuse)} to take from --reuse, " if sweep.reuse else ""
     finished = total - len(todo) - len(sweep.reuse)
-    typer.echo(
-        f"sweep {sweep.out}: {total} runs, {finished} finished, {taken}{len(todo)} to run"
-        + workers_text
-    )
+    say(f"sweep {sweep.out}: {total} runs, {finished} finished, {taken}{len(todo)} to run")
+    if todo:  # on a line of its own, so that neither wraps at 80 columns
+        say(f"  on {runner.describe(todo)}")
     done = [total - len(todo)]
 
     def show(outcome: Outcome) -> None:
@@ -236,7 +234,7 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
             else "interrupted" if outcome.interrupted
             else f"final eval return {outcome.final_return:.1f} ({outcome.wall_seconds:.0f} s)"
         )  # fmt: skip
-        typer.echo(f"[{done[0]}/{total}] {outcome.job.run_dir}: {status}")
+        say(f"[{done[0]}/{total}] {outcome.job.run_dir}: {status}")
 
     # Ctrl-C or SIGTERM (docker stop, Slurm, systemd) interrupt the backend's wait at once, even
     # where the sweep was started with SIGINT ignored (a background job of a non-interactive
@@ -256,7 +254,7 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
         raise typer.Exit(EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED)
     try:
         files = reports.write_report(sweep.out, warn=warning)  # its warnings as `report`'s
-        typer.echo(f"report: {files}")
+        typer.echo("\n".join(files.lines()))
     except ValueError as exc:  # every run failed: nothing to report
         typer.echo(f"error: {exc}", err=True)
     if result.failed:

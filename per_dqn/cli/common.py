@@ -81,6 +81,15 @@ TrustCodeOption = Annotated[
 ]
 
 
+def say(line: str) -> None:
+    """Prints ``line`` on stdout through ``sys.stdout`` as it is now. While a live display runs
+    (rich's ``Live`` holds stdout, to print above its frame), ``typer.echo`` writes past that
+    hold to the terminal's own stream, so the display's next redraw erases the line and leaves
+    its old frame behind (issue 45, item 1); this does not."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def fail(problems: list[str]) -> NoReturn:
     """Prints one ``error:`` line per problem and exits 2."""
     for problem in problems:

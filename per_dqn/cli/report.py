@@ -69,7 +69,7 @@ def report(
             )
     except ValueError as exc:
         fail([str(exc)])
-    typer.echo(f"report: {files}")
+    typer.echo("\n".join(files.lines()))
 
 
 def warning(line: str) -> None:

@@ -124,10 +124,15 @@ def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:
 
 
 def describe_packs(packs: Sequence[Sequence[Job]]) -> str:
-    """``12 runs in 3 packs (4, 4, 4)``: how a sweep was packed."""
-    runs = sum(len(members) for members in packs)
-    sizes = ", ".join(str(len(members)) for members in packs)
-    return f"{runs} run{'s' * (runs != 1)} in {len(packs)} pack{'s' * (len(packs) != 1)} ({sizes})"
+    """How a sweep was packed, short enough for a line of 80 columns however many packs:
+    ``30 packs of 5``, or by size, largest first, ``3 packs: 2 of 3, 1 of 1``."""
+    counts: dict[int, int] = {}
+    for members in packs:
+        counts[len(members)] = counts.get(len(members), 0) + 1
+    head = f"{len(packs)} pack{'s' * (len(packs) != 1)}"
+    if len(counts) == 1:
+        return f"{head} of {next(iter(counts))}"
+    return f"{head}: " + ", ".join(f"{n} of {size}" for size, n in sorted(counts.items())[::-1])
 
 
 @dataclass(frozen=True)

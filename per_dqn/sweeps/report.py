@@ -99,6 +99,18 @@ class ReportFiles:
                  self.training_svg)  # fmt: skip
         return ", ".join(str(p) for p in paths if p is not None)
 
+    def lines(self) -> list[str]:
+        """What ``report`` and ``ablate`` print: the report's path, then what lies beside it,
+        by name, on a line that fits 80 columns."""
+        figures = [
+            path.stem for path in (self.curves, self.profiles, self.sensitivity, self.training)
+            if path is not None
+        ]  # fmt: skip
+        return [
+            f"report: {self.report}",
+            f"  beside it: {self.scores.name}, and as PNG and SVG: {', '.join(figures)}",
+        ]
+
 
 def write_report(
     out: Path,

@@ -396,7 +396,7 @@ def tiny_sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ablate") / "sweep"
     result = runner.invoke(app, tiny_args(out))
     assert result.exit_code == 0, result.output
-    assert "4 runs, 0 finished, 4 to run on 2 workers" in result.stdout
+    assert "4 runs, 0 finished, 4 to run\n  on 2 workers" in result.stdout
     return out
 
 
@@ -488,7 +488,7 @@ def test_resume_redoes_only_unfinished_runs(tiny_sweep, tmp_path):
 
     result = runner.invoke(app, tiny_args(out, workers=1))  # --workers may change
     assert result.exit_code == 0, result.output
-    assert "4 runs, 2 finished, 2 to run on 1 worker\n" in result.stdout
+    assert "4 runs, 2 finished, 2 to run\n  on 1 worker\n" in result.stdout
     assert (out / "uniform/s1/kept.txt").exists() and (out / "proportional/s0/kept.txt").exists()
     assert not (killed / "partial.txt").exists()
     assert summary_of(killed)["interrupted"] is False
@@ -513,7 +513,7 @@ def test_growing_a_finished_sweep_runs_only_the_new_runs(tiny_sweep, tmp_path):
     args[args.index("--seeds") + 1] = "0-2"
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "9 runs, 4 finished, 5 to run on 1 worker\n" in result.stdout
+    assert "9 runs, 4 finished, 5 to run\n  on 1 worker\n" in result.stdout
     assert {p: p.read_bytes() for p in before} == before
     new = ["rank/alpha=0.5/s0", "rank/alpha=0.5/s1", "uniform/s2", "proportional/s2",
            "rank/alpha=0.5/s2"]  # fmt: skip
@@ -548,7 +548,7 @@ def test_reuse_takes_the_finished_runs_of_the_same_config_and_runs_the_rest(tiny
     args[args.index("--replay") + 1] = "uniform,proportional,rank"
     result = runner.invoke(app, [*args, "--reuse", str(source)])
     assert result.exit_code == 0, result.output
-    assert "6 runs, 0 finished, 3 to take from --reuse, 3 to run on 1 worker\n" in result.stdout
+    assert "6 runs, 0 finished, 3 to take from --reuse, 3 to run\n  on 1 worker\n" in result.stdout
     taken = ["uniform/s0", "proportional/s0", "uniform/s1"]  # the plan's order: seed first
     for run_dir in taken:
         files = {k: data for k, (_, data) in tree(out / run_dir).items()}
@@ -753,7 +753,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
 
     result = runner.invoke(app, args)  # the same command
     assert result.exit_code == 0, result.output
-    assert "2 runs, 0 finished, 2 to run on 2 workers" in result.stdout
+    assert "2 runs, 0 finished, 2 to run\n  on 2 workers" in result.stdout
     for run_dir in run_dirs:
         s = summary_of(run_dir)
         assert not s["interrupted"] and s["env_steps"] == steps

@@ -72,7 +72,7 @@ def test_a_sweep_rebuilt_from_its_archive_reports_the_same_and_counts_its_runs_f
     args[args.index("--seeds") + 1] = "3"
     grown = runner.invoke(app, args)
     assert grown.exit_code == 0, grown.output
-    assert "6 runs, 4 finished, 2 to run on 1 worker\n" in grown.stdout
+    assert "6 runs, 4 finished, 2 to run\n  on 1 worker\n" in grown.stdout
     assert runs.is_finished(rebuilt / "uniform/s2")
 
 

@@ -213,29 +213,27 @@ ONE = plan.Job("CartPole-v1", "uniform", 0, "uniform/s0", "", "cartpole")
 @pytest.mark.parametrize(
     ("sizes", "line"),
     [
-        ([1], "1 run in 1 pack (1)"),
-        ([2], "2 runs in 1 pack (2)"),
-        ([1, 1], "2 runs in 2 packs (1, 1)"),
-        ([2, 1], "3 runs in 2 packs (2, 1)"),
-        ([4, 4, 4], "12 runs in 3 packs (4, 4, 4)"),
-        ([3, 1, 2, 1], "7 runs in 4 packs (3, 1, 2, 1)"),
+        ([1], "1 pack of 1"),
+        ([2], "1 pack of 2"),
+        ([1, 1], "2 packs of 1"),
+        ([2, 1], "2 packs: 1 of 2, 1 of 1"),
+        ([4, 4, 4], "3 packs of 4"),
+        ([3, 1, 2, 1], "4 packs: 1 of 3, 1 of 2, 2 of 1"),
     ],
 )
 def test_describe_packs_counts_runs_and_packs_with_their_plurals(sizes, line):
-    """Pins ``describe_packs``' line: the total of runs, the number of packs, each pack's size in
-    order separated by ", ", and "run"/"pack" singular for exactly one, plural otherwise (for
-    two as for more)."""
+    """Pins ``describe_packs``' line: the number of packs, "pack" singular for exactly one,
+    then their one size, or how many of each size, largest first (issue 45: a sweep of 30 packs
+    listed all 30 sizes and wrapped at 80 columns)."""
     assert job.describe_packs([[ONE] * n for n in sizes]) == line
 
 
 def test_describe_packs_of_a_sweep_as_pack_jobs_packs_it(tmp_path):
     """Pins the header ``ablate --pack 4`` prints for 12 runs sharing one pack key."""
     jobs = sweep_jobs(tmp_path, "uniform,proportional", seeds=tuple(range(6)))
-    assert job.describe_packs(job.pack_jobs(jobs, 4)) == "12 runs in 3 packs (4, 4, 4)"
-    assert job.describe_packs(job.pack_jobs(jobs, 5)) == "12 runs in 3 packs (5, 5, 2)"
-    assert job.describe_packs(job.pack_jobs(jobs, 1)) == (
-        "12 runs in 12 packs (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)"
-    )
+    assert job.describe_packs(job.pack_jobs(jobs, 4)) == "3 packs of 4"
+    assert job.describe_packs(job.pack_jobs(jobs, 5)) == "3 packs: 2 of 5, 1 of 2"
+    assert job.describe_packs(job.pack_jobs(jobs, 1)) == "12 packs of 1"
 
 
 # pack_memory_refusal

@@ -56,7 +56,7 @@ def test_ablate_with_packs_gives_the_local_backend_s_runs(tmp_path, local_refere
         app, [*tiny_args(out, workers=1), "--pack", "3", *sets("run.device=cpu")]
     )
     assert result.exit_code == 0, result.output
-    assert "4 runs, 0 finished, 4 to run on 1 worker, 4 runs in 2 packs (3, 1)\n" in result.stdout
+    assert "4 runs, 0 finished, 4 to run\n  on 1 worker, 2 packs: 1 of 3, 1 of 1\n" in result.stdout
     assert_same_runs(out, local_reference)
     # The report's cost counts the two packs, each once, by its longest run; the runs of one
     # pack share its id.

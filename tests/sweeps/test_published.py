@@ -137,7 +137,7 @@ def test_the_report_sets_the_published_value_beside_the_runs_at_the_last_common_
     with Image.open(out / "training.png") as image:
         assert image.format == "PNG" and image.width > 1000
     assert (out / "training.svg").read_bytes().startswith(b"<?xml")
-    assert "training.png" in result.output
+    assert "and as PNG and SVG: curves, profiles, training\n" in result.output
 
 
 def test_the_source_s_logger_is_replayed_by_hand():
@@ -356,6 +356,26 @@ def test_a_published_effect_without_its_points_or_their_spread_is_one_line():
     for other in ("b", "c", "d"):
         with pytest.raises(ValueError, match=rf"^'{other}' on E at step 10: no sd or fewer than 2"):
             published.difference(points, "E", "a", other, 10)
+    # Two seeds are enough for an sd: the difference is had, with 2 + 2 - 2 = 2 df at equal sds.
+    two = (published.Point("E", "x", 10, 3.0, 0.5, 2), published.Point("E", "y", 10, 1.0, 0.5, 2))
+    effect = published.difference(two, "E", "x", "y", 10)
+    assert effect.value == 2.0 and effect.df == pytest.approx(2.0)
+
+
+def test_values_at_reads_each_run_of_an_arm_and_env_that_reached_the_step(tmp_path):
+    """``values_at`` (what the literature page sets beside a published value): seed -> the
+    run's training-return EMA at the step, read at the step itself or as a curve logged every
+    5,000 steps was binned; a run that stopped before the step is left out. Seed 0's episodes
+    return 1, seed 1's 3, one every 1,000 steps, for 100,000 steps."""
+    out = breakout_sweep(tmp_path / "sweep")
+    at = published.values_at(out, "uniform", ENV, 50_000, None)
+    assert at == pytest.approx({0: 1 - 0.99**50, 1: 3 * (1 - 0.99**50)})
+    binned = published.values_at(out, "uniform", ENV, 50_000, 5000)
+    mean_ema = np.mean([1 - 0.99**n for n in range(1, 50, 5)])  # logged at n = 1, 6, ..., 46
+    assert binned == pytest.approx({0: mean_ema, 1: 3 * mean_ema})
+    assert published.values_at(out, "uniform", ENV, 150_000, None) == {}  # past both runs
+    assert published.values_at(out, "rank", ENV, 50_000, None) == {}
+    assert published.values_at(out, "uniform", "MinAtar/Asterix-v1", 50_000, None) == {}
 
 
 def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_differ(tmp_path):

@@ -353,7 +353,7 @@ def test_a_sweep_through_the_cli_on_a_cluster_matches_the_local_backend(
     result = invoke_until_connected(args)
     assert result.exit_code == 0, result.output
     assert f"ray: the Ray cluster at {address}: 1 node, 2 CPUs\n" in result.stdout
-    assert "4 runs, 0 finished, 4 to run on Ray\n" in result.stdout
+    assert "4 runs, 0 finished, 4 to run\n  on Ray\n" in result.stdout
     assert_same_runs(out, local_reference)
     assert "Runs used: 4 of 4 planned; missing: none." in (out / "report.md").read_text()
     assert not (out / ray_backend.STOP_FILE).exists()
@@ -473,7 +473,7 @@ def test_ctrl_c_on_the_driver_stops_every_run_with_a_checkpoint_and_the_command_
 
     result = run_cli(args)
     assert result.exit_code == 0, result.output
-    assert "2 runs, 0 finished, 2 to run on Ray\n" in result.stdout
+    assert "2 runs, 0 finished, 2 to run\n  on Ray\n" in result.stdout
     for run_dir in run_dirs:
         s = summary_of(run_dir)
         assert not s["interrupted"] and s["env_steps"] == 10000
@@ -556,7 +556,7 @@ def test_a_worker_killed_more_often_than_retries_allow_fails_its_run_alone(ray_h
 
     result = run_cli(args)
     assert result.exit_code == 0, result.output
-    assert "2 runs, 1 finished, 1 to run on Ray\n" in result.stdout
+    assert "2 runs, 1 finished, 1 to run\n  on Ray\n" in result.stdout
     s = summary_of(killed)
     assert not s["interrupted"] and s["env_steps"] == 1200
     assert s["resumed_from_env_steps"] == kept[-1]

@@ -200,7 +200,7 @@ def test_a_sweep_lands_runs_on_both_nodes_and_matches_the_local_backend(
             driver.communicate()
     assert driver.returncode == 0, stdout + stderr
     assert f"ray: the Ray cluster at {two_nodes.address}: 2 nodes, 2 CPUs\n" in stdout
-    assert "4 runs, 0 finished, 4 to run on Ray\n" in stdout
+    assert "4 runs, 0 finished, 4 to run\n  on Ray\n" in stdout
     runs = assert_same_runs(out, local_reference)
     where = {rel: s["provenance"]["ray"] for rel, s in runs.items()}
     assert {w["node_ip"] for w in where.values()} == {HEAD_IP, WORKER_IP}, where

@@ -641,8 +641,8 @@ def test_cli_report(cartpole_sweep, tmp_path):
     result = runner.invoke(app, ["report", str(cartpole_sweep)])
     assert result.exit_code == 0, result.output
     assert (
-        result.stdout
-        == "report: " + ", ".join(str(cartpole_sweep / name) for name in REPORT_FILES) + "\n"
+        result.stdout == f"report: {cartpole_sweep / 'report.md'}\n"
+        "  beside it: scores.csv, and as PNG and SVG: curves, profiles\n"
     )
     assert all((cartpole_sweep / name).is_file() for name in REPORT_FILES)
     result = runner.invoke(app, ["report", str(tmp_path / "nowhere")])

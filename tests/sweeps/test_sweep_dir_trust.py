@@ -305,7 +305,7 @@ def test_a_run_to_reuse_holding_a_deep_nest_is_not_taken(sweep, tmp_path):
     with nest(sweep / "uniform" / "s0", 1200), time_limit(120):
         result = runner.invoke(app, ablate_args(tmp_path / "fresh", "--reuse", str(sweep)))
     assert result.exit_code == 0, result.output
-    assert "1 runs, 0 finished, 1 to run on 1 worker" in result.output, result.output
+    assert "1 runs, 0 finished, 1 to run\n  on 1 worker" in result.output, result.output
 
 
 def test_a_record_missing_its_lists_is_read_as_empty(sweep):

@@ -1,0 +1,49 @@
+"""The live displays as a person sees them: the real command on a pseudo-terminal of 80 and 120
+columns, its output read through a terminal emulator (``tests/terminal.py``), and the screen it
+leaves asserted line by line (issue 45, item 1).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from support import TINY
+from terminal import final_screen
+
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-m", "per_dqn.cli"]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_ablate_leaves_one_final_frame_below_every_result_line(tmp_path, columns):
+    """Pins the stale frames: at each pack change and at the end, an old frame of the display
+    stayed on screen with its last row overwritten, and the `[n/N]` result lines were lost under
+    it (click wrote them past the live display's hold on stdout, so its redraws erased them).
+    Now the screen holds the start line, each result line once and in order, one final frame
+    and the report line, none wrapped."""
+    out = "runs/sweep"  # under the pty's working dir, tmp_path: a path a person would type
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "2",
+            "--steps", "600", "--pack", "1", "--workers", "1", "--out", out,
+            *[a for s in TINY for a in ("--set", s)]]  # fmt: skip
+    lines, code = final_screen([*CLI, *args], columns, cwd=tmp_path)
+    assert code == 0, "\n".join(lines)
+    text = "\n".join(lines)
+    assert lines[0] == f"sweep {out}: 4 runs, 0 finished, 4 to run", text
+    assert lines[1] == "  on 1 worker", text
+    results = [line for line in lines if re.match(r"\[\d/4\] ", line)]
+    assert [r.split(":")[0] for r in results] == [
+        "[1/4] uniform/s0", "[2/4] proportional/s0", "[3/4] uniform/s1", "[4/4] proportional/s1",
+    ], text  # fmt: skip
+    assert all(
+        re.fullmatch(r"\[\d/4\] \S+: final eval return [\d.]+ \(\d+ s\)", r) for r in results
+    )
+    frames = [line for line in lines if line.startswith("sweep ") and " done, " in line]
+    assert len(frames) == 1 and frames[0].startswith("sweep 4/4 done, 0 running, 0 pending"), text
+    assert lines.index(frames[0]) > lines.index(results[-1])
+    assert lines[-2:] == [
+        f"report: {out}/report.md",
+        "  beside it: scores.csv, and as PNG and SVG: curves, profiles",
+    ], text
+    assert all(len(line) <= columns for line in lines)
