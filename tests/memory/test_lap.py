@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from replay_helpers import check_refused_state, chi_square_z, draw_counts, filled
+from replay_helpers import added, check_refused_state, chi_square_z, draw_counts, filled
 
 from per_dqn.memory import PriorityUpdate
 from per_dqn.memory.lap import LAPSampler
@@ -83,3 +83,17 @@ def test_a_damaged_state_is_refused_and_changes_nothing():
         "lap", lambda s: s["priorities"].__setitem__(3, np.nan),
         r"`priorities` must be finite and >= 0, got nan at slot 3",
     )  # fmt: skip
+    # The bounds themselves: a missing max, an infinite one; exactly 1 (the initial max) loads.
+    check_refused_state(
+        "lap", lambda s: s.pop("max_priority"), r"`max_priority` must be finite and >= 1, got nan"
+    )
+    check_refused_state(
+        "lap", lambda s: s.__setitem__("max_priority", np.inf),
+        r"`max_priority` must be finite and >= 1, got inf",
+    )  # fmt: skip
+    fresh = added("lap", seed=1)
+    state = fresh.state_dict()
+    assert state["max_priority"] == 1.0
+    target = added("lap", n=13, seed=2)
+    target.load_state_dict(state)
+    assert target.state_dict()["max_priority"] == 1.0
