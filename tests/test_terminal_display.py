@@ -47,3 +47,45 @@ def test_ablate_leaves_one_final_frame_below_every_result_line(tmp_path, columns
         "  beside it: scores.csv, and as PNG and SVG: curves, profiles",
     ], text
     assert all(len(line) <= columns for line in lines)
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_train_eval_and_report_each_leave_their_final_frame_once(tmp_path, columns):
+    """`train`: the run dir, one final frame of two lines (the bar at the budget, then the
+    learning line) and the summary table; `eval`: what it plays, one final bar row, then the
+    results; `report`: one final stage line, then where the report is. No frame repeated, none
+    left half drawn, no line past the screen's width."""
+    sets = [a for s in [*TINY, "train.eval_interval=300"] for a in ("--set", s)]
+    lines, code = final_screen([*CLI, "train", "-c", "cartpole.yaml", "--steps", "600",
+                                "--run-dir", "r", *sets], columns, cwd=tmp_path)  # fmt: skip
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert lines[0] == "run dir: r"
+    bars = [line for line in lines if line.startswith("train ")]
+    assert len(bars) == 1 and bars[0].endswith("ETA 0:00:00"), text
+    assert re.search(r" 600/600 steps  [\d,]+ SPS  elapsed 0:00:\d\d  ETA 0:00:00$", bars[0])
+    assert lines[2].startswith("return ") and " beta 1.000" in lines[2], text
+    assert [line.split()[0] for line in lines[3:]] == [
+        "run", "replay", "seed", "env", "update", "wall", "final",
+    ], text  # fmt: skip
+    assert all(len(line) <= columns for line in lines)
+
+    lines, code = final_screen([*CLI, "eval", "r", "--episodes", "3"], columns, cwd=tmp_path)
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert lines[0].startswith("playing r/checkpoints/step_000000600 (env step 600) on"), text
+    rows = [line for line in lines if line.startswith("eval ")]
+    assert len(rows) == 1 and " 3/3 episodes  mean return " in rows[0], text
+    assert [line.split(":")[0] for line in lines[-4:]] == ["weights", "env", "return", "length"]
+
+    out = "sw"
+    lines, code = final_screen([*CLI, "ablate", "-c", "cartpole.yaml", "--replay", "uniform",
+                                "--seeds", "1", "--steps", "600", "--out", out, *sets],
+                               columns, cwd=tmp_path)  # fmt: skip
+    assert code == 0, "\n".join(lines)
+    lines, code = final_screen([*CLI, "report", out], columns, cwd=tmp_path)
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert len(lines) == 3 and re.fullmatch(r"report: writing 6/6  elapsed 0:00:\d\d", lines[0])
+    beside = "  beside it: scores.csv, and as PNG and SVG: curves, profiles"
+    assert lines[1:] == [f"report: {out}/report.md", beside], text
