@@ -9,7 +9,7 @@ import re
 import sys
 
 import pytest
-from support import TINY
+from support import TINY, TINY_RUN_DIRS
 from terminal import final_screen
 
 pytestmark = pytest.mark.slow
@@ -89,3 +89,26 @@ def test_train_eval_and_report_each_leave_their_final_frame_once(tmp_path, colum
     assert len(lines) == 3 and re.fullmatch(r"report: writing 6/6  elapsed 0:00:\d\d", lines[0])
     beside = "  beside it: scores.csv, and as PNG and SVG: curves, profiles"
     assert lines[1:] == [f"report: {out}/report.md", beside], text
+
+
+@pytest.mark.ray
+def test_ablate_on_ray_leaves_one_final_frame_below_every_result_line(tmp_path):
+    """The same screen from the Ray backend, whose display the driver redraws from its board's
+    polls: the cluster's line, the start lines, the four result lines, one final frame and the
+    report line."""
+    args = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform,proportional", "--seeds", "2",
+            "--steps", "600", "--backend", "ray", "--out", "sw",
+            *[a for s in TINY for a in ("--set", s)]]  # fmt: skip
+    lines, code = final_screen([*CLI, *args], 80, cwd=tmp_path)
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert re.fullmatch(r"ray: a local Ray cluster at 127\.0\.0\.1:\d+: 1 node, \d+ CPUs", lines[0])
+    assert lines[1:3] == ["sweep sw: 4 runs, 0 finished, 4 to run", "  on Ray"], text
+    results = [line for line in lines if re.match(r"\[\d/4\] ", line)]
+    assert sorted(r.split(":")[0][6:] for r in results) == sorted(TINY_RUN_DIRS), text
+    assert [r[:5] for r in results] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    frames = [line for line in lines if line.startswith("sweep ") and " done, " in line]
+    assert len(frames) == 1 and frames[0].startswith("sweep 4/4 done, 0 running, 0 pending"), text
+    assert lines[-2:] == [
+        "report: sw/report.md", "  beside it: scores.csv, and as PNG and SVG: curves, profiles",
+    ], text  # fmt: skip
