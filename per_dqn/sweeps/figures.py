@@ -70,13 +70,23 @@ _LINE_STYLES = ("-", "--", ":", "-.")
 
 def arm_styles(arms: Sequence[str]) -> dict[str, tuple[str, str]]:
     """``arm -> (colour, line style)``, the same in every figure of a report: a kind alone
-    (``uniform``, ``rank``, any of ``KINDS``) in its own colour, other arms (a kind with settings,
-    ``proportional/alpha=0.4``) in the palette's next unused colour, in ``arms``' order; line
+    (``uniform``, ``rank``, any of ``KINDS``) in its own colour; the first arm of a kind with
+    settings (``proportional/alpha=0.6,beta0=0.4``) in its kind's colour too where the kind
+    alone is not an arm, so that a study's proportional arm is proportional's colour whatever
+    its settings; other arms in the palette's next unused colour, in ``arms``' order. Line
     styles cycle in that order, so overlapping lines stay apart."""
     styles: dict[str, tuple[str, str]] = {}
     palette = iter((*_PALETTE, *(f"C{i}" for i in range(10, 100))))
+    taken = {arm for arm in arms if arm in _ARM_COLORS}
     for k, arm in enumerate(arms):
-        color = _ARM_COLORS.get(arm) or next(palette)
+        kind = arm.split("/")[0]
+        if arm in _ARM_COLORS:
+            color = _ARM_COLORS[arm]
+        elif kind in _ARM_COLORS and kind not in taken:
+            taken.add(kind)
+            color = _ARM_COLORS[kind]
+        else:
+            color = next(palette)
         styles[arm] = (color, _LINE_STYLES[k % len(_LINE_STYLES)])
     return styles
 
@@ -119,6 +129,23 @@ def _new_figure(width: float, height: float):
     return fig
 
 
+# Panels a row of a figure of envs: more go on further rows, so that a figure of five games
+# stays readable at a docs page's width (issue 45: one row of five was 147 px a panel there).
+PANELS_PER_ROW = 3
+
+
+def _env_panels(count: int):
+    """A figure of ``count`` env panels, ``PANELS_PER_ROW`` a row at most, and its axes in
+    reading order (a row's unused places left empty)."""
+    columns = min(count, PANELS_PER_ROW)
+    rows = -(-count // columns)
+    fig = _new_figure(6.4 * columns, 4.6 * rows)
+    grid = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax in grid[count:]:
+        ax.remove()
+    return fig, list(grid[:count])
+
+
 def figure_bytes(fig, fmt: str) -> bytes:
     """The figure as PNG (``FIGURE_DPI``) or SVG bytes, the same bytes for the same figure."""
     import matplotlib
@@ -143,8 +170,7 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
     """Evaluation return against env steps: one panel per env with runs (``drawn_envs``), one
     line per arm (IQM over seeds) with its 95% stratified bootstrap band; the threshold dashed."""
     envs = drawn_envs(sweep, cells)
-    fig = _new_figure(6.4 * len(envs), 4.6)
-    axes = fig.subplots(1, len(envs), squeeze=False)[0]
+    fig, axes = _env_panels(len(envs))
     styles = arm_styles(sweep.arms)
     for ax, env in zip(axes, envs, strict=True):
         counts = {}
@@ -185,8 +211,7 @@ def plot_training(sweep: SweepRuns, cells: Cells, points: Sequence[Point]):
     (``published.read_as_logged``), and each published curve of that env up to the runs' last
     step, with its sd band."""
     envs = drawn_envs(sweep, cells)
-    fig = _new_figure(6.4 * len(envs), 4.6)
-    axes = fig.subplots(1, len(envs), squeeze=False)[0]
+    fig, axes = _env_panels(len(envs))
     styles = arm_styles(sweep.arms)
     labels = list(dict.fromkeys(p.label for p in points))
     greys = {label: ("black", ("-", "--", ":", "-.")[k % 4]) for k, label in enumerate(labels)}

@@ -15,6 +15,7 @@ from matplotlib.colors import to_rgb
 from test_report import fake_run, sweep_record
 
 from per_dqn import fileio, metrics, tags
+from per_dqn.memory import KINDS
 from per_dqn.sweeps import figures, measure, published, runs, stats
 
 ENV, OTHER = "MinAtar/Breakout-v1", "MinAtar/Asterix-v1"
@@ -81,6 +82,7 @@ def test_the_curves_figure_draws_each_arm_s_iqm_and_its_bootstrap_band(sweep):
     styles = figures.arm_styles(collected.arms)
     panels = {ax.get_title().split(" (")[0]: ax for ax in fig.axes}
     assert list(panels) == [ENV, OTHER]
+    assert tuple(fig.get_size_inches()) == pytest.approx((2 * 6.4, 4.6))  # one row of two
     for (env, arm), curves in CURVES.items():
         ax, (color, style) = panels[env], styles[arm]
         line = arm_line(ax, arm)
@@ -220,3 +222,46 @@ def test_the_training_figure_reads_the_runs_as_the_published_curve_was_logged(tm
     assert np.allclose(line.get_ydata(), want)
     low, high = band_edges(ax, figures.arm_styles(collected.arms)["uniform"][0], [50_000, 100_000])
     assert np.allclose(low, want) and np.allclose(high, want)
+
+
+def test_a_figure_of_five_games_takes_two_rows_of_at_most_three(tmp_path):
+    """Pins an unreadable figure (issue 45): the MinAtar study's five games in one row were
+    147 px a panel at the docs page's width. Envs now take rows of ``PANELS_PER_ROW`` (3), in
+    the sweep's order; a row's unused places stay empty."""
+    games = ["MinAtar/Asterix-v1", "MinAtar/Breakout-v1", "MinAtar/Freeway-v1",
+             "MinAtar/Seaquest-v1", "MinAtar/SpaceInvaders-v1"]  # fmt: skip
+    out = tmp_path / "five"
+    planned = []
+    for env in games:
+        rel = f"{env.split('/')[1]}/uniform/s0"
+        planned.append((env, "uniform", 0, rel))
+        fake_run(out, rel, env, "uniform", 0, 1.0, [(1000, 1.0), (2000, 2.0)])
+    fileio.write_json(out / "sweep.json", sweep_record(planned, games, ["uniform"]))
+    collected = runs.collect(out)
+    cells = measure.group_cells(collected, [measure.measure(r, None) for r in collected.runs])
+    fig = figures.plot_curves(collected, cells, {})
+    assert [ax.get_title().split(" (")[0] for ax in fig.axes] == games
+    rows = [ax.get_subplotspec().rowspan.start for ax in fig.axes]
+    columns = [ax.get_subplotspec().colspan.start for ax in fig.axes]
+    assert rows == [0, 0, 0, 1, 1] and columns == [0, 1, 2, 0, 1]
+    assert tuple(fig.get_size_inches()) == pytest.approx((3 * 6.4, 2 * 4.6))
+
+
+def test_a_study_s_arms_with_settings_keep_their_kind_s_colour():
+    """Pins a colour change: once the registry held seven kinds, the study's
+    ``proportional/alpha=0.6,beta0=0.4`` and ``rank/alpha=0.7,beta0=0.5`` took the palette's
+    leftovers (grey, olive) instead of proportional's red and rank's purple, so the same arm
+    changed colour between the study's figures and the new ones. The first arm of a kind takes
+    the kind's colour where the kind alone is not an arm; a second arm of it, the palette's."""
+    kinds = figures.arm_styles(list(KINDS))
+    study = ["uniform", "proportional/alpha=0.6,beta0=0.4", "rank/alpha=0.7,beta0=0.5",
+             "relo", "lap/alpha=0.4", "laber"]  # fmt: skip
+    styles = figures.arm_styles(study)
+    for arm in study:
+        assert styles[arm][0] == kinds[arm.split("/")[0]][0]
+    two = figures.arm_styles(["proportional/alpha=0.4", "proportional/alpha=0.8"])
+    assert two["proportional/alpha=0.4"][0] == kinds["proportional"][0]
+    assert two["proportional/alpha=0.8"][0] not in {c for c, _ in kinds.values()}
+    alone = figures.arm_styles(["proportional/alpha=0.4", "proportional"])
+    assert alone["proportional"][0] == kinds["proportional"][0]
+    assert alone["proportional/alpha=0.4"][0] != kinds["proportional"][0]
