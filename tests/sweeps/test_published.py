@@ -171,6 +171,12 @@ def test_logged_points_are_binned_as_the_source_bins_them_by_hand():
                              [100_000]) == [2.0]  # fmt: skip
     with pytest.raises(ValueError, match="steps must be multiples of 50,000, got 75,000"):
         published.binned(points, [75_000])
+    # Three empty bins between 2 (at 50k) and 26 (at 250k): a quarter of the way each.
+    assert published.binned([(10, 1.0), (50_000, 3.0), (250_000, 26.0)],
+                            [100_000, 150_000, 200_000]) == [8.0, 14.0, 20.0]  # fmt: skip
+    # No points (a run with no episode yet): 0 wherever asked; nothing asked, nothing read.
+    assert published.binned([], [0, 50_000, 100_000]) == [0.0, 0.0, 0.0]
+    assert published.binned(points, []) == []
 
 
 def test_a_run_is_read_as_each_published_curve_was_logged():

@@ -349,3 +349,23 @@ def test_the_independent_interval_is_the_bootstrap_written_out_replicate_by_repl
     assert stats.independent_bootstrap_ci(big_x, big_y, reps=60, seed=5) == pytest.approx(
         naive_independent_ci(big_x, big_y, 60, 5), abs=1e-12
     )
+
+
+def test_the_incomplete_beta_at_its_ends_and_on_both_sides_of_its_switch():
+    """``I_x(a, b)`` against scipy's ``betainc`` at the ends (0 and 1 exactly, where the
+    continued fraction is not used) and on both sides of the point ``(a + 1) / (a + b + 2)``
+    where it switches to the complement, and ``t_cdf`` at 0 and far out: the t-interval's
+    corners that the hypothesis cases above reach rarely."""
+    from scipy.special import betainc
+
+    for a, b in ((0.5, 2.5), (3.0, 0.5), (2.0, 2.0)):
+        assert stats._incomplete_beta(a, b, 0.0, 1.0) == 0.0
+        assert stats._incomplete_beta(a, b, 1.0, 0.0) == 1.0
+        switch = (a + 1.0) / (a + b + 2.0)
+        for x in (switch - 1e-3, switch, switch + 1e-3, 1e-6, 1 - 1e-6):
+            assert stats._incomplete_beta(a, b, x, 1.0 - x) == pytest.approx(
+                betainc(a, b, x), rel=1e-12, abs=1e-15
+            )
+    assert stats.t_cdf(0.0, 4.0) == 0.5
+    assert stats.t_cdf(-1e6, 3.0) == pytest.approx(scipy_stats.t.cdf(-1e6, 3.0), rel=1e-9)
+    assert stats.t_cdf(1e6, 3.0) == pytest.approx(scipy_stats.t.cdf(1e6, 3.0), rel=1e-15)
