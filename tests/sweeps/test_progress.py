@@ -230,3 +230,30 @@ def test_the_sweep_s_eta_is_the_steps_left_at_the_learning_runs_summed_speed():
     assert math.isnan(shown.eta_s()) and shown.lines()[0].endswith("ETA -:--:--")
     shown.update(20, {})
     assert shown.lines()[0].endswith("ETA -:--:--")
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_mid_run_is_a_failed_run_under_the_display(tmp_path, monkeypatch):
+    """Pins a crash the display's drain brought in: a worker that died without a result
+    (killed, out of memory) was recorded after the sweep had closed its queues, and recording
+    first drained the closed progress queue: ``ValueError: Queue is closed``, a traceback
+    instead of the run's failure. The worker here dies as its network is built."""
+    from support import TINY, cartpole_config
+
+    from per_dqn.sweeps import plan
+    from per_dqn.sweeps.backends import local
+
+    (tmp_path / "dies_now.py").write_text(
+        "import os\n\ndef factory(obs_shape, num_actions):\n    os._exit(9)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned worker gets this path too
+    config = cartpole_config(*TINY, "train.total_env_steps=600", "run.device=cpu",
+                             "agent.network=dies_now:factory")  # fmt: skip
+    job = plan.Job("CartPole-v1", "uniform", 0, "uniform/s0", config.to_yaml(), "cartpole")
+    sweep = plan.Sweep(tmp_path / "sweep", {"runs": []}, (job,))
+    console, text = plain_console()
+    with SweepProgress(1, console=console, plain_interval_s=0.0) as shown:
+        result = local.run_sweep(sweep, workers=1, pack=1, progress=shown)
+    (outcome,) = result.outcomes
+    assert outcome.error == "its worker process died without a result"
+    assert result.failed == [outcome]

@@ -261,7 +261,7 @@ def run_sweep(
         while True:
             try:
                 run_dir, where = reports.get_nowait()
-            except queue.Empty:
+            except (queue.Empty, ValueError, OSError):  # none left, or the queue is closed
                 break
             if run_dir not in ended:
                 running[run_dir] = where
