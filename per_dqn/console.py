@@ -79,6 +79,11 @@ class Speedometer:
         while len(self.samples) > 2 and self.samples[1][0] <= now - self.window_s:
             self.samples.pop(0)
 
+    def pause(self, seconds: float) -> None:
+        """Leaves ``seconds`` of wall time out of the speed (an evaluation: no env step of
+        training is taken then), as if the samples before it were taken that much later."""
+        self.samples = [(t + seconds, steps) for t, steps in self.samples]
+
     @property
     def speed(self) -> float:
         """Env steps per second over the window (NaN: not measured yet)."""
@@ -205,9 +210,10 @@ class ConsoleProgress(LiveOrPlainDisplay):
         progress: 12,500/50,000 env steps (25.0%)  1,234 SPS  return 45.2  last eval 120.0  ...
 
     The SPS is the run's speed over the last ``SPEED_WINDOW_S`` seconds of wall time, within
-    its phase, and the ETA knows the phases (``Speedometer``): during the warm-up it reads
-    ``learning in 0:00:25``, from there ``ETA`` to the end at the learning speed. It leaves out
-    the final evaluation, which ``evaluating`` shows while it runs.
+    its phase and with its evaluations' time left out, and the ETA knows the phases
+    (``Speedometer``): during the warm-up it reads ``learning in 0:00:25``, from there ``ETA``
+    to the end at the learning speed. It leaves out the evaluations, which ``evaluating`` shows
+    while they run.
 
     Args:
         total_env_steps: the run's budget.
@@ -235,6 +241,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
         self.ret = self.loss = self.last_eval = math.nan
         self.eps = self.beta = math.nan
         self.eval_state: tuple[int, int, int | None] | None = None  # done, total, agent steps
+        self._eval_began = 0.0  # when the evaluation shown began (time.monotonic)
 
     def update(
         self,
@@ -257,7 +264,10 @@ class ConsoleProgress(LiveOrPlainDisplay):
             loss: the latest TD loss (NaN: no update yet).
             last_eval: mean return of the latest evaluation (NaN: none yet).
         """
-        self.speedometer.add(env_steps, time.monotonic())
+        now = time.monotonic()
+        if self.eval_state is not None:  # back from an evaluation: its time is not training's
+            self.speedometer.pause(now - self._eval_began)
+        self.speedometer.add(env_steps, now)
         self.env_steps, self.ret, self.eps, self.beta = env_steps, ret, eps, beta
         self.loss, self.last_eval = loss, last_eval
         self.eval_state = None
@@ -267,7 +277,10 @@ class ConsoleProgress(LiveOrPlainDisplay):
         self, episodes_done: int, episodes_total: int, agent_steps: int | None = None
     ) -> None:
         """Shows an evaluation underway: ``episodes_done`` of ``episodes_total`` finished, and
-        the agent steps it has taken so far. The next ``update`` returns to training."""
+        the agent steps it has taken so far. The next ``update`` returns to training, and
+        leaves the evaluation's time out of the training speed."""
+        if self.eval_state is None:
+            self._eval_began = time.monotonic()
         self.eval_state = (episodes_done, episodes_total, agent_steps)
         self._tick()
 

@@ -759,3 +759,27 @@ def test_the_end_of_run_table_folds_a_long_run_dir_whole_at_80_columns():
     start = lines[0].index("runs/")
     folded = "".join(line[start:].rstrip() for line in lines[:2])
     assert lines[0].startswith("run dir") and folded == run_dir
+
+
+def test_an_evaluation_s_time_is_left_out_of_the_training_speed(monkeypatch):
+    """Pins a dip a review found: the display's update after an evaluation came at the same
+    env step a minute later, so the speed read 0 (ETA ``-:--:--``) and took the whole window to
+    recover. The evaluation's time is now left out: the speed after it is the speed before."""
+    import io
+
+    from rich.console import Console
+
+    clock = [0.0]
+    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    with ConsoleProgress(100_000, console=Console(file=io.StringIO()), enabled=False) as shown:
+        shown.update(10_000, ret=1.0, eps=0.5, beta=0.5)
+        clock[0] = 10.0
+        shown.update(20_000, ret=1.0, eps=0.5, beta=0.5)  # 1,000 steps/s
+        shown.evaluating(0, 5)
+        clock[0] = 70.0  # a minute of evaluation
+        shown.evaluating(5, 5)
+        shown.update(20_000, ret=1.0, eps=0.5, beta=0.5)
+        assert shown.sps == 1_000.0 and shown.speedometer.eta_text() == "ETA 0:01:20"
+        clock[0] = 75.0
+        shown.update(25_000, ret=1.0, eps=0.5, beta=0.5)
+        assert shown.sps == 1_000.0

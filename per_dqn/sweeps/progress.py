@@ -83,9 +83,10 @@ class RunProgress:
         ``console.format_eta`` as ``per-dqn train``'s display computes it (``-:--:--`` at a
         speed of 0: a stalled run has no end in sight); during the warm-up, ``learning in``
         the time to its end."""
-        if math.isnan(self.sps):
+        if math.isnan(self.sps) and not self.env_steps:
             return "starting"
-        head = f"{self.env_steps:,}/{self.total:,} steps  {self.sps:,.0f} SPS"
+        speed = "-" if math.isnan(self.sps) else f"{self.sps:,.0f}"
+        head = f"{self.env_steps:,}/{self.total:,} steps  {speed} SPS"
         if not self.learning:
             warm_up_left = self.learning_starts - self.env_steps
             return f"{head}  learning in {format_eta(warm_up_left, self.sps)}"
@@ -113,10 +114,12 @@ class ProgressReporter:
 
     def on_log(self, env_steps: int, values: dict[str, float]) -> None:
         """The speed over the last ``SPEED_WINDOW_S`` seconds of log points, within the run's
-        phase; the log interval's own (``perf/sps``) until two log points of a phase span one."""
+        phase; at the run's first log point, the log interval's own (``perf/sps``). Right after
+        the warm-up ends it is not known (``-``): the last interval's speed is the warm-up's."""
+        first = not self.speedometer.samples
         self.speedometer.add(env_steps, time.monotonic())
         sps = self.speedometer.speed
-        if math.isnan(sps):
+        if math.isnan(sps) and first:
             sps = values.get(PERF_SPS, math.nan)
         run = RunProgress(env_steps, self.total, sps, self.pack, self.learning_starts)
         self.send(self.run_dir, run)

@@ -150,7 +150,11 @@ def test_a_local_sweep_shows_its_packs_runs_steps_and_speed_as_they_run(tmp_path
         seen = {
             int(m.group(1))
             for line in lines
-            if (m := re.fullmatch(rf"    s{seed}  (\d+)/600 steps  [\d,]+ SPS  ETA [\d:]+", line))
+            if (
+                m := re.fullmatch(
+                    rf"    s{seed}  (\d+)/600 steps  [\d,]+ SPS  (?:ETA|learning in) [\d:]+", line
+                )
+            )
         }
         # The display redraws every 0.5 s with the newest report of each run: which log
         # points it caught depends on the machine's speed, not that it caught some.
@@ -199,6 +203,27 @@ def test_a_run_s_reporter_sends_its_start_and_each_log_point(monkeypatch):
     assert sent[1] == ("uniform/s0", RunProgress(100, 500, 250.0, "pack 1/2"))
     assert sent[2] == ("uniform/s0", RunProgress(200, 500, 200.0, "pack 1/2"))
     assert sent[3] == ("uniform/s0", RunProgress(300, 500, 100.0, "pack 1/2"))  # 200 in 2 s
+
+
+def test_a_run_s_first_learning_log_point_has_no_speed_rather_than_the_warm_up_s(monkeypatch):
+    """Pins a wrong ETA a review found: at a run's first log point past its warm-up the window
+    restarts, and the reporter fell back to the log interval's speed, the warm-up's (2,000
+    steps/s acting only), so the line read an ETA of minutes for a run of hours. Right after the
+    warm-up the speed is unknown (``-``) until a second learning log point measures it."""
+    from per_dqn.sweeps.progress import ProgressReporter
+
+    clock = [0.0]
+    monkeypatch.setattr("per_dqn.sweeps.progress.time.monotonic", lambda: clock[0])
+    sent: list = []
+    reporter = ProgressReporter(lambda *a: sent.append(a), "r", 1_000_000, learning_starts=50_000)
+    reporter.on_log(10_000, {"perf/sps": 2_000.0})
+    clock[0] = 20.0
+    reporter.on_log(50_000, {"perf/sps": 2_000.0})
+    assert math.isnan(sent[-1][1].sps)
+    assert sent[-1][1].text() == "50,000/1,000,000 steps  - SPS  ETA -:--:--"
+    clock[0] = 120.0
+    reporter.on_log(60_000, {"perf/sps": 100.0})
+    assert sent[-1][1].sps == 100.0
 
 
 def test_a_run_in_its_warm_up_shows_when_learning_begins_not_an_eta():
@@ -251,7 +276,7 @@ def test_a_worker_that_dies_mid_run_is_a_failed_run_under_the_display(tmp_path, 
                              "agent.network=dies_now:factory")  # fmt: skip
     job = plan.Job("CartPole-v1", "uniform", 0, "uniform/s0", config.to_yaml(), "cartpole")
     sweep = plan.Sweep(tmp_path / "sweep", {"runs": []}, (job,))
-    console, text = plain_console()
+    console, _ = plain_console()
     with SweepProgress(1, console=console, plain_interval_s=0.0) as shown:
         result = local.run_sweep(sweep, workers=1, pack=1, progress=shown)
     (outcome,) = result.outcomes
