@@ -82,12 +82,17 @@ TrustCodeOption = Annotated[
 
 
 def say(line: str) -> None:
-    """Prints ``line`` on stdout through ``sys.stdout`` as it is now. While a live display runs
-    (rich's ``Live`` holds stdout, to print above its frame), ``typer.echo`` writes past that
-    hold to the terminal's own stream, so the display's next redraw erases the line and leaves
-    its old frame behind (issue 45, item 1); this does not."""
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    """Prints ``line`` on stdout, as a live display on the same terminal allows.
+
+    While a live display runs, rich's ``Live`` holds ``sys.stdout`` and prints what is written
+    there above its frame (on its own stream, stderr); ``typer.echo`` wrote past that hold to the
+    terminal, so the display's next redraw erased the line and left its old frame behind (issue
+    45, item 1). On a terminal the line goes through the hold; where stdout is a file or a pipe
+    (``ablate ... > log``), to stdout itself, which the display on stderr does not touch."""
+    real = sys.__stdout__
+    stream = real if real is not None and not real.isatty() else sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def fail(problems: list[str]) -> NoReturn:
