@@ -685,6 +685,22 @@ def test_evaluations_count_the_periodic_ones_below_the_budget_and_the_final_one(
     assert points(8_000, 10_000) == 1
     assert points(50_000, 0) == 1  # 0: only the final one
     assert TrainConfig(total_env_steps=20_000, eval_interval=10_000).schedule_warning() is None
+    # The interval it suggests, and the points that gives, by hand: ceil(T / 10), ceil(T / it).
+    assert (
+        TrainConfig(total_env_steps=1_005, learning_starts=0)
+        .schedule_warning()
+        .endswith("(train.eval_interval=101 gives 10)")
+    )
+    assert (
+        TrainConfig(total_env_steps=15, learning_starts=0)
+        .schedule_warning()
+        .endswith("(train.eval_interval=2 gives 8)")
+    )
+    assert (
+        TrainConfig(total_env_steps=1, learning_starts=0)
+        .schedule_warning()
+        .endswith("the AUC is the final score")
+    )
 
 
 def test_a_budget_of_one_evaluation_is_warned_in_one_line_before_the_run(workdir):

@@ -44,9 +44,10 @@ def test_a_wheel_installs_into_a_fresh_venv_and_trains_from_its_shipped_config(t
     python = env_dir / "bin" / "python"
     site = Path(
         subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                       check=True, capture_output=True, text=True).stdout.strip()
+                       check=True, capture_output=True, text=True, timeout=60).stdout.strip()
     )  # fmt: skip
-    (site / "borrowed-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    borrowed = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+    (site / "borrowed-dependencies.pth").write_text("".join(f"{p}\n" for p in borrowed))
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
          str(wheel)],
@@ -56,7 +57,7 @@ def test_a_wheel_installs_into_a_fresh_venv_and_trains_from_its_shipped_config(t
     work.mkdir()
     where = subprocess.run(
         [python, "-c", "import per_dqn, sys; print(per_dqn.__file__)"],
-        check=True, capture_output=True, text=True, cwd=work,
+        check=True, capture_output=True, text=True, cwd=work, timeout=120,
     ).stdout.strip()  # fmt: skip
     assert Path(where).is_relative_to(site), where
     assert (site / "per_dqn" / "configs" / "cartpole.yaml").is_file()

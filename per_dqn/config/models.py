@@ -360,11 +360,13 @@ class TrainConfig(_Section):
         points = self.evaluations
         if points >= 2:
             return None
-        suggest = max(self.total_env_steps // 10, 1)
+        suggest = -(-self.total_env_steps // 10)  # ceil: at most 10 points
+        then = self.model_copy(update={"eval_interval": suggest}).evaluations
+        advice = f" (train.eval_interval={suggest} gives {then})" if then >= 2 else ""
         return (
             f"train.total_env_steps {self.total_env_steps:,} with train.eval_interval "
             f"{self.eval_interval:,} gives {points} evaluation: the curves are one point and "
-            f"the AUC is the final score (train.eval_interval={suggest} gives 10)"
+            f"the AUC is the final score{advice}"
         )
 
 
