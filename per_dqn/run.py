@@ -44,7 +44,7 @@ from per_dqn.metrics import (
 )
 from per_dqn.plan import memory_plan
 from per_dqn.provenance import provenance
-from per_dqn.rundir import display_name, ensure_run_id, read_run_id, sweep_axes
+from per_dqn.rundir import display_name, ensure_run_id, read_run_id, sweep_axes, trial_name
 from per_dqn.seeding import RunSeeds
 from per_dqn.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
 
@@ -363,7 +363,7 @@ class Trainer:
                     logger.text(tags.CONFIG_TEXT, config_as_markdown(config_yaml))
                     flat = flatten_config(self.config.model_dump(mode="json"))
                     varying = sweep_axes(run_dir) or DEFAULT_VARYING
-                    logger.hparams(flat, time.time(), name=display_name(run_dir), varying=varying)
+                    logger.hparams(flat, time.time(), name=trial_name(run_dir), varying=varying)
                     logger.custom_scalars(tags.CUSTOM_SCALARS_LAYOUT)
                 session = _Session(self, run_dir, logger, progress, should_stop, list(callbacks),
                                    start_steps, start, origin)  # fmt: skip

@@ -299,6 +299,16 @@ def display_name(run_dir: Path) -> str:
     return run_dir.name if sweep is None else run_dir.relative_to(sweep.parent).as_posix()
 
 
+def trial_name(run_dir: Path) -> str:
+    """A run's name in TensorBoard's HParams table, which shows a few characters of it: its
+    path inside its sweep (``rank/alpha=0.7/s0``: the arm and seed, the env where the sweep has
+    several), or its dir's name for a run of no sweep. The sweep's own name, the same in every
+    row, is left out (issue 45: every trial read ``ablation-cartpol...`` at 1280 px)."""
+    run_dir = Path(os.path.abspath(run_dir))
+    sweep = _enclosing_sweep(run_dir)
+    return run_dir.name if sweep is None else run_dir.relative_to(sweep).as_posix()
+
+
 def _enclosing_sweep(run_dir: Path) -> Path | None:
     """The sweep dir a run dir lies in: the nearest of the four dirs above it that holds
     ``sweep.json`` (a sweep's run dirs are ``<env>/<arm>/<settings>/s<seed>`` at most below it);

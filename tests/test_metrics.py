@@ -526,6 +526,32 @@ def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_swee
     assert display_name(run) == "ablate__x/rank/alpha=0.7/s3"
 
 
+def test_a_trial_in_the_hparams_table_is_named_by_its_path_inside_its_sweep(tmp_path):
+    """Pins unreadable trial IDs (issue 45): the HParams table shows a few characters of each
+    trial's name, and every one read ``ablation-cartpol...``, the sweep's name. A run of a sweep
+    is now its arm and seed there (with its env where the sweep has several), and that is the
+    name its event file gives the HParams session."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+    from per_dqn.metrics import TensorBoardLogger
+    from per_dqn.rundir import trial_name
+
+    run = tmp_path / "ablation-cartpole" / "rank" / "alpha=0.7" / "s3"
+    run.mkdir(parents=True)
+    assert trial_name(run) == "s3"
+    (tmp_path / "ablation-cartpole" / "sweep.json").write_text("{}")
+    assert trial_name(run) == "rank/alpha=0.7/s3"
+    logger = TensorBoardLogger(run)
+    logger.hparams({"replay.kind": "rank"}, 0.0, name=trial_name(run))
+    logger.close()
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")[hparams_metadata.SESSION_START_INFO_TAG]
+    start = hparams_metadata.parse_session_start_info_plugin_data(content)
+    assert start.group_name == "rank/alpha=0.7/s3"
+
+
 def test_a_run_reads_its_sweep_s_axes_and_takes_a_damaged_record_as_none(tmp_path):
     """``sweep_axes`` (what the HParams tab shows first): the enclosing ``sweep.json``'s axes;
     None for a run of no sweep and for a record that is not JSON, not an object, or whose axes
