@@ -89,8 +89,11 @@ def say(line: str) -> None:
     terminal, so the display's next redraw erased the line and left its old frame behind (issue
     45, item 1). On a terminal the line goes through the hold; where stdout is a file or a pipe
     (``ablate ... > log``), to stdout itself, which the display on stderr does not touch."""
-    real = sys.__stdout__
-    stream = real if real is not None and not real.isatty() else sys.stdout
+    stream = sys.stdout
+    # rich's FileProxy, while a Live display holds stdout: behind it, the stdout it replaced.
+    behind = getattr(stream, "rich_proxied_file", None)
+    if behind is not None and not behind.isatty():
+        stream = behind
     stream.write(line + "\n")
     stream.flush()
 
