@@ -36,6 +36,17 @@ def format_eta(steps_left: int, sps: float) -> str:
     return format_duration(steps_left / sps) if sps > 0 else format_duration(math.nan)
 
 
+def phase_eta(steps: int, total: int, learning_starts: int, sps: float) -> str:
+    """A run's time left as its phase allows: ``learning in 0:00:25`` during the warm-up (to its
+    end, at ``sps``, the warm-up's speed), else ``ETA 1:43:49`` (to the end of ``total``, at the
+    learning speed); ``ETA 0:00:00`` at or past the budget."""
+    if steps >= total:
+        return f"ETA {format_duration(0)}"
+    if steps < learning_starts:
+        return f"learning in {format_eta(learning_starts - steps, sps)}"
+    return f"ETA {format_eta(total - steps, sps)}"
+
+
 # Seconds of wall time a run's speed is measured over.
 SPEED_WINDOW_S = 30.0
 
@@ -93,14 +104,8 @@ class Speedometer:
         return (s1 - s0) / (t1 - t0) if t1 > t0 else math.nan
 
     def eta_text(self) -> str:
-        """``ETA 1:43:49`` (to the end, at the learning speed), ``learning in 0:00:25`` during
-        the warm-up (to its end, at its speed), ``ETA 0:00:00`` at or past the budget, and
-        ``-:--:--`` for a time that cannot be projected (no speed yet, or a speed of 0)."""
-        if self.steps >= self.total:
-            return f"ETA {format_duration(0)}"
-        if self.phase() == "warm-up":
-            return f"learning in {format_eta(self.learning_starts - self.steps, self.speed)}"
-        return f"ETA {format_eta(self.total - self.steps, self.speed)}"
+        """``phase_eta`` at the speed measured (``-:--:--`` without one, or at a speed of 0)."""
+        return phase_eta(self.steps, self.total, self.learning_starts, self.speed)
 
 
 def format_steps(steps: int) -> str:

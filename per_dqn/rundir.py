@@ -294,9 +294,7 @@ def display_name(run_dir: Path) -> str:
     """A run's name for trackers: its dir's name, or, for a run of a sweep (a dir up to four
     levels above holds ``sweep.json``), its path from the sweep dir's parent:
     ``ablate__MinAtar-Breakout-v1__minatar/proportional/alpha=0.4/s0``."""
-    run_dir = Path(os.path.abspath(run_dir))
-    sweep = _enclosing_sweep(run_dir)
-    return run_dir.name if sweep is None else run_dir.relative_to(sweep.parent).as_posix()
+    return _name_in_sweep(run_dir, with_sweep=True)
 
 
 def trial_name(run_dir: Path) -> str:
@@ -304,9 +302,17 @@ def trial_name(run_dir: Path) -> str:
     path inside its sweep (``rank/alpha=0.7/s0``: the arm and seed, the env where the sweep has
     several), or its dir's name for a run of no sweep. The sweep's own name, the same in every
     row, is left out (issue 45: every trial read ``ablation-cartpol...`` at 1280 px)."""
+    return _name_in_sweep(run_dir, with_sweep=False)
+
+
+def _name_in_sweep(run_dir: Path, with_sweep: bool) -> str:
+    """``run_dir``'s path from its sweep dir (``with_sweep``: from the dir above, the sweep's
+    name first), or its own name for a run of no sweep."""
     run_dir = Path(os.path.abspath(run_dir))
     sweep = _enclosing_sweep(run_dir)
-    return run_dir.name if sweep is None else run_dir.relative_to(sweep).as_posix()
+    if sweep is None:
+        return run_dir.name
+    return run_dir.relative_to(sweep.parent if with_sweep else sweep).as_posix()
 
 
 def _enclosing_sweep(run_dir: Path) -> Path | None:

@@ -46,7 +46,7 @@ from per_dqn.console import (
     LiveOrPlainDisplay,
     Speedometer,
     format_duration,
-    format_eta,
+    phase_eta,
 )
 from per_dqn.tags import PERF_SPS
 
@@ -80,17 +80,14 @@ class RunProgress:
     def text(self) -> str:
         """``120,000/500,000 steps  1,234 SPS  ETA 0:05:07``, or ``starting`` before the first
         log point. The ETA is the steps left at the SPS shown, computed by
-        ``console.format_eta`` as ``per-dqn train``'s display computes it (``-:--:--`` at a
+        ``console.phase_eta`` as ``per-dqn train``'s display computes it (``-:--:--`` at a
         speed of 0: a stalled run has no end in sight); during the warm-up, ``learning in``
         the time to its end."""
         if math.isnan(self.sps) and not self.env_steps:
             return "starting"
         speed = "-" if math.isnan(self.sps) else f"{self.sps:,.0f}"
-        head = f"{self.env_steps:,}/{self.total:,} steps  {speed} SPS"
-        if not self.learning:
-            warm_up_left = self.learning_starts - self.env_steps
-            return f"{head}  learning in {format_eta(warm_up_left, self.sps)}"
-        return f"{head}  ETA {format_eta(self.total - self.env_steps, self.sps)}"
+        eta = phase_eta(self.env_steps, self.total, self.learning_starts, self.sps)
+        return f"{self.env_steps:,}/{self.total:,} steps  {speed} SPS  {eta}"
 
 
 class ProgressReporter:

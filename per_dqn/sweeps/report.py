@@ -93,12 +93,6 @@ class ReportFiles:
     training: Path | None = None
     training_svg: Path | None = None
 
-    def __str__(self) -> str:
-        paths = (self.report, self.scores, self.curves, self.curves_svg, self.profiles,
-                 self.profiles_svg, self.sensitivity, self.sensitivity_svg, self.training,
-                 self.training_svg)  # fmt: skip
-        return ", ".join(str(p) for p in paths if p is not None)
-
     def lines(self) -> list[str]:
         """What ``report`` and ``ablate`` print: the report's path, then what lies beside it,
         by name, on a line that fits 80 columns."""
