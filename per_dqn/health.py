@@ -65,10 +65,15 @@ class ReplayHealth:
         capacity: the memory's capacity.
     """
 
+    _SLOT_ARRAYS = ("added_at", "priority_set_at", "replay_count")
+
     def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
         self.added_at = np.zeros(capacity, dtype=np.int64)
         self.priority_set_at = np.zeros(capacity, dtype=np.int64)
         self.replay_count = np.zeros(capacity, dtype=np.int64)
+        # Slots holding a transition: the memory fills its ring from slot 0, so a prefix.
+        self.stored = 0
         self._acc = MeanAccumulator()
 
     def record_add(self, slots: np.ndarray | int, env_step: int) -> None:
@@ -76,6 +81,8 @@ class ReplayHealth:
         self.added_at[slots] = env_step
         self.priority_set_at[slots] = env_step
         self.replay_count[slots] = 0
+        added = slots.size if isinstance(slots, np.ndarray) else 1
+        self.stored = min(self.stored + added, self.capacity)
 
     def record_sample(
         self,
@@ -142,26 +149,33 @@ class ReplayHealth:
         return {tag: float(v) for tag, v in self._acc.pop_means().items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """The per-slot arrays and the pending batch statistics (copies), for a checkpoint."""
-        return {
-            "added_at": self.added_at.copy(),
-            "priority_set_at": self.priority_set_at.copy(),
-            "replay_count": self.replay_count.copy(),
-            "acc": self._acc.state_dict(),
+        """The per-slot arrays of the stored slots and the pending batch statistics (copies),
+        for a checkpoint."""
+        state: dict[str, Any] = {
+            name: getattr(self, name)[: self.stored].copy() for name in self._SLOT_ARRAYS
         }
+        state["acc"] = self._acc.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores ``state_dict()`` output.
+        """Restores ``state_dict()`` output (or one written before checkpoints held the stored
+        slots only, at the full capacity).
 
         Raises:
-            ValueError: the arrays are for another capacity.
+            ValueError: arrays of unequal lengths, or longer than the capacity; nothing is
+                changed then.
         """
-        for name in ("added_at", "priority_set_at", "replay_count"):
-            have, got = getattr(self, name), np.asarray(state[name])
-            if got.shape != have.shape:
+        arrays = [np.asarray(state[name]) for name in self._SLOT_ARRAYS]
+        stored = len(arrays[0]) if arrays[0].ndim == 1 else -1
+        for name, got in zip(self._SLOT_ARRAYS, arrays, strict=True):
+            if got.ndim != 1 or len(got) != stored or stored > self.capacity:
                 raise ValueError(
-                    f"replay health `{name}` must have shape {list(have.shape)}, "
-                    f"got {list(got.shape)}"
+                    f"replay health `{name}` must have shape [n] with n <= {self.capacity}, the "
+                    f"same n for each of {', '.join(self._SLOT_ARRAYS)}; got {list(got.shape)}"
                 )
-            have[...] = got
+        for name, got in zip(self._SLOT_ARRAYS, arrays, strict=True):
+            have = getattr(self, name)
+            have[:stored] = got
+            have[stored : self.stored] = 0  # past this panel's own stored slots, zeros already
+        self.stored = stored
         self._acc.load_state_dict(state["acc"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import pickle
@@ -556,6 +557,75 @@ def test_frame_memory_round_trip(tmp_path):
     np.testing.assert_array_equal(a.next_obs, b.next_obs)
 
 
+def atari_like_memory(transitions: int, capacity: int):
+    """A frame memory of 84x84 stacks holding ``transitions`` of ``capacity``, every frame new."""
+    memory = make_memory(
+        "proportional", capacity=capacity, obs_shape=(4, 84, 84), obs_dtype=np.uint8, seed=1,
+        dedup_frames=True,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    pool = rng.integers(0, 256, size=(300, 84, 84), dtype=np.uint8)  # past the dedup window
+    for t in range(transitions):
+        stack = pool[np.arange(t, t + 5) % len(pool)]
+        memory.add(stack[:4], t % 4, 0.0, stack[1:], False)
+    return memory
+
+
+def test_a_memory_s_npz_is_sized_to_its_transitions_not_its_capacity(tmp_path):
+    """Issue 45, item 3: 51,112 transitions of a 1M Atari memory wrote 7,267,442,780 bytes, the
+    whole capacity. Now 1,000 of 100,000 write their 1,000 slots' pointers and their 1,004
+    frames, and read back to the same memory."""
+    memory = atari_like_memory(1_000, 100_000)
+    ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=False))
+    frames, fields = 1_004 * (84 * 84 + 8 + 8), 1_000 * (2 * 4 * 4 + 8 + 4 + 1 + 1 + 8)
+    written = (tmp_path / "m.npz").stat().st_size
+    assert frames + fields < written < frames + fields + 8_000  # npz headers: ~300 B an array
+    restored = atari_like_memory(0, 100_000)
+    restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
+    a, b = memory.sample(32, 1.0), restored.sample(32, 1.0)
+    for field_a, field_b in zip(a, b, strict=True):
+        np.testing.assert_array_equal(field_a, field_b)
+
+
+def test_a_memory_is_written_from_where_it_is_without_a_second_copy(tmp_path):
+    """Issue 45, item 3: writing a checkpoint copied the memory's arrays first, so a full 1M
+    Atari memory needed another 7.3 GB of RAM at every checkpoint. Written from views, numpy
+    streams each array in 16 MiB chunks: the peak of Python's allocations while the 140 MB
+    memory is written stays far below its size, where the copies took all of it."""
+    import tracemalloc
+
+    memory = atari_like_memory(20_000, 20_000)
+    size = ckpt.tree_nbytes(memory.state_dict(copy=False))
+    assert size > 140e6
+    peaks = {}
+    for copy in (True, False):
+        tracemalloc.start()
+        ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=copy))
+        peaks[copy] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peaks[True] > size  # the test can tell a copy
+    assert peaks[False] < 40e6, peaks
+
+
+def test_a_checkpoint_reports_its_progress_written_then_hashed(tmp_path):
+    """The progress a display shows while a checkpoint is written: every ~16 MiB of the arrays
+    written and of the files hashed, rising to its total (the arrays twice, the weights once)."""
+    memory = atari_like_memory(6_000, 8_000)
+    weights = {"w": torch.zeros(1000)}
+    trees = {"memory": memory.state_dict(copy=False)}
+    told: list[tuple[int, int]] = []
+    ckpt.save_run_checkpoint(
+        tmp_path, env_steps=6_000, weights={"agent": weights}, trees=trees, config_yaml="a: 1\n",
+        keep_last=1, progress=lambda done, total: told.append((done, total)),
+    )  # fmt: skip
+    total = 2 * ckpt.tree_nbytes(trees) + 4_000
+    assert {t for _, t in told} == {total}
+    done = [d for d, _ in told]
+    assert done == sorted(done) and done[-1] == total
+    assert len(told) >= 2 * ckpt.tree_nbytes(trees) // (16 << 20)
+    assert all(b - a >= 16 << 20 for a, b in itertools.pairwise(done[:-1]))  # the last: the rest
+
+
 def cartpole_vector(num_envs: int) -> SyncVectorEnv:
     envs = [gym.make("CartPole-v1", disable_env_checker=True) for _ in range(num_envs)]
     return SyncVectorEnv([lambda e=e: e for e in envs], autoreset_mode=AutoresetMode.NEXT_STEP)
@@ -679,8 +749,39 @@ def test_nstep_and_health_state_round_trip():
     copy.load_state_dict(health.state_dict())
     assert copy.pop_means() == health.pop_means()
     np.testing.assert_array_equal(copy.replay_count, [0, 1, 0, 0])  # a repeat counts once
-    with pytest.raises(ValueError, match="shape"):
-        ReplayHealth(5).load_state_dict(health.state_dict())
+    with pytest.raises(ValueError, match=r"`added_at` must have shape \[n\] with n <= 1"):
+        ReplayHealth(1).load_state_dict(health.state_dict())
+
+
+def test_the_health_panel_saves_its_stored_slots_and_loads_any_state_exactly():
+    """Sized like the memory (issue 45, item 3): 2 slots of 1,000 stored save 2 rows; a state
+    written at full length (before) loads too, and a panel that had stored more continues as a
+    fresh one."""
+    health = ReplayHealth(1_000)
+    health.record_add(np.array([0, 1]), 10)
+    health.record_add(2, 11)
+    health.record_sample(np.array([1, 1]), np.array([0.5, 1.0]), 12)
+    state = health.state_dict()
+    assert [len(state[k]) for k in ("added_at", "priority_set_at", "replay_count")] == [3] * 3
+    full = dict(state, **{k: np.r_[state[k], np.zeros(997, np.int64)] for k in
+                          ("added_at", "priority_set_at", "replay_count")})  # fmt: skip
+    used = ReplayHealth(1_000)
+    used.record_add(np.arange(1_000), 5)
+    used.record_sample(np.arange(10), np.ones(10), 6)
+    health.record_add(3, 20)
+    health.record_sample(np.array([3, 0]), np.array([1.0, 0.25]), 21)
+    for target, loaded in (
+        (ReplayHealth(1_000), state),
+        (used, state),
+        (ReplayHealth(1_000), full),
+    ):
+        target.load_state_dict(loaded)
+        target.record_add(3, 20)
+        target.record_sample(np.array([3, 0]), np.array([1.0, 0.25]), 21)
+        for name in ("added_at", "priority_set_at", "replay_count"):
+            np.testing.assert_array_equal(getattr(target, name), getattr(health, name), name)
+        assert target.stored == (1_000 if loaded is full else 4)
+    assert used.pop_means() == health.pop_means()
 
 
 def test_checkpoint_names_sort_by_step(tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.memory.storage import RING_FIELDS, NamedStorage, ObservationStore
+from per_dqn.memory.storage import RING_FIELDS, NamedStorage, ObservationStore, filled
 
 # A fresh BitStorage's pool holds one next observation for every POOL_PERIOD transitions (at
 # least MIN_POOL_ENTRIES): a slot needs one only where its next observation never comes back as a
@@ -223,13 +223,14 @@ class BitObservations(ObservationStore):
 
     # --- state -------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Packed obs, links, the pool and its free entries (in stack order)."""
+    def state_dict(self, size: int, copy: bool = True) -> dict[str, Any]:
+        """Packed obs and links of the ``size`` filled slots, the pool and its free entries (in
+        stack order)."""
         return {
-            "obs": self.obs.copy(),
-            "next_ref": self.next_ref.copy(),
-            "pool": self.pool.copy(),
-            "pool_free": self.pool_free[: self.free_count].copy(),
+            "obs": filled(self.obs, size, copy),
+            "next_ref": filled(self.next_ref, size, copy),
+            "pool": self.pool.copy() if copy else self.pool,
+            "pool_free": filled(self.pool_free, self.free_count, copy),
         }
 
     def templates(self, state: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -284,8 +285,9 @@ class BitObservations(ObservationStore):
         pending = {pool[entry].tobytes(): entry for entry in sources}
         if len(pending) != len(sources):
             raise ValueError("storage `pool` holds one next observation twice")
-        self.obs[...] = state["obs"]
-        self.next_ref[...] = state["next_ref"]
+        for name in ("obs", "next_ref"):
+            rows = np.asarray(state[name])
+            getattr(self, name)[: len(rows)] = rows
         self.pool = pool.copy()
         self.pool_free = np.zeros(entries, dtype=self.next_ref.dtype)
         self.pool_free[: free.size] = free
@@ -299,7 +301,7 @@ class BitObservations(ObservationStore):
         self.next_ref[...] = 0
         for slot in ((cursor - size + np.arange(size)) % self.capacity).tolist():
             self._place(slot, obs[slot], next_obs[slot], False)
-        self.obs[...] = obs
+        self.obs[: len(obs)] = obs
 
 
 class BitStorage(NamedStorage):

@@ -31,7 +31,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from per_dqn.memory.storage import RING_FIELDS, NamedStorage, ObservationStore
+from per_dqn.memory.storage import RING_FIELDS, NamedStorage, ObservationStore, filled
 
 _jit = numba.njit(cache=True, nogil=True)
 _FREE = np.iinfo(np.int64).min // 2  # ref of a never-used frame: dead for any serial
@@ -261,23 +261,69 @@ class FrameObservations(ObservationStore):
             self.frames[self.next_ptr[indices]].reshape(shape),
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {name: getattr(self, name).copy() for name in self._ARRAYS}
+    _FRAME_ARRAYS = ("frames", "frame_hash", "frame_ref")  # one row a frame of the ring
+
+    def frames_used(self) -> int:
+        """Frames of the ring written so far: a prefix until the ring first wraps (its cursor
+        writes them in order, and only a written frame can match an incoming one, so none past
+        the cursor is referenced), all of them from then on."""
+        free = self.frame_ref == _FREE
+        return int(free.argmax()) if free.any() else len(free)
+
+    def state_dict(self, size: int, copy: bool = True) -> dict[str, Any]:
+        """The pointers of the ``size`` filled slots and the frames written so far
+        (``frames_used``), with the frame cursor and the serial."""
+        used = self.frames_used()
+        state: dict[str, Any] = {
+            name: filled(getattr(self, name), size, copy) for name in ("obs_ptr", "next_ptr")
+        }
+        for name in self._FRAME_ARRAYS:
+            state[name] = filled(getattr(self, name), used, copy)
         state["frame_cursor"] = self.frame_cursor
         state["serial"] = self.serial
         return state
 
     def templates(self, state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) for name in self._ARRAYS}
+        """The pointers, and the frame arrays cut to as many frames as ``state`` holds (up to
+        the ring's)."""
+        held = np.shape(state.get("frames", ()))
+        used = min(held[0], self.frames.shape[0]) if held else self.frames.shape[0]
+        templates = {name: getattr(self, name) for name in ("obs_ptr", "next_ptr")}
+        for name in self._FRAME_ARRAYS:
+            templates[name] = getattr(self, name)[:used]
+        return templates
 
     def load_state_dict(self, state: Mapping[str, Any], cursor: int, size: int) -> None:
         for name in ("frame_cursor", "serial"):
             if name not in state:
                 raise ValueError(f"storage field `{name}` is missing")
-        for name in self._ARRAYS:
-            getattr(self, name)[...] = state[name]
-        self.frame_cursor = int(state["frame_cursor"])
+        used = len(state["frames"])
+        for name in ("obs_ptr", "next_ptr"):
+            pointers = np.asarray(state[name])[:size]
+            if pointers.size and not (0 <= pointers.min() and pointers.max() < used):
+                raise ValueError(
+                    f"storage field `{name}` must point into the {used:,} frames stored, "
+                    f"got {int(pointers.min())} to {int(pointers.max())}"
+                )
+        frame_cursor = int(state["frame_cursor"])
+        if not 0 <= frame_cursor < self.frames.shape[0]:
+            raise ValueError(
+                f"storage `frame_cursor` must be in [0, {self.frames.shape[0]}), got {frame_cursor}"
+            )
+        # Frames past `used` must read as never written, as in the memory that was saved; only
+        # those this memory wrote are reset (the rest were never touched, and stay unallocated).
+        stale = slice(used, self.frames_used())
+        for name in ("obs_ptr", "next_ptr", *self._FRAME_ARRAYS):
+            rows = np.asarray(state[name])
+            getattr(self, name)[: len(rows)] = rows
+        self.frames[stale] = 0
+        self.frame_hash[stale] = 0
+        self.frame_ref[stale] = _FREE
+        self.frame_cursor = frame_cursor
         self.serial = int(state["serial"])
+        # The previous write's pointers named this memory's frames, not the state's: a hint
+        # into a frame past `used` would reference a frame the next state leaves out.
+        self._last_ptrs[:] = -1
 
 
 class FrameStorage(NamedStorage):

@@ -114,13 +114,13 @@ class LAPSampler(Sampler):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["priorities"] = self.sums.leaves
+        state["priorities"] = self.sums.leaves[: self._size]  # the stored transitions' only
         state["max_priority"] = self.max_priority
         return state
 
     def check_state(self, state: dict[str, Any], size: int) -> None:
         super().check_state(state, size)
-        checked_priorities(state, self.capacity)
+        checked_priorities(state, self.capacity, size)
         max_priority = float(state.get("max_priority", np.nan))
         if not 1.0 <= max_priority < np.inf:
             raise ValueError(f"`max_priority` must be finite and >= 1, got {max_priority}")
@@ -128,6 +128,6 @@ class LAPSampler(Sampler):
     def load_state_dict(self, state: dict[str, Any], size: int) -> None:
         self.check_state(state, size)
         super().load_state_dict(state, size)
-        self.sums.set_leaves(np.asarray(state["priorities"], dtype=np.float64))
+        self.sums.set_leaves(checked_priorities(state, self.capacity, size))
         self.max_priority = float(state["max_priority"])
         self._size = size

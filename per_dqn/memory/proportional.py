@@ -165,17 +165,17 @@ class ProportionalSampler(Sampler):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["priorities"] = self.sums.leaves
+        state["priorities"] = self.sums.leaves[: self._size]  # the stored transitions' only
         state["max_priority"] = self.max_priority
         return state
 
     def check_state(self, state: dict[str, Any], size: int) -> None:
         super().check_state(state, size)
-        checked_priorities(state, self.capacity)
+        checked_priorities(state, self.capacity, size)
 
     def load_state_dict(self, state: dict[str, Any], size: int) -> None:
         self.check_state(state, size)
-        priorities = np.asarray(state["priorities"], dtype=np.float64)
+        priorities = checked_priorities(state, self.capacity, size)
         super().load_state_dict(state, size)
         self.sums.set_leaves(priorities)
         mins = priorities.copy()

@@ -270,9 +270,16 @@ class ReplayMemory:
 
     # --- state -------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: contents, priorities and RNG state."""
-        return {"kind": self.kind, "storage": self._storage.state_dict()} | (
+    def state_dict(self, copy: bool = True) -> dict[str, Any]:
+        """Everything needed to continue exactly: contents, priorities and RNG state, of the
+        stored transitions only (a memory of 51k transitions of 1M saves 51k).
+
+        Args:
+            copy: False returns views into the memory's arrays where it can (its storage's;
+                the samplers' small arrays are copies), valid until the memory next changes:
+                what a checkpoint streams to disk without holding the memory twice in RAM.
+        """
+        return {"kind": self.kind, "storage": self._storage.state_dict(copy)} | (
             self._sampler.state_dict()
         )
 

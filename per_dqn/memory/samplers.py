@@ -60,19 +60,26 @@ def optional_clip(name: str, value) -> float | None:
     return clip
 
 
-def checked_priorities(state: dict[str, Any], capacity: int) -> np.ndarray:
-    """A sampler state's ``priorities`` as float64, or ValueError unless they are ``capacity``
-    finite values >= 0 (the one check of the samplers that keep a leaf per slot)."""
+def checked_priorities(state: dict[str, Any], capacity: int, size: int) -> np.ndarray:
+    """A sampler state's ``priorities`` as ``capacity`` float64 leaves, or ValueError unless they
+    are finite values >= 0, one for each of the ``size`` stored transitions (the leaves past them
+    are 0) or, as checkpoints held them before they were sized to their contents, one a slot (the
+    one check of the samplers that keep a leaf per slot)."""
     priorities = np.asarray(state["priorities"], dtype=np.float64)
-    if priorities.shape != (capacity,):
-        raise ValueError(f"`priorities` must have shape ({capacity},), got {priorities.shape}")
+    if priorities.shape not in {(size,), (capacity,)}:
+        lengths = " or ".join(str(n) for n in sorted({size, capacity}))
+        raise ValueError(f"`priorities` must have shape ({lengths},), got {priorities.shape}")
     bad = np.flatnonzero(~(np.isfinite(priorities) & (priorities >= 0.0)))
     if bad.size:
         raise ValueError(
             f"`priorities` must be finite and >= 0, "
             f"got {float(priorities[bad[0]])!r} at slot {bad[0]}"
         )
-    return priorities
+    if len(priorities) == capacity:
+        return priorities
+    leaves = np.zeros(capacity, dtype=np.float64)
+    leaves[:size] = priorities
+    return leaves
 
 
 class Sampler(ABC):

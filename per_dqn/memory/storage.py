@@ -38,22 +38,43 @@ RING_FIELDS: dict[str, type] = {
 RING_FIELD_BYTES = sum(np.dtype(dtype).itemsize for dtype in RING_FIELDS.values())
 
 
-def check_arrays(state: Mapping[str, Any], templates: Mapping[str, np.ndarray]) -> None:
+def check_arrays(
+    state: Mapping[str, Any], templates: Mapping[str, np.ndarray], rows: int | None = None
+) -> None:
     """Raises ValueError unless ``state`` holds an array of each template's dtype and shape.
 
     Args:
         state: a storage's ``state_dict`` as read back.
         templates: name -> the array it must match (only dtype and shape are read).
+        rows: the other first dimension an array may have: the ``size`` filled slots a
+            ``state_dict`` holds (a checkpoint written before that holds all ``capacity``, the
+            template's own).
     """
     for name, have in templates.items():
         if name not in state:
             raise ValueError(f"storage field `{name}` is missing")
         got = np.asarray(state[name])
-        if got.shape != have.shape or got.dtype != have.dtype:
+        lengths = {have.shape[0]} if rows is None else {rows, have.shape[0]}
+        if (
+            got.dtype != have.dtype
+            or got.shape[1:] != have.shape[1:]
+            or got.ndim != have.ndim
+            or got.shape[0] not in lengths
+        ):
+            first = " or ".join(str(n) for n in sorted(lengths))
+            want = "[" + ", ".join([first, *(str(d) for d in have.shape[1:])]) + "]"
             raise ValueError(
-                f"storage field `{name}` must be {have.dtype}{list(have.shape)}, "
+                f"storage field `{name}` must be {have.dtype}{want}, "
                 f"got {got.dtype}{list(got.shape)}"
             )
+
+
+def filled(array: np.ndarray, size: int, copy: bool) -> np.ndarray:
+    """A ring array's first ``size`` slots, where its transitions are (the ring fills from slot
+    0, and ``size < capacity`` only before it first wraps): a copy, or with ``copy`` False a view
+    that stays valid until the next write."""
+    part = array[:size]
+    return part.copy() if copy else part
 
 
 class ObservationStore(ABC):
@@ -115,8 +136,9 @@ class ObservationStore(ABC):
         """``(obs, next_obs)`` of ``indices``, shaped ``(B, *obs_shape)`` of ``obs_dtype``."""
 
     @abstractmethod
-    def state_dict(self) -> dict[str, Any]:
-        """The store's entries of the storage's ``state_dict`` (copies)."""
+    def state_dict(self, size: int, copy: bool = True) -> dict[str, Any]:
+        """The store's entries of the storage's ``state_dict``: what its ``size`` filled slots
+        need, no more (copies; views with ``copy`` False, see ``RingStorage.state_dict``)."""
 
     @abstractmethod
     def templates(self, state: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -124,7 +146,9 @@ class ObservationStore(ABC):
 
     @abstractmethod
     def load_state_dict(self, state: Mapping[str, Any], cursor: int, size: int) -> None:
-        """Restores the store's part of ``state``, whose ``templates`` the ring has checked.
+        """Restores the store's part of ``state``, whose ``templates`` the ring has checked
+        (each array of ``size`` rows, or of the template's own, written before checkpoints held
+        the filled slots only).
 
         Raises:
             ValueError: what only the store can check fails; nothing is changed then.
@@ -164,15 +188,17 @@ class WholeObservations(ObservationStore):
     def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.obs[indices], self.next_obs[indices]
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"obs": self.obs.copy(), "next_obs": self.next_obs.copy()}
+    def state_dict(self, size: int, copy: bool = True) -> dict[str, Any]:
+        return {"obs": filled(self.obs, size, copy), "next_obs": filled(self.next_obs, size, copy)}
 
     def templates(self, state: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return {"obs": self.obs, "next_obs": self.next_obs}
 
     def load_state_dict(self, state: Mapping[str, Any], cursor: int, size: int) -> None:
-        self.obs[...] = state["obs"]
-        self.next_obs[...] = state["next_obs"]
+        # Slots past `size` are never read before they are written: they stay as they are.
+        for name in ("obs", "next_obs"):
+            rows = np.asarray(state[name])
+            getattr(self, name)[: len(rows)] = rows
 
 
 class RingStorage:
@@ -273,11 +299,18 @@ class RingStorage:
             priorities,
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """Contents and cursor (array copies), keyed as the observation store's layout says."""
-        state = self.observations.state_dict()
+    def state_dict(self, copy: bool = True) -> dict[str, Any]:
+        """Contents and cursor, keyed as the observation store's layout says: the ``size``
+        filled slots only (a checkpoint is sized to what the memory holds, not to its capacity).
+
+        Args:
+            copy: False returns views into the storage's arrays instead of copies, valid until
+                its next write (what a checkpoint streams to disk without a second copy of the
+                memory in RAM).
+        """
+        state = self.observations.state_dict(self.size, copy)
         for name in RING_FIELDS:
-            state[name] = getattr(self, name).copy()
+            state[name] = filled(getattr(self, name), self.size, copy)
         state["cursor"] = self.cursor
         state["size"] = self.size
         return {key: state[key] for key in self.observations.state_order}
@@ -289,17 +322,22 @@ class RingStorage:
             ValueError: a missing or mismatched array, a cursor or size out of range, or what
                 the observation store refuses; nothing is changed then.
         """
-        check_arrays(state, self.observations.templates(state))
-        check_arrays(state, {name: getattr(self, name) for name in RING_FIELDS})
         for name in ("cursor", "size"):
             if name not in state:
                 raise ValueError(f"storage field `{name}` is missing")
         cursor, size = int(state["cursor"]), int(state["size"])
         if not (0 <= size <= self.capacity and 0 <= cursor < self.capacity):
             raise ValueError(f"storage `size`/`cursor` out of range: {size}/{cursor}")
+        if size < self.capacity and cursor != size:
+            raise ValueError(
+                f"storage `cursor` must be {size} (its size) before the ring is full, got {cursor}"
+            )
+        check_arrays(state, self.observations.templates(state), rows=size)
+        check_arrays(state, {name: getattr(self, name) for name in RING_FIELDS}, rows=size)
         self.observations.load_state_dict(state, cursor, size)  # checks its own first
         for name in RING_FIELDS:
-            getattr(self, name)[...] = state[name]
+            rows = np.asarray(state[name])
+            getattr(self, name)[: len(rows)] = rows
         self.cursor, self.size = cursor, size
 
 

@@ -143,9 +143,11 @@ def test_state_dict_round_trip():
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_stale_shortcut_pointers_cost_a_hash_never_a_wrong_stack(n_step):
     """A write first compares each frame with the previous write's frames (its pointers kept
-    on the side, never saved). After ``load_state_dict`` of another memory those pointers name
-    frames that now hold other bytes; the byte comparison must reject them, so the next writes
-    still rebuild bit-exact and a 1-step stream still stores one frame per step."""
+    on the side, never saved). After ``load_state_dict`` of another memory those pointers would
+    name frames that now hold other bytes, or frames past the ones the state holds: the load
+    forgets them (a hint into a frame past the state's would make a later state leave out a
+    frame a transition points to, ``test_state_sized``), so the next writes still rebuild
+    bit-exact and a 1-step stream still stores one frame per step."""
     ours = record_transitions(4, 1, 8, n_step, "reset")
     theirs = record_transitions(5, 1, 16, n_step, "reset")
     split = len(theirs) // 2
