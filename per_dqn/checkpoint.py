@@ -17,7 +17,9 @@ as trees of arrays (``save_run_checkpoint``). A training run's parts::
                             where each array of loop.npz sits
             envs.npz/.json  the envs' state (physics, time-limit counters, RNGs), where it can be
                             captured (CartPole yes, ale-py's emulators no)
-            memory.npz      the replay memory's arrays, priorities included (uncompressed npz)
+            memory.npz      the replay memory's arrays, priorities included (uncompressed npz), of
+                            the transitions it holds, not its capacity; streamed from the
+                            memory's own arrays, never copied first
             memory.json     the memory's other values: cursor, size, RNG state, max priority
             config.yaml     the resolved config this state belongs to
         .tmp-step_000060000-4242/   a write in progress (or one whose process died): never read
@@ -190,10 +192,51 @@ def _entry_kind(path: Path) -> str | None:
     return "a special file"
 
 
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    """Hex SHA-256 of a file's bytes; ``progress`` is told of each chunk hashed (its bytes)."""
     with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+        if progress is None:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+        digest, buffer = hashlib.sha256(), bytearray(_CHUNK_BYTES)
+        view = memoryview(buffer)
+        while n := file.readinto(buffer):
+            digest.update(view[:n])
+            progress(n)
+        return digest.hexdigest()
+
+
+# The chunk a checkpoint's progress is told of: often enough for a bar to move on a 7 GB write.
+_CHUNK_BYTES = 16 << 20
+
+
+class _Meter:
+    """Counts a checkpoint's bytes written and hashed, and tells ``report(done, total)`` every
+    ``_CHUNK_BYTES`` or so (``total``: the arrays' bytes twice, once written, once hashed; the
+    weights' once, hashed)."""
+
+    def __init__(self, total: int, report: Callable[[int, int], None]) -> None:
+        self.total, self.done, self._told, self._report = max(total, 1), 0, 0, report
+
+    def add(self, n: int) -> None:
+        self.done = min(self.done + n, self.total)
+        if self.done - self._told >= _CHUNK_BYTES or self._told < self.done == self.total:
+            self._told = self.done
+            self._report(self.done, self.total)
+
+
+class _CountedWrites:
+    """A file whose writes are counted (``np.savez`` streams each array through it in chunks)."""
+
+    def __init__(self, file: IO[bytes], count: Callable[[int], None]) -> None:
+        self._file, self._count = file, count
+
+    def write(self, data: Any) -> int:
+        written = self._file.write(data)
+        self._count(memoryview(data).nbytes)
+        return written
+
+    def __getattr__(self, name: str) -> Any:  # tell, seek, flush, ... as the file's
+        return getattr(self._file, name)
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -215,6 +258,7 @@ def write_checkpoint(
     *,
     keep_last: int,
     meta: Mapping[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Path:
     """Writes one checkpoint atomically, then deletes all but the newest ``keep_last``.
 
@@ -225,6 +269,7 @@ def write_checkpoint(
             subdirectories); everything it writes is checksummed.
         keep_last: checkpoints to keep, this one included.
         meta: extra JSON values for the manifest.
+        progress: told of each chunk of the files hashed (its bytes).
 
     Returns:
         The checkpoint's final directory.
@@ -252,7 +297,10 @@ def write_checkpoint(
         files = {}
         for path in sorted(tmp.iterdir()):
             fsync_path(path)
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+            files[path.name] = {
+                "bytes": path.stat().st_size,
+                "sha256": sha256_file(path, progress),
+            }
         manifest = {
             "format": FORMAT_VERSION,
             "env_steps": env_steps,
@@ -750,9 +798,26 @@ def _rotated_away(root: Path, path: Path, inode: int | None, rejected: Mapping[P
 # --- array trees: the replay memory and the loop ------------------------------------------------
 
 
-def save_tree(npz_path: Path, json_path: Path, tree: Any) -> None:
+def tree_nbytes(tree: Any) -> int:
+    """The bytes of a tree's arrays (numpy's or torch's): what a checkpoint writes of it,
+    headers aside."""
+    if isinstance(tree, Mapping):
+        return sum(tree_nbytes(value) for value in tree.values())
+    if isinstance(tree, list | tuple):
+        return sum(tree_nbytes(value) for value in tree)
+    nbytes = getattr(tree, "nbytes", 0)
+    return nbytes if isinstance(nbytes, int) else 0
+
+
+def save_tree(
+    npz_path: Path, json_path: Path, tree: Any, progress: Callable[[int], None] | None = None
+) -> None:
     """Writes a nested dict whose leaves are arrays or JSON values: arrays to an uncompressed
-    ``.npz`` (streamed, no pickle), everything else to a JSON file that marks where each array was.
+    ``.npz``, everything else to a JSON file that marks where each array was.
+
+    The arrays are streamed from where they are (numpy writes each in chunks of 16 MiB), so
+    views of a memory's arrays are written without a copy of it; ``progress`` is told of each
+    chunk written (its bytes).
 
     JSON keeps Python ints of any size (a PCG64 state is 128 bits) and floats exactly. Reading
     either file runs no code: JSON, and ``np.load(allow_pickle=False)``.
@@ -763,7 +828,7 @@ def save_tree(npz_path: Path, json_path: Path, tree: Any) -> None:
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(tree, "", arrays)
     with open(npz_path, "wb") as file:
-        np.savez(file, **arrays)
+        np.savez(file if progress is None else _CountedWrites(file, progress), **arrays)
     json_path.write_text(json.dumps(skeleton, indent=1) + "\n", encoding="utf-8")
 
 
@@ -890,6 +955,7 @@ def save_run_checkpoint(
     config_yaml: str,
     keep_last: int,
     meta: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Writes a training checkpoint (see the module docstring for its files).
 
@@ -906,18 +972,24 @@ def save_run_checkpoint(
         config_yaml: the resolved config.
         keep_last: checkpoints to keep.
         meta: extra manifest values.
+        progress: told ``(done, total)`` bytes as the trees' arrays are written and the files
+            hashed (``total``: the trees' ``tree_nbytes`` twice, the weights' once), every
+            16 MiB or so.
     """
     import torch
+
+    total = 2 * tree_nbytes(trees) + tree_nbytes(weights)
+    count = None if progress is None else _Meter(total, progress).add
 
     def write(directory: Path) -> None:
         for name, state in weights.items():
             torch.save(state, directory / f"{name}.pt")
         for name, tree in trees.items():
-            save_tree(directory / f"{name}.npz", directory / f"{name}.json", tree)
+            save_tree(directory / f"{name}.npz", directory / f"{name}.json", tree, count)
         (directory / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
 
     meta = {"parts": sorted([*weights, *trees]), **(meta or {})}
-    return write_checkpoint(root, env_steps, write, keep_last=keep_last, meta=meta)
+    return write_checkpoint(root, env_steps, write, keep_last=keep_last, meta=meta, progress=count)
 
 
 @dataclass(frozen=True)
@@ -957,9 +1029,9 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
 
     Everything is read through one descriptor on the checkpoint dir, each file opened once
     without following a link. A file is read whole, checked, and parsed from those bytes; the
-    replay memory's arrays (``.npz``, as large as the memory) are hashed in chunks through their
-    handle and then loaded from it, and a file whose size, modification or change time moved
-    meanwhile (written in place) is refused, so no second copy of the memory is held.
+    replay memory's arrays (``.npz``, as large as what the memory holds) are hashed in chunks
+    through their handle and then loaded from it, and a file whose size, modification or change
+    time moved meanwhile (written in place) is refused, so no second copy of the file is held.
 
     A part is a ``NAME.pt`` file (tensors) or a ``NAME.npz`` + ``NAME.json`` pair.
 

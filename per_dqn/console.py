@@ -108,6 +108,16 @@ class Speedometer:
         return phase_eta(self.steps, self.total, self.learning_starts, self.speed)
 
 
+def gib(n_bytes: float) -> str:
+    """``n_bytes`` in TiB or GiB with two decimals, or MiB / KiB when smaller than that shows."""
+    if n_bytes >= 1 << 40:
+        return f"{n_bytes / (1 << 40):.2f} TiB"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n_bytes >= (1 << shift) // 10:
+            return f"{n_bytes / (1 << shift):.2f} {unit}"
+    return f"{int(n_bytes)} B"
+
+
 def format_steps(steps: int) -> str:
     """``12,500`` below a million, ``12.50M`` from there (a 50M budget must fit in 80 columns)."""
     return f"{steps:,}" if steps < 1_000_000 else f"{steps / 1e6:.2f}M"
@@ -246,7 +256,8 @@ class ConsoleProgress(LiveOrPlainDisplay):
         self.ret = self.loss = self.last_eval = math.nan
         self.eps = self.beta = math.nan
         self.eval_state: tuple[int, int, int | None] | None = None  # done, total, agent steps
-        self._eval_began = 0.0  # when the evaluation shown began (time.monotonic)
+        self.save_state: tuple[int, int, int] | None = None  # bytes done, total, checkpoint size
+        self._aside_began = 0.0  # when the evaluation or checkpoint shown began (monotonic)
 
     def update(
         self,
@@ -270,13 +281,17 @@ class ConsoleProgress(LiveOrPlainDisplay):
             last_eval: mean return of the latest evaluation (NaN: none yet).
         """
         now = time.monotonic()
-        if self.eval_state is not None:  # back from an evaluation: its time is not training's
-            self.speedometer.pause(now - self._eval_began)
+        self._back_to_training(now)
         self.speedometer.add(env_steps, now)
         self.env_steps, self.ret, self.eps, self.beta = env_steps, ret, eps, beta
         self.loss, self.last_eval = loss, last_eval
-        self.eval_state = None
         self._tick()
+
+    def _back_to_training(self, now: float) -> None:
+        """Ends an evaluation or a checkpoint shown: its time is not training's."""
+        if self.eval_state is not None or self.save_state is not None:
+            self.speedometer.pause(now - self._aside_began)
+        self.eval_state = self.save_state = None
 
     def evaluating(
         self, episodes_done: int, episodes_total: int, agent_steps: int | None = None
@@ -285,9 +300,25 @@ class ConsoleProgress(LiveOrPlainDisplay):
         the agent steps it has taken so far. The next ``update`` returns to training, and
         leaves the evaluation's time out of the training speed."""
         if self.eval_state is None:
-            self._eval_began = time.monotonic()
+            self._aside_began = time.monotonic()
         self.eval_state = (episodes_done, episodes_total, agent_steps)
         self._tick()
+
+    def saving(self, done: int, total: int, size: int) -> None:
+        """Shows a checkpoint being written: ``done`` of ``total`` bytes written and checked, of
+        a checkpoint of ``size`` bytes. Its time is left out of the training speed; once
+        ``done`` reaches ``total`` the display is back to training."""
+        now = time.monotonic()
+        if self.save_state is None:
+            self._aside_began = now
+        self.save_state = (done, total, size)
+        if done >= total:
+            self._back_to_training(now)
+        self._tick()
+
+    def say(self, line: str) -> None:
+        """Prints ``line`` above the display (also when the display is disabled)."""
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def warn(self, line: str) -> None:
         """Prints ``warning: line`` above the display (also when the display is disabled)."""
@@ -305,6 +336,11 @@ class ConsoleProgress(LiveOrPlainDisplay):
 
     def _eta(self) -> str:
         return self.speedometer.eta_text()
+
+    def _save_text(self) -> str:
+        assert self.save_state is not None
+        done, total, size = self.save_state
+        return f"saving a checkpoint ({gib(size)}): {100 * done / max(total, 1):.0f}%"
 
     def _eval_text(self) -> str:
         assert self.eval_state is not None
@@ -325,6 +361,8 @@ class ConsoleProgress(LiveOrPlainDisplay):
         share = 100.0 * self.env_steps / self.total if self.total else 100.0
         head = f"{self.env_steps:,}/{self.total:,} env steps ({share:.1f}%)"
         times = f"elapsed {self._elapsed()}  {self._eta()}"
+        if self.save_state is not None:
+            return f"{head}  {self._save_text()}  {times}"
         if self.eval_state is not None:
             return f"{head}  {self._eval_text()}  {times}"
         return f"{head}  {_number(self.sps, ',.0f')} SPS  {self._learning_text()}  {times}"
@@ -333,6 +371,13 @@ class ConsoleProgress(LiveOrPlainDisplay):
         from rich.console import Group
         from rich.text import Text
 
+        if self.save_state is not None:
+            done, total, size = self.save_state
+            right = (
+                f"checkpoint {gib(size)}  {100 * done / max(total, 1):.0f}%  written and checked"
+            )
+            top = _bar_row("save ", done, total, right)
+            return Group(top, Text(self._learning_text(), no_wrap=True, overflow="ellipsis"))
         label = "eval " if self.eval_state is not None else "train"
         steps = f"{format_steps(self.env_steps)}/{format_steps(self.total)} steps"
         right = (

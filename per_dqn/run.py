@@ -31,7 +31,7 @@ from per_dqn import tags, tracking
 from per_dqn.asking import Request, serve
 from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
-from per_dqn.console import ConsoleProgress
+from per_dqn.console import ConsoleProgress, gib
 from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, episode_requests
 from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
@@ -234,27 +234,44 @@ class Trainer:
         seconds = time.perf_counter() - start if seconds is None else seconds
         return [*self._sessions_before, {"pack": pack, "seconds": seconds}]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, copy: bool = True) -> dict[str, Any]:
         """The run's state by part: what a checkpoint holds (the memory only when
-        ``checkpoint.replay`` is on)."""
+        ``checkpoint.replay`` is on).
+
+        Args:
+            copy: False leaves the memory's arrays as views into it (``ReplayMemory.state_dict``),
+                valid until the run's next step: what a checkpoint writes from.
+        """
         parts = {
             "agent": self.agent.state_dict(),
             "loop": self.loop.state.state_dict(),
             "envs": self.environments.state_dict(),
         }
         if self.config.checkpoint.replay:
-            parts["memory"] = self.memory.state_dict()
+            parts["memory"] = self.memory.state_dict(copy=copy)
         return parts
 
-    def _save_checkpoint(self, run_dir: Path, logger: TensorBoardLogger, final: bool) -> Path:
-        """Writes a checkpoint of every part."""
+    def _save_checkpoint(
+        self,
+        run_dir: Path,
+        logger: TensorBoardLogger,
+        final: bool,
+        progress: ConsoleProgress | None = None,
+        stopping: bool = False,
+    ) -> Path:
+        """Writes a checkpoint of every part, shown on ``progress`` as it is written; a stop's
+        (``stopping``) says so in a line first, with its size."""
         cfg, env_steps = self.config.checkpoint, self.loop.state.env_steps
         # Every point logged up to this step reaches the event file before the state that follows
         # it is saved: a resumed run purges only what comes after.
         logger.flush()
         root = ckpt.checkpoints_dir(run_dir)
-        parts = self.state_dict()
+        parts = self.state_dict(copy=False)  # streamed from the memory: no second copy of it
         agent = parts.pop("agent")
+        size = ckpt.tree_nbytes(parts) + ckpt.tree_nbytes(agent)
+        if progress is not None and stopping:
+            progress.say(f"stopping: saving a checkpoint ({gib(size)}) at env step "
+                         f"{env_steps:,}")  # fmt: skip
         # A failed write leaves the earlier checkpoints whole (see ``checkpoint.write_checkpoint``).
         with writing(root / ckpt.checkpoint_name(env_steps)):
             return ckpt.save_run_checkpoint(
@@ -264,6 +281,9 @@ class Trainer:
                 trees=parts,
                 config_yaml=self.config.to_yaml(),
                 keep_last=cfg.keep_last,
+                progress=None
+                if progress is None
+                else lambda done, total: progress.saving(done, total, size),
                 meta={
                     "update_steps": self.agent.update_steps,
                     "final": final,
@@ -462,7 +482,9 @@ class _Session:
             and self.checkpoints
             and self.saved_at < state.env_steps < config.train.total_env_steps
         ):
-            trainer._save_checkpoint(self.run_dir, self.logger, final=False)
+            trainer._save_checkpoint(
+                self.run_dir, self.logger, final=False, progress=self.progress, stopping=True
+            )
         record = state.record
         auc = None if record is None else record.auc()
         is_weight_mean = None
@@ -487,7 +509,7 @@ class _Session:
             }
             self.logger.scalars(finals, state.env_steps)
         if final is not None and self.checkpoints:
-            trainer._save_checkpoint(self.run_dir, self.logger, final=True)
+            trainer._save_checkpoint(self.run_dir, self.logger, final=True, progress=self.progress)
         wall = time.perf_counter() - start
         sessions = trainer.wall_sessions(wall)
         # Atomic: `eval` beside this run reads the old file or the new one, never half.
@@ -566,7 +588,9 @@ class _Session:
             if state.env_steps >= next_checkpoint and state.env_steps < total:
                 next_checkpoint = self._next_checkpoint()
                 loop.check_weights()
-                path = self.trainer._save_checkpoint(self.run_dir, self.logger, final=False)
+                path = self.trainer._save_checkpoint(
+                    self.run_dir, self.logger, final=False, progress=self.progress
+                )
                 self.saved_at = state.env_steps
                 self._call("on_checkpoint", state.env_steps, path)
 

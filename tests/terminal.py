@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import select
 import signal
 import struct
@@ -32,11 +33,14 @@ def final_screen(
     timeout_s: float = 300.0,
     cwd: Path | None = None,
     stdout: Path | None = None,
+    interrupt_when: str | None = None,
 ) -> tuple[list[str], int]:
     """Runs ``argv`` on a ``columns`` x ``rows`` pty, in a session of its own, and returns the
     emulated screen's lines (right-stripped, trailing empty lines dropped) and its exit status.
     stdout and stderr both go to the pty, as in a terminal, unless ``stdout`` names a file to
-    send stdout to (a person's ``> log``). Whatever is left of the command's process group at the
+    send stdout to (a person's ``> log``). With ``interrupt_when`` (a regular expression),
+    Ctrl-C is pressed once (SIGINT to the command's process group, as a terminal sends it) as
+    soon as the screen shows a match. Whatever is left of the command's process group at the
     end (or past ``timeout_s``) is killed."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
@@ -66,6 +70,11 @@ def final_screen(
                 if not data:
                     break
                 stream.feed(data)
+                if interrupt_when is not None and re.search(
+                    interrupt_when, "\n".join(screen.display)
+                ):
+                    os.killpg(process.pid, signal.SIGINT)
+                    interrupt_when = None
             elif process.poll() is not None:
                 break  # exited, and nothing more came: a leftover holding the pty is not waited
     finally:

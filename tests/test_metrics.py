@@ -809,3 +809,35 @@ def test_an_evaluation_s_time_is_left_out_of_the_training_speed(monkeypatch):
         clock[0] = 75.0
         shown.update(25_000, ret=1.0, eps=0.5, beta=0.5)
         assert shown.sps == 1_000.0
+
+
+def test_a_checkpoint_being_written_is_shown_and_its_time_left_out_of_the_speed(monkeypatch):
+    """Issue 45, item 3: Ctrl-C froze an Atari run's display for about 25 s with no message
+    while a 7 GB checkpoint was written. Now the display shows the checkpoint's size and how much
+    of it is written and checked, at 80 columns, and goes back to training once it is done; its
+    time, like an evaluation's, is not training's."""
+    clock = [0.0]
+    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    console, buffer = _terminal()
+    size = 3 * (1 << 30)
+    with ConsoleProgress(100_000, console=console) as shown:
+        shown.update(10_000, ret=1.0, eps=0.5, beta=0.5)
+        clock[0] = 10.0
+        shown.update(20_000, ret=1.0, eps=0.5, beta=0.5)  # 1,000 steps/s
+        shown.saving(0, 2 * size, size)
+        clock[0] = 40.0  # half a minute of writing
+        shown.saving(size, 2 * size, size)
+        shown._live.refresh()
+        assert shown.plain_line().startswith(
+            "20,000/100,000 env steps (20.0%)  saving a checkpoint (3.00 GiB): 50%  elapsed"
+        )
+        shown.saving(2 * size, 2 * size, size)  # done: back to training
+        assert shown.save_state is None
+        shown.update(20_000, ret=1.0, eps=0.5, beta=0.5)
+        assert shown.sps == 1_000.0 and shown.speedometer.eta_text() == "ETA 0:01:20"
+        shown._live.refresh()
+    lines = _screen_lines(buffer.getvalue())
+    assert all(len(line) <= 80 for line in lines), lines
+    saving = [line for line in lines if line.startswith("save ")]
+    assert saving and saving[-1].endswith("checkpoint 3.00 GiB  50%  written and checked"), lines
+    assert lines[-2].startswith("train") and lines[-2].endswith("ETA 0:01:20"), lines

@@ -89,6 +89,36 @@ def test_train_eval_and_report_each_leave_their_final_frame_once(tmp_path, colum
     assert lines[1:] == [f"report: {out}/report.md", beside], text
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+def test_ctrl_c_says_it_saves_a_checkpoint_and_how_large_then_leaves_one_frame(tmp_path, columns):
+    """Issue 45, item 3: Ctrl-C on an Atari run froze the display for about 25 s with no word
+    while it wrote its checkpoint. Now a line says a checkpoint is being saved, its size and the
+    env step, above one final frame of the run (the training view, not the save's), and the
+    run ends as interrupted with its resume command."""
+    sets = [a for s in TINY for a in ("--set", s)]
+    lines, code = final_screen(
+        [*CLI, "train", "-c", "cartpole.yaml", "--steps", "1000000", "--run-dir", "r", *sets],
+        columns, cwd=tmp_path, interrupt_when=r" [1-9][\d,]*/1\.00M steps",
+    )  # fmt: skip
+    text = "\n".join(lines)
+    assert code == 130, text
+    saving = [line for line in lines if line.startswith("stopping: saving a checkpoint")]
+    assert len(saving) == 1, text
+    match = re.fullmatch(
+        r"stopping: saving a checkpoint \(([\d.]+) (KiB|MiB)\) at env step ([\d,]+)", saving[0]
+    )
+    assert match, saving
+    step = int(match[3].replace(",", ""))
+    checkpoint = tmp_path / "r" / "checkpoints" / f"step_{step:09d}"
+    assert checkpoint.is_dir(), text
+    assert [line for line in lines if line.startswith(("train ", "save "))] == [
+        line for line in lines if line.startswith("train ")
+    ], text  # the save's bar is gone once it is done
+    assert len([line for line in lines if line.startswith("train ")]) == 1, text
+    assert all(len(line) <= columns for line in lines)
+    assert any("--resume r" in line for line in lines), text
+
+
 @pytest.mark.ray
 def test_ablate_on_ray_leaves_one_final_frame_below_every_result_line(tmp_path):
     """The same screen from the Ray backend, whose display the driver redraws from its board's
