@@ -19,6 +19,7 @@ import numpy as np
 
 from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
+from per_dqn.console import gib
 from per_dqn.envs import EnvSpec, describe, make_eval_env
 from per_dqn.memory import planned_nbytes
 from per_dqn.memory.bits import initial_pool_entries, link_dtype
@@ -27,6 +28,8 @@ from per_dqn.readback import available_ram_bytes
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
 PROCESS_OVERHEAD_BYTES = 1 << 30
+# The PER health panel's per-slot history a checkpoint holds beside the memory (three int64s).
+HEALTH_BYTES_PER_SLOT = 24
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class MemoryPlan:
         parts: bytes by part (``observations``, ``fields``, ``index``, ``total``).
         available_bytes: RAM available now (None where the platform does not say).
         bit_packed: bool observations in a ``BitStorage`` (packed, next obs shared).
+        checkpoints_kept: the checkpoints holding the memory a run keeps on disk
+            (``checkpoint.keep_last``); None where its checkpoints hold no memory.
     """
 
     kind: str
@@ -50,11 +55,19 @@ class MemoryPlan:
     parts: dict[str, int]
     available_bytes: int | None
     bit_packed: bool = False
+    checkpoints_kept: int | None = None
 
     @property
     def bytes_per_transition(self) -> float:
         """The memory's bytes divided by its capacity."""
         return self.parts["total"] / self.capacity
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """About what a checkpoint's memory part takes on disk once the memory is full: its
+        arrays and priority index, and the PER health panel's 24 bytes a slot (the networks and
+        the optimiser aside). Until then it is sized to the transitions held."""
+        return self.parts["total"] + HEALTH_BYTES_PER_SLOT * self.capacity
 
     @property
     def needed_bytes(self) -> int:
@@ -74,16 +87,6 @@ class MemoryPlan:
             f"process) but only {gib(self.available_bytes or 0)} of RAM is available; "
             f"lower replay.capacity (see `per-dqn plan`)"
         )
-
-
-def gib(n_bytes: float) -> str:
-    """``n_bytes`` in TiB or GiB with two decimals, or MiB / KiB when smaller than that shows."""
-    if n_bytes >= 1 << 40:
-        return f"{n_bytes / (1 << 40):.2f} TiB"
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n_bytes >= (1 << shift) // 10:
-            return f"{n_bytes / (1 << shift):.2f} {unit}"
-    return f"{int(n_bytes)} B"
 
 
 def env_spec(config: Config) -> EnvSpec:
@@ -115,6 +118,11 @@ def memory_plan(config: Config, spec: EnvSpec | None = None) -> MemoryPlan:
         parts=parts,
         available_bytes=available_ram_bytes(),
         bit_packed=not dedup and spec.obs_dtype == np.bool_,
+        checkpoints_kept=(
+            config.checkpoint.keep_last
+            if config.checkpoint.enabled and config.checkpoint.replay
+            else None
+        ),
     )
 
 
@@ -174,6 +182,14 @@ def describe_plan(plan: MemoryPlan, pack: int | None = None) -> list[str]:
         f"memory total       {gib(parts['total'])}",
         f"process estimate   {gib(plan.needed_bytes)} (memory + {gib(PROCESS_OVERHEAD_BYTES)})",
     ]
+    if plan.checkpoints_kept is not None:
+        kept = plan.checkpoints_kept
+        lines += [
+            f"checkpoint         about {gib(plan.checkpoint_bytes)} once the memory is full, "
+            f"sized to the transitions held until then; written from the memory (no copy in RAM)",
+            f"  on disk          up to {kept + 1} at once (keep_last {kept}, and one being "
+            f"written): about {gib((kept + 1) * plan.checkpoint_bytes)}",
+        ]
     if plan.available_bytes is None:
         lines.append("available RAM      unknown on this platform")
     else:

@@ -256,6 +256,30 @@ def test_plan_prints_the_atari_memory_and_train_refuses_what_cannot_fit(tmp_path
     assert not (tmp_path / "r").exists()
 
 
+def test_plan_gives_a_checkpoint_s_size_and_the_disk_its_copies_take():
+    """Issue 45, item 3: the planner did not count a checkpoint. It is about the memory (its
+    7,293 bytes a transition and 24 of the health panel's, at 1M: 7.317 GB, here in GiB) once
+    full, and keep_last + 1 of them are on disk while one is written; none without the memory."""
+    result = CliRunner().invoke(
+        app, ["plan", "-c", "atari.yaml", "--set", "checkpoint.keep_last=1"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    one = (7_293 + 24) * 1_000_000 / (1 << 30)
+    assert lines[7] == (
+        f"checkpoint         about {one:.2f} GiB once the memory is full, sized to the "
+        "transitions held until then; written from the memory (no copy in RAM)"
+    )
+    assert lines[8] == (
+        f"  on disk          up to 2 at once (keep_last 1, and one being written): about "
+        f"{2 * one:.2f} GiB"
+    )
+    result = CliRunner().invoke(
+        app, ["plan", "-c", "atari.yaml", "--set", "checkpoint.replay=false"]
+    )
+    assert "checkpoint" not in result.output
+
+
 def test_agent_learns_on_uint8_batches():
     """One update on a uint8 batch changes the online net and returns finite TD errors."""
     agent = DQNAgent(
