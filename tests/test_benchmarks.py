@@ -26,7 +26,7 @@ from per_dqn.memory import KINDS
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_LINE = f"per_dqn from {ROOT / 'per_dqn'}"
 # A figure as the tables print it: 1,234 / 0.93 / 1.2e-05 / 3.40x / 12% / 0.03 GB / **5.01**.
-NUMBER = re.compile(r"\**-?[\d,]*\.?\d+(e[-+]\d+)?(x|%| GB| h)?\**")
+NUMBER = re.compile(r"\**[-+]?[\d,]*\.?\d+(e[-+]\d+)?(x|%| GB| h)?\**")
 HAVE = {
     name: importlib.util.find_spec(name) is not None
     for name in ("cpprb", "tianshou", "stable_baselines3", "ray")
@@ -303,14 +303,24 @@ def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
 @pytest.mark.bench_smoke
 @pytest.mark.atari
 def test_checkpoint_smoke_writes_and_loads_both_cases():
+    """CartPole's files, then an Atari run's checkpoints at its two points (and, at the first,
+    one as before), each measured."""
     out = run_script("checkpoint.py", "--smoke")
     assert PACKAGE_LINE in out
     found = [t for t in tables(out) if t[0] == ["file", "MB"]]
-    assert len(found) == 2  # CartPole, then Atari
-    for _, rows in found:
-        for name in ("agent.pt", "loop.npz", "memory.npz", "**total**"):
-            assert_numbers(rows[name])
-    assert len(re.findall(r"write [\d.]+ s, verify \+ load [\d.]+ s", out)) == 2
+    assert len(found) == 1
+    for name in ("agent.pt", "loop.npz", "memory.npz", "**total**"):
+        assert_numbers(found[0][1][name])
+    assert len(re.findall(r"write [\d.]+ s, verify \+ load [\d.]+ s", out)) == 1
+    headers, rows = table_with(out, "env steps")
+    assert headers[1:3] == ["transitions", "GB on disk"]
+    assert list(rows) == ["600 as before", "600", "1,200"]
+    assert [cells[0] for cells in rows.values()] == ["600", "600", "1,200"]
+    for cells in rows.values():
+        assert_numbers(cells)
+    before, now, later = (float(cells[1]) for cells in rows.values())
+    assert before > later > now  # sized to 600, then 1,200, of 2,000
+    assert re.search(r"verify \+ load of the last [\d.]+ s", out)
 
 
 @pytest.mark.slow
