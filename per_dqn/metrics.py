@@ -122,9 +122,13 @@ class TensorBoardLogger:
 
         What the tab shows at a glance: the session is named ``name`` (the run's, as its sweep
         names it; TensorBoard would name it by a hash of the values, and merge two runs of the
-        same config and seed into one row); the keys in ``varying`` (the sweep's axes) come
-        first and are marked as differing, which TensorBoard shows first and by default;
-        integers are sent as their text (``3``, not ``3.0000``).
+        same config and seed into one row); its columns are the keys in ``varying`` (the
+        sweep's axes, marked as differing) and the metrics. The experiment lists those keys
+        alone: TensorBoard shows the first five it lists, sorted by name past the differing
+        ones, so the whole config filled two more columns with ``agent.adam_eps`` and
+        ``agent.channels_last`` and pushed the metrics past a 1280-pixel screen (issue 45). The
+        session still records every key, and the config is in the Text tab. Integers are sent
+        as their text (``3``, not ``3.0000``).
 
         TensorBoard keeps the first record of a tag in a run dir, so a resumed run does not write
         them again.
@@ -137,9 +141,8 @@ class TensorBoardLogger:
             for key, value in hparams.items()
         }
         first = [key for key in varying if key in values]
-        order = [*first, *(key for key in values if key not in first)]
         experiment = hp.hparams_config_pb(
-            hparams=[hp.HParam(key) for key in order],
+            hparams=[hp.HParam(key) for key in first],
             metrics=[hp.Metric(tag, display_name=title) for tag, title in HPARAMS_METRICS],
             time_created_secs=start_time,
         )

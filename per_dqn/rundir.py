@@ -22,6 +22,7 @@ import re
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from per_dqn import readback
 from per_dqn.fileio import inside, nearest_existing, write_json
@@ -325,10 +326,16 @@ def _enclosing_sweep(run_dir: Path) -> Path | None:
     return None
 
 
+# Where a ``sweep.json`` run entry keeps the value of each of the axes every sweep has.
+_RUN_FIELDS = {"env.id": "env_id", "replay.kind": "kind", "run.seed": "seed"}
+
+
 def sweep_axes(run_dir: Path) -> list[str] | None:
     """The config keys a run's sweep varies (``sweep.json``'s ``axes``: env, replay kind, seed,
-    arm settings and grid keys), for a run of a sweep (as ``display_name`` finds it); None for a
-    run of no sweep, or a record whose axes cannot be read (it is data: never trusted)."""
+    arm settings and grid keys) that take more than one value among its runs (a sweep of one
+    env does not vary ``env.id``; all of them where none does), for a run of a sweep (as
+    ``display_name`` finds it); None for a run of no sweep, or a record whose axes cannot be
+    read (it is data: never trusted)."""
     sweep = _enclosing_sweep(run_dir)
     if sweep is None:
         return None
@@ -337,9 +344,27 @@ def sweep_axes(run_dir: Path) -> list[str] | None:
     except readback.ReadBackError:
         return None
     axes = record.get("axes") if isinstance(record, dict) else None
-    if isinstance(axes, list) and all(isinstance(a, str) for a in axes):
-        return list(axes)
-    return None
+    if not (isinstance(axes, list) and all(isinstance(a, str) for a in axes)):
+        return None
+    runs = record.get("runs")
+    runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+    def values(axis: str) -> set[str]:
+        found = set()
+        for run in runs:
+            if axis in _RUN_FIELDS:
+                found.add(repr(run.get(_RUN_FIELDS[axis])))
+            else:  # an arm's setting or a grid key
+                within = {**_mapping(run.get("settings")), **_mapping(run.get("point"))}
+                found.add(repr(within.get(axis)))
+        return found
+
+    varying = [axis for axis in axes if len(values(axis)) > 1]
+    return varying or list(axes)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def read_run_id(run_dir: Path) -> str | None:

@@ -569,6 +569,31 @@ def test_a_run_reads_its_sweep_s_axes_and_takes_a_damaged_record_as_none(tmp_pat
         assert sweep_axes(run) is None, text
 
 
+def test_the_hparams_columns_are_the_axes_a_sweep_varies(tmp_path):
+    """Issue 45, item 6: at 1280 pixels the HParams table showed the sweep's axes and cut off
+    its metrics; an axis that one value fills (the env of a one-env sweep) is not a column. An
+    arm's setting varies where another arm has none; a sweep varying nothing keeps them all."""
+    import json
+
+    from per_dqn.rundir import sweep_axes
+
+    run = tmp_path / "sweep" / "rank" / "s1"
+    run.mkdir(parents=True)
+    axes = ["env.id", "replay.kind", "run.seed", "replay.alpha"]
+
+    def entry(kind, seed, settings=None):
+        return {"env_id": "CartPole-v1", "kind": kind, "seed": seed, "settings": settings or {},
+                "point": {}}  # fmt: skip
+
+    runs = [entry("uniform", 0), entry("uniform", 1), entry("rank", 0, {"replay.alpha": 0.7}),
+            entry("rank", 1, {"replay.alpha": 0.7})]  # fmt: skip
+    record = tmp_path / "sweep" / "sweep.json"
+    record.write_text(json.dumps({"axes": axes, "runs": runs}))
+    assert sweep_axes(run) == ["replay.kind", "run.seed", "replay.alpha"]
+    record.write_text(json.dumps({"axes": axes, "runs": runs[:1]}))
+    assert sweep_axes(run) == axes
+
+
 def test_a_sweep_is_found_up_to_four_dirs_above_a_run_and_no_further(tmp_path):
     """A sweep's run dirs lie at most ``<env>/<arm>/<settings>/s<seed>`` below it: a
     ``sweep.json`` four dirs up is the run's sweep, one five dirs up (a run dir of its own inside

@@ -110,3 +110,22 @@ def test_the_mutation_run_counts_only_the_scoped_functions():
         "per_dqn/checkpoint.py", "per_dqn.checkpoint.x_write_checkpoint__mutmut_2"
     )
     assert not table.in_scope("per_dqn/policy.py", "per_dqn.policy.xǁPolicyǁact__mutmut_1")
+
+
+def test_the_readme_s_first_sweep_draws_curves():
+    """Issue 45, item 2: the README's first sweep ran 8,000 steps under cartpole.yaml's
+    eval_interval of 10,000, so each run was evaluated once: its curves were dots and its AUC the
+    final score. Its command, as written, now gives ten evaluations a run and no warning."""
+    import shlex
+
+    from per_dqn.config import load_config, parse_override, resolve_config_path
+
+    text = README.read_text()
+    start = text.index(".venv/bin/per-dqn ablate -c cartpole.yaml")
+    command = text[start : text.index("\n```", start)].split("\n.venv/bin/tensorboard")[0]
+    args = shlex.split(command.replace("\\\n", " "))
+    sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
+    steps = args[args.index("--steps") + 1]
+    overrides = [parse_override(t) for t in [*sets, f"train.total_env_steps={steps}"]]
+    train = load_config(resolve_config_path(args[args.index("-c") + 1]), overrides).train
+    assert train.evaluations == 10 and train.schedule_warning() is None

@@ -257,7 +257,10 @@ def test_the_shipped_config_list_names_every_shipped_config():
         assert "`literature/<name>.yaml`" in listed
 
 
-SCREENSHOTS = {"guides/tensorboard-custom-scalars.png", "guides/tensorboard-hparams.png"}
+SCREENSHOTS = {
+    "guides/tensorboard-custom-scalars.png", "guides/tensorboard-hparams.png",
+    "guides/tensorboard-arms.png",
+}  # fmt: skip
 
 
 def test_every_figure_in_the_docs_is_drawn_at_200_dpi_or_more():

@@ -231,10 +231,12 @@ def test_hparams_hold_the_flat_config_and_the_summary_metrics(full):
     experiment = hparams_metadata.parse_experiment_plugin_data(
         content[hparams_metadata.EXPERIMENT_TAG]
     )
-    # A run of no sweep: what an ablation varies first, marked as differing (shown first).
+    # A run of no sweep: what an ablation varies, marked as differing, and nothing else: the
+    # tab's columns are these and the metrics (issue 45, item 6: the whole config filled its
+    # default columns with agent.adam_eps and agent.channels_last, past a 1280-pixel screen).
     names = [info.name for info in experiment.hparam_infos]
-    assert names[:3] == ["replay.kind", "run.seed", "env.id"] and set(names) == set(flat)
-    assert [info.differs for info in experiment.hparam_infos[:4]] == [True, True, True, False]
+    assert names == ["replay.kind", "run.seed", "env.id"]
+    assert all(info.differs for info in experiment.hparam_infos)
     logged = [info.name.tag for info in experiment.metric_infos]
     assert logged == [tags.SUMMARY_FINAL_RETURN, tags.SUMMARY_AUC, tags.SUMMARY_IS_WEIGHT_MEAN]
     summary, curves = summary_of(full), read_scalars(full)
