@@ -298,6 +298,12 @@ class FrameObservations(ObservationStore):
             if name not in state:
                 raise ValueError(f"storage field `{name}` is missing")
         used = len(state["frames"])
+        for name in ("frame_hash", "frame_ref"):  # one row a frame, as `frames`
+            if len(state[name]) != used:
+                raise ValueError(
+                    f"storage field `{name}` must hold one row for each of the {used:,} frames "
+                    f"stored, got {len(state[name]):,}"
+                )
         for name in ("obs_ptr", "next_ptr"):
             pointers = np.asarray(state[name])[:size]
             if pointers.size and not (0 <= pointers.min() and pointers.max() < used):
@@ -309,6 +315,13 @@ class FrameObservations(ObservationStore):
         if not 0 <= frame_cursor < self.frames.shape[0]:
             raise ValueError(
                 f"storage `frame_cursor` must be in [0, {self.frames.shape[0]}), got {frame_cursor}"
+            )
+        # Until the ring first wraps, its cursor is where the next new frame goes: right past
+        # the frames written (``frames_used``).
+        if used < self.frames.shape[0] and frame_cursor != used:
+            raise ValueError(
+                f"storage `frame_cursor` must be {used:,} (the frames stored) before the frame "
+                f"ring wraps, got {frame_cursor}"
             )
         # Frames past `used` must read as never written, as in the memory that was saved; only
         # those this memory wrote are reset (the rest were never touched, and stay unallocated).

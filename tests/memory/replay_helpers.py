@@ -53,6 +53,28 @@ def added(kind, capacity=40, n=50, seed=0, frames=False, **kw):
     return mem
 
 
+def as_full_capacity(mem, state: dict) -> dict:
+    """``state`` as checkpoints held it before they were sized to their contents: every storage
+    array (but the bit storage's pool, always as allocated) and the priorities at the memory's
+    full length, the rows past those ``state`` holds taken from the memory itself (never-written
+    slots and frames, as the old state copied them). ``state`` must be ``mem``'s own, whose held
+    rows are checked to be the memory's."""
+    storage = mem.storage
+    full = copy.deepcopy(state)
+    for name, rows in state["storage"].items():
+        whole = getattr(storage, name, getattr(storage.observations, name, None))
+        if isinstance(rows, np.ndarray) and name not in ("pool", "pool_free"):
+            np.testing.assert_array_equal(rows, whole[: len(rows)], err_msg=name)
+            full["storage"][name] = np.concatenate([rows, whole[len(rows) :]])
+    if "priorities" in state:
+        leaves = mem.sampler.sums.leaves
+        np.testing.assert_array_equal(state["priorities"], leaves[: len(state["priorities"])])
+        full["priorities"] = np.concatenate(
+            [state["priorities"], leaves[len(state["priorities"]) :]]
+        )
+    return full
+
+
 def chi_square_z(counts: np.ndarray, probs: np.ndarray) -> float:
     """Wilson-Hilferty z-score of Pearson's chi-square statistic (z > 4 means p < 3e-5)."""
     expected = probs * counts.sum()

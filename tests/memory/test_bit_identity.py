@@ -14,6 +14,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from replay_helpers import as_full_capacity
 
 from per_dqn.memory import make_memory
 
@@ -106,29 +107,9 @@ def stream_digest(name: str, frames: bool) -> str:
             if rnd % 5 == 0:
                 td[: size // 2] = 0.0
             mem.update_priorities(np.r_[batch.indices, batch.indices[:1]], np.r_[td, 0.3])
-        _feed(h, as_before(mem, mem.state_dict()))
+        # In the layout of the memory before its states held the stored part alone.
+        _feed(h, as_full_capacity(mem, mem.state_dict()))
     return h.hexdigest()
-
-
-def as_before(mem, state: dict) -> dict:
-    """``state`` in the layout of the memory before checkpoints held only the stored part: each
-    storage array and the priorities at their full length, the rows past what ``state`` holds
-    taken from the memory itself (never-written slots, as the old state copied them). The digest
-    then pins the part ``state`` holds to what the old memory saved."""
-    storage = mem.storage
-    store = storage.observations
-    full = dict(state, storage=dict(state["storage"]))
-    for name, rows in state["storage"].items():
-        whole = getattr(storage, name, getattr(store, name, None))
-        if isinstance(rows, np.ndarray) and isinstance(whole, np.ndarray) and name != "pool_free":
-            assert np.array_equal(rows, whole[: len(rows)]), name
-            full["storage"][name] = np.concatenate([rows, whole[len(rows) :]])
-    if "priorities" in state and hasattr(mem.sampler, "sums"):
-        leaves = mem.sampler.sums.leaves
-        rows = state["priorities"]
-        assert np.array_equal(rows, leaves[: len(rows)])
-        full["priorities"] = np.concatenate([rows, leaves[len(rows) :]])
-    return full
 
 
 def all_digests() -> dict[str, str]:
