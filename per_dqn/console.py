@@ -337,10 +337,15 @@ class ConsoleProgress(LiveOrPlainDisplay):
     def _eta(self) -> str:
         return self.speedometer.eta_text()
 
+    def _save_share(self) -> str:
+        """How much of the checkpoint shown is written and checked, as ``45%``."""
+        assert self.save_state is not None
+        done, total, _ = self.save_state
+        return f"{100 * done / max(total, 1):.0f}%"
+
     def _save_text(self) -> str:
         assert self.save_state is not None
-        done, total, size = self.save_state
-        return f"saving a checkpoint ({gib(size)}): {100 * done / max(total, 1):.0f}%"
+        return f"saving a checkpoint ({gib(self.save_state[2])}): {self._save_share()}"
 
     def _eval_text(self) -> str:
         assert self.eval_state is not None
@@ -373,9 +378,7 @@ class ConsoleProgress(LiveOrPlainDisplay):
 
         if self.save_state is not None:
             done, total, size = self.save_state
-            right = (
-                f"checkpoint {gib(size)}  {100 * done / max(total, 1):.0f}%  written and checked"
-            )
+            right = f"checkpoint {gib(size)}  {self._save_share()}  written and checked"
             top = _bar_row("save ", done, total, right)
             return Group(top, Text(self._learning_text(), no_wrap=True, overflow="ellipsis"))
         label = "eval " if self.eval_state is not None else "train"

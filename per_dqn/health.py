@@ -66,14 +66,14 @@ class ReplayHealth:
     """
 
     _SLOT_ARRAYS = ("added_at", "priority_set_at", "replay_count")
+    # Bytes a slot takes in these int64 arrays (a checkpoint holds them for each stored slot).
+    SLOT_BYTES = len(_SLOT_ARRAYS) * np.dtype(np.int64).itemsize
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.added_at = np.zeros(capacity, dtype=np.int64)
         self.priority_set_at = np.zeros(capacity, dtype=np.int64)
         self.replay_count = np.zeros(capacity, dtype=np.int64)
-        # Slots holding a transition: the memory fills its ring from slot 0, so a prefix.
-        self.stored = 0
         self._acc = MeanAccumulator()
 
     def record_add(self, slots: np.ndarray | int, env_step: int) -> None:
@@ -81,8 +81,6 @@ class ReplayHealth:
         self.added_at[slots] = env_step
         self.priority_set_at[slots] = env_step
         self.replay_count[slots] = 0
-        added = slots.size if isinstance(slots, np.ndarray) else 1
-        self.stored = min(self.stored + added, self.capacity)
 
     def record_sample(
         self,
@@ -148,11 +146,12 @@ class ReplayHealth:
         """Means of the batch statistics since the last call."""
         return {tag: float(v) for tag, v in self._acc.pop_means().items()}
 
-    def state_dict(self) -> dict[str, Any]:
-        """The per-slot arrays of the stored slots and the pending batch statistics (copies),
-        for a checkpoint."""
+    def state_dict(self, stored: int) -> dict[str, Any]:
+        """The per-slot arrays of the ``stored`` slots that hold a transition (the memory's
+        ``len``: it fills its ring from slot 0) and the pending batch statistics (copies), for a
+        checkpoint."""
         state: dict[str, Any] = {
-            name: getattr(self, name)[: self.stored].copy() for name in self._SLOT_ARRAYS
+            name: getattr(self, name)[:stored].copy() for name in self._SLOT_ARRAYS
         }
         state["acc"] = self._acc.state_dict()
         return state
@@ -176,6 +175,5 @@ class ReplayHealth:
         for name, got in zip(self._SLOT_ARRAYS, arrays, strict=True):
             have = getattr(self, name)
             have[:stored] = got
-            have[stored : self.stored] = 0  # past this panel's own stored slots, zeros already
-        self.stored = stored
+            have[stored:] = 0  # slots that hold no transition: as a fresh panel has them
         self._acc.load_state_dict(state["acc"])

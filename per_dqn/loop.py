@@ -117,8 +117,10 @@ class LoopState:
             else None
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """A tree of arrays and JSON values (no pickle), torch's RNG states included."""
+    def state_dict(self, stored: int | None = None) -> dict[str, Any]:
+        """A tree of arrays and JSON values (no pickle), torch's RNG states included; the PER
+        health panel's per-slot arrays cut to the ``stored`` slots of the memory (its ``len``;
+        None: every slot)."""
         return {
             "env_steps": self.env_steps,
             "obs": self.obs,
@@ -135,7 +137,7 @@ class LoopState:
             "torch_rng": self.torch_rng,
             "cuda_rng": self.cuda_rng,
             "nstep": self.nstep.state_dict(),
-            "health": self.health.state_dict(),
+            "health": self.health.state_dict(self.health.capacity if stored is None else stored),
             "learn_means": self.learn_means.state_dict(),
             "recent_returns": list(self.recent_returns),
             "logs_written": self.logs_written,

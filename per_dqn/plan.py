@@ -21,6 +21,7 @@ from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
 from per_dqn.console import gib
 from per_dqn.envs import EnvSpec, describe, make_eval_env
+from per_dqn.health import ReplayHealth
 from per_dqn.memory import planned_nbytes
 from per_dqn.memory.bits import initial_pool_entries, link_dtype
 from per_dqn.readback import available_ram_bytes
@@ -28,8 +29,6 @@ from per_dqn.readback import available_ram_bytes
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
 PROCESS_OVERHEAD_BYTES = 1 << 30
-# The PER health panel's per-slot history a checkpoint holds beside the memory (three int64s).
-HEALTH_BYTES_PER_SLOT = 24
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class MemoryPlan:
         """About what a checkpoint's memory part takes on disk once the memory is full: its
         arrays and priority index, and the PER health panel's 24 bytes a slot (the networks and
         the optimiser aside). Until then it is sized to the transitions held."""
-        return self.parts["total"] + HEALTH_BYTES_PER_SLOT * self.capacity
+        return self.parts["total"] + ReplayHealth.SLOT_BYTES * self.capacity
 
     @property
     def needed_bytes(self) -> int:

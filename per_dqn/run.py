@@ -244,7 +244,7 @@ class Trainer:
         """
         parts = {
             "agent": self.agent.state_dict(),
-            "loop": self.loop.state.state_dict(),
+            "loop": self.loop.state.state_dict(len(self.memory)),
             "envs": self.environments.state_dict(),
         }
         if self.config.checkpoint.replay:

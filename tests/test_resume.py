@@ -128,6 +128,20 @@ def test_resume_after_ctrl_c_is_the_uninterrupted_run(interrupted, reference, tm
     ]  # fmt: skip
 
 
+def test_a_run_s_checkpoint_holds_its_stored_transitions_not_its_capacity(reference):
+    """Issue 45, item 3, through a real run: a memory of 50,000 slots holding fewer writes its
+    stored slots alone, and so does the loop's PER health panel (the run passes it the memory's
+    size); the resume tests above load these and end bit for bit as the run never stopped."""
+    newest = ckpt.list_checkpoints(reference / "checkpoints")[-1]
+    with np.load(newest / "memory.npz") as memory, np.load(newest / "loop.npz") as loop:
+        stored = json.loads((newest / "memory.json").read_text())["storage"]["size"]
+        assert 1_000 < stored < 50_000
+        assert memory["storage.actions"].shape == (stored,)
+        assert memory["storage.obs"].shape == (stored, 4)
+        assert memory["priorities"].shape == (stored,)
+        assert loop["health.added_at"].shape == (stored,)
+
+
 def test_a_run_never_stopped_times_its_one_session_and_each_checkpoint_its_time(reference):
     """A run of one session: ``wall_sessions`` holds that session, of ``wall_seconds``, which
     ``wall_seconds_total`` is; each checkpoint holds the same session timed to its step."""
