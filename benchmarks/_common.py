@@ -16,6 +16,7 @@ import importlib.metadata
 import math
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -298,3 +299,39 @@ def check_finished(what: str, done: Finished) -> None:
         print("\n".join(lines[-20:]), file=sys.stderr)
         last = lines[-1] if lines else "(no output)"
         raise SystemExit(f"error: {what} exited with {done.returncode}: {last}")
+
+
+# --- process memory ----------------------------------------------------------------------------
+
+
+def _status_bytes(key: str) -> int | None:
+    """A ``kB`` line of ``/proc/self/status`` in bytes (Linux), else None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            match = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return None if match is None else int(match.group(1)) * 1024
+
+
+def rss_bytes() -> int:
+    """Resident set size now (``VmRSS``); the peak from ``getrusage`` where /proc is missing."""
+    now = _status_bytes("VmRSS")
+    return now if now is not None else peak_rss_bytes()
+
+
+def reset_peak_rss() -> None:
+    """Resets the peak resident size (``VmHWM``) to the resident size now (Linux: ``clear_refs``
+    5), so that ``peak_rss_bytes`` then measures a phase of its own."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (``VmHWM``, else ``ru_maxrss``)."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale

@@ -77,7 +77,6 @@ import importlib.util
 import multiprocessing
 import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -103,10 +102,12 @@ from _common import (
     median,
     mode,
     package_versions,
+    peak_rss_bytes,
     progress_log,
     relative_spread,
     require_at_least,
     rotated,
+    rss_bytes,
     time_loop,
 )
 from atari_env import Subject, ale_subject, loop_factory, quiet_ale
@@ -165,33 +166,6 @@ PER_OVERHEAD_TARGET = 0.05
 
 
 # --- process memory ----------------------------------------------------------------------------
-
-
-def _status_bytes(key: str) -> int | None:
-    """A ``kB`` line of ``/proc/self/status`` in bytes (Linux), else None."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            match = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE)
-    except OSError:
-        return None
-    return None if match is None else int(match.group(1)) * 1024
-
-
-def rss_bytes() -> int:
-    """Resident set size now (``VmRSS``); the peak from ``getrusage`` where /proc is missing."""
-    now = _status_bytes("VmRSS")
-    return now if now is not None else peak_rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process (``VmHWM``, else ``ru_maxrss``)."""
-    peak = _status_bytes("VmHWM")
-    if peak is not None:
-        return peak
-    import resource
-
-    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def available_bytes() -> int | None:

@@ -42,7 +42,10 @@ from _common import (
     fill_defaults,
     machine_line,
     markdown_table,
+    peak_rss_bytes,
     require_at_least,
+    reset_peak_rss,
+    rss_bytes,
 )
 
 from per_dqn import checkpoint as ckpt
@@ -71,10 +74,14 @@ def make_trainer(name: str, overrides: list[str]) -> Trainer:
     return Trainer(config, Path(name).stem)
 
 
-def write(trainer: Trainer, root: Path, env_steps: int) -> tuple[Path, float]:
-    """Writes a checkpoint of every part, as a run does; its path, and the seconds it took."""
+def write(
+    trainer: Trainer, root: Path, env_steps: int, state_of: Callable[[Trainer], dict] | None = None
+) -> tuple[Path, float]:
+    """Writes a checkpoint of every part as a run does (``Trainer.state_dict(copy=False)``, the
+    memory streamed from where it is), or of the state ``state_of`` returns instead; its path,
+    and the seconds taking the state and writing it took."""
     start = time.perf_counter()
-    parts = trainer.state_dict(copy=False)
+    parts = trainer.state_dict(copy=False) if state_of is None else state_of(trainer)
     path = ckpt.save_run_checkpoint(
         root,
         env_steps=env_steps,
@@ -110,19 +117,6 @@ def cartpole(root: Path, steps: int) -> None:
     )
 
 
-def status_kb(field: str) -> int:
-    """A field of ``/proc/self/status`` in kB (``VmRSS``: resident now; ``VmHWM``: its peak)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak() -> None:
-    """Resets ``VmHWM`` to the resident size now (Linux: ``clear_refs`` 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
 class Save(NamedTuple):
     env_steps: int
     transitions: int
@@ -136,21 +130,11 @@ class Save(NamedTuple):
 def measured_save(
     trainer: Trainer, root: Path, env_steps: int, state_of: Callable[[Trainer], dict] | None = None
 ) -> Save:
-    """A checkpoint written as a run writes one (``Trainer.state_dict(copy=False)``, the memory
-    streamed from where it is, into ``save_run_checkpoint``), or of the state ``state_of``
-    returns instead, with the seconds it took and the peak resident size while it was taken and
-    written."""
-    rss = status_kb("VmRSS") * 1024
-    reset_peak()
-    start = time.perf_counter()
-    parts = trainer.state_dict(copy=False) if state_of is None else state_of(trainer)
-    weights = {"agent": parts.pop("agent")}
-    path = ckpt.save_run_checkpoint(
-        root, env_steps=env_steps, weights=weights, trees=parts,
-        config_yaml=trainer.config.to_yaml(), keep_last=1,
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
-    peak = status_kb("VmHWM") * 1024
+    """``write``, with the peak resident size while the state was taken and written."""
+    rss = rss_bytes()
+    reset_peak_rss()
+    path, seconds = write(trainer, root, env_steps, state_of)
+    peak = peak_rss_bytes()
     written = sum(p.stat().st_size for p in path.iterdir())
     memory = trainer.memory
     return Save(env_steps, len(memory), memory.nbytes, written, seconds, rss, peak)
@@ -185,6 +169,9 @@ class Checkpointer:
 
     def on_log(self, env_steps: int, values: dict[str, float]) -> bool:
         if env_steps in self.points:
+            if not self.saves:  # one learning step: Adam's moments exist, as in a run's agent.pt
+                agent = self.trainer.agent
+                agent.learn(self.trainer.memory.sample(self.trainer.config.train.batch_size, 0.4))
             if self.before and not self.saves:
                 save = measured_save(self.trainer, self.root / "before", env_steps, state_as_before)
                 self.saves.append(("before", save))
@@ -203,7 +190,7 @@ def atari(root: Path, points: list[int], capacity: int | None, before: bool) -> 
     overrides = [
         f"train.total_env_steps={last + 2 * interval}", f"train.learning_starts={last + interval}",
         f"train.log_interval={interval}", "checkpoint.enabled=false",
-        *([f"replay.capacity={capacity}"] if capacity else []),
+        *([f"replay.capacity={capacity}"] if capacity is not None else []),
     ]  # fmt: skip
     trainer = make_trainer("atari.yaml", overrides)
     measure = Checkpointer(trainer, root, points, before)
@@ -246,10 +233,9 @@ def main() -> None:
     fill_defaults(args, {"capacity": (None, None, 2_000), "steps": (50_000, None, 1_200),
                          "points": ("50000,500000", "50000", "600,1200")})  # fmt: skip
     points = sorted(int(p) for p in args.points.split(","))
-    require_at_least(parser, args, 1_001, "steps")
-    require_at_least(
-        parser, args, 64, *(["capacity"] if args.capacity else [])
-    )  # cartpole.yaml learns from step 1,000
+    require_at_least(parser, args, 1_001, "steps")  # cartpole.yaml learns from step 1,000
+    if args.capacity is not None:
+        require_at_least(parser, args, 64, "capacity")
     torch.set_num_threads(1)
     print(command_line())
     print(machine_line({"torch": torch.__version__, "numpy": np.__version__}))
