@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import shutil
 import tarfile
@@ -34,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from per_dqn import readback
 from per_dqn.fileio import fsync_tree, write_bytes_atomic, writing
 from per_dqn.rundir import SWEEP_FILE, check_name_lengths
-from per_dqn.sweeps import runs
+from per_dqn.sweeps import events, runs
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 ARCHIVED_TAGS = (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN)
@@ -191,16 +192,11 @@ def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
 
 
 def _write_events(run_dir: Path, points: list[tuple[str, int, float]]) -> None:
-    """One event file holding ``points``, each its own record: a tag may have several points
-    at one step (training episodes of several envs that end together)."""
-    from per_dqn.metrics import TensorBoardLogger
-
-    logger = TensorBoardLogger(run_dir)
-    try:
-        for tag, step, value in sorted(points, key=lambda point: point[1]):
-            logger.scalars({tag: value}, step)
-    finally:
-        logger.close()
+    """One event file holding ``points``, each its own record, by step: a tag may have several
+    points at one step (training episodes of several envs that end together); a NaN is left
+    out, as the run's logger leaves it out."""
+    kept = [point for point in points if not math.isnan(point[2])]
+    events.write_scalars(run_dir, sorted(kept, key=lambda point: point[1]))
 
 
 def restore_archive(source: Path, out: Path) -> int:

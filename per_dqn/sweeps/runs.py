@@ -17,11 +17,10 @@ are reported.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,6 +30,7 @@ from per_dqn.memory import KINDS
 from per_dqn.metrics import flatten_config
 from per_dqn.rundir import SWEEP_FILE
 from per_dqn.summary import SESSIONS_KEY, read_sessions
+from per_dqn.sweeps import events
 from per_dqn.sweeps.record import FILLED, SweepRecord
 from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
@@ -137,7 +137,7 @@ class EventDataLoss(ValueError):
 
     Attributes:
         path: the event file.
-        reason: TensorBoard's reader's own words.
+        reason: where the record is bad (cut short, or failing its CRC-32C check).
     """
 
     def __init__(self, path: Path, reason: str) -> None:
@@ -162,28 +162,6 @@ class EventFileRefused(ValueError):
         self.refused = refused
 
 
-# TensorBoard's event file reader swallows a damaged record (as a partial write it may read in
-# full later) and tells of it only at DEBUG level, on TensorBoard's one logger.
-_TENSORBOARD_LOG = "tensorboard"
-
-
-class _Losses(logging.Handler):
-    """Collects the reader's "Truncated record in <file> (<error>)" notes."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.found: list[tuple[Path, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Truncated record in") and len(record.args or ()) == 2:
-            path, error = record.args  # type: ignore[misc]
-            reason = str(error)
-            for named in (repr(os.fsencode(str(path))), str(path)):  # its file, named as bytes
-                reason = reason.replace(named, "")
-            reason = " ".join(reason.split())
-            self.found.append((Path(str(path)), reason))
-
-
 def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[int, float]]]:
     """``read_curve`` of several tags, reading the event files once (an empty list for a tag
     the run never logged).
@@ -192,42 +170,24 @@ def read_curves(run_dir: Path, tags: tuple[str, ...]) -> dict[str, list[tuple[in
         EventDataLoss: an event file holds a record TensorBoard cannot read (truncated, or failing
             its CRC): TensorBoard would show, and this would return, curves cut short there.
         EventFileRefused: a name TensorBoard would read as an event file is refused by
-            ``readback`` (checked before TensorBoard opens anything: a FIFO hung ``archive``).
+            ``readback`` (a FIFO hung ``archive``, a link out of the run dir): each is read
+            through it, once.
     """
-    for name in _names(run_dir):
-        if "tfevents" in name:
-            try:
-                readback.check_file(run_dir, name, readback.KINDS["events"])
-            except readback.ReadBackError as exc:
-                raise EventFileRefused(run_dir / name, exc) from None
-    # Imported here: tensorboard takes a second to import and a bad command line must not wait.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    # A resumed run's event file starts with the resume's purge_step, which drops what the run
-    # logged after its last checkpoint (so that no step counts twice); TensorBoard warns of it as
-    # an unexpected restart, once per resumed run. Here it is by design.
-    log = logging.getLogger(_TENSORBOARD_LOG)
-    saved = log.level, log.propagate
-    losses = _Losses()
-    log.setLevel(logging.DEBUG)
-    log.propagate = False  # its notes, the restart warnings included, reach only ``losses``
-    log.addHandler(losses)
+    def files() -> Iterator[tuple[Path, bytes]]:
+        for name in _names(run_dir):
+            if "tfevents" in name:  # what TensorBoard reads as an event file
+                try:
+                    data = readback.read_bytes(run_dir, name, readback.KINDS["events"])
+                except readback.ReadBackError as exc:
+                    raise EventFileRefused(run_dir / name, exc) from None
+                yield run_dir / name, data
+
     try:
-        events.Reload()
-    finally:
-        log.removeHandler(losses)
-        log.setLevel(saved[0])
-        log.propagate = saved[1]
-    if losses.found:
-        raise EventDataLoss(*losses.found[0])
-    logged = set(events.Tags()["scalars"])
-    return {
-        tag: sorted((int(e.step), float(e.value)) for e in events.Scalars(tag))
-        if tag in logged
-        else []
-        for tag in tags
-    }
+        curves = events.scalar_curves(files(), tags)
+    except events.Damaged as exc:
+        raise EventDataLoss(exc.path, exc.reason) from None
+    return {tag: sorted(curves[tag]) for tag in tags}
 
 
 @dataclass(frozen=True)

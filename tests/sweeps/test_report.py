@@ -725,7 +725,7 @@ def test_an_event_file_tensorboard_cannot_read_skips_its_run(cartpole_sweep):
     """Bug pinned: a damaged event file (a byte flipped, or its end cut off) gave a shorter
     curve without a word, since TensorBoard's reader stops at a bad record and says so only at
     DEBUG level; the report then measured the run on the part before it. Now the run is skipped
-    with one warning naming the file and TensorBoard's reason, as for a damaged summary, and
+    with one warning naming the file and the reason, as for a damaged summary, and
     the other runs are reported."""
     out = cartpole_sweep
     (flipped,) = (out / "uniform/s0").glob("events.out.tfevents.*")
@@ -740,10 +740,10 @@ def test_an_event_file_tensorboard_cannot_read_skips_its_run(cartpole_sweep):
     assert result.exit_code == 0, result.output
     damaged = "damaged event file: TensorBoard stops reading it at a bad record"
     assert sorted(result.stderr.splitlines()) == [
-        f"warning: {cut}: {damaged} (has truncated record in data crc), so its curves would be "
-        "cut short; run skipped",
-        f"warning: {flipped}: {damaged} (failed event crc32 check), so its curves would be cut "
+        f"warning: {cut}: {damaged} (a record's data is cut short), so its curves would be cut "
         "short; run skipped",
+        f"warning: {flipped}: {damaged} (a record's data fails its CRC-32C check), so its curves "
+        "would be cut short; run skipped",
     ]
     with (out / "scores.csv").open() as f:
         rows = list(csv.DictReader(f))
