@@ -93,6 +93,12 @@ bench: $(STAMP)
 
 # Whole-loop SPS on CartPole, uniform vs proportional vs rank. With AGAINST=PATH (another
 # checkout, e.g. `git worktree add /tmp/old dcc030f`): this checkout against PATH, in one run.
+# The report's event reader and unarchive's writer against TensorBoard's, on the MinAtar study's
+# archive (about 2 minutes).
+.PHONY: bench-events
+bench-events: $(STAMP)
+	$(BIN)/python benchmarks/events.py
+
 bench-train: $(STAMP)
 	$(BIN)/python benchmarks/train_loop.py $(if $(AGAINST),--against $(AGAINST))
 

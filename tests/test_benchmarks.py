@@ -527,3 +527,18 @@ def test_packs_counts_a_run_s_updates_as_the_loop_makes_them(
     config = load_config(resolve_config_path("cartpole.yaml"), sets)
     counted, made = script.updates_per_run(config, steps), result.summary["update_steps"]
     assert counted == made if exact else made - 1 <= counted <= made
+
+
+@pytest.mark.slow
+@pytest.mark.bench_smoke
+def test_events_smoke_times_both_readers_and_writers_and_checks_they_agree():
+    """``events.py``: TensorBoard's reader and writer beside the report's, on an archived
+    sweep's runs, each checked to agree (the script exits otherwise), with the ratios."""
+    out = run_script("events.py", "--smoke")
+    assert PACKAGE_LINE in out
+    assert re.search(r"literature-per-beta-over-1m\.tar\.xz: 3 runs, [\d,]+ points", out)
+    headers, rows = table_with(out, "")
+    assert headers == ["", "TensorBoard's, s", "per_dqn.sweeps.events, s", "ratio"]
+    assert list(rows) == ["read every run's scalars", "write them back"]
+    for cells in rows.values():
+        assert_numbers(cells)
