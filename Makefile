@@ -29,19 +29,23 @@ train: $(STAMP)
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir runs
 
-# The tests cover every optional part, so the extras they need are installed first.
+# The tests cover every optional part, so the extras they need are installed first: in the same
+# one pip call as the rest on a fresh machine (a second call resolved and built it all again).
 TEST_STAMP := $(VENV)/.installed-test
 LEGACY_MINATAR := .minatar-1.0.10/minatar/__init__.py
-$(TEST_STAMP): $(STAMP) $(LEGACY_MINATAR)
+$(TEST_STAMP): pyproject.toml constraints.txt $(LEGACY_MINATAR)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX_URL),$(PIP) torch --index-url '$(TORCH_INDEX_URL)')
 	$(PIP) -e '.[dev,minatar,wandb,reference,ray,docs]'
-	touch $(TEST_STAMP)
+	touch $(STAMP) $(TEST_STAMP)
 
 # MinAtar 1.0.10, the release before Seaquest's oxygen fix (1.0.11) that the published MinAtar
 # results ran, in a folder of its own: `PYTHONPATH=.minatar-1.0.10 .venv/bin/per-dqn ...` plays
 # it (per_dqn/minatar_gym.py), and the tests run it there. Its own dependencies (pandas, seaborn,
 # ...) serve only its plots: left out. Not under the constraints file, which pins nothing of it.
 minatar-1.0.10: $(LEGACY_MINATAR)
-$(LEGACY_MINATAR): $(STAMP)
+$(LEGACY_MINATAR):
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --no-deps --upgrade --target .minatar-1.0.10 minatar==1.0.10
 
 # The docs site (docs/conf.py: Sphinx, MyST markdown, Furo) into build/site: open
