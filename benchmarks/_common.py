@@ -304,14 +304,24 @@ def check_finished(what: str, done: Finished) -> None:
 # --- process memory ----------------------------------------------------------------------------
 
 
-def _status_bytes(key: str) -> int | None:
-    """A ``kB`` line of ``/proc/self/status`` in bytes (Linux), else None."""
+def _proc_bytes(path: str, key: str) -> int | None:
+    """A ``kB`` line of a ``/proc`` file (``/proc/self/status``, ``/proc/meminfo``) in bytes
+    (Linux), else None."""
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             match = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.MULTILINE)
     except OSError:
         return None
     return None if match is None else int(match.group(1)) * 1024
+
+
+def _status_bytes(key: str) -> int | None:
+    return _proc_bytes("/proc/self/status", key)
+
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo``, or None where the platform does not say."""
+    return _proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def rss_bytes() -> int:

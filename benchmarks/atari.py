@@ -76,7 +76,6 @@ import gc
 import importlib.util
 import multiprocessing
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +90,7 @@ import torch
 from _common import (
     LoopFactory,
     add_mode_options,
+    available_bytes,
     calibrate,
     command_line,
     fill_defaults,
@@ -166,16 +166,6 @@ PER_OVERHEAD_TARGET = 0.05
 
 
 # --- process memory ----------------------------------------------------------------------------
-
-
-def available_bytes() -> int | None:
-    """``MemAvailable`` from ``/proc/meminfo``, or None where the platform does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            match = re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.MULTILINE)
-    except OSError:
-        return None
-    return None if match is None else int(match.group(1)) * 1024
 
 
 _LIBC_NAME = ctypes.util.find_library("c")
