@@ -149,32 +149,6 @@ def _overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> list[Over
     return out
 
 
-def network_name(network: str | Callable[..., Any]) -> str:
-    """A Q-network factory as the ``"package.module:factory"`` string a config records.
-
-    A callable must be importable by that name (a module-level function or class), so that
-    ``load`` and ``--resume`` can build the network again from the run's ``config.yaml``.
-
-    Raises:
-        ValueError: a lambda, a nested function or anything else that cannot be found by name.
-    """
-    if isinstance(network, str):
-        return network
-    module = getattr(network, "__module__", None)
-    qualname = getattr(network, "__qualname__", None)
-    if not callable(network) or not module or not qualname or "<" in qualname:
-        raise ValueError(
-            f"network: {network!r} cannot be found again by name; pass a module-level function "
-            "or class (or its 'package.module:factory' string)"
-        )
-    from per_dqn.agent.networks import resolve_factory
-
-    name = f"{module}:{qualname}"
-    if resolve_factory(name) is not network:
-        raise ValueError(f"network: {name} does not name {network!r} when imported")
-    return name
-
-
 def load_any_config(
     config: ConfigLike,
     overrides: Mapping[str, Any] | Iterable[str] | None = None,
@@ -190,6 +164,8 @@ def load_any_config(
     """
     changes = _overrides(overrides)
     if network is not None:
+        from per_dqn.agent.networks import network_name
+
         changes.append(Override("agent.network", network_name(network), "network"))
     if isinstance(config, Config):
         return config_from_data(config.model_dump(mode="json"), "config", changes), "config"
@@ -237,6 +213,8 @@ def train(
     run_dir = new_run_dir(cfg, name, run_dir)
     trainer = build_trainer(cfg, name)
     # summary.json records this call, never the calling script's command line (issue 23).
+    from per_dqn.agent.networks import network_name
+
     named = None if network is None else network_name(network)
     call = provenance.called("per_dqn.train", config=config, overrides=overrides, network=named)
     try:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
-from per_dqn.agent.dqn import LearnResult
+from per_dqn.agent.result import LearnResult
 from per_dqn.asking import ACT, LEARN, Request, serve
 from per_dqn.config import Config
 from per_dqn.envs import Envs

@@ -146,7 +146,7 @@ def check_run_code(
             )
         allowed = ("run.track",)
     if network is not None:
-        from per_dqn.api import network_name
+        from per_dqn.agent.networks import network_name
 
         name = network_name(network)
         if name != config.agent.network:

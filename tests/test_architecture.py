@@ -460,3 +460,100 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
     )  # fmt: skip
     assert out.stdout.strip() == "", f"loading a config loaded {out.stdout.strip()}"
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """What ``path`` imports when it runs: at its top or inside a function, not under
+    ``if TYPE_CHECKING:`` (annotations only)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time (a name imported from a module,
+    ``from per_dqn.agent import dqn``, is the module ``per_dqn.agent.dqn`` where that exists)."""
+    root = package.name
+    names = {
+        ".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(package.rglob("*.py"))
+    }
+    return {
+        name: {m for m in _runtime_imports(path) if m in names and m != name and m != root}
+        for name, path in names.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: each strongly connected set of two or more modules
+    (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_cycles():
+    """Issue 46: no two modules of the package import each other, directly or round a longer
+    loop, at their top or inside a function (``agent/dqn.py`` and ``agent/pack.py`` did, and so
+    did ``api.py`` and ``policy.py``); imports under ``TYPE_CHECKING`` are annotations and do not
+    count."""
+    assert cycles(import_graph(PACKAGE)) == []
+
+
+def test_the_cycle_check_sees_cycles(tmp_path):
+    """Negative control: a loop through a function-level import and a three-module loop are
+    found; an import under TYPE_CHECKING back the other way is not a loop."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from pkg import a\n")
+    (package / "c.py").write_text("import pkg.d\n")
+    (package / "d.py").write_text("from pkg import e\n")
+    (package / "e.py").write_text("from pkg.c import x\n")
+    (package / "h.py").write_text(
+        "import typing\nif typing.TYPE_CHECKING:\n    from pkg import f\n"
+    )
+    (package / "f.py").write_text("from pkg import a\nfrom pkg import h\n")
+    assert cycles(import_graph(package)) == [["pkg.a", "pkg.sub.b"], ["pkg.c", "pkg.d", "pkg.e"]]

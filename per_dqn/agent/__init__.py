@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 # name -> submodule that defines it
 _EXPORTS = {
     "DQNAgent": "dqn",
-    "LearnResult": "dqn",
+    "LearnResult": "result",
     "td_targets": "dqn",
     "NatureCNN": "networks",
     "QNetwork": "networks",
@@ -23,8 +23,9 @@ _EXPORTS = {
 __all__ = ["DQNAgent", "LearnResult", "NatureCNN", "QNetwork", "make_q_network", "td_targets"]
 
 if TYPE_CHECKING:
-    from per_dqn.agent.dqn import DQNAgent, LearnResult, td_targets
+    from per_dqn.agent.dqn import DQNAgent, td_targets
     from per_dqn.agent.networks import NatureCNN, QNetwork, make_q_network
+    from per_dqn.agent.result import LearnResult
 
 if set(__all__) != set(_EXPORTS):  # the two lists above must name the same things
     raise ImportError("per_dqn.agent: __all__ and _EXPORTS disagree")

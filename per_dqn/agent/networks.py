@@ -292,6 +292,30 @@ def resolve_factory(spec: str) -> Callable[..., nn.Module]:
     return target
 
 
+def network_name(network: str | Callable[..., Any]) -> str:
+    """A Q-network factory as the ``"package.module:factory"`` string a config records.
+
+    A callable must be importable by that name (a module-level function or class), so that
+    ``load`` and ``--resume`` can build the network again from the run's ``config.yaml``.
+
+    Raises:
+        ValueError: a lambda, a nested function or anything else that cannot be found by name.
+    """
+    if isinstance(network, str):
+        return network
+    module = getattr(network, "__module__", None)
+    qualname = getattr(network, "__qualname__", None)
+    if not callable(network) or not module or not qualname or "<" in qualname:
+        raise ValueError(
+            f"network: {network!r} cannot be found again by name; pass a module-level function "
+            "or class (or its 'package.module:factory' string)"
+        )
+    name = f"{module}:{qualname}"
+    if resolve_factory(name) is not network:
+        raise ValueError(f"network: {name} does not name {network!r} when imported")
+    return name
+
+
 def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNetwork:
     """Builds and probes a user's network (see ``CustomQNetwork``)."""
     factory = resolve_factory(spec)

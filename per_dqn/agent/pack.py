@@ -44,10 +44,11 @@ from per_dqn.agent import layout
 from per_dqn.agent.adam import FusedAdam
 from per_dqn.agent.networks import QNetwork
 from per_dqn.agent.optim import step_all
+from per_dqn.agent.result import HostLayout, LearnResult, learn_result
 from per_dqn.memory import Batch
 
 if TYPE_CHECKING:
-    from per_dqn.agent.dqn import DQNAgent, LearnResult
+    from per_dqn.agent.dqn import DQNAgent
 
 
 def can_pack(network: nn.Module) -> bool:
@@ -344,7 +345,6 @@ class Pack:
     def learn(self, batches: Mapping[int, Batch]) -> dict[int, LearnResult]:
         """One gradient step for each member given a batch (one batch size for all), as
         ``DQNAgent.learn`` documents it; returns each member's ``LearnResult``."""
-        from per_dqn.agent.dqn import HostLayout, learn_result
 
         slots = sorted(batches)
         agents = [self.agents[k] for k in slots]
