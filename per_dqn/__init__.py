@@ -27,7 +27,7 @@ def __getattr__(name: str) -> _Any:
 
         return getattr(api, name)
     if name in _MANY:
-        from per_dqn import many
+        from per_dqn.packs import many
 
         return getattr(many, name)
     raise AttributeError(f"module 'per_dqn' has no attribute {name!r}")

@@ -315,7 +315,7 @@ class Trainer:
         turns Ctrl-C and SIGTERM into this stop, and a sweep's workers stop their runs this way.
         A callback (see ``Callback``) that returns True stops the run the same way.
 
-        The run is a pack of one: ``per_dqn.packs.run_pack`` runs several trainers' sessions
+        The run is a pack of one: ``per_dqn.packs.lockstep.run_pack`` runs several trainers' sessions
         together, each as this method runs it alone.
 
         Returns:

@@ -446,7 +446,8 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
     load none of torch, gymnasium, ale_py or minatar (checked in a fresh interpreter)."""
     code = (
         "import sys\n"
-        "from per_dqn import families, packing\n"
+        "from per_dqn import families\n"
+        "from per_dqn.packs import grouping as packing\n"
         "from per_dqn.agent import objectives, signals\n"
         "from per_dqn.config import load_config, resolve_config_path\n"
         "for name in ('cartpole.yaml', 'atari.yaml', 'minatar.yaml'):\n"

@@ -63,7 +63,7 @@ def preflight(sweep: Sweep) -> None:
 
 
 def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[list[Job]]:
-    """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.group_into_packs``: runs
+    """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.grouping.group_into_packs``: runs
     whose networks, batch size or env differ go to different packs), in sweep order.
 
     Given the sweep's ``out``, the runs a stopped sweep left checkpointed part-way are grouped
@@ -76,7 +76,7 @@ def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[l
     if size <= 1:
         packs = [[job] for job in jobs]
     else:
-        from per_dqn.packing import group_into_packs
+        from per_dqn.packs.grouping import group_into_packs
 
         groups = group_into_packs([job_config(job) for job in jobs], size)
         packs = [[jobs[i] for i in members] for members in groups]
@@ -200,7 +200,7 @@ def run_jobs(
     callbacks: Sequence[Sequence[Any]] | None = None,
     raise_lock_errors: bool = False,
 ) -> list[Outcome]:
-    """Runs jobs together in this process, as one pack (``per_dqn.packs.run_pack``; their
+    """Runs jobs together in this process, as one pack (``per_dqn.packs.lockstep.run_pack``; their
     configs share a ``packs.pack_key``), each as ``run_job`` runs it alone: its run dir locked,
     skipped if finished since the sweep was planned, resumed from its newest usable checkpoint
     or cleared and started from zero. A job that cannot start (its run dir in use, its trainer
@@ -211,7 +211,7 @@ def run_jobs(
         One ``Outcome`` per job, in order.
     """
     from per_dqn import checkpoint as ckpt
-    from per_dqn.packs import run_pack
+    from per_dqn.packs.lockstep import run_pack
     from per_dqn.run import Trainer
 
     hooks = list(callbacks) if callbacks is not None else [() for _ in jobs]

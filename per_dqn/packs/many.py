@@ -103,8 +103,8 @@ def train_many(
         RunDirError: a run dir that is not empty or that another process writes.
         ValueError: a pack size below 1, or an env, device or memory that cannot be had.
     """
-    from per_dqn.packing import group_into_packs
-    from per_dqn.packs import run_pack
+    from per_dqn.packs.grouping import group_into_packs
+    from per_dqn.packs.lockstep import run_pack
 
     seeds = [int(s) for s in seeds]
     if not seeds:
