@@ -118,7 +118,7 @@ from per_dqn.agent.layout import stack_nhwc
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
 from per_dqn.envs import atari_game, make_eval_env, make_vector_env
 from per_dqn.memory import Batch, make_memory, planned_nbytes
-from per_dqn.plan import PROCESS_OVERHEAD_BYTES
+from per_dqn.memory_plan import PROCESS_OVERHEAD_BYTES
 from per_dqn.run import Trainer
 
 try:
@@ -1295,7 +1295,7 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
         f"{overhead:+.1%} (per-repeat {min(paired):+.1%} to {max(paired):+.1%}); target <= "
         f"{PER_OVERHEAD_TARGET:.0%}: {verdict}.",
         f"- Training process resident memory apart from the replay arrays (peak RSS - replay "
-        f"nbytes, worst run): {gb(process)}; per_dqn.plan assumes "
+        f"nbytes, worst run): {gb(process)}; per_dqn.memory_plan assumes "
         f"{gb(PROCESS_OVERHEAD_BYTES)}.",
         "",
         "### 5. Stable-Baselines3 DQN on the same game",

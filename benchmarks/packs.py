@@ -64,7 +64,7 @@ from per_dqn.config import load_config, resolve_config_path
 from per_dqn.config.loading import parse_override
 from per_dqn.envs import EnvSpec
 from per_dqn.memory import Batch
-from per_dqn.plan import env_spec
+from per_dqn.memory_plan import env_spec
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ def memory_plan(config: Config) -> Any:
     Raises:
         ValueError: the env cannot be made to learn its observation shape (one line).
     """
-    from per_dqn import plan
+    from per_dqn import memory_plan as plan
 
     return plan.memory_plan(config)
 
@@ -277,7 +277,7 @@ def check_env(config: Config) -> None:
     Raises:
         ValueError: the env cannot be made (one line naming ``env.id``).
     """
-    from per_dqn import plan
+    from per_dqn import memory_plan as plan
 
     plan.env_spec(config)
 
@@ -285,14 +285,14 @@ def check_env(config: Config) -> None:
 def describe_memory_plan(memory: Any, pack: int | None = None) -> list[str]:
     """``memory_plan``'s result as the lines ``per-dqn plan`` prints (with ``pack``, a line for
     that many such memories in one process)."""
-    from per_dqn import plan
+    from per_dqn import memory_plan as plan
 
     return plan.describe_plan(memory, pack)
 
 
 def pack_refusal(plans: Sequence[Any]) -> str | None:
     """The line refusing a pack whose ``memory_plan``s do not fit together (None: they fit)."""
-    from per_dqn import plan
+    from per_dqn import memory_plan as plan
 
     return plan.pack_refusal(plans)
 
@@ -315,7 +315,7 @@ def build_trainer(config: Config, name: str) -> Any:
         ValueError: an env, device or network that cannot be had, or memory that cannot be
             allocated (one line).
     """
-    from per_dqn.plan import allocation_failure
+    from per_dqn.memory_plan import allocation_failure
     from per_dqn.run import Trainer
 
     try:

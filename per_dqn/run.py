@@ -36,13 +36,13 @@ from per_dqn.envs import Envs
 from per_dqn.evaluate import Episodes, episode_requests
 from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
 from per_dqn.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.memory_plan import memory_plan
 from per_dqn.metrics import (
     DEFAULT_VARYING,
     TensorBoardLogger,
     config_as_markdown,
     flatten_config,
 )
-from per_dqn.plan import memory_plan
 from per_dqn.provenance import provenance
 from per_dqn.rundir import display_name, ensure_run_id, read_run_id, sweep_axes, trial_name
 from per_dqn.seeding import RunSeeds

@@ -484,7 +484,7 @@ def test_only_allocation_failures_become_an_allocation_line():
     """Any other RuntimeError while building the trainer is a bug and keeps its traceback. (The
     CUDA text is torch.OutOfMemoryError's wording; this machine has no GPU to raise it.)"""
     from per_dqn.config import Config
-    from per_dqn.plan import allocation_failure
+    from per_dqn.memory_plan import allocation_failure
 
     assert allocation_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
                               Config()) is None  # fmt: skip

@@ -42,7 +42,7 @@ def preflight(sweep: Sweep) -> None:
         ValueError: the message starts with the config and the key to blame (an allocation
             that fails included).
     """
-    from per_dqn.plan import allocation_failure
+    from per_dqn.memory_plan import allocation_failure
     from per_dqn.run import Trainer
 
     seen = set()
@@ -111,7 +111,7 @@ def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:
     """``plan.pack_refusal`` for a pack of jobs: the one line that refuses it when its replay
     memories, held at once by one process, do not fit in the available RAM (the env of each is
     made once, to learn its observations' shape)."""
-    from per_dqn import plan
+    from per_dqn import memory_plan as plan
 
     specs: dict[str, Any] = {}
     plans = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import VARYING, summary_of, tree
 
-from per_dqn import plan as memory
+from per_dqn import memory_plan as memory
 from per_dqn import rundir
 from per_dqn.config import parse_override
 from per_dqn.loop import DivergedError

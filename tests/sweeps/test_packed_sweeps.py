@@ -178,7 +178,7 @@ def test_a_pack_whose_memories_do_not_fit_is_refused_naming_the_largest_that_fit
     """One run's replay memory fits in the available RAM, four of them in one process do not:
     ``ablate --pack 4`` is one line naming the largest pack that fits (2), exit 2, before
     anything is written; ``plan --pack 4`` says the same."""
-    from per_dqn import plan as memory
+    from per_dqn import memory_plan as memory
 
     one = memory.memory_plan(memory_config())
     available = one.available_bytes
