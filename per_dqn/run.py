@@ -315,8 +315,8 @@ class Trainer:
         turns Ctrl-C and SIGTERM into this stop, and a sweep's workers stop their runs this way.
         A callback (see ``Callback``) that returns True stops the run the same way.
 
-        The run is a pack of one: ``per_dqn.packs.lockstep.run_pack`` runs several trainers' sessions
-        together, each as this method runs it alone.
+        The run is a pack of one: ``per_dqn.packs.lockstep.run_pack`` runs several trainers'
+        sessions together, each as this method runs it alone.
 
         Returns:
             The summary (also written to ``run_dir / "summary.json"``); ``wall_seconds`` and

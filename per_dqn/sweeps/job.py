@@ -63,8 +63,9 @@ def preflight(sweep: Sweep) -> None:
 
 
 def pack_jobs(jobs: Sequence[Job], size: int, out: Path | None = None) -> list[list[Job]]:
-    """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.grouping.group_into_packs``: runs
-    whose networks, batch size or env differ go to different packs), in sweep order.
+    """``jobs`` grouped into packs of at most ``size`` (``per_dqn.packs.grouping``'s
+    ``group_into_packs``: runs whose networks, batch size or env differ go to different packs),
+    in sweep order.
 
     Given the sweep's ``out``, the runs a stopped sweep left checkpointed part-way are grouped
     first, the furthest on first (``checkpointed_steps``), and their packs run first, so that a
