@@ -111,6 +111,50 @@ def test_every_replay_kind_in_one_pack_gives_each_run_what_train_gives_it(workdi
         assert_same_files(r.run_dir, alone.run_dir)
 
 
+# One value per member key (``grouping.MEMBER_AGENT_KEYS``), other than cartpole.yaml's: under
+# Adam, and under RMSprop for the keys only RMSprop reads.
+ADAM_MEMBERS = {
+    "agent.learning_rate": 3e-4, "agent.learning_rate_end": 1e-4, "agent.adam_eps": 1e-4,
+    "agent.n_step": 1, "agent.gamma": 0.9, "agent.tau": 0.5, "agent.target_update_interval": 7,
+    "agent.init": "xavier_uniform",
+}  # fmt: skip
+RMSPROP_MEMBERS = {
+    "agent.rmsprop_alpha": 0.9, "agent.rmsprop_eps": 1e-3, "agent.rmsprop_centered": False,
+}  # fmt: skip
+
+
+def test_the_member_key_grid_covers_every_member_key():
+    """A key added to ``MEMBER_AGENT_KEYS`` must join the grid below, or no test packs it."""
+    keys = {key.removeprefix("agent.") for key in {**ADAM_MEMBERS, **RMSPROP_MEMBERS}}
+    assert keys == packing.MEMBER_AGENT_KEYS
+
+
+@pytest.mark.parametrize(
+    "optimizer, members", [("adam", ADAM_MEMBERS), ("rmsprop", RMSPROP_MEMBERS)]
+)
+def test_members_that_differ_in_a_member_key_each_run_as_alone(workdir, optimizer, members):
+    """Issue 46: packs were tested bit-identical only among members of one config, and a bug
+    that gave every member the first member's discount survived. One pack of the base config
+    and one member per member key, each differing from the base in that key alone: every
+    member's files are byte for byte what it writes alone."""
+    # The squared loss: under the Huber loss every |delta| of these first updates is past 1, so
+    # the gradient is the sign of delta alone and the target net's values (tau) would not show.
+    base = {**SMALL, "agent.optimizer": optimizer, "agent.loss": "mse",
+            "train.total_env_steps": 800}  # fmt: skip
+    arms = {"base": {}} | {key.removeprefix("agent."): {key: v} for key, v in members.items()}
+    many = per_dqn.train_many("cartpole", seeds=[2], arms=arms, overrides=base, out="runs/many")
+    assert [(r.arm, r.error) for r in many] == [(arm, None) for arm in arms]
+    assert summary_of(many[0].run_dir)["provenance"]["pack"]["size"] == len(arms)
+    for r in many:
+        alone = per_dqn.train(
+            "cartpole", overrides={**base, **arms[r.arm], "run.seed": 2},
+            run_dir=f"runs/alone/{r.arm}",
+        )  # fmt: skip
+        assert_same_files(r.run_dir, alone.run_dir)
+    # The members did differ: no two wrote the same weights.
+    assert len({digest(r.run_dir / "model.pt") for r in many}) == len(arms)
+
+
 def test_a_minatar_pack_gives_each_run_what_it_gives_alone(workdir):
     """MinAtar Breakout (the MinAtar CNN: convolutions per member, the rest stacked), two seeds
     packed against each alone."""

@@ -50,7 +50,7 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
-        "slots-reversed", "per_dqn/agent/dqn.py",
+        "slots-reversed", "per_dqn/agent/result.py",
         "return LearnResult(PriorityUpdate(indices, signal.compute(inputs)), metrics)",
         "return LearnResult(PriorityUpdate(indices[::-1], signal.compute(inputs)), metrics)",
         ("tests/test_train.py",),
@@ -248,6 +248,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "if ours is not None and legacy is not None and step > legacy:",
         ("tests/test_readback.py::test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused",),
         "a checkpoint stripped of its run id read unchecked in a run dir that has one",
+    ),
+    Mutant(
+        "pack-first-member-discount", "per_dqn/agent/pack.py",
+        "agent._gamma_powers[batches[k].n_steps] * ~batches[k].terminated",
+        "agents[0]._gamma_powers[batches[k].n_steps] * ~batches[k].terminated",
+        ("tests/test_packs.py::test_members_that_differ_in_a_member_key_each_run_as_alone",),
+        "every member of a pack discounts with the first member's gamma (issue 46)",
     ),
     Mutant(
         "run-track-trusted", "per_dqn/config/trust.py",
