@@ -8,8 +8,10 @@ Two adjustments to how mutmut drives pytest, neither of which changes what a tes
   looks for its config, finds none and raises, and the test fails. Its record would be lost with
   the subprocess anyway, so the subprocesses of the stats run are given no ``MUTANT_UNDER_TEST``
   and run the unmutated code; this process stays in stats mode through mutmut's process-local
-  copy of the name. In the runs of each mutant the variable is left alone, so a mutant also runs
-  in the subprocesses and a test that drives the CLI can kill it.
+  copy of the name. A process forked from this one (a sweep's local worker) would inherit that
+  copy, so a fork's child is told by the variable, set empty, that it runs no mutant. In the runs
+  of each mutant the variable is left alone, so a mutant also runs in the subprocesses and a test
+  that drives the CLI can kill it.
 * For each mutant, mutmut hands pytest the tests that call the mutated function, in no
   particular order, and stops at the first failure. They are run cheapest first, each file's
   tests together, cheapest files first: a mutant that a unit test kills is then killed in a
@@ -68,10 +70,15 @@ _stats_run = False
 _measured: dict[str, float] = defaultdict(float)
 
 
+def _no_mutant_in_child() -> None:
+    os.environ["MUTANT_UNDER_TEST"] = ""
+
+
 def pytest_configure(config) -> None:
     global _stats_run
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
+        os.register_at_fork(after_in_child=_no_mutant_in_child)
         _stats_run = True
 
 
