@@ -41,7 +41,7 @@ $(TEST_STAMP): pyproject.toml constraints.txt $(LEGACY_MINATAR)
 
 # MinAtar 1.0.10, the release before Seaquest's oxygen fix (1.0.11) that the published MinAtar
 # results ran, in a folder of its own: `PYTHONPATH=.minatar-1.0.10 .venv/bin/per-dqn ...` plays
-# it (per_dqn/minatar_gym.py), and the tests run it there. Its own dependencies (pandas, seaborn,
+# it (per_dqn/envs/minatar_gym.py), and the tests run it there. Its own dependencies (pandas, seaborn,
 # ...) serve only its plots: left out. Not under the constraints file, which pins nothing of it.
 minatar-1.0.10: $(LEGACY_MINATAR)
 $(LEGACY_MINATAR):

@@ -4,9 +4,10 @@ Not a benchmark on its own. ``train_loop.py`` calls ``measure`` in its own proce
 ``--against PATH`` it runs this file as a script twice per repeat, once with each checkout first
 on ``PYTHONPATH``, and reads the one JSON line it prints. It does not import ``_common`` (which
 puts the checkout holding this file first on ``sys.path``), so the code it times is the one
-``PYTHONPATH`` names, and it works on both sides of the redesign: ``per_dqn.run.Trainer`` now,
-``per_dqn.train.Trainer`` before (dcc030f and older); both take ``(config, config_name)`` and
-``run(run_dir)`` returns the summary.
+``PYTHONPATH`` names, and it works on every layout the package has had:
+``per_dqn.training.run.Trainer`` now, ``per_dqn.run.Trainer`` before the layout of subpackages
+(0a54d7b and older), ``per_dqn.train.Trainer`` before the redesign (dcc030f and older); each takes
+``(config, config_name)`` and ``run(run_dir)`` returns the summary.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ PACKAGE = Path(per_dqn.__file__).absolute().parent
 
 # Chosen by the file, not by trying the import: an editable install of another checkout puts a
 # finder on sys.meta_path that serves any per_dqn submodule this checkout lacks from that one.
-if (PACKAGE / "run.py").is_file():
-    from per_dqn.run import Trainer
+if (PACKAGE / "training" / "run.py").is_file():
+    from per_dqn.training.run import Trainer
+elif (PACKAGE / "run.py").is_file():
+    from per_dqn.run import Trainer  # type: ignore[no-redef]  # before the subpackages
 else:
     from per_dqn.train import Trainer  # type: ignore[no-redef]  # before the redesign
 

@@ -2,10 +2,10 @@
 
 Five sections, each printed as a markdown table as soon as it is measured:
 
-1. **Environment.** Agent steps per second (after frame-skip 4) of ``per_dqn.envs.make_vector_env``
-   for ``--env-id`` with one env and uniformly random actions, with the env section of
-   ``atari100k.yaml``; beside it, for reference, the raw ``AtariVectorEnv`` exactly as
-   ``benchmarks/atari_env.py`` builds it (its loop and rows are imported from there).
+1. **Environment.** Agent steps per second (after frame-skip 4) of
+   ``per_dqn.envs.make.make_vector_env`` for ``--env-id`` with one env and uniformly random actions,
+   with the env section of ``atari100k.yaml``; beside it, for reference, the raw ``AtariVectorEnv``
+   exactly as ``benchmarks/atari_env.py`` builds it (its loop and rows are imported from there).
 2. **Replay memory at Atari size.** Memories of ``--capacity`` (1,000,000) transitions filled with
    ``--fill`` real-sized transitions: uint8 ``(4, 84, 84)`` stacks whose frames are shared the
    way an env emits them (consecutive stacks share 3 frames, ``next_obs`` is ``obs`` shifted by
@@ -37,7 +37,7 @@ Five sections, each printed as a markdown table as soon as it is measured:
    ``benchmarks/learner.py`` (imported: the textbook update on ready torch tensors). Each update
    is timed on its own; rows take turns in blocks of 5 updates, rotating. ``DQNAgent.learn``
    takes numpy batches, so its time includes moving them into torch.
-4. **Whole loop.** ``per_dqn.run.Trainer`` on ``atari100k.yaml`` with ``env.id=--env-id``,
+4. **Whole loop.** ``per_dqn.training.run.Trainer`` on ``atari100k.yaml`` with ``env.id=--env-id``,
    ``train.total_env_steps=--train-steps``, ``train.learning_starts=1000``,
    ``replay.capacity=10000``, ``env.max_episode_steps=500``, ``train.eval_interval=0``,
    ``train.final_eval_episodes=1``, ``checkpoint.enabled=false``, ``run.device=cpu`` (and
@@ -46,10 +46,10 @@ Five sections, each printed as a markdown table as soon as it is measured:
    evaluation included). Each run is a fresh process (``spawn``), so runs do not inherit each
    other's heap, and its peak resident set (``VmHWM``) is reported.
 5. **Stable-Baselines3.** When ``stable_baselines3`` imports, SB3's ``DQN("CnnPolicy")`` in the
-   same repeats as section 4, on the same env pipeline (``per_dqn.envs.make_eval_env``: ale-py's
-   one-env ``AtariVectorEnv``; SB3's own ``AtariWrapper`` would need OpenCV) with the config's
-   settings (buffer 10,000, batch 32, one update per env step from step 1,000, target copy every
-   2,000 steps, Adam lr 1e-4 eps 1.5e-4, gradient clip 10, epsilon 1 -> 0.01 over 5,000 steps,
+   same repeats as section 4, on the same env pipeline (``per_dqn.envs.make.make_eval_env``:
+   ale-py's one-env ``AtariVectorEnv``; SB3's own ``AtariWrapper`` would need OpenCV) with the
+   config's settings (buffer 10,000, batch 32, one update per env step from step 1,000, target copy
+   every 2,000 steps, Adam lr 1e-4 eps 1.5e-4, gradient clip 10, epsilon 1 -> 0.01 over 5,000 steps,
    clipped rewards, but no terminal on life loss), timed over ``learn`` plus one evaluation
    episode. SB3's DQN has no dueling head, no Double-DQN target, no n-step return and no PER: it
    does less work per update.
@@ -116,10 +116,10 @@ from learner import NUM_ACTIONS, Learner, NatureDuelingQ, Variant, make_batch
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.layout import stack_nhwc
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
-from per_dqn.envs import atari_game, make_eval_env, make_vector_env
+from per_dqn.envs.make import atari_game, make_eval_env, make_vector_env
 from per_dqn.memory import Batch, make_memory, planned_nbytes
-from per_dqn.memory_plan import PROCESS_OVERHEAD_BYTES
-from per_dqn.run import Trainer
+from per_dqn.training.memory_plan import PROCESS_OVERHEAD_BYTES
+from per_dqn.training.run import Trainer
 
 try:
     import cpprb
@@ -1295,7 +1295,7 @@ def measure_training(args: argparse.Namespace, log: Callable[[str], None]) -> st
         f"{overhead:+.1%} (per-repeat {min(paired):+.1%} to {max(paired):+.1%}); target <= "
         f"{PER_OVERHEAD_TARGET:.0%}: {verdict}.",
         f"- Training process resident memory apart from the replay arrays (peak RSS - replay "
-        f"nbytes, worst run): {gb(process)}; per_dqn.memory_plan assumes "
+        f"nbytes, worst run): {gb(process)}; per_dqn.training.memory_plan assumes "
         f"{gb(PROCESS_OVERHEAD_BYTES)}.",
         "",
         "### 5. Stable-Baselines3 DQN on the same game",

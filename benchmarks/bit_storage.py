@@ -36,7 +36,7 @@ from _common import (
 )
 
 from per_dqn.config import EnvConfig
-from per_dqn.envs import make_eval_env
+from per_dqn.envs.make import make_eval_env
 from per_dqn.memory import BitStorage, TransitionStorage, make_storage
 
 ENV_ID = "MinAtar/Seaquest-v1"

@@ -48,9 +48,9 @@ from _common import (
     rss_bytes,
 )
 
-from per_dqn import checkpoint as ckpt
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.run import Trainer
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training.run import Trainer
 
 
 def sizes(path: Path) -> list[tuple[str, int]]:

@@ -29,7 +29,7 @@ from _common import ROOT, add_mode_options, command_line, machine_line, markdown
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from per_dqn.cli import app
-from per_dqn.metrics import TensorBoardLogger
+from per_dqn.logs.metrics import TensorBoardLogger
 from per_dqn.sweeps import events
 from per_dqn.sweeps.archive import ARCHIVED_TAGS
 

@@ -167,7 +167,7 @@ def time_learner(args: argparse.Namespace, tmp: Path) -> tuple[float, float, dic
     from torch.profiler import ProfilerActivity, profile
 
     from per_dqn.config import Override
-    from per_dqn.run import Trainer
+    from per_dqn.training.run import Trainer
 
     torch.set_num_threads(1)
     config = load_config(

@@ -59,12 +59,12 @@ from _common import (
 )
 
 from per_dqn.agent.pack import Pack
-from per_dqn.build import make_agent
 from per_dqn.config import load_config, resolve_config_path
 from per_dqn.config.loading import parse_override
-from per_dqn.envs import EnvSpec
+from per_dqn.envs.make import EnvSpec
 from per_dqn.memory import Batch
-from per_dqn.memory_plan import env_spec
+from per_dqn.training.build import make_agent
+from per_dqn.training.memory_plan import env_spec
 
 
 @dataclass(frozen=True)

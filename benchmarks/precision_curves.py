@@ -27,8 +27,8 @@ from _common import add_mode_options, markdown_table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import per_dqn
+from per_dqn.logs.tags import EPISODE_RETURN, PER_MEAN_PRIORITY, TRAIN_Q_MEAN, TRAIN_TD_ERROR_ABS
 from per_dqn.sweeps.runs import read_summary
-from per_dqn.tags import EPISODE_RETURN, PER_MEAN_PRIORITY, TRAIN_Q_MEAN, TRAIN_TD_ERROR_ABS
 
 PANELS = [  # (tag, y label, episodes or log points in the rolling mean)
     (EPISODE_RETURN, "training episode return (mean of 10 episodes)", 10),

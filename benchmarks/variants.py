@@ -5,8 +5,8 @@ One gradient step is what the loop does every ``replay_period`` env steps: draw 
 objective, the backward pass, the optimiser step, the host copy, the priority signal) and hand
 the priorities back (``memory.update``). Env stepping is left out: it is the same for every kind.
 The memory and the agent are built from the shipped config exactly as training builds them
-(``per_dqn.build``), the memory filled with ``--fill`` transitions of the env's observation shape
-and dtype, so the priority index holds as many entries as in a run.
+(``per_dqn.training.build``), the memory filled with ``--fill`` transitions of the env's observation
+shape and dtype, so the priority index holds as many entries as in a run.
 
 Each repeat times every kind once, in rotating order, for ``--steps`` gradient steps after an
 untimed warm-up; the table gives the median microseconds per step over the repeats and the ratio
@@ -54,9 +54,9 @@ def build(config_name: str, env_id: str, kind: str, fill: int, seed: int) -> tup
     """The kind's memory (filled) and agent from the shipped config, as training builds them."""
     import torch
 
-    from per_dqn import build as factories
     from per_dqn.config import Override, load_config, resolve_config_path
-    from per_dqn.envs import describe, make_eval_env
+    from per_dqn.envs.make import describe, make_eval_env
+    from per_dqn.training import build as factories
 
     config = load_config(
         resolve_config_path(config_name),

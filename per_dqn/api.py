@@ -35,9 +35,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import provenance, rundir
-from per_dqn.checkpoint import CheckpointError
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -48,17 +45,21 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
-from per_dqn.console import EvalDisplay
-from per_dqn.evaluate import read_run_config
-from per_dqn.families import ignored_env_keys
-from per_dqn.families import of as _family_of
-from per_dqn.fileio import WriteError, inside
+from per_dqn.envs.families import ignored_env_keys
+from per_dqn.envs.families import of as _family_of
+from per_dqn.logs.console import EvalDisplay
+from per_dqn.logs.tracking import TrackingError
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
-from per_dqn.rundir import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
-from per_dqn.tracking import TrackingError
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import provenance
+from per_dqn.rundir.checkpoint import CheckpointError
+from per_dqn.rundir.dirs import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
+from per_dqn.rundir.fileio import WriteError, inside
+from per_dqn.training.evaluate import read_run_config
 
 if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
-    from per_dqn.loop import DivergedError
+    from per_dqn.training.loop import DivergedError
 
 __all__ = [
     "CheckpointError",
@@ -97,7 +98,7 @@ def __getattr__(name: str) -> Any:
     # `DivergedError` lives with the loop, which imports torch: it is loaded on first use, so that
     # importing the API (the CLI does, before it has checked its input) stays free of torch.
     if name == "DivergedError":
-        from per_dqn.loop import DivergedError
+        from per_dqn.training.loop import DivergedError
 
         return DivergedError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -127,7 +128,7 @@ class TrainResult:
     def print_summary(self) -> None:
         """Prints the end-of-run table ``per-dqn train`` shows: the run dir, replay, seed, steps,
         wall time and the final evaluation."""
-        from per_dqn import console
+        from per_dqn.logs import console
 
         console.print_summary(self.summary)
 
@@ -259,7 +260,7 @@ def memory_plan(config: Config) -> Any:
     Raises:
         ValueError: the env cannot be made to learn its observation shape (one line).
     """
-    from per_dqn import memory_plan as plan
+    from per_dqn.training import memory_plan as plan
 
     return plan.memory_plan(config)
 
@@ -277,7 +278,7 @@ def check_env(config: Config) -> None:
     Raises:
         ValueError: the env cannot be made (one line naming ``env.id``).
     """
-    from per_dqn import memory_plan as plan
+    from per_dqn.training import memory_plan as plan
 
     plan.env_spec(config)
 
@@ -285,14 +286,14 @@ def check_env(config: Config) -> None:
 def describe_memory_plan(memory: Any, pack: int | None = None) -> list[str]:
     """``memory_plan``'s result as the lines ``per-dqn plan`` prints (with ``pack``, a line for
     that many such memories in one process)."""
-    from per_dqn import memory_plan as plan
+    from per_dqn.training import memory_plan as plan
 
     return plan.describe_plan(memory, pack)
 
 
 def pack_refusal(plans: Sequence[Any]) -> str | None:
     """The line refusing a pack whose ``memory_plan``s do not fit together (None: they fit)."""
-    from per_dqn import memory_plan as plan
+    from per_dqn.training import memory_plan as plan
 
     return plan.pack_refusal(plans)
 
@@ -315,8 +316,8 @@ def build_trainer(config: Config, name: str) -> Any:
         ValueError: an env, device or network that cannot be had, or memory that cannot be
             allocated (one line).
     """
-    from per_dqn.memory_plan import allocation_failure
-    from per_dqn.run import Trainer
+    from per_dqn.training.memory_plan import allocation_failure
+    from per_dqn.training.run import Trainer
 
     try:
         return Trainer(config, name)  # it asks the memory planner before it allocates
@@ -346,14 +347,14 @@ def run_trainer(
         callbacks: as ``train``'s.
         progress: draw the progress display on stderr.
         should_stop: asked between env steps; True stops the run there, checkpointed and
-            resumable (``per_dqn.stopping.StopSignals`` is one: Ctrl-C or SIGTERM).
+            resumable (``per_dqn.training.stopping.StopSignals`` is one: Ctrl-C or SIGTERM).
 
     Raises:
         DivergedError: the loss or the weights diverged (the last checkpoint is left as it was).
         WriteError: a file could not be written (the checkpoints written before it are intact).
         TrackingError: the tracker (``run.track``) could not start; nothing was written.
     """
-    from per_dqn import console
+    from per_dqn.logs import console
 
     train = trainer.config.train
     with console.ConsoleProgress(

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from per_dqn.config import Config, refuse_untrusted_code
-from per_dqn.fileio import WriteError
-from per_dqn.rundir import check_name_lengths
+from per_dqn.rundir.dirs import check_name_lengths
+from per_dqn.rundir.fileio import WriteError
 
 __all__ = ["Policy", "check_run_code", "evaluate_run", "load"]
 
@@ -89,8 +89,8 @@ class Policy:
         Raises:
             ValueError: an env that cannot be made or whose spaces differ from the run's.
         """
-        from per_dqn import evaluate
-        from per_dqn.envs import describe, make_eval_env
+        from per_dqn.envs.make import describe, make_eval_env
+        from per_dqn.training import evaluate
 
         if episodes < 1:
             raise ValueError(f"episodes: must be >= 1, got {episodes}")
@@ -196,9 +196,9 @@ def load(
         ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit,
             a checkpoint of another run than its run dir's, or a path that leaves the run dir.
     """
-    from per_dqn import evaluate
-    from per_dqn.build import make_agent, resolve_device
-    from per_dqn.envs import describe, make_eval_env
+    from per_dqn.envs.make import describe, make_eval_env
+    from per_dqn.training import evaluate
+    from per_dqn.training.build import make_agent, resolve_device
 
     check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))
@@ -268,8 +268,8 @@ def evaluate_run(
             an env that cannot be made or rendered (one line).
         WriteError: the video could not be written (names the file).
     """
-    from per_dqn import evaluate
-    from per_dqn.build import make_agent
+    from per_dqn.training import evaluate
+    from per_dqn.training.build import make_agent
 
     check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))

@@ -27,11 +27,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import checkpoint as ckpt
-from per_dqn import tags
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
-from per_dqn.run import Trainer
+from per_dqn.logs import tags
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training.run import Trainer
 
 # The checkout under test, for CLI processes started from another cwd (the venv's `per-dqn`
 # script would import whichever checkout is installed).

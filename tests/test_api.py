@@ -14,7 +14,7 @@ from torch import nn
 
 import per_dqn
 from per_dqn.config import ConfigError
-from per_dqn.rundir import RunDirError
+from per_dqn.rundir.dirs import RunDirError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {

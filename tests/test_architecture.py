@@ -19,38 +19,45 @@ REPORT_WRITER = {"per_dqn.sweeps.report", "per_dqn.sweeps.measure", "per_dqn.swe
 # The one module that draws; no other module of the package imports matplotlib.
 PLOTTING = "per_dqn.sweeps.figures"
 # module prefix -> top-level names it must never import
-_RUN_IO = {"per_dqn.metrics", "per_dqn.rundir", "per_dqn.fileio", "per_dqn.console"}
+_RUN_IO = {
+    "per_dqn.logs.metrics",
+    "per_dqn.rundir.dirs",
+    "per_dqn.rundir.fileio",
+    "per_dqn.logs.console",
+}
 FORBIDDEN = {
-    "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.run",
-                       "per_dqn.loop", "per_dqn.build", "per_dqn.cli", "per_dqn.envs",
-                       "per_dqn.config", "per_dqn.health", "per_dqn.summary", "per_dqn.tags",
-                       *_RUN_IO},
+    "per_dqn.memory": {"torch", "gymnasium", "ale_py", "per_dqn.agent", "per_dqn.training.run",
+                       "per_dqn.training.loop", "per_dqn.training.build", "per_dqn.cli",
+                       "per_dqn.envs.make", "per_dqn.config", "per_dqn.training.health",
+                       "per_dqn.rundir.summary", "per_dqn.logs.tags", *_RUN_IO},
     # The learner's contract with the memory: importing it compiles nothing.
     "per_dqn.memory.types": {"per_dqn", "numba"},
-    "per_dqn.schedules": {"per_dqn", "torch", "numpy", "gymnasium"},
+    "per_dqn.training.schedules": {"per_dqn", "torch", "numpy", "gymnasium"},
     # Checkpoints store trees of arrays and know no component.
-    "per_dqn.checkpoint": {"per_dqn.agent", "per_dqn.memory", "per_dqn.envs", "per_dqn.loop",
-                           "per_dqn.run", "per_dqn.build", "gymnasium"},
+    "per_dqn.rundir.checkpoint": {"per_dqn.agent", "per_dqn.memory", "per_dqn.envs.make",
+                                  "per_dqn.training.loop", "per_dqn.training.run",
+                                  "per_dqn.training.build", "gymnasium"},
     # The loop does no I/O: no files, run dirs, TensorBoard writer or console of its own.
-    "per_dqn.loop": {"per_dqn.checkpoint", "per_dqn.run", "per_dqn.cli", "per_dqn.evaluate",
-                     *_RUN_IO},
-    "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.run", "per_dqn.loop", "per_dqn.cli",
-                      "per_dqn.envs", *_RUN_IO},
+    "per_dqn.training.loop": {"per_dqn.rundir.checkpoint", "per_dqn.training.run", "per_dqn.cli",
+                              "per_dqn.training.evaluate", *_RUN_IO},
+    "per_dqn.agent": {"gymnasium", "ale_py", "per_dqn.training.run", "per_dqn.training.loop",
+                      "per_dqn.cli", "per_dqn.envs.make", *_RUN_IO},
     # The logger writes what it is handed; it reaches into no part of a run.
-    "per_dqn.metrics": {"per_dqn.run", "per_dqn.loop", "per_dqn.agent", "per_dqn.memory",
-                        "per_dqn.cli", "per_dqn.rundir", "per_dqn.console"},
+    "per_dqn.logs.metrics": {"per_dqn.training.run", "per_dqn.training.loop", "per_dqn.agent",
+                             "per_dqn.memory", "per_dqn.cli", "per_dqn.rundir.dirs",
+                             "per_dqn.logs.console"},
     # The sweep runner reads run dirs through `runs`; the report writer (its measuring, text and
     # plotting) is the CLI's to call once a sweep ends (issue 13: "ablate imports the report
     # writer"). Planning builds no trainer and knows no backend; a job knows no backend.
-    "per_dqn.sweeps.plan": REPORT_WRITER | {"matplotlib", "per_dqn.run", "per_dqn.sweeps.job",
-                                            "per_dqn.sweeps.backends"},
+    "per_dqn.sweeps.plan": REPORT_WRITER | {"matplotlib", "per_dqn.training.run",
+                                            "per_dqn.sweeps.job", "per_dqn.sweeps.backends"},
     "per_dqn.sweeps.job": REPORT_WRITER | {"matplotlib", "per_dqn.sweeps.backends"},
     # A backend is driven by the CLI and never reaches back into it.
     "per_dqn.sweeps.backends": REPORT_WRITER | {"matplotlib", "per_dqn.cli"},
     "per_dqn.sweeps.runs": REPORT_WRITER | {"per_dqn.sweeps.plan", "per_dqn.sweeps.job",
                                             "per_dqn.sweeps.backends", "matplotlib"},
     # One signal helper for every command, a sweep's worker processes included.
-    "per_dqn.stopping": {"per_dqn"},
+    "per_dqn.training.stopping": {"per_dqn"},
     # The report's steps point one way: report -> markdown, figures -> measure -> stats, runs.
     "per_dqn.sweeps.measure": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown",
                                "per_dqn.sweeps.figures", "matplotlib"},
@@ -59,52 +66,65 @@ FORBIDDEN = {
     "per_dqn.sweeps.stats": {"per_dqn", "matplotlib"},
     # The env families are a table every layer asks (config, envs, build, the networks): it
     # imports nothing, so asking it loads no environment library and no torch.
-    "per_dqn.families": {"per_dqn", "torch", "numpy", "gymnasium", "ale_py", "minatar"},
+    "per_dqn.envs.families": {"per_dqn", "torch", "numpy", "gymnasium", "ale_py", "minatar"},
     # Checking a config (the CLI's first step) must not pay for torch or an environment library.
-    "per_dqn.config": {"torch", "gymnasium", "ale_py", "minatar", "per_dqn.envs", "per_dqn.agent",
-                       "per_dqn.build", "per_dqn.run", "per_dqn.loop", "per_dqn.cli"},
+    "per_dqn.config": {"torch", "gymnasium", "ale_py", "minatar", "per_dqn.envs.make",
+                       "per_dqn.agent", "per_dqn.training.build", "per_dqn.training.run",
+                       "per_dqn.training.loop", "per_dqn.cli"},
     # Provenance reads the process and its packages, nothing of a run, so `ablate` can use it.
-    "per_dqn.provenance": {"per_dqn"},
+    "per_dqn.rundir.provenance": {"per_dqn"},
     # A tracker receives what the run hands it; it never reaches into the run's parts.
-    "per_dqn.tracking": {"per_dqn.run", "per_dqn.loop", "per_dqn.agent", "per_dqn.memory",
-                         "per_dqn.cli", "torch"},
+    "per_dqn.logs.tracking": {"per_dqn.training.run", "per_dqn.training.loop", "per_dqn.agent",
+                              "per_dqn.memory", "per_dqn.cli", "torch"},
 }  # fmt: skip
 # The leaves of the house: module -> all it may import beyond the standard library. The tag
 # catalogue imports nothing; the health panel and the run record are numpy (and the tags) only,
 # so the loop that owns them stays free of I/O; writing files, naming run dirs and drawing the
 # console know no part of a run.
 ONLY = {
-    "per_dqn.tags": set(),
+    "per_dqn.logs.tags": set(),
     # What a run asks of its agent: shared by the loop, the evaluation and the pack.
-    "per_dqn.asking": set(),
-    "per_dqn.health": {"numpy", "per_dqn.tags"},
-    "per_dqn.summary": {"numpy", "per_dqn.tags"},
-    "per_dqn.fileio": set(),
+    "per_dqn.training.asking": set(),
+    "per_dqn.training.health": {"numpy", "per_dqn.logs.tags"},
+    "per_dqn.rundir.summary": {"numpy", "per_dqn.logs.tags"},
+    "per_dqn.rundir.fileio": set(),
     # The one reader of what a run dir or sweep dir holds (issue 43): strict models, one-line
     # messages, nothing of a run.
-    "per_dqn.readback": {"pydantic", "per_dqn.config.messages"},
-    "per_dqn.rundir": {"per_dqn.fileio", "per_dqn.readback"},
-    "per_dqn.console": {"rich"},
+    "per_dqn.rundir.readback": {"pydantic", "per_dqn.config.messages"},
+    "per_dqn.rundir.dirs": {"per_dqn.rundir.fileio", "per_dqn.rundir.readback"},
+    "per_dqn.logs.console": {"rich"},
     # numpy for its annotations alone (under TYPE_CHECKING): see TABLES.
     "per_dqn.agent.signals": {"numpy"},
     # torch inside the functions that compute an objective, and for annotations: importing the
     # table loads none (test_config_and_families_load_neither_torch_nor_an_env_library).
     "per_dqn.agent.objectives": {"torch", "torch.nn"},
-    "per_dqn.video": {"numpy", "PIL", "per_dqn.fileio"},
+    "per_dqn.logs.video": {"numpy", "PIL", "per_dqn.rundir.fileio"},
 }
 # Tables any layer may ask, though they live in a package it may not import: the priority signals
 # and the objectives sit beside the loss, in the agent, and the config checks `replay.*` keys
 # against them. Each imports nothing at its top (ONLY), so asking one loads nothing of its
 # package.
-TABLES = {"per_dqn.agent.signals", "per_dqn.agent.objectives"}
-NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.run"}
+TABLES = {"per_dqn.agent.signals", "per_dqn.agent.objectives", "per_dqn.envs.families"}
+# The package's layers, bottom up (docs/layout.md): a module may import its own layer's and those
+# below, and of the layers above only the TABLES. "__init__" is the package root, per_dqn itself.
+LAYERS = (
+    ("memory",),
+    ("config",),
+    ("rundir", "logs"),
+    ("agent", "envs"),
+    ("training",),
+    ("api", "policy", "packs"),
+    ("sweeps",),
+    ("cli", "__init__"),
+)
+NOBODY_IMPORTS = {"per_dqn.cli", "per_dqn.training.run"}
 # A sweep's job is a second composition root: it runs a Trainer in a worker process or a Ray task;
 # `api` is the Python entry point, and the CLI's one way in to training (see CLI_MAY_IMPORT).
 ALLOWED_TO_IMPORT_TRAIN = {"per_dqn.sweeps.job", "per_dqn.api"}
 # The CLI parses, loads, calls and maps errors to exit codes (issue 22): of the package it imports
 # only these, besides its own modules and the root package's `__version__`. Everything else (the
 # Trainer, run dirs, checkpoints, evaluation, the memory plan) it reaches through `api`.
-CLI_MAY_IMPORT = {"per_dqn.api", "per_dqn.config", "per_dqn.sweeps", "per_dqn.stopping",
+CLI_MAY_IMPORT = {"per_dqn.api", "per_dqn.config", "per_dqn.sweeps", "per_dqn.training.stopping",
                   "per_dqn.cli", "per_dqn.__version__"}  # fmt: skip
 
 
@@ -187,20 +207,22 @@ def test_the_cli_check_sees_what_is_not_allowed(tmp_path):
         "from per_dqn import __version__, api\n"
         "from per_dqn.config import Config\n"
         "from per_dqn.memory import KINDS\n"
-        "from per_dqn.stopping import StopSignals\n"
+        "from per_dqn.training.stopping import StopSignals\n"
         "from per_dqn.sweeps import plan\n"
         "from per_dqn.cli.common import fail\n"
         "if TYPE_CHECKING:\n"
-        "    from per_dqn.run import Trainer\n"
+        "    from per_dqn.training.run import Trainer\n"
         "def train():\n"
-        "    from per_dqn import rundir\n"
-        "    import per_dqn.checkpoint\n"
-        "    from per_dqn.loop import DivergedError\n"
+        "    from per_dqn.rundir import dirs\n"
+        "    import per_dqn.rundir.checkpoint\n"
+        "    from per_dqn.training.loop import DivergedError\n"
     )
     found = per_dqn_outside(imports_of(module), CLI_MAY_IMPORT)
     assert found == {
-        "per_dqn.memory", "per_dqn.memory.KINDS", "per_dqn.run", "per_dqn.run.Trainer",
-        "per_dqn.rundir", "per_dqn.checkpoint", "per_dqn.loop", "per_dqn.loop.DivergedError",
+        "per_dqn.memory", "per_dqn.memory.KINDS", "per_dqn.training.run",
+        "per_dqn.training.run.Trainer", "per_dqn.rundir", "per_dqn.rundir.dirs",
+        "per_dqn.rundir.checkpoint", "per_dqn.training.loop",
+        "per_dqn.training.loop.DivergedError",
     }  # fmt: skip
 
 
@@ -273,8 +295,9 @@ def test_the_private_name_check_sees_private_uses(tmp_path):
     module = tmp_path / "peeks.py"
     module.write_text(
         "import per_dqn.memory.trees\n"
-        "import per_dqn.rundir as rd\n"
-        "from per_dqn import __version__, checkpoint as ckpt\n"
+        "import per_dqn.rundir.dirs as rd\n"
+        "from per_dqn import __version__\n"
+        "from per_dqn.rundir import checkpoint as ckpt\n"
         "from per_dqn.memory import trees\n"
         "from per_dqn.memory.trees import _jit, checked_capacity\n"
         "from per_dqn.cli.main import app, _usage_error\n"
@@ -285,9 +308,9 @@ def test_the_private_name_check_sees_private_uses(tmp_path):
         "    return self._fd, other._storage, app._private_field\n"
     )
     assert sorted(private_uses(module)) == sorted([
-        "peeks.py:5 _jit", "peeks.py:6 _usage_error", "peeks.py:7 relative import",
-        "peeks.py:8 per_dqn.checkpoint._NAME", "peeks.py:8 per_dqn.rundir._in_use",
-        "peeks.py:8 per_dqn.memory.trees._jit", "peeks.py:9 per_dqn.memory.trees._jit",
+        "peeks.py:6 _jit", "peeks.py:7 _usage_error", "peeks.py:8 relative import",
+        "peeks.py:9 per_dqn.rundir.checkpoint._NAME", "peeks.py:9 per_dqn.rundir.dirs._in_use",
+        "peeks.py:9 per_dqn.memory.trees._jit", "peeks.py:10 per_dqn.memory.trees._jit",
     ])  # fmt: skip
 
 
@@ -306,15 +329,23 @@ def test_the_checker_sees_matplotlib_where_it_is_imported():
 
 
 def outside(imported: set[str], allowed: set[str]) -> set[str]:
-    """The names in ``imported`` beyond the standard library and ``allowed`` (``from per_dqn
-    import tags`` also names the bare package, which is no import of a module)."""
+    """The names in ``imported`` beyond the standard library and ``allowed`` (``from
+    per_dqn.logs import tags`` also names the bare package, which is no import of a module: each
+    package's ``__init__`` is its docstring)."""
     return {
         m
         for m in imported
         if m.split(".")[0] not in sys.stdlib_module_names
-        and m not in {"__future__", "per_dqn"}
+        and m != "__future__"
+        and not _is_package(m)
         and not any(m == a or m.startswith(a + ".") for a in allowed)
     }
+
+
+def _is_package(name: str) -> bool:
+    """Whether ``name`` is ``per_dqn`` or one of its subpackages."""
+    parts = name.split(".")
+    return parts[0] == "per_dqn" and (PACKAGE.parent.joinpath(*parts) / "__init__.py").is_file()
 
 
 @pytest.mark.parametrize("name", sorted(ONLY))
@@ -329,10 +360,13 @@ def test_the_leaf_check_sees_what_is_not_allowed():
     """Negative control for the two checks above: the loop's imports (torch, the agent, the
     health panel) are outside what the health panel may import, and an import of the TensorBoard
     logger is one the loop may not make."""
-    found = outside(imports_of(PACKAGE / "loop.py"), ONLY["per_dqn.health"])
-    assert {"torch", "per_dqn.agent", "per_dqn.health"} <= found
+    found = outside(imports_of(PACKAGE / "training" / "loop.py"), ONLY["per_dqn.training.health"])
+    assert {"torch", "per_dqn.agent.result", "per_dqn.training.health"} <= found
     assert "numpy" not in found and "math" not in found
-    assert hits({"per_dqn.metrics", "per_dqn.metrics.TensorBoardLogger"}, FORBIDDEN["per_dqn.loop"])
+    assert hits(
+        {"per_dqn.logs.metrics", "per_dqn.logs.metrics.TensorBoardLogger"},
+        FORBIDDEN["per_dqn.training.loop"],
+    )
 
 
 def test_the_checker_sees_imports():
@@ -356,7 +390,7 @@ from pathlib import Path
 for module in sys.argv[2].split(","):
     __import__(module)
 if sys.argv[1] == "plan":
-    from per_dqn.fileio import write_json
+    from per_dqn.rundir.fileio import write_json
     from per_dqn.sweeps import plan
     sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0], 2000, [], Path("sweep"))
     sweep.out.mkdir()
@@ -446,7 +480,7 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
     load none of torch, gymnasium, ale_py or minatar (checked in a fresh interpreter)."""
     code = (
         "import sys\n"
-        "from per_dqn import families\n"
+        "from per_dqn.envs import families\n"
         "from per_dqn.packs import grouping as packing\n"
         "from per_dqn.agent import objectives, signals\n"
         "from per_dqn.config import load_config, resolve_config_path\n"
@@ -558,3 +592,59 @@ def test_the_cycle_check_sees_cycles(tmp_path):
     )
     (package / "f.py").write_text("from pkg import a\nfrom pkg import h\n")
     assert cycles(import_graph(package)) == [["pkg.a", "pkg.sub.b"], ["pkg.c", "pkg.d", "pkg.e"]]
+
+
+def _layer_of(module: str) -> str:
+    """The layer name of a ``per_dqn`` module: its subpackage or root module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(path: Path, layer: str | None = None) -> list[str]:
+    """The imports of ``path`` (top, function, TYPE_CHECKING) into a higher layer than its own
+    (``layer``, or the one its place in the package gives), the TABLES and bare packages aside."""
+    rank = {name: i for i, group in enumerate(LAYERS) for name in group}
+    mine = rank[layer or _layer_of(module_name(path))]
+    return sorted(
+        m for m in imports_of(path)
+        if m.startswith("per_dqn.") and m != "per_dqn.__version__" and not _is_package(m)
+        and not any(m == x or m.startswith(x + ".") for x in TABLES)
+        and rank[_layer_of(m)] > mine
+    )  # fmt: skip
+
+
+def test_every_module_is_in_a_layer():
+    """A new subpackage or root module joins LAYERS (and docs/layout.md) before it is used."""
+    named = {name for group in LAYERS for name in group}
+    found = {_layer_of(module_name(path)) for path in MODULES}
+    found |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert found - {"configs"} == named
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_point_down_the_layers(path):
+    """Issue 46: the layout shows the layers (docs/layout.md). memory, then config, then the
+    files a run writes and what it logs, then the learner and the envs, then training, then the
+    API (with the packs that run runs together), then the sweeps, then the CLI: no module imports
+    a layer above its own, save a TABLE."""
+    assert upward_imports(path) == []
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """Negative control: the memory importing the Trainer, the TensorBoard logger importing the
+    Trainer under TYPE_CHECKING and the training loop importing a sweep are found; config asking
+    the families and the objectives (tables) and training importing the memory are not."""
+    for name, text, expected in [
+        ("memory/x.py", "def f():\n    from per_dqn.training.run import Trainer\n",
+         ["per_dqn.training.run", "per_dqn.training.run.Trainer"]),
+        ("logs/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from per_dqn.training import run\n", ["per_dqn.training.run"]),
+        ("training/x.py", "from per_dqn.sweeps import plan\nfrom per_dqn.memory import KINDS\n",
+         ["per_dqn.sweeps.plan"]),
+        ("config/x.py", "from per_dqn.envs import families\n"
+                        "from per_dqn.agent.objectives import objective\n", []),
+    ]:  # fmt: skip
+        module = tmp_path / "per_dqn" / name
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(text)
+        assert upward_imports(module, name.split("/")[0]) == expected, name

@@ -14,11 +14,8 @@ from typer.testing import CliRunner
 from per_dqn.agent import DQNAgent, NatureCNN
 from per_dqn.cli import app
 from per_dqn.config import Config, EnvConfig
-from per_dqn.envs import atari_game, describe, make_eval_env, make_vector_env
-from per_dqn.memory import make_memory
-from per_dqn.nstep import NStepAccumulator, stack
-from per_dqn.run import Trainer
-from per_dqn.tags import (
+from per_dqn.envs.make import atari_game, describe, make_eval_env, make_vector_env
+from per_dqn.logs.tags import (
     EPISODE_RETURN,
     EVAL_RETURN_MEAN,
     PER_MEAN_PRIORITY,
@@ -26,6 +23,9 @@ from per_dqn.tags import (
     PERF_SPS,
     TRAIN_LOSS,
 )
+from per_dqn.memory import make_memory
+from per_dqn.training.nstep import NStepAccumulator, stack
+from per_dqn.training.run import Trainer
 
 pytestmark = pytest.mark.atari
 

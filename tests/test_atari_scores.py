@@ -4,7 +4,7 @@ import ale_py
 import gymnasium as gym
 import pytest
 
-from per_dqn.atari_scores import RANDOM_HUMAN, game_name, human_normalized
+from per_dqn.envs.atari_scores import RANDOM_HUMAN, game_name, human_normalized
 
 
 def test_endpoints_by_hand():

@@ -135,19 +135,19 @@ def test_train_loop_smoke_prints_each_kinds_sps():
 def test_train_loop_against_an_old_layout_checkout_times_each_checkouts_code(tmp_path):
     """``--against PATH`` times PATH's code, also when PATH has the old layout.
 
-    PATH here is a checkout shaped like dcc030f (``per_dqn/train.py`` holds the Trainer, no
-    ``per_dqn/run.py``), made of links to this checkout's files. Pins two bugs of the first
-    version: the child chose ``per_dqn.run`` by trying the import, and an editable install of
-    another checkout then served ``per_dqn.run`` from there (the child now chooses by file and
-    refuses any ``per_dqn`` module from outside PATH); and the old side must print where its
-    code came from.
+    PATH here is a checkout shaped like dcc030f (``per_dqn/train.py`` holds the Trainer; no
+    ``per_dqn/training/run.py``), made of links to this checkout's files. Pins two bugs of the first
+    version: the child chose the Trainer's module by trying the import, and an editable install of
+    another checkout then served it from there (the child now chooses by file and refuses any
+    ``per_dqn`` module from outside PATH); and the old side must print where its code came from.
     """
     old = tmp_path / "old-checkout"
-    (old / "per_dqn").mkdir(parents=True)
-    for entry in (ROOT / "per_dqn").iterdir():
-        if entry.name not in ("run.py", "__pycache__"):
-            (old / "per_dqn" / entry.name).symlink_to(entry)
-    (old / "per_dqn" / "train.py").symlink_to(ROOT / "per_dqn" / "run.py")
+    for part in ("per_dqn", "per_dqn/training"):
+        (old / part).mkdir(parents=True)
+        for entry in (ROOT / part).iterdir():
+            if entry.name not in ("training", "run.py", "__pycache__"):
+                (old / part / entry.name).symlink_to(entry)
+    (old / "per_dqn" / "train.py").symlink_to(ROOT / "per_dqn" / "training" / "run.py")
     out = run_script("train_loop.py", "--smoke", "--against", str(old), "--kinds", "proportional")
     assert f"# new: {ROOT / 'per_dqn'} " in out
     assert f"# old: {old / 'per_dqn'} " in out

@@ -7,10 +7,10 @@ import inspect
 import numpy as np
 import pytest
 
-from per_dqn.build import make_memory
 from per_dqn.config import Config, ReplayConfig
-from per_dqn.envs import EnvSpec
+from per_dqn.envs.make import EnvSpec
 from per_dqn.memory import KINDS, REPLAY_KINDS, FrameStorage
+from per_dqn.training.build import make_memory
 
 # A value for each ReplayConfig field a kind can map, different from the config's default and
 # from every sampler's: a key that does not arrive leaves the sampler at its default and fails.

@@ -26,13 +26,13 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import readback
-from per_dqn.envs import check_env_state, env_state, load_env_state
-from per_dqn.fileio import write_bytes_atomic, write_text_atomic
-from per_dqn.health import ReplayHealth
+from per_dqn.envs.make import check_env_state, env_state, load_env_state
 from per_dqn.memory import KINDS, make_memory
-from per_dqn.nstep import NStepAccumulator
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import readback
+from per_dqn.rundir.fileio import write_bytes_atomic, write_text_atomic
+from per_dqn.training.health import ReplayHealth
+from per_dqn.training.nstep import NStepAccumulator
 
 
 def write_bytes(files: dict[str, bytes]):

@@ -387,7 +387,7 @@ def test_ablate_preflight_names_the_replay_memory_and_plan_s_estimate(workdir):
 
 LIMITED_CLI = """
 import resource, sys
-import per_dqn.run  # torch, gymnasium, numba: loaded before the limit
+import per_dqn.training.run  # torch, gymnasium, numba: loaded before the limit
 from per_dqn.cli import app
 
 vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
@@ -484,7 +484,7 @@ def test_only_allocation_failures_become_an_allocation_line():
     """Any other RuntimeError while building the trainer is a bug and keeps its traceback. (The
     CUDA text is torch.OutOfMemoryError's wording; this machine has no GPU to raise it.)"""
     from per_dqn.config import Config
-    from per_dqn.memory_plan import allocation_failure
+    from per_dqn.training.memory_plan import allocation_failure
 
     assert allocation_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
                               Config()) is None  # fmt: skip

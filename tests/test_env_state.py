@@ -1,5 +1,6 @@
-"""The envs' state as a checkpoint keeps it (``per_dqn.envs``: ``env_state``, ``load_env_state``,
-``Envs.state_dict``): MinAtar's game state, the refusals, and what a run's ``Envs`` saves.
+"""The envs' state as a checkpoint keeps it (``per_dqn.envs.make``: ``env_state``,
+``load_env_state``, ``Envs.state_dict``): MinAtar's game state, the refusals, and what a run's
+``Envs`` saves.
 
 tests/test_checkpoint.py has the classic-control envs and the vector env; here each MinAtar game
 continues the same game after a restore (its positions, timers, entity lists, sticky action and
@@ -14,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from per_dqn import checkpoint as ckpt
 from per_dqn.config import Override, load_config, resolve_config_path
-from per_dqn.envs import Envs, check_env_state, env_state, load_env_state, make_eval_env
+from per_dqn.envs.make import Envs, check_env_state, env_state, load_env_state, make_eval_env
+from per_dqn.rundir import checkpoint as ckpt
 
 MINATAR_GAMES = [
     "MinAtar/Asterix-v1", "MinAtar/Breakout-v1", "MinAtar/Freeway-v1", "MinAtar/Seaquest-v1",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from per_dqn.config import EnvConfig
-from per_dqn.envs import describe, make_eval_env, make_vector_env
+from per_dqn.envs.make import describe, make_eval_env, make_vector_env
 
 
 def test_the_step_after_an_episode_end_only_resets():

@@ -21,14 +21,14 @@ from support import Plant, reseal, start_cli
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import checkpoint as ckpt
-from per_dqn.build import make_agent
 from per_dqn.cli import app
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.envs import describe
-from per_dqn.run import Trainer
-from per_dqn.seeding import RunSeeds
-from per_dqn.video import write_gif
+from per_dqn.envs.make import describe
+from per_dqn.logs.video import write_gif
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training.build import make_agent
+from per_dqn.training.run import Trainer
+from per_dqn.training.seeding import RunSeeds
 
 SETTINGS = [
     "train.total_env_steps=1000", "train.learning_starts=300", "train.eval_interval=0",
@@ -179,7 +179,7 @@ def test_a_minatar_film_keeps_its_colours(tmp_path):
     times 255, enlarged (10 x 10 cells of 24 x 24 pixels)."""
     pytest.importorskip("minatar")
     from per_dqn.config import load_config, resolve_config_path
-    from per_dqn.envs import make_eval_env
+    from per_dqn.envs.make import make_eval_env
 
     env = make_eval_env(load_config(resolve_config_path("minatar.yaml")).env, render=True)
     try:
@@ -416,7 +416,7 @@ def test_caps_cut_episodes_and_the_whole_evaluation_by_hand():
     the third cut at 50 when the budget runs out, and no fourth; each cut one counts as
     truncated, the returns are the steps played (CartPole pays 1 a step), and progress is
     reported at the start and after each episode."""
-    from per_dqn.evaluate import play
+    from per_dqn.training.evaluate import play
 
     env = gym.make("CartPole-v1")
     full = play(Balancer(), env, 1, 0.0, seed=3)
@@ -445,7 +445,7 @@ def test_caps_of_one_step_are_allowed_and_a_cap_of_zero_is_named():
     """Pins the caps' lower bound, 1 included: a one-step episode cap cuts every episode after
     its first step, a one-step budget stops the evaluation after one episode of one step; a cap
     of 0 is refused in a line that names that cap (the check named both alike)."""
-    from per_dqn.evaluate import play
+    from per_dqn.training.evaluate import play
 
     env = gym.make("CartPole-v1")
     each = play(Balancer(), env, 2, 0.0, seed=3, max_episode_steps=1)
@@ -523,7 +523,7 @@ def test_eval_replays_the_final_evaluation_of_a_run_seed(tmp_path):
 def test_a_run_dir_s_config_with_two_problems_is_one_line_naming_both(tmp_path):
     """Pins the line for a run dir whose ``config.yaml`` (read for its ``model.pt``) fails two
     checks: both problems, each naming the file, joined by "; "."""
-    from per_dqn.evaluate import resolve_source
+    from per_dqn.training.evaluate import resolve_source
 
     torch.save({"w": torch.zeros(1)}, tmp_path / "model.pt")
     (tmp_path / "config.yaml").write_text("agent:\n  gamma: 2\ntrain:\n  batch_size: 0\n")
@@ -573,7 +573,7 @@ def test_eval_builds_its_agent_on_the_gpu_when_there_is_one(run_dir, monkeypatch
     """Pins the device ``eval`` plays on: CUDA when torch sees a GPU, else the CPU (checked here
     without one: ``torch.cuda.is_available`` is patched, and the agent is built on the CPU by a
     wrapper that records the device it was asked for)."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     asked = []
 
@@ -591,7 +591,7 @@ def test_eval_builds_its_agent_on_the_gpu_when_there_is_one(run_dir, monkeypatch
 def test_a_film_sets_a_headless_video_driver_unless_one_is_set(run_dir, tmp_path, monkeypatch):
     """Pins ``SDL_VIDEODRIVER=dummy`` for a filmed evaluation (pygame's display driver otherwise
     prints an SDL "error:" line on a headless machine), and a driver the user set is kept."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
     source = resolve_source(copy)
@@ -607,7 +607,7 @@ def test_a_videos_link_out_of_the_run_dir_stops_only_a_filmed_evaluation(run_dir
     """Pins where the videos dir is checked: a ``videos`` link that leaves the run dir refuses
     ``--video`` (one line, before anything is played) and is ignored by an evaluation that films
     nothing."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
     shutil.rmtree(copy / "videos", ignore_errors=True)  # another test may have filmed run_dir
@@ -645,7 +645,7 @@ def test_weights_that_do_not_fit_the_network_are_one_line_with_torch_s_reason(mo
     """Pins the line for weights of another network (a run dir whose config.yaml was edited to
     other layer sizes): the file, "does not fit the network", and torch's reason on one line,
     its whitespace folded, cut at 300 characters."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
     config = (run_dir / "config.yaml").read_text()
@@ -682,10 +682,10 @@ def test_a_loaded_policy_acts_greedily_by_its_q_values_on_the_device_asked_for(m
 def test_an_env_that_cannot_render_is_one_line_naming_it(run_dir, tmp_path, monkeypatch):
     """Pins the line for a film whose renderer fails (here gymnasium's error for a missing
     dependency, raised by the env's ``render``): the env id and the renderer's message."""
-    import per_dqn.envs
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    import per_dqn.envs.make
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
-    make = per_dqn.envs.make_eval_env
+    make = per_dqn.envs.make.make_eval_env
 
     def unrenderable(config, render=False, view="game"):
         env = make(config, render=render, view=view)
@@ -696,7 +696,7 @@ def test_an_env_that_cannot_render_is_one_line_naming_it(run_dir, tmp_path, monk
         env.render = render
         return env
 
-    monkeypatch.setattr(per_dqn.envs, "make_eval_env", unrenderable)
+    monkeypatch.setattr(per_dqn.envs.make, "make_eval_env", unrenderable)
     source = resolve_source(Path(shutil.copytree(run_dir, tmp_path / "run")))
     with pytest.raises(ValueError) as caught:
         evaluate_source(source, make_agent, episodes=1, video=True)
@@ -707,7 +707,7 @@ def test_a_film_of_weights_of_unknown_step_is_eval_final(model_only, tmp_path):
     """Pins the film's name: ``eval-step<N>.gif`` for weights of a known env step (model.pt
     with its summary), ``eval-final.gif`` when the step is unknown (no summary.json); no film,
     no frame time."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
     report = evaluate_source(resolve_source(run_dir), make_agent, episodes=1, video=True)
@@ -734,7 +734,7 @@ def edited_checkpoint(run_dir: Path, tmp_path: Path, name: str, data: bytes) -> 
 def test_a_checkpoint_s_config_is_named_in_its_problems(run_dir, tmp_path):
     """Pins the lines for a checkpoint whose own config.yaml is bad: each problem names that
     file, several are joined by "; ", and bytes that are not UTF-8 are "cannot read"."""
-    from per_dqn.evaluate import resolve_source
+    from per_dqn.training.evaluate import resolve_source
 
     text = (ckpt.checkpoints_dir(run_dir) / "step_000000500" / "config.yaml").read_text()
     bad = text.replace("batch_size: 64", "batch_size: 0").replace("gamma: 0.99", "gamma: 2")
@@ -764,7 +764,7 @@ def test_a_checkpoint_whose_agent_holds_no_online_network_is_one_line(run_dir, t
     not an AttributeError or KeyError."""
     import io
 
-    from per_dqn.evaluate import resolve_source
+    from per_dqn.training.evaluate import resolve_source
 
     buffer = io.BytesIO()
     torch.save(payload, buffer)
@@ -781,7 +781,7 @@ def test_a_planted_agent_pt_in_a_checkpoint_is_named(run_dir, tmp_path):
     checkpoint's file, not some other path."""
     import io
 
-    from per_dqn.evaluate import resolve_source
+    from per_dqn.training.evaluate import resolve_source
 
     buffer = io.BytesIO()
     torch.save({"online": Plant(tmp_path / "ran")}, buffer)
@@ -794,7 +794,7 @@ def test_a_planted_agent_pt_in_a_checkpoint_is_named(run_dir, tmp_path):
 
 def test_a_checkpoint_dir_on_its_own_films_into_itself(run_dir, tmp_path):
     """Pins where a checkpoint outside any run dir keeps its film: in its own ``videos/``."""
-    from per_dqn.evaluate import evaluate_source, resolve_source
+    from per_dqn.training.evaluate import evaluate_source, resolve_source
 
     step = Path(shutil.copytree(ckpt.checkpoints_dir(run_dir) / "step_000000500", tmp_path / "c"))
     source = resolve_source(step)
@@ -806,7 +806,7 @@ def test_a_checkpoint_dir_on_its_own_films_into_itself(run_dir, tmp_path):
 def test_a_run_dir_with_nothing_to_play_is_one_line(tmp_path):
     """Pins the line for a run dir (it has its config.yaml) with neither a usable checkpoint nor
     a model.pt."""
-    from per_dqn.evaluate import resolve_source
+    from per_dqn.training.evaluate import resolve_source
 
     (tmp_path / "config.yaml").write_text("env:\n  id: CartPole-v1\n")
     with pytest.raises(ValueError) as caught:
@@ -818,7 +818,7 @@ def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_
     """Pins ``SUMMARY_MAX_BYTES`` (16 MiB): a summary.json larger than that is not read (a run
     dir from elsewhere could hold anything there), so model.pt's env step is unknown; one of 16
     MiB exactly is read."""
-    from per_dqn.evaluate import SUMMARY_MAX_BYTES, resolve_source
+    from per_dqn.training.evaluate import SUMMARY_MAX_BYTES, resolve_source
 
     run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
     text = '{"env_steps": 400}'
@@ -873,7 +873,7 @@ def test_the_eval_display_prints_plain_progress_off_a_terminal():
 
     from rich.console import Console
 
-    from per_dqn.console import EvalDisplay
+    from per_dqn.logs.console import EvalDisplay
 
     buffer = io.StringIO()
     with EvalDisplay(console=Console(file=buffer, width=80), plain_interval_s=0.2) as display:
@@ -899,7 +899,7 @@ def test_the_eval_display_draws_one_bar_row_in_80_columns():
 
     from rich.console import Console
 
-    from per_dqn.console import EvalDisplay
+    from per_dqn.logs.console import EvalDisplay
 
     display = EvalDisplay(console=Console(file=io.StringIO()), enabled=False)
     display.progress(3, 10, 1_234)
@@ -930,7 +930,7 @@ def test_run_episodes_seeds_the_first_reset_only_and_a_greedy_one_draws_nothing(
     do); at epsilon 0 the exploration generator, the caller's, is left as it was (a greedy step
     drew from it and moved the run's evaluation stream); ``truncated`` is a bool array (an
     episode's flag is negated with ``~`` as numpy bools)."""
-    from per_dqn.evaluate import run_episodes
+    from per_dqn.training.evaluate import run_episodes
 
     env = _ResetSeeds(gym.make("CartPole-v1"))
     rng = np.random.default_rng(5)
@@ -950,7 +950,7 @@ def test_progress_comes_every_progress_interval_inside_an_episode(monkeypatch):
     (0, 2, 80) inside the first, (1, 2, 100) at its end, (1, 2, 120) and (1, 2, 160) inside the
     second and (2, 2, 200) at the end; a step that ends an episode on the interval (step 200
     here) reports only the end. Without a progress callback nothing is called."""
-    import per_dqn.evaluate as evaluate
+    import per_dqn.training.evaluate as evaluate
 
     monkeypatch.setattr(evaluate, "PROGRESS_EVERY_STEPS", 40)
     env = gym.make("CartPole-v1")
@@ -966,7 +966,7 @@ def test_progress_comes_every_progress_interval_inside_an_episode(monkeypatch):
 def test_a_film_keeps_at_most_the_frame_limit(monkeypatch):
     """Pins the film's length limit: with ``VIDEO_MAX_FRAMES`` at 5, a 20-step episode keeps 5
     frames (the reset's and four steps'), not 6."""
-    import per_dqn.evaluate as evaluate
+    import per_dqn.training.evaluate as evaluate
 
     monkeypatch.setattr(evaluate, "VIDEO_MAX_FRAMES", 5)
     env = gym.make("CartPole-v1", render_mode="rgb_array")
@@ -978,7 +978,7 @@ def test_a_budget_met_exactly_by_the_last_episode_s_own_end_is_no_cut():
     """Pins the step budget against an episode that ends by itself on the budget's last step:
     the evaluation played every episode asked, so it did not reach the budget and nothing is
     cut or warned (the check read "not both ended", and so cut a finished game)."""
-    from per_dqn.evaluate import play
+    from per_dqn.training.evaluate import play
 
     env = gym.make("CartPole-v1")
     natural = play(Balancer(), env, 1, 0.0, seed=3, max_episode_steps=30)
@@ -1006,7 +1006,7 @@ class _EndsBothWays(gym.Env):
 def test_an_episode_that_terminates_on_its_time_limit_s_step_is_not_cut():
     """Pins the truncation flag: an episode the game ended counts as terminated even when the
     time limit fell on the same step (``truncated and not terminated``)."""
-    from per_dqn.evaluate import play
+    from per_dqn.training.evaluate import play
 
     played = play(Balancer(), _EndsBothWays(), 2, 0.0, seed=3)
     assert played.lengths.tolist() == [1, 1] and played.truncated.tolist() == [False, False]
@@ -1040,7 +1040,7 @@ def test_the_eval_display_says_starting_before_its_first_episode_not_0_of_0():
 
     from rich.console import Console
 
-    from per_dqn.console import EvalDisplay
+    from per_dqn.logs.console import EvalDisplay
 
     display = EvalDisplay(console=Console(file=io.StringIO()), enabled=False)
     assert display.plain_line().startswith("starting  elapsed 0:00:0")

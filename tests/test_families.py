@@ -1,4 +1,4 @@
-"""Env families: one table (``per_dqn.families``) that the config, ``envs``, ``build`` and the
+"""Env families: one table (``per_dqn.envs.families``) that the config, ``envs``, ``build`` and the
 networks ask. Each test is parametrised over ``families.FAMILIES``, so a family added to the table
 without its construction, its network or its shipped config fails here under its own name."""
 
@@ -9,9 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from per_dqn import envs, families
 from per_dqn.agent.networks import BUILTIN_NETWORKS, NETWORKS, MinAtarCNN, NatureCNN, QNetwork
-from per_dqn.build import make_agent
 from per_dqn.config import (
     Config,
     EnvConfig,
@@ -20,6 +18,9 @@ from per_dqn.config import (
     resolve_config_path,
     shipped_config_names,
 )
+from per_dqn.envs import families
+from per_dqn.envs import make as envs
+from per_dqn.training.build import make_agent
 
 FAMILIES = pytest.mark.parametrize("family", families.FAMILIES, ids=lambda f: f.name)
 

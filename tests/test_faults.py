@@ -31,9 +31,11 @@ from support import (
 )
 from typer.testing import CliRunner
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import fileio, metrics, rundir, tags
 from per_dqn.cli import app
+from per_dqn.logs import metrics, tags
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import fileio
 
 # A 2,000-transition memory keeps each checkpoint small enough for a tmpfs of a few MB.
 SETTINGS = [*RESUMABLE, "replay.capacity=2000"]
@@ -126,7 +128,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
     run_dir = tmp_path / "run"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from per_dqn.rundir import lock_run_dir; lock = lock_run_dir(Path(sys.argv[1])); "
+         "from per_dqn.rundir.dirs import lock_run_dir; lock = lock_run_dir(Path(sys.argv[1])); "
          "print('locked', flush=True); time.sleep(120)", str(run_dir)],
         env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
         stdout=subprocess.PIPE,

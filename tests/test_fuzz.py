@@ -41,10 +41,10 @@ from support import Hung, runner, time_limit
 
 import per_dqn
 from per_dqn import api
-from per_dqn import checkpoint as ckpt
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, load_config, resolve_config_path
 from per_dqn.config.loading import MAX_CONFIG_BYTES, MAX_YAML_NODES
+from per_dqn.rundir import checkpoint as ckpt
 
 CI = os.environ.get("CI") == "true"
 SCALE = int(os.environ.get("PER_DQN_FUZZ_SCALE", "1"))

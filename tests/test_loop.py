@@ -1,5 +1,5 @@
-"""The training loop's state and step (``per_dqn.loop``) checked directly, against values worked
-out by hand: the format-2 checkpoint upgrade, ``LoopState``'s checks, and the step's episode
+"""The training loop's state and step (``per_dqn.training.loop``) checked directly, against values
+worked out by hand: the format-2 checkpoint upgrade, ``LoopState``'s checks, and the step's episode
 bookkeeping.
 
 tests/test_train.py and tests/test_resume.py run whole runs through the loop; these pin the
@@ -14,11 +14,11 @@ import pytest
 import torch
 from support import cartpole_config
 
-from per_dqn.asking import ACT, serve
-from per_dqn.build import make_agent, make_memory
-from per_dqn.envs import EnvSpec
-from per_dqn.loop import DivergedError, Loop, LoopState, upgrade_format_2
-from per_dqn.seeding import RunSeeds, restart_seed
+from per_dqn.envs.make import EnvSpec
+from per_dqn.training.asking import ACT, serve
+from per_dqn.training.build import make_agent, make_memory
+from per_dqn.training.loop import DivergedError, Loop, LoopState, upgrade_format_2
+from per_dqn.training.seeding import RunSeeds, restart_seed
 
 # --- the format-2 upgrade -------------------------------------------------------------------------
 

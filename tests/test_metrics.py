@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from per_dqn import rundir, tags
 from per_dqn.cli import app
-from per_dqn.console import ConsoleProgress, Speedometer, format_duration, format_steps
-from per_dqn.health import MeanAccumulator, ReplayHealth
+from per_dqn.logs import tags
+from per_dqn.logs.console import ConsoleProgress, Speedometer, format_duration, format_steps
+from per_dqn.rundir import dirs as rundir
+from per_dqn.training.health import MeanAccumulator, ReplayHealth
 
 
 def test_health_panel_by_hand():
@@ -148,7 +149,7 @@ def test_each_lock_is_named_by_its_own_holder(tmp_path):
     write lock it finds: another process's lock on another dir is that process's."""
     theirs, ours = tmp_path / "theirs", tmp_path / "ours"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from per_dqn import rundir; "
+        [sys.executable, "-c", "import sys; from per_dqn.rundir import dirs as rundir; "
          f"lock = rundir.lock_run_dir(rundir.Path({str(theirs)!r})); print('locked', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -404,7 +405,7 @@ def test_progress_bar_fits_80_columns_with_labelled_times_loss_and_last_eval(mon
     and neither the loss nor the last evaluation. Now every drawn line fits in 80 columns, even
     for a 50M-step Atari budget, and says what each time is."""
     clock = [1000.0]
-    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("per_dqn.logs.console.time.monotonic", lambda: clock[0])
     console, buffer = _terminal()
     with ConsoleProgress(50_000_000, console=console) as progress:
         clock[0] += 3_713.0
@@ -435,7 +436,7 @@ def test_plain_progress_lines_off_a_terminal(monkeypatch):
     from rich.console import Console
 
     clock = [1000.0]
-    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("per_dqn.logs.console.time.monotonic", lambda: clock[0])
     buffer = io.StringIO()
     console = Console(file=buffer, width=80)  # a file: not a terminal
     assert not console.is_terminal
@@ -485,7 +486,7 @@ def test_durations_and_step_counts():
 
 def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
     """Points (0, 0), (10, 10), (30, 10): area 50 + 200 = 250 over 30 steps -> 8.333..."""
-    from per_dqn.summary import normalized_auc
+    from per_dqn.rundir.summary import normalized_auc
 
     assert normalized_auc([(10, 10.0), (0, 0.0), (30, 10.0)]) == pytest.approx(250 / 30)
     assert normalized_auc([(5, 3.5)]) == 3.5
@@ -499,7 +500,7 @@ def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
 def test_a_record_of_sessions_is_read_back_or_taken_as_unknown():
     """``read_sessions``: a list of ``{"pack": str, "seconds": finite >= 0}`` comes back as it is
     (integers as floats); anything else, one bad entry included, is None (unknown)."""
-    from per_dqn.summary import read_sessions
+    from per_dqn.rundir.summary import read_sessions
 
     good = [{"pack": "a", "seconds": 1.5}, {"pack": "b", "seconds": 0}]
     assert read_sessions(good) == [{"pack": "a", "seconds": 1.5}, {"pack": "b", "seconds": 0.0}]
@@ -517,7 +518,7 @@ def test_a_record_of_sessions_is_read_back_or_taken_as_unknown():
 
 def test_display_name_is_the_path_from_the_sweep_dirs_parent_for_a_run_of_a_sweep(tmp_path):
     """Inside a sweep every run dir is named s<seed>; a tracker needs the cell and the sweep."""
-    from per_dqn.rundir import display_name
+    from per_dqn.rundir.dirs import display_name
 
     run = tmp_path / "sweeps" / "ablate__x" / "rank" / "alpha=0.7" / "s3"
     run.mkdir(parents=True)
@@ -534,8 +535,8 @@ def test_a_trial_in_the_hparams_table_is_named_by_its_path_inside_its_sweep(tmp_
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-    from per_dqn.metrics import TensorBoardLogger
-    from per_dqn.rundir import trial_name
+    from per_dqn.logs.metrics import TensorBoardLogger
+    from per_dqn.rundir.dirs import trial_name
 
     run = tmp_path / "ablation-cartpole" / "rank" / "alpha=0.7" / "s3"
     run.mkdir(parents=True)
@@ -556,7 +557,7 @@ def test_a_run_reads_its_sweep_s_axes_and_takes_a_damaged_record_as_none(tmp_pat
     """``sweep_axes`` (what the HParams tab shows first): the enclosing ``sweep.json``'s axes;
     None for a run of no sweep and for a record that is not JSON, not an object, or whose axes
     are not a list of names (a sweep dir is data: it never stops a run)."""
-    from per_dqn.rundir import sweep_axes
+    from per_dqn.rundir.dirs import sweep_axes
 
     run = tmp_path / "ablate__x" / "rank" / "alpha=0.7" / "s3"
     run.mkdir(parents=True)
@@ -575,7 +576,7 @@ def test_the_hparams_columns_are_the_axes_a_sweep_varies(tmp_path):
     arm's setting varies where another arm has none; a sweep varying nothing keeps them all."""
     import json
 
-    from per_dqn.rundir import sweep_axes
+    from per_dqn.rundir.dirs import sweep_axes
 
     run = tmp_path / "sweep" / "rank" / "s1"
     run.mkdir(parents=True)
@@ -598,7 +599,7 @@ def test_a_sweep_is_found_up_to_four_dirs_above_a_run_and_no_further(tmp_path):
     """A sweep's run dirs lie at most ``<env>/<arm>/<settings>/s<seed>`` below it: a
     ``sweep.json`` four dirs up is the run's sweep, one five dirs up (a run dir of its own inside
     some other sweep's tree) is not."""
-    from per_dqn.rundir import sweep_axes
+    from per_dqn.rundir.dirs import sweep_axes
 
     (tmp_path / "sweep.json").write_text('{"axes": ["run.seed"]}')
     four = tmp_path / "env" / "arm" / "settings" / "s0"
@@ -797,7 +798,7 @@ def test_the_end_of_run_table_folds_a_long_run_dir_whole_at_80_columns():
 
     from rich.console import Console
 
-    from per_dqn.console import print_summary
+    from per_dqn.logs.console import print_summary
 
     run_dir = "runs/ALE-Breakout-v5__atari__proportional__s0__20261129-031522-extra-long-name"
     buffer = io.StringIO()
@@ -821,7 +822,7 @@ def test_an_evaluation_s_time_is_left_out_of_the_training_speed(monkeypatch):
     from rich.console import Console
 
     clock = [0.0]
-    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("per_dqn.logs.console.time.monotonic", lambda: clock[0])
     with ConsoleProgress(100_000, console=Console(file=io.StringIO()), enabled=False) as shown:
         shown.update(10_000, ret=1.0, eps=0.5, beta=0.5)
         clock[0] = 10.0
@@ -842,7 +843,7 @@ def test_a_checkpoint_being_written_is_shown_and_its_time_left_out_of_the_speed(
     of it is written and checked, at 80 columns, and goes back to training once it is done; its
     time, like an evaluation's, is not training's."""
     clock = [0.0]
-    monkeypatch.setattr("per_dqn.console.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("per_dqn.logs.console.time.monotonic", lambda: clock[0])
     console, buffer = _terminal()
     size = 3 * (1 << 30)
     with ConsoleProgress(100_000, console=console) as shown:

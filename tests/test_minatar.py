@@ -13,10 +13,10 @@ from support import StopAtCheckpoint, assert_same_weights
 from typer.testing import CliRunner
 
 from per_dqn.agent.networks import MinAtarCNN
-from per_dqn.build import make_agent
 from per_dqn.cli import app
 from per_dqn.config import Override, load_config, resolve_config_path
-from per_dqn.envs import EnvSpec, describe, make_eval_env, make_vector_env
+from per_dqn.envs.make import EnvSpec, describe, make_eval_env, make_vector_env
+from per_dqn.training.build import make_agent
 
 GAMES = {  # id -> object layers, from the MinAtar paper's game descriptions
     "MinAtar/Asterix-v1": 4,

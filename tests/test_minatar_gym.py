@@ -1,4 +1,4 @@
-"""``per_dqn.minatar_gym``: MinAtar's games behind gymnasium for MinAtar 1.0.10, whose own
+"""``per_dqn.envs.minatar_gym``: MinAtar's games behind gymnasium for MinAtar 1.0.10, whose own
 ``minatar.gym`` is written for the old ``gym`` (issue 25: the published results ran 1.0.10 or
 older, before Seaquest's oxygen fix). Checked step for step against MinAtar's own gymnasium env on
 the installed release, and run on 1.0.10 (``make test`` installs it into ``.minatar-1.0.10``) in
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from support import CHECKOUT, sets, summary_of
 
-from per_dqn import minatar_gym
-from per_dqn.envs import ChannelFirst, env_state, load_env_state
+from per_dqn.envs import minatar_gym
+from per_dqn.envs.make import ChannelFirst, env_state, load_env_state
 
 pytest.importorskip("minatar")
 
@@ -27,7 +27,7 @@ LEGACY = CHECKOUT / ".minatar-1.0.10"
 # oxygen on both releases; 1.0.11 ends the game at the frame oxygen reaches 0, 1.0.10 one later.
 DIVE = """
 import json
-from per_dqn import minatar_gym
+from per_dqn.envs import minatar_gym
 env = minatar_gym.MinAtarEnv("seaquest", sticky_action_prob=0.0)
 env.reset(seed=1)
 frames, done = 0, False
@@ -88,7 +88,7 @@ def test_its_state_is_checkpointed_and_restored_exactly():
     """``env_state`` captures a ``MinAtarEnv`` (its game and RandomState) mid-episode, and the
     env restored from it continues as the original did."""
     spec = gym.envs.registration.EnvSpec(
-        "MinAtarLegacyTest/Seaquest-v1", entry_point="per_dqn.minatar_gym:MinAtarEnv",
+        "MinAtarLegacyTest/Seaquest-v1", entry_point="per_dqn.envs.minatar_gym:MinAtarEnv",
         kwargs={"game": "seaquest", "use_minimal_action_set": True},
     )  # fmt: skip
     env = ChannelFirst(gym.make(spec, disable_env_checker=True))

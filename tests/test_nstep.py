@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from per_dqn.nstep import NStepAccumulator, stack
+from per_dqn.training.nstep import NStepAccumulator, stack
 
 GAMMA = 0.5
 

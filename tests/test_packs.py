@@ -18,16 +18,16 @@ import pytest
 from support import VARYING, assert_no_duplicated_steps, read_scalars, summary_of
 
 import per_dqn
-from per_dqn import checkpoint as ckpt
-from per_dqn import tags
 from per_dqn.agent.pack import Pack
 from per_dqn.config import load_config, parse_override, resolve_config_path
-from per_dqn.loop import DivergedError
+from per_dqn.logs import tags
 from per_dqn.memory import KINDS, REPLAY_KINDS
 from per_dqn.packs import grouping as packing
 from per_dqn.packs.lockstep import run_pack
-from per_dqn.run import Trainer
+from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.sweeps.job import error_line
+from per_dqn.training.loop import DivergedError
+from per_dqn.training.run import Trainer
 
 SMALL = {
     "train.total_env_steps": 1_200, "train.learning_starts": 200, "train.eval_interval": 400,

@@ -1,6 +1,6 @@
-"""What produced a run (``per_dqn.provenance``, issue 14 part 4 and issue 23 item 3): the command
-line with its secrets redacted, or the API call in its place, the versions, the git commit, the
-host and the device, checked by hand against what this process and this checkout are."""
+"""What produced a run (``per_dqn.rundir.provenance``, issue 14 part 4 and issue 23 item 3): the
+command line with its secrets redacted, or the API call in its place, the versions, the git commit,
+the host and the device, checked by hand against what this process and this checkout are."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from support import CHECKOUT, summary_of
 
 import per_dqn
-from per_dqn import provenance as prov
 from per_dqn.config import load_config, resolve_config_path
+from per_dqn.rundir import provenance as prov
 
 SHORT = {
     "train.total_env_steps": 600, "train.learning_starts": 200, "train.eval_interval": 500,
@@ -88,7 +88,7 @@ def test_git_state_is_null_outside_a_checkout_and_for_untracked_copies(tmp_path,
     assert prov.git_state(inside) == {"commit": head, "dirty": False}
     (inside / "untracked.py").write_text("")
     assert prov.git_state(inside) == {"commit": head, "dirty": False}
-    monkeypatch.setattr(prov, "__file__", str(inside / "provenance.py"))
+    monkeypatch.setattr(prov, "__file__", str(inside / "rundir" / "provenance.py"))
     assert prov.git_state() == {"commit": head, "dirty": False}
     (inside / "__init__.py").write_text("x = 1\n")
     assert prov.git_state(inside) == {"commit": head, "dirty": True}

@@ -18,10 +18,10 @@ from torch.nn import functional as F
 from per_dqn.agent.networks import MinAtarCNN, initialize, make_q_network
 from per_dqn.agent.rmsprop import RMSprop
 from per_dqn.agent.signals import priority_signal, sample_losses
-from per_dqn.build import make_agent, make_memory, resolve_device
 from per_dqn.config import ConfigError, load_config, parse_override, resolve_config_path
-from per_dqn.envs import EnvSpec
-from per_dqn.run import Trainer
+from per_dqn.envs.make import EnvSpec
+from per_dqn.training.build import make_agent, make_memory, resolve_device
+from per_dqn.training.run import Trainer
 
 
 def minatar(*sets: str):
@@ -88,7 +88,7 @@ def test_same_padding_on_another_network_is_one_line_naming_the_key():
 
 def test_minatar_s_full_action_set_is_six_actions():
     """Breakout's minimal set is 3 actions; ``env.full_action_space`` gives MinAtar's 6."""
-    from per_dqn.envs import make_eval_env
+    from per_dqn.envs.make import make_eval_env
 
     minimal = make_eval_env(minatar().env)
     full = make_eval_env(minatar("env.full_action_space=true").env)
@@ -102,8 +102,8 @@ def test_minatar_s_full_action_set_is_six_actions():
 def make_loop(*sets: str):
     from test_loop import ScriptedEnvs
 
-    from per_dqn.loop import Loop
-    from per_dqn.seeding import RunSeeds
+    from per_dqn.training.loop import Loop
+    from per_dqn.training.seeding import RunSeeds
 
     config = cartpole_config("agent.hidden_sizes=[8]", "replay.capacity=64", *sets)
     spec = EnvSpec((4,), np.dtype(np.float32), 2)

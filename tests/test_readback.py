@@ -1,4 +1,4 @@
-"""The one reader of what a run dir, a sweep dir or a checkpoint holds (``per_dqn.readback``,
+"""The one reader of what a run dir, a sweep dir or a checkpoint holds (``per_dqn.rundir.readback``,
 issue 43), and the checkpoint defects it closes: E3 (the checkpoint checked was not the one
 loaded), E7 (deep JSON was a ``RecursionError``) and E8 (a huge sparse file was read whole).
 
@@ -26,10 +26,10 @@ from support import RESUMABLE, cartpole_config, nest, reseal, run_trainer, time_
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import checkpoint as ckpt
-from per_dqn import readback
 from per_dqn.cli import app
-from per_dqn.readback import KINDS, Kind, ReadBackError
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import readback
+from per_dqn.rundir.readback import KINDS, Kind, ReadBackError
 
 runner = CliRunner()
 TINY_KIND = Kind("test file", 10, max_depth=3)
@@ -266,7 +266,7 @@ def test_a_deeply_nested_manifest_falls_back_to_the_checkpoint_before(copy):
 def test_deep_json_in_run_json_and_summary_json_is_no_traceback(copy):
     """Issue 43, E7: ``run.json`` and ``summary.json`` nested deep were tracebacks too; now
     ``run.json`` is "holds no run id" and a summary is unreadable (the run is unfinished)."""
-    from per_dqn import rundir
+    from per_dqn.rundir import dirs as rundir
     from per_dqn.sweeps import runs
 
     (copy / "run.json").write_text("[" * 700 + "]" * 700)
@@ -462,7 +462,7 @@ def test_an_id_less_checkpoint_above_the_legacy_step_is_refused(copy):
     """Issue 43: a run dir that got its id when it was resumed records its newest id-less step
     (``legacy_through``); an id-less checkpoint at that step is read, one above it (written
     since, so stripped) is refused."""
-    from per_dqn import rundir
+    from per_dqn.rundir import dirs as rundir
 
     run_id = rundir.read_run_id(copy)
     (copy / "run.json").write_text(json.dumps({"run_id": run_id, "legacy_through": 1200}))
@@ -487,7 +487,7 @@ def test_a_small_file_is_read_without_reserving_its_kind_s_cap(tmp_path):
     (tmp_path / "agent.pt").write_bytes(b"x" * 1000)
     script = (
         "import resource, sys\n"
-        "from per_dqn import readback\n"
+        "from per_dqn.rundir import readback\n"
         "limit = 3 << 30\n"
         "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
         "data = readback.read_bytes(sys.argv[1], 'agent.pt', readback.KINDS['weights'])\n"
@@ -529,7 +529,7 @@ def test_why_a_component_could_not_be_opened_is_named(tmp_path):
     system's words)."""
     import errno
 
-    from per_dqn.readback import _open_error
+    from per_dqn.rundir.readback import _open_error
 
     (tmp_path / "f").write_text("x")
     (tmp_path / "l").symlink_to("f")

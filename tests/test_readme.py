@@ -97,17 +97,21 @@ def test_the_mutation_run_counts_only_the_scoped_functions():
     loader that calls it) and checkpoint.py (its readers, not its writer)."""
     table = load_mutation_table()
     patterns = table.run_patterns(table.mutated_paths())
-    assert "per_dqn.loop.*" in patterns and "per_dqn.envs.*" not in patterns
-    assert "per_dqn.envs.x_env_state__mutmut_*" in patterns
-    assert table.in_scope("per_dqn/envs.py", "per_dqn.envs.x__check__mutmut_3")
-    assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x__check_minatarX__mutmut_3")
-    assert not table.in_scope("per_dqn/envs.py", "per_dqn.envs.x_atari_game__mutmut_1")
-    assert table.in_scope("per_dqn/loop.py", "per_dqn.loop.xǁLoopǁstep__mutmut_1")
-    assert "per_dqn.readback.*" in patterns and "per_dqn.checkpoint.*" not in patterns
-    assert "per_dqn.policy.x_check_run_code__mutmut_*" in patterns
-    assert table.in_scope("per_dqn/checkpoint.py", "per_dqn.checkpoint.x_check_owner__mutmut_2")
+    assert "per_dqn.training.loop.*" in patterns and "per_dqn.envs.make.*" not in patterns
+    assert "per_dqn.envs.make.x_env_state__mutmut_*" in patterns
+    assert table.in_scope("per_dqn/envs/make.py", "per_dqn.envs.make.x__check__mutmut_3")
     assert not table.in_scope(
-        "per_dqn/checkpoint.py", "per_dqn.checkpoint.x_write_checkpoint__mutmut_2"
+        "per_dqn/envs/make.py", "per_dqn.envs.make.x__check_minatarX__mutmut_3"
+    )
+    assert not table.in_scope("per_dqn/envs/make.py", "per_dqn.envs.make.x_atari_game__mutmut_1")
+    assert table.in_scope("per_dqn/training/loop.py", "per_dqn.training.loop.xǁLoopǁstep__mutmut_1")
+    assert "per_dqn.rundir.readback.*" in patterns and "per_dqn.rundir.checkpoint.*" not in patterns
+    assert "per_dqn.policy.x_check_run_code__mutmut_*" in patterns
+    assert table.in_scope(
+        "per_dqn/rundir/checkpoint.py", "per_dqn.rundir.checkpoint.x_check_owner__mutmut_2"
+    )
+    assert not table.in_scope(
+        "per_dqn/rundir/checkpoint.py", "per_dqn.rundir.checkpoint.x_write_checkpoint__mutmut_2"
     )
     assert not table.in_scope("per_dqn/policy.py", "per_dqn.policy.xǁPolicyǁact__mutmut_1")
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from per_dqn.build import make_agent, make_memory
 from per_dqn.config import Override, load_config, resolve_config_path
-from per_dqn.envs import describe
+from per_dqn.envs.make import describe
+from per_dqn.training.build import make_agent, make_memory
 
 
 def first_replay_delays(kind: str, env_steps: int = 5000, seed: int = 0) -> np.ndarray:

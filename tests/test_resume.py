@@ -38,12 +38,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import checkpoint as ckpt
-from per_dqn import tags
 from per_dqn.agent import DQNAgent
 from per_dqn.cli import app
 from per_dqn.config import load_config
+from per_dqn.logs import tags
 from per_dqn.memory import KINDS
+from per_dqn.rundir import checkpoint as ckpt
 
 SETTINGS = RESUMABLE
 # A Ctrl-C on this gradient step lands at env step ~1100: after the checkpoint at 900, with

@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 
 import per_dqn
 import per_dqn.api
-from per_dqn import checkpoint as ckpt
-from per_dqn import rundir
 from per_dqn.cli import app
-from per_dqn.fileio import inside
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir.fileio import inside
 
 runner = CliRunner()
 SHORT = {
@@ -554,7 +554,7 @@ def test_the_reason_is_found_in_each_shape_of_torch_s_message():
 def test_a_wandb_link_out_of_the_run_dir_is_refused_before_wandb_starts(tmp_path):
     """Issue 23 item 2: the tracker's ``wandb/`` dir is a path under the run dir too: a link that
     leaves it is refused (``TrackingError``, one line) before wandb writes anything there."""
-    from per_dqn import tracking
+    from per_dqn.logs import tracking
 
     run_dir, outside = tmp_path / "run", tmp_path / "outside"
     run_dir.mkdir()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from per_dqn.schedules import LinearSchedule
+from per_dqn.training.schedules import LinearSchedule
 
 
 def test_linear_ramp_by_hand():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from per_dqn.config import Override, load_config, resolve_config_path
-from per_dqn.run import Trainer
-from per_dqn.seeding import RunSeeds, restart_seed
+from per_dqn.training.run import Trainer
+from per_dqn.training.seeding import RunSeeds, restart_seed
 
 
 def first_draws(seed: int, n: int = 64) -> np.ndarray:

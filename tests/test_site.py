@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import typer
 
-from per_dqn import tags
 from per_dqn.cli import app
 from per_dqn.config.loading import shipped_config_names
 from per_dqn.config.models import Config
+from per_dqn.logs import tags
 from per_dqn.memory import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]

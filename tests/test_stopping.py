@@ -1,4 +1,5 @@
-"""``per_dqn.stopping``: the one SIGINT/SIGTERM scheme, with real signals sent to this process."""
+"""``per_dqn.training.stopping``: the one SIGINT/SIGTERM scheme, with real signals sent to this
+process."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import signal
 
 import pytest
 
-from per_dqn import stopping
-from per_dqn.stopping import StopSignals
+from per_dqn.training import stopping
+from per_dqn.training.stopping import StopSignals
 
 
 def send(signum: int) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import per_dqn
+from per_dqn.logs.tags import EPISODE_RETURN, PER_IS_WEIGHT_MEAN
 from per_dqn.sweeps import runs
-from per_dqn.tags import EPISODE_RETURN, PER_IS_WEIGHT_MEAN
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "docs" / "results" / "data" / "minatar-study.tar.xz"

@@ -29,11 +29,12 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from typer.testing import CliRunner
 
 import per_dqn
-from per_dqn import metrics, rundir, tags
-from per_dqn import provenance as prov
 from per_dqn.cli import app
 from per_dqn.config import load_config
-from per_dqn.summary import normalized_auc
+from per_dqn.logs import metrics, tags
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import provenance as prov
+from per_dqn.rundir.summary import normalized_auc
 
 SHORT = {
     "train.total_env_steps": 1_500, "train.learning_starts": 200, "train.eval_interval": 500,

@@ -17,12 +17,12 @@ from support import (
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from per_dqn import tags
 from per_dqn.agent import DQNAgent, objectives, signals
 from per_dqn.cli import app
 from per_dqn.config import Config, load_config
+from per_dqn.logs import tags
 from per_dqn.memory import KINDS, REPLAY_KINDS, make_memory
-from per_dqn.run import Trainer
+from per_dqn.training.run import Trainer
 
 # A run short enough for a test that still learns, logs, evaluates and checks the tree.
 SHORT = [
@@ -250,7 +250,7 @@ def test_priorities_land_on_the_sampled_slots(tmp_path):
     the same RNG state, draws the same batch, and the copied agent's ``learn`` gives the same
     |delta| (CPU, same weights). Repeated slots keep their last error.
     """
-    from per_dqn.build import make_agent, make_memory
+    from per_dqn.training.build import make_agent, make_memory
 
     config = short_config("replay.alpha=0.7", "replay.td_error_clip=null")
     trainer = Trainer(config, "cartpole")

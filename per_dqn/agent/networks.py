@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from per_dqn import families
+from per_dqn.envs import families
 
 
 class QNetwork(nn.Module):

@@ -13,8 +13,8 @@ import typer
 
 from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets, say
 from per_dqn.config import ABLATE_DEFAULT_ARMS, REPLAY_KINDS, ConfigError
-from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 from per_dqn.sweeps.backends import BACKENDS
+from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 
 if TYPE_CHECKING:
     from per_dqn.sweeps.backends import Backend as SweepBackend

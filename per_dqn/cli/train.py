@@ -24,7 +24,7 @@ from per_dqn.cli.common import (
     parse_sets,
 )
 from per_dqn.config import Config, ConfigError, Override
-from per_dqn.stopping import StopSignals
+from per_dqn.training.stopping import StopSignals
 
 app = typer.Typer()
 

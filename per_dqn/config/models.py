@@ -14,10 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from per_dqn import families
 from per_dqn.agent.objectives import objective as _objective
 from per_dqn.agent.signals import SIGNALS
 from per_dqn.config.messages import CrossFieldError, CrossProblem, got
+from per_dqn.envs import families
 from per_dqn.memory import KINDS
 from per_dqn.memory.kinds import DEFAULT_ARMS
 from per_dqn.memory.kinds import REPLAY_KINDS as _KIND_ENTRIES
@@ -381,8 +381,8 @@ class RunConfig(_Section):
             most ``MAX_THREADS``.
         runs_root: parent of the default run directories.
         track: ``none``, or ``wandb`` to send the run's scalars, config and summary to Weights &
-            Biases as well (the optional ``wandb`` extra; see ``per_dqn.tracking``). TensorBoard
-            is always written.
+            Biases as well (the optional ``wandb`` extra; see ``per_dqn.logs.tracking``).
+            TensorBoard is always written.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -393,7 +393,7 @@ class RunConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    """Resumable checkpoints in ``RUN_DIR/checkpoints`` (see ``per_dqn.checkpoint``).
+    """Resumable checkpoints in ``RUN_DIR/checkpoints`` (see ``per_dqn.rundir.checkpoint``).
 
     Attributes:
         enabled: write checkpoints (off: only ``model.pt`` at the end, and no ``--resume``).
@@ -427,8 +427,8 @@ class Config(_Section):
     @classmethod
     def _eval_caps_follow_the_env(cls, data: Any) -> Any:
         """Fills the evaluation caps a file leaves out with its env family's defaults (its caps
-        in emulator frames over the frame skip; see ``per_dqn.families``), so the resolved config
-        (``config show``, the run dir's ``config.yaml``) states them."""
+        in emulator frames over the frame skip; see ``per_dqn.envs.families``), so the resolved
+        config (``config show``, the run dir's ``config.yaml``) states them."""
         if not isinstance(data, dict):
             return data
         env, train = data.get("env", {}), data.get("train", {})

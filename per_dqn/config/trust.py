@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from per_dqn import families
 from per_dqn.config.messages import ConfigError
 from per_dqn.config.models import Config
+from per_dqn.envs import families
 
 # How a user allows what is refused, as the refusal says it.
 OPT_IN = "--trust-code (Python: trust_code=True)"

@@ -32,7 +32,7 @@ settings); ``KINDS`` is the registry's names. ``make_memory(kind, capacity=..., 
 **settings)`` builds one. ``memory.weighted`` says whether the weights depend on beta (not for
 uniform), so a loop never needs to ask which kind it has; what only one kind has is its
 sampler's (``memory.sampler.tree_drift()``). The beta schedule lives outside
-(``per_dqn.schedules``).
+(``per_dqn.training.schedules``).
 
 The names below are imported on first use, so reading ``KINDS`` (as the config and the command
 line do) costs no numpy or numba import.

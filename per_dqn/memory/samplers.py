@@ -18,7 +18,8 @@ sampler only checked input:
 - ``state_dict()`` / ``check_state(state, size)`` / ``load_state_dict(state, size)``; ``nbytes``
   and, before any is allocated, ``planned_nbytes(capacity)``.
 
-The beta schedule lives outside (``per_dqn.schedules``): the caller passes the current beta.
+The beta schedule lives outside (``per_dqn.training.schedules``): the caller passes the current
+beta.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance
 from per_dqn.agent.pack import Pack
-from per_dqn.asking import ACT
+from per_dqn.rundir import provenance
+from per_dqn.training.asking import ACT
 
 __all__ = ["MemberResult", "run_pack"]
 

@@ -15,9 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance, rundir
 from per_dqn.api import ConfigLike, TrainResult, build_trainer, load_any_config
-from per_dqn.rundir import lock_run_dir
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import provenance
+from per_dqn.rundir.dirs import lock_run_dir
 
 __all__ = ["ManyResult", "train_many"]
 

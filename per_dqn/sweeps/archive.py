@@ -32,11 +32,11 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from per_dqn import readback
-from per_dqn.fileio import fsync_tree, write_bytes_atomic, writing
-from per_dqn.rundir import SWEEP_FILE, check_name_lengths
+from per_dqn.logs.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
+from per_dqn.rundir import readback
+from per_dqn.rundir.dirs import SWEEP_FILE, check_name_lengths
+from per_dqn.rundir.fileio import fsync_tree, write_bytes_atomic, writing
 from per_dqn.sweeps import events, runs
-from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 ARCHIVED_TAGS = (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN)
 RUN_FILES = ("config.yaml", runs.SUMMARY_FILE, "run.json")

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from per_dqn import rundir
 from per_dqn.config import Config, parse_yaml, validate_config
-from per_dqn.stopping import ShouldStop
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import runs
 from per_dqn.sweeps.plan import Job, Sweep, check_run_dir_paths
+from per_dqn.training.stopping import ShouldStop
 
 
 def job_config(job: Job) -> Config:
@@ -42,8 +42,8 @@ def preflight(sweep: Sweep) -> None:
         ValueError: the message starts with the config and the key to blame (an allocation
             that fails included).
     """
-    from per_dqn.memory_plan import allocation_failure
-    from per_dqn.run import Trainer
+    from per_dqn.training.memory_plan import allocation_failure
+    from per_dqn.training.run import Trainer
 
     seen = set()
     for job in sweep.jobs:
@@ -93,7 +93,7 @@ def checkpointed_steps(run_dir: Path) -> int:
     reads (a re-run passes over one that does not for an older one), 0 if that one is final (a
     run killed between its final checkpoint and its summary is redone from zero) or if there is
     none. Only manifests are read: a checkpoint's files are verified when it is loaded."""
-    from per_dqn import checkpoint as ckpt
+    from per_dqn.rundir import checkpoint as ckpt
 
     try:
         found = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_dir))
@@ -112,7 +112,7 @@ def pack_memory_refusal(jobs: Sequence[Job]) -> str | None:
     """``plan.pack_refusal`` for a pack of jobs: the one line that refuses it when its replay
     memories, held at once by one process, do not fit in the available RAM (the env of each is
     made once, to learn its observations' shape)."""
-    from per_dqn import memory_plan as plan
+    from per_dqn.training import memory_plan as plan
 
     specs: dict[str, Any] = {}
     plans = []
@@ -184,7 +184,7 @@ def run_job(
     """Runs one job in this process, as ``per-dqn train --quiet`` would, holding its run dir's
     lock: a run with a usable checkpoint is resumed from it (``train --resume``), any other
     unfinished run dir is cleared and the run starts from zero. ``callbacks`` are the run's
-    (``per_dqn.run.Callback``): the Ray backend's report its progress. A pack of one
+    (``per_dqn.training.run.Callback``): the Ray backend's report its progress. A pack of one
     (``run_jobs``).
 
     Raises:
@@ -211,9 +211,9 @@ def run_jobs(
     Returns:
         One ``Outcome`` per job, in order.
     """
-    from per_dqn import checkpoint as ckpt
     from per_dqn.packs.lockstep import run_pack
-    from per_dqn.run import Trainer
+    from per_dqn.rundir import checkpoint as ckpt
+    from per_dqn.training.run import Trainer
 
     hooks = list(callbacks) if callbacks is not None else [() for _ in jobs]
     if len(jobs) > 1:

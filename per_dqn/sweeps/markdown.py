@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn import atari_scores
 from per_dqn.config.messages import printable
+from per_dqn.envs import atari_scores
+from per_dqn.logs.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 from per_dqn.sweeps.figures import (
     CURVES_FILE,
     CURVES_SVG,
@@ -64,7 +65,6 @@ from per_dqn.sweeps.measure import (
 )
 from per_dqn.sweeps.published import Point, in_reach, read_as_logged
 from per_dqn.sweeps.runs import SweepRuns, compute_seconds, env_games, env_label
-from per_dqn.tags import EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
 MIN_RUNS = 5

@@ -32,7 +32,7 @@ Across games (several envs, or Atari games), scores are first put on one scale, 
 (``normalization``):
 
 - a sweep of Atari games keeps the human-normalised score, ``(x - random) / (human - random)``
-  with the published references (``per_dqn.atari_scores``);
+  with the published references (``per_dqn.envs.atari_scores``);
 - any other sweep (MinAtar, classic control, or a mix) is *min-max normalised within the sweep*:
   ``(x - lo) / (hi - lo)`` with ``lo`` and ``hi`` the lowest and highest value of that metric over
   every run of every arm on that game. Why: MinAtar has no published random and human reference
@@ -57,11 +57,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from per_dqn import atari_scores
-from per_dqn.summary import normalized_auc
+from per_dqn.envs import atari_scores
+from per_dqn.logs.tags import EVAL_RETURN_MEAN
+from per_dqn.rundir.summary import normalized_auc
 from per_dqn.sweeps import stats
 from per_dqn.sweeps.runs import Run, SweepRuns, settings_label
-from per_dqn.tags import EVAL_RETURN_MEAN
 
 BASELINE_ARM = "uniform"
 # The bootstrap is seeded so that the same run dirs always give the same report, byte for byte.

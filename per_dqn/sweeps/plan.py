@@ -47,7 +47,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from per_dqn import readback, rundir
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -58,8 +57,10 @@ from per_dqn.config import (
     parse_yaml,
     resolve_config_path,
 )
-from per_dqn.fileio import write_json
-from per_dqn.provenance import provenance
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import readback
+from per_dqn.rundir.fileio import write_json
+from per_dqn.rundir.provenance import provenance
 from per_dqn.sweeps import reuse as reuse_runs
 from per_dqn.sweeps import runs
 from per_dqn.sweeps.record import SweepRun

@@ -41,14 +41,14 @@ from typing import Any
 
 from rich.console import Console
 
-from per_dqn.console import (
+from per_dqn.logs.console import (
     PLAIN_PROGRESS_INTERVAL_S,
     LiveOrPlainDisplay,
     Speedometer,
     format_duration,
     phase_eta,
 )
-from per_dqn.tags import PERF_SPS
+from per_dqn.logs.tags import PERF_SPS
 
 # A terminal's display lists this many running runs at most (a cluster may run hundreds).
 MAX_RUNS_SHOWN = 20
@@ -91,7 +91,7 @@ class RunProgress:
 
 
 class ProgressReporter:
-    """A run's callback (``per_dqn.run.Callback``) that tells the sweep's display the run's
+    """A run's callback (``per_dqn.training.run.Callback``) that tells the sweep's display the run's
     steps and SPS, once at its start and at every log point, through ``send(run_dir,
     RunProgress)``, which must not wait: a local worker's queue ``put``, a Ray actor's
     ``report.remote``. Both backends use it; only ``send`` differs."""

@@ -5,8 +5,8 @@ list one in ``report``).
 
 ``per_dqn.sweeps.plan`` writes the record (``plan_sweep``'s ``record``, grown by
 ``merge_records``); ``per_dqn.sweeps.runs.read_sweep`` reads it back through
-``per_dqn.readback`` and these models. Fields that records written by earlier releases may lack
-are optional; a field of the wrong type, or one no release writes, is refused.
+``per_dqn.rundir.readback`` and these models. Fields that records written by earlier releases may
+lack are optional; a field of the wrong type, or one no release writes, is refused.
 """
 
 from __future__ import annotations

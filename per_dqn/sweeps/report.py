@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from per_dqn.fileio import write_bytes_atomic
-from per_dqn.rundir import check_name_lengths
+from per_dqn.rundir.dirs import check_name_lengths
+from per_dqn.rundir.fileio import write_bytes_atomic
 from per_dqn.sweeps import figures, markdown
 from per_dqn.sweeps.measure import (
     group_cells,

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from per_dqn import readback
 from per_dqn.config import ConfigError, parse_yaml, validate_config
-from per_dqn.fileio import WriteError, fsync_path, fsync_tree
-from per_dqn.metrics import flatten_config
-from per_dqn.rundir import LOCK_FILE
+from per_dqn.logs.metrics import flatten_config
+from per_dqn.rundir import readback
+from per_dqn.rundir.dirs import LOCK_FILE
+from per_dqn.rundir.fileio import WriteError, fsync_path, fsync_tree
 from per_dqn.sweeps import runs
 
 if TYPE_CHECKING:

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from per_dqn import readback
+from per_dqn.logs.metrics import flatten_config
+from per_dqn.logs.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 from per_dqn.memory import KINDS
-from per_dqn.metrics import flatten_config
-from per_dqn.rundir import SWEEP_FILE
-from per_dqn.summary import SESSIONS_KEY, read_sessions
+from per_dqn.rundir import readback
+from per_dqn.rundir.dirs import SWEEP_FILE
+from per_dqn.rundir.summary import SESSIONS_KEY, read_sessions
 from per_dqn.sweeps import events
 from per_dqn.sweeps.record import FILLED, SweepRecord
-from per_dqn.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 
 SUMMARY_FILE = "summary.json"
 # What `per-dqn train` writes into a run dir first (its resolved config) and last (its summary):

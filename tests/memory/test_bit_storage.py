@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from per_dqn.memory import KINDS, BitStorage, TransitionStorage, make_memory, planned_nbytes
-from per_dqn.nstep import NStepAccumulator, stack
+from per_dqn.training.nstep import NStepAccumulator, stack
 
 
 def assert_same_contents(storage: BitStorage, reference: TransitionStorage) -> None:
@@ -133,7 +133,7 @@ def test_a_real_seaquest_stream_with_two_envs_and_three_step_windows():
     ring wraps eight times) gather exactly what the reference stored, and only the episodes'
     ends wait in the pool."""
     from per_dqn.config import Override, load_config, resolve_config_path
-    from per_dqn.envs import make_vector_env
+    from per_dqn.envs.make import make_vector_env
 
     config = load_config(
         resolve_config_path("minatar.yaml"),

@@ -24,7 +24,7 @@ from per_dqn.memory import KINDS, make_memory
 
 def test_importing_memory_pulls_in_neither_torch_nor_gymnasium():
     code = (
-        "import sys, per_dqn.schedules; from per_dqn.memory import *; "
+        "import sys, per_dqn.training.schedules; from per_dqn.memory import *; "
         "bad = [m for m in ('torch', 'gymnasium', 'ale_py') if m in sys.modules]; "
         "print(','.join(bad))"
     )

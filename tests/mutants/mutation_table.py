@@ -39,7 +39,7 @@ NO_TESTS = {5, 33}
 # Functions counted per module (mutmut's mangled names: ``x_f`` for a function, ``xǁCǁm`` for a
 # method); a module absent here counts whole.
 SCOPE: dict[str, tuple[str, ...]] = {
-    "per_dqn/envs.py": (
+    "per_dqn/envs/make.py": (
         "xǁEnvsǁstate_dict", "xǁEnvsǁcheck_state_dict", "xǁEnvsǁload_state_dict",
         "x_env_state", "x_load_env_state", "x_check_env_state", "x__check", "x__apply",
         "x__plain", "x__minatar_state", "x__apply_minatar", "x__check_minatar",
@@ -48,7 +48,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "per_dqn/policy.py": ("x_check_run_code", "x__config_file", "x_load"),
     # What reads a checkpoint back: listing, manifest, verification, the choice of the newest
     # usable one, the arrays and weights, and the owner check (not the writer).
-    "per_dqn/checkpoint.py": (
+    "per_dqn/rundir/checkpoint.py": (
         "x_list_checkpoints", "x__strays", "x__entry_kind", "x_manifest_digest",
         "x_checkpoint_step", "x_read_manifest", "x__read_manifest_at", "x__reason",
         "x__parse_manifest", "x__one_line", "xǁ_Missingǁ__init__", "x__entry", "x__check_size",

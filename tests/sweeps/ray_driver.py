@@ -25,8 +25,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support
 from support import TINY
 
-from per_dqn import tags
 from per_dqn.config import parse_override
+from per_dqn.logs import tags
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
 from per_dqn.sweeps.progress import ProgressReporter, SweepProgress

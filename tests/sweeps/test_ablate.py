@@ -33,16 +33,18 @@ from support import (
 )
 from typer.testing import CliRunner
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import fileio, rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import ConfigError, parse_override, shipped_config_names
+from per_dqn.logs import tags
 from per_dqn.memory import KINDS
-from per_dqn.provenance import redact_argv
-from per_dqn.run import Trainer
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import fileio
+from per_dqn.rundir.provenance import redact_argv
 from per_dqn.sweeps import plan, runs
 from per_dqn.sweeps.backends import local
 from per_dqn.sweeps.job import job_config
+from per_dqn.training.run import Trainer
 
 runner = CliRunner()
 

@@ -15,8 +15,8 @@ from support import assert_bad_input, tiny_args
 from test_report import fake_run
 from typer.testing import CliRunner
 
-from per_dqn import metrics, tags
 from per_dqn.cli import app
+from per_dqn.logs import metrics, tags
 from per_dqn.sweeps import archive, runs
 
 runner = CliRunner()

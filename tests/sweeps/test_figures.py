@@ -14,8 +14,9 @@ import pytest
 from matplotlib.colors import to_rgb
 from test_report import fake_run, sweep_record
 
-from per_dqn import fileio, metrics, tags
+from per_dqn.logs import metrics, tags
 from per_dqn.memory import KINDS
+from per_dqn.rundir import fileio
 from per_dqn.sweeps import figures, measure, published, runs, stats
 
 ENV, OTHER = "MinAtar/Breakout-v1", "MinAtar/Asterix-v1"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from support import tree
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import rundir
 from per_dqn.config import parse_override
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import job, plan
 
 # A 300-step run with checkpoints at 100, 200 and 300 (two kept) and one final evaluation episode.
@@ -167,7 +167,7 @@ def test_a_dir_on_the_way_swapped_for_a_link_after_the_plan_is_refused_where_it_
     """Issue 43, E1, checked again where the deleting is done: ``_trainer`` is given a run dir
     whose arm dir became a link out of the sweep dir after ``run_jobs``' own check; it refuses
     it, by the sweep dir's own path, and the link's target keeps its files."""
-    from per_dqn.run import Trainer
+    from per_dqn.training.run import Trainer
 
     one = one_job(tmp_path / "sweep")
     outside = tmp_path / "outside"

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from support import VARYING, summary_of, tree
 
-from per_dqn import memory_plan as memory
-from per_dqn import rundir
 from per_dqn.config import parse_override
-from per_dqn.loop import DivergedError
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import job, plan
+from per_dqn.training import memory_plan as memory
+from per_dqn.training.loop import DivergedError
 
 STEPS = 200
 # What every job here shares; a 16-unit network unless a sweep's arms or grid set another.
@@ -123,7 +123,7 @@ def test_pack_jobs_puts_runs_of_other_networks_batch_sizes_or_envs_in_other_pack
 def checkpointed(run_dir: Path, *steps: int, final: bool = False) -> None:
     """Checkpoints of ``steps`` in ``run_dir`` (the last one ``final`` if asked), each holding one
     small file: ``pack_jobs`` reads their manifests only."""
-    from per_dqn import checkpoint as ckpt
+    from per_dqn.rundir import checkpoint as ckpt
 
     for step in steps:
         meta = {"final": True} if final and step == steps[-1] else None
@@ -360,7 +360,7 @@ def test_run_jobs_skips_a_finished_run_reports_a_locked_one_and_runs_the_rest(tm
     with rundir.lock_run_dir(locked):  # a second open file: refused as another process would be
         outcomes = job.run_jobs(jobs, out)
     in_use = (
-        f"per_dqn.rundir.RunDirInUse: run dir {locked} is in use by another per-dqn process "
+        f"per_dqn.rundir.dirs.RunDirInUse: run dir {locked} is in use by another per-dqn process "
         f"(pid {os.getpid()}); wait for it to end or stop it"
     )
     assert outcomes == [
@@ -438,7 +438,9 @@ def test_run_jobs_a_run_that_cannot_start_or_that_diverges_is_its_own_outcome(tm
     )
     assert dataclasses.replace(diverged, error=None) == job.Outcome(jobs[1])
     assert diverged.error is not None
-    assert diverged.error.startswith("per_dqn.loop.DivergedError: the largest |weight| is 1e+30")
+    assert diverged.error.startswith(
+        "per_dqn.training.loop.DivergedError: the largest |weight| is 1e+30"
+    )
     assert diverged.error.endswith("training diverged")
     assert not (out / jobs[1].run_dir / "summary.json").exists()
     assert good == finished(jobs[2], out / jobs[2].run_dir)

@@ -26,13 +26,14 @@ from support import (
 )
 from typer.testing import CliRunner
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import rundir, tags
 from per_dqn.cli import app
 from per_dqn.config import parse_override
-from per_dqn.run import Trainer
+from per_dqn.logs import tags
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.job import job_config
+from per_dqn.training.run import Trainer
 
 runner = CliRunner()
 
@@ -178,7 +179,7 @@ def test_a_pack_whose_memories_do_not_fit_is_refused_naming_the_largest_that_fit
     """One run's replay memory fits in the available RAM, four of them in one process do not:
     ``ablate --pack 4`` is one line naming the largest pack that fits (2), exit 2, before
     anything is written; ``plan --pack 4`` says the same."""
-    from per_dqn import memory_plan as memory
+    from per_dqn.training import memory_plan as memory
 
     one = memory.memory_plan(memory_config())
     available = one.available_bytes

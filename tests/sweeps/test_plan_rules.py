@@ -14,9 +14,10 @@ from typing import ClassVar
 
 import pytest
 
-from per_dqn import fileio, rundir
 from per_dqn.config import parse_override
 from per_dqn.memory import KINDS
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import fileio
 from per_dqn.sweeps import job, plan
 from per_dqn.sweeps.runs import SWEEP_FILE
 
@@ -283,8 +284,8 @@ def test_a_grid_value_spelled_in_another_key_order_is_recorded_once(tmp_path):
 
 
 class CountingTrainer:
-    """Stands in for ``per_dqn.run.Trainer`` in ``preflight``: records each env it is built for;
-    ``bad`` envs fail as an unusable env does."""
+    """Stands in for ``per_dqn.training.run.Trainer`` in ``preflight``: records each env it is built
+    for; ``bad`` envs fail as an unusable env does."""
 
     built: ClassVar[list[str]] = []
     bad: ClassVar[tuple[str, ...]] = ()
@@ -304,7 +305,7 @@ def test_preflight_builds_one_trainer_per_env_and_names_the_config_of_a_bad_one(
     """Pins ``preflight``: one trainer per env however many runs it has (three seeds, two arms,
     two envs: two trainers), every env checked (the second included), and a failure's line
     prefixed with the sweep's config."""
-    monkeypatch.setattr("per_dqn.run.Trainer", CountingTrainer)
+    monkeypatch.setattr("per_dqn.training.run.Trainer", CountingTrainer)
     monkeypatch.setattr(CountingTrainer, "built", [])
     sweep = a_plan(tmp_path / "sw", arms=("uniform", "rank"), seeds=(0, 1, 2),
                    sets=["env.id=[CartPole-v1, Acrobot-v1]"])  # fmt: skip

@@ -14,8 +14,9 @@ from PIL import Image
 from test_report import fake_run, sweep_record
 from typer.testing import CliRunner
 
-from per_dqn import fileio, metrics, tags
 from per_dqn.cli import app
+from per_dqn.logs import metrics, tags
+from per_dqn.rundir import fileio
 from per_dqn.sweeps import figures, measure, published, report, runs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,14 +44,14 @@ from support import (
 )
 from typer.testing import CliRunner
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import rundir
 from per_dqn.cli import app
 from per_dqn.config import parse_override
-from per_dqn.run import Trainer
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
 from per_dqn.sweeps.job import job_config
+from per_dqn.training.run import Trainer
 
 runner = CliRunner()
 
@@ -510,8 +510,8 @@ def test_a_run_that_fails_on_its_own_terms_is_reported_and_not_retried(ray_head,
     assert [c.name for c in checkpoints] == [ckpt.checkpoint_name(150)]
     assert not (failed / "summary.json").exists()
     error = (
-        "per_dqn.loop.DivergedError: the largest |weight| is 1e+30 at env step 300 (update step "
-        "1), more than 1000x the largest before (0.5): training diverged"
+        "per_dqn.training.loop.DivergedError: the largest |weight| is 1e+30 at env step 300 "
+        "(update step 1), more than 1000x the largest before (0.5): training diverged"
     )
     (line,) = [line for line in result.stdout.splitlines() if "uniform/lr=1e+30/s0:" in line]
     assert re.fullmatch(r"\[[01]/2\] uniform/lr=1e\+30/s0: error: " + re.escape(error), line)

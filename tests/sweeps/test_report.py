@@ -19,9 +19,10 @@ from PIL import Image
 from support import TINY, read_scalars, sets, summary_of, tree
 from typer.testing import CliRunner
 
-from per_dqn import fileio, metrics, tags
 from per_dqn.cli import app
+from per_dqn.logs import metrics, tags
 from per_dqn.memory import KINDS
+from per_dqn.rundir import fileio
 from per_dqn.sweeps import figures, markdown, measure, plan, report, runs, stats
 
 R = report

@@ -19,7 +19,7 @@ from support import TINY, nest, sets, time_limit, tree
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
-from per_dqn.readback import KINDS
+from per_dqn.rundir.readback import KINDS
 
 runner = CliRunner()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from per_dqn import rundir
 from per_dqn.config import parse_override
+from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.runs import SWEEP_FILE
 

@@ -26,7 +26,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from per_dqn.stopping import StopSignals
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Options
 from per_dqn.sweeps.job import (
     Outcome,
@@ -41,6 +40,7 @@ from per_dqn.sweeps.job import (
 )
 from per_dqn.sweeps.plan import Job, Sweep, check_workers, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
+from per_dqn.training.stopping import StopSignals
 
 # The ``backends.Options`` fields this backend takes.
 OPTIONS = frozenset({"workers", "pack"})

@@ -57,8 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance, readback
-from per_dqn.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
+from per_dqn.rundir import provenance, readback
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
 from per_dqn.sweeps.job import (
     Outcome,
@@ -72,6 +71,7 @@ from per_dqn.sweeps.job import (
 )
 from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
+from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
 
 # What a user without the extra is told, in full.
 MISSING_RAY = (

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.fileio import write_bytes_atomic
+from per_dqn.rundir.fileio import write_bytes_atomic
 
 # Smaller frames are enlarged by the smallest whole factor that reaches this many pixels.
 MIN_VIDEO_SIDE = 240

@@ -26,27 +26,27 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import tags, tracking
-from per_dqn.asking import Request, serve
-from per_dqn.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.config import Config, ConfigError, parse_yaml, validate_config
-from per_dqn.console import ConsoleProgress, gib
-from per_dqn.envs import Envs
-from per_dqn.evaluate import Episodes, episode_requests
-from per_dqn.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
-from per_dqn.loop import DivergedError, Loop, upgrade_format_2
-from per_dqn.memory_plan import memory_plan
-from per_dqn.metrics import (
+from per_dqn.envs.make import Envs
+from per_dqn.logs import tags, tracking
+from per_dqn.logs.console import ConsoleProgress, gib
+from per_dqn.logs.metrics import (
     DEFAULT_VARYING,
     TensorBoardLogger,
     config_as_markdown,
     flatten_config,
 )
-from per_dqn.provenance import provenance
-from per_dqn.rundir import display_name, ensure_run_id, read_run_id, sweep_axes, trial_name
-from per_dqn.seeding import RunSeeds
-from per_dqn.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir.dirs import display_name, ensure_run_id, read_run_id, sweep_axes, trial_name
+from per_dqn.rundir.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
+from per_dqn.rundir.provenance import provenance
+from per_dqn.rundir.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
+from per_dqn.training.asking import Request, serve
+from per_dqn.training.build import make_agent, make_memory, resolve_device, set_torch_threads
+from per_dqn.training.evaluate import Episodes, episode_requests
+from per_dqn.training.loop import DivergedError, Loop, upgrade_format_2
+from per_dqn.training.memory_plan import memory_plan
+from per_dqn.training.seeding import RunSeeds
 
 __all__ = ["Callback", "DivergedError", "StopRequested", "Trainer", "eval_scalars"]
 

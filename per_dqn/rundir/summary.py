@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.tags import PER_IS_WEIGHT_MEAN
+from per_dqn.logs.tags import PER_IS_WEIGHT_MEAN
 
 # A run's sessions (one per ``Trainer.run`` call or pack it trained in): ``[{"pack": id,
 # "seconds": s}, ...]``, in each checkpoint's manifest up to its step and in the summary whole;

@@ -79,8 +79,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from per_dqn import readback, rundir
-from per_dqn.fileio import TMP_PREFIX, fsync_path, inside
+from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import readback
+from per_dqn.rundir.fileio import TMP_PREFIX, fsync_path, inside
 
 FORMAT_VERSION = 3
 # Formats this per-dqn reads: 2 differs only in where the envs' state sits (inside the loop's part),

@@ -36,8 +36,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from per_dqn import provenance, readback
-from per_dqn.fileio import inside, write_text_atomic, writing
+from per_dqn.rundir import provenance, readback
+from per_dqn.rundir.fileio import inside, write_text_atomic, writing
 
 # How to get the extra, for the one-line refusal.
 INSTALL_HINT = (

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from per_dqn import families, memory
+from per_dqn import memory
 from per_dqn.agent import DQNAgent, objectives
 from per_dqn.config import Config, ReplayConfig
-from per_dqn.envs import EnvSpec
+from per_dqn.envs import families
+from per_dqn.envs.make import EnvSpec
 from per_dqn.memory import REPLAY_KINDS, ReplayMemory
 
 

@@ -1,6 +1,6 @@
 """The only place gymnasium, ale-py and minatar environments and wrappers are chosen.
 
-Which construction an id gets is its env family's (``per_dqn.families``): ``ENV_MAKERS`` holds
+Which construction an id gets is its env family's (``per_dqn.envs.families``): ``ENV_MAKERS`` holds
 each family's vector and evaluation env makers. The module is the project's whole boundary with
 the environment libraries, construction and the state a checkpoint keeps alike, which is why it
 is one module of over 500 lines: nothing else imports them.
@@ -35,8 +35,8 @@ import numpy as np
 from gymnasium.envs.registration import find_highest_version, parse_env_id
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
-from per_dqn import families
 from per_dqn.config import EnvConfig
+from per_dqn.envs import families
 
 # The emulator's screen, (height, width, RGB): the same for every Atari 2600 game.
 ATARI_SCREEN_SHAPE = (210, 160, 3)
@@ -47,14 +47,14 @@ VIDEO_VIEWS = ("game", "agent")
 def _register_minatar(env_id: str) -> None:
     """Registers MinAtar's gymnasium ids (the ``minatar`` extra), once: MinAtar's own
     (``minatar.gym``), or, for a release whose ``minatar.gym`` predates gymnasium (1.0.10 and
-    older), the same ids on ``per_dqn.minatar_gym.MinAtarEnv``.
+    older), the same ids on ``per_dqn.envs.minatar_gym.MinAtarEnv``.
 
     Raises:
         ValueError: the extra is not installed.
     """
     if env_id in gym.registry or _registered_under_a_version(env_id):
         return  # registering again would make gymnasium warn once per env
-    from per_dqn import minatar_gym
+    from per_dqn.envs import minatar_gym
 
     try:
         import minatar
@@ -434,7 +434,7 @@ def makers_of(env_id: str) -> EnvMakers:
 
     Raises:
         LookupError: the family has no entry in ``ENV_MAKERS`` (a family added to
-            ``per_dqn.families`` without its construction here).
+            ``per_dqn.envs.families`` without its construction here).
     """
     family = families.of(env_id)
     try:

@@ -9,7 +9,7 @@ Keys are ALE game names as in ``ALE/<Name>-v5``.
 
 from __future__ import annotations
 
-from per_dqn import families
+from per_dqn.envs import families
 
 RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     "Alien": (227.8, 7127.7),

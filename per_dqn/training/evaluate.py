@@ -35,9 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn import checkpoint as ckpt
-from per_dqn import readback
-from per_dqn.asking import ACT, Request, serve
 from per_dqn.config import (
     Config,
     ConfigError,
@@ -46,9 +43,12 @@ from per_dqn.config import (
     parse_yaml,
     validate_config,
 )
-from per_dqn.fileio import inside
-from per_dqn.seeding import RunSeeds
-from per_dqn.video import write_gif
+from per_dqn.logs.video import write_gif
+from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import readback
+from per_dqn.rundir.fileio import inside
+from per_dqn.training.asking import ACT, Request, serve
+from per_dqn.training.seeding import RunSeeds
 
 MODEL_FILE = "model.pt"
 RUN_CONFIG_FILE = "config.yaml"
@@ -479,7 +479,7 @@ def evaluate_source(
     import gymnasium as gym
     import torch
 
-    from per_dqn.envs import describe, make_eval_env
+    from per_dqn.envs.make import describe, make_eval_env
 
     config = source.config
     epsilon = config.train.eval_epsilon if epsilon is None else epsilon

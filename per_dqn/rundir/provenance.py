@@ -101,7 +101,7 @@ def git_state(package_dir: Path | None = None) -> dict[str, Any] | None:
         ``{"commit": sha, "dirty": bool}`` (``dirty``: tracked files modified or staged, as
         ``git describe --dirty`` counts them; untracked files do not count), or None.
     """
-    package_dir = Path(__file__).resolve().parent if package_dir is None else package_dir
+    package_dir = Path(__file__).resolve().parents[1] if package_dir is None else package_dir
     try:
         # Exits non-zero outside a checkout, and when the package's files are untracked there.
         _git(package_dir, "ls-files", "--error-unmatch", "__init__.py")

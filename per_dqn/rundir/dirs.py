@@ -24,8 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from per_dqn import readback
-from per_dqn.fileio import inside, nearest_existing, write_json
+from per_dqn.rundir import readback
+from per_dqn.rundir.fileio import inside, nearest_existing, write_json
 
 
 def default_run_name(env_id: str, config_name: str, replay: str, seed: int, now: datetime) -> str:

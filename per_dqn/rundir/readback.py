@@ -141,7 +141,7 @@ def _what(mode: int) -> str:
 def available_ram_bytes() -> int | None:
     """``MemAvailable`` from ``/proc/meminfo`` (Linux), else free physical pages, else None: the
     most a file read back may hold in memory (``KINDS["arrays"]``), and what the memory planner
-    (``per_dqn.memory_plan``) weighs a replay memory against."""
+    (``per_dqn.training.memory_plan``) weighs a replay memory against."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:

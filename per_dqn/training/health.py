@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.tags import (
+from per_dqn.logs.tags import (
     PER_IS_WEIGHT_ESS,
     PER_IS_WEIGHT_MEAN,
     PER_IS_WEIGHT_MIN,

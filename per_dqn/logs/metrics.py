@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from per_dqn.fileio import writing
-from per_dqn.tags import HPARAMS_METRICS
+from per_dqn.logs.tags import HPARAMS_METRICS
+from per_dqn.rundir.fileio import writing
 
 
 class ScalarSink(Protocol):

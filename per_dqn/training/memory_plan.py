@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from per_dqn.build import uses_frame_storage
 from per_dqn.config import Config
-from per_dqn.console import gib
-from per_dqn.envs import EnvSpec, describe, make_eval_env
-from per_dqn.health import ReplayHealth
+from per_dqn.envs.make import EnvSpec, describe, make_eval_env
+from per_dqn.logs.console import gib
 from per_dqn.memory import planned_nbytes
 from per_dqn.memory.bits import initial_pool_entries, link_dtype
-from per_dqn.readback import available_ram_bytes
+from per_dqn.rundir.readback import available_ram_bytes
+from per_dqn.training.build import uses_frame_storage
+from per_dqn.training.health import ReplayHealth
 
 # Resident memory of a training process apart from the replay memory (Python, torch, the
 # networks and optimiser, the envs, batches): `benchmarks/atari.py` reports the measured figure.
@@ -274,6 +274,6 @@ def _allocation_reason(exc: BaseException) -> str | None:
 
 def _raised_in(exc: BaseException, package: str) -> bool:
     """Whether ``exc`` was raised from inside ``per_dqn.<package>``."""
-    root = Path(__file__).resolve().parent / package
+    root = Path(__file__).resolve().parents[1] / package
     frames = traceback.extract_tb(exc.__traceback__)
     return any(Path(frame.filename).resolve().is_relative_to(root) for frame in frames)

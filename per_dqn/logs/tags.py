@@ -177,7 +177,7 @@ def _tagged(
         name = exc.args[0]
         raise KeyError(
             f"{what} {name!r} has no TensorBoard tag: add '{prefix}{name}' with its meaning to "
-            "SCALAR_TAGS in per_dqn/tags.py"
+            "SCALAR_TAGS in per_dqn/logs/tags.py"
         ) from None
 
 

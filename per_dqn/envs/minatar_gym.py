@@ -55,7 +55,7 @@ def register_envs() -> None:
         for version, minimal in (("v0", False), ("v1", True)):
             gym.register(
                 id=f"MinAtar/{name}-{version}",
-                entry_point="per_dqn.minatar_gym:MinAtarEnv",
+                entry_point="per_dqn.envs.minatar_gym:MinAtarEnv",
                 kwargs={"game": game, "use_minimal_action_set": minimal},
             )
 

@@ -32,15 +32,15 @@ import torch
 
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.result import LearnResult
-from per_dqn.asking import ACT, LEARN, Request, serve
 from per_dqn.config import Config
-from per_dqn.envs import Envs
-from per_dqn.health import MeanAccumulator, ReplayHealth
+from per_dqn.envs.make import Envs
 from per_dqn.memory import Batch, ReplayMemory
-from per_dqn.nstep import NStepAccumulator, stack
-from per_dqn.schedules import LinearSchedule
-from per_dqn.seeding import RunSeeds, restart_seed
-from per_dqn.summary import RunRecord
+from per_dqn.rundir.summary import RunRecord
+from per_dqn.training.asking import ACT, LEARN, Request, serve
+from per_dqn.training.health import MeanAccumulator, ReplayHealth
+from per_dqn.training.nstep import NStepAccumulator, stack
+from per_dqn.training.schedules import LinearSchedule
+from per_dqn.training.seeding import RunSeeds, restart_seed
 
 # Weights whose largest |value| exceeds this many times the largest at init and at every earlier
 # check have diverged (see `Loop.check_weights`).
