@@ -8,10 +8,11 @@ Two adjustments to how mutmut drives pytest, neither of which changes what a tes
   looks for its config, finds none and raises, and the test fails. Its record would be lost with
   the subprocess anyway, so the subprocesses of the stats run are given no ``MUTANT_UNDER_TEST``
   and run the unmutated code; this process stays in stats mode through mutmut's process-local
-  copy of the name. A process forked from this one (a sweep's local worker) would inherit that
-  copy, so a fork's child is told by the variable, set empty, that it runs no mutant. In the runs
-  of each mutant the variable is left alone, so a mutant also runs in the subprocesses and a test
-  that drives the CLI can kill it.
+  copy of the name. A spawned process (a sweep's local worker) would run mutmut's script again,
+  as Python runs its parent's main script in such a child, and fail the same way: mutmut's main
+  module is made to name no file, so the child runs none. In the runs of each mutant the variable
+  is left alone, so a mutant also runs in the subprocesses and a test that drives the CLI can
+  kill it.
 * For each mutant, mutmut hands pytest the tests that call the mutated function, in no
   particular order, and stops at the first failure. They are run cheapest first, each file's
   tests together, cheapest files first: a mutant that a unit test kills is then killed in a
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,7 +48,7 @@ DURATIONS = Path("mutmut-test-durations.json")
 
 # Module -> the test files that judge it (paths from the repository root).
 FOCUS: dict[str, tuple[str, ...]] = {
-    "per_dqn.readback": (
+    "per_dqn.rundir.readback": (
         "tests/test_readback.py", "tests/sweeps/test_sweep_dir_trust.py",
         "tests/test_run_dir_paths.py", "tests/test_trust.py",
     ),
@@ -54,31 +56,31 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "per_dqn.policy": (
         "tests/test_trust.py", "tests/test_run_dir_paths.py", "tests/test_evaluate.py",
     ),
-    "per_dqn.rundir": (
+    "per_dqn.rundir.dirs": (
         "tests/test_run_dir_paths.py", "tests/test_readback.py", "tests/test_faults.py",
         "tests/test_api.py", "tests/sweeps/test_job.py", "tests/sweeps/test_sweep_dir_trust.py",
         "tests/test_metrics.py",
     ),
-    "per_dqn.checkpoint": (
+    "per_dqn.rundir.checkpoint": (
         "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
         "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
     ),
-    "per_dqn.provenance": ("tests/test_provenance.py",),
+    "per_dqn.rundir.provenance": ("tests/test_provenance.py",),
 }  # fmt: skip
 
 _stats_run = False
 _measured: dict[str, float] = defaultdict(float)
 
 
-def _no_mutant_in_child() -> None:
-    os.environ["MUTANT_UNDER_TEST"] = ""
-
-
 def pytest_configure(config) -> None:
     global _stats_run
+    main = sys.modules.get("__main__")
+    if Path(getattr(main, "__file__", None) or "").name == "mutmut":
+        # A spawned process (a sweep's local worker) runs its parent's main script again: here
+        # mutmut's, which looks for its config in the worker's working directory and raises.
+        del main.__file__
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
-        os.register_at_fork(after_in_child=_no_mutant_in_child)
         _stats_run = True
 
 
