@@ -3,7 +3,8 @@ the peak resident memory while it is written.
 
 Two cases, each written the way a training run writes one: ``Trainer.state_dict(copy=False)``
 (the tree of every part's ``state_dict()``, the replay memory's arrays as views into it) handed to
-``checkpoint.save_run_checkpoint``, the agent's part as weights and the rest as array trees:
+``training.checkpoints.save_run_checkpoint``, the agent's part as weights and the rest as array
+trees:
 
 * ``cartpole``: the shipped ``cartpole.yaml`` trained for its 50,000 env steps; the final
   checkpoint of that run (memory of 50,000 transitions, full), written again from the finished
@@ -50,6 +51,7 @@ from _common import (
 
 from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.run import Trainer
 
 
@@ -82,7 +84,7 @@ def write(
     and the seconds taking the state and writing it took."""
     start = time.perf_counter()
     parts = trainer.state_dict(copy=False) if state_of is None else state_of(trainer)
-    path = ckpt.save_run_checkpoint(
+    path = run_ckpt.save_run_checkpoint(
         root,
         env_steps=env_steps,
         weights={"agent": parts.pop("agent")},
@@ -97,7 +99,7 @@ def write(
 def timed_load(path: Path) -> float:
     """Seconds to verify and load a checkpoint."""
     start = time.perf_counter()
-    ckpt.load_run_checkpoint(path)
+    run_ckpt.load_run_checkpoint(path)
     return time.perf_counter() - start
 
 

@@ -45,17 +45,16 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
-from per_dqn.envs.families import ignored_env_keys
-from per_dqn.envs.families import of as _family_of
 from per_dqn.logs.console import EvalDisplay
 from per_dqn.logs.tracking import TrackingError
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
-from per_dqn.rundir import provenance
+from per_dqn.rundir import latest, provenance
 from per_dqn.rundir.checkpoint import CheckpointError
 from per_dqn.rundir.dirs import RunDirError, RunDirInUse, check_name_lengths, lock_run_dir
 from per_dqn.rundir.fileio import WriteError, inside
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.evaluate import read_run_config
 
 if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
@@ -78,15 +77,12 @@ __all__ = [
     "check_name_lengths",
     "check_run_code",
     "describe_memory_plan",
-    "env_family_title",
     "evaluate_run",
-    "ignored_env_keys",
     "list_checkpoints",
     "load",
     "lock_run_dir",
     "memory_plan",
     "new_run_dir",
-    "pack_refusal",
     "prepare_resume",
     "resume",
     "run_trainer",
@@ -265,37 +261,12 @@ def memory_plan(config: Config) -> Any:
     return plan.memory_plan(config)
 
 
-def env_family_title(env_id: str) -> str:
-    """The name for people of ``env_id``'s env family: ``CartPole-like``, ``Atari``,
-    ``MinAtar``."""
-    return _family_of(env_id).title
-
-
-def check_env(config: Config) -> None:
-    """Makes one env of ``config`` and closes it (``per-dqn config validate``): an id no
-    registry knows, a game without a ROM or a missing extra is found before a run starts.
-
-    Raises:
-        ValueError: the env cannot be made (one line naming ``env.id``).
-    """
-    from per_dqn.training import memory_plan as plan
-
-    plan.env_spec(config)
-
-
 def describe_memory_plan(memory: Any, pack: int | None = None) -> list[str]:
     """``memory_plan``'s result as the lines ``per-dqn plan`` prints (with ``pack``, a line for
     that many such memories in one process)."""
     from per_dqn.training import memory_plan as plan
 
     return plan.describe_plan(memory, pack)
-
-
-def pack_refusal(plans: Sequence[Any]) -> str | None:
-    """The line refusing a pack whose ``memory_plan``s do not fit together (None: they fit)."""
-    from per_dqn.training import memory_plan as plan
-
-    return plan.pack_refusal(plans)
 
 
 def check_memory_fits(config: Config) -> None:
@@ -412,7 +383,7 @@ def prepare_resume(
     config_path = inside(run_dir, "config.yaml")
     if not config_path.is_file():
         raise ValueError(f"{run_dir}: not a run dir (no config.yaml)")
-    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir), only=ckpt.TRAINING_FILES)
+    found = latest.find_latest(ckpt.checkpoints_dir(run_dir), only=run_ckpt.TRAINING_FILES)
     for line in found.warnings if warn is not None else ():
         warn(line)
     if found.path is None:

@@ -31,6 +31,7 @@ from per_dqn.cli import app
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
 from per_dqn.logs import tags
 from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.run import Trainer
 
 # The checkout under test, for CLI processes started from another cwd (the venv's `per-dqn`
@@ -100,7 +101,7 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
     assert_same_weights(run_dir / "model.pt", reference / "model.pt")
     got, want = final_manifest(run_dir), final_manifest(reference)
     assert got["env_steps"] == want["env_steps"] and got["final"] and want["final"]
-    for name in (ckpt.AGENT_FILE, ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE):
+    for name in (run_ckpt.AGENT_FILE, run_ckpt.MEMORY_ARRAYS_FILE, run_ckpt.MEMORY_META_FILE):
         assert got["files"][name] == want["files"][name], name
     mine, theirs = summary_of(run_dir), summary_of(reference)
     assert not mine["interrupted"]

@@ -28,9 +28,11 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from per_dqn.envs.make import check_env_state, env_state, load_env_state
 from per_dqn.memory import KINDS, make_memory
+from per_dqn.rundir import arrays, latest, readback
 from per_dqn.rundir import checkpoint as ckpt
-from per_dqn.rundir import readback
 from per_dqn.rundir.fileio import write_bytes_atomic, write_text_atomic
+from per_dqn.rundir.weights import load_weights
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.health import ReplayHealth
 from per_dqn.training.nstep import NStepAccumulator
 
@@ -104,7 +106,7 @@ def test_a_killed_writer_is_never_read_and_its_leftovers_go(tmp_path):
     leftover = tmp_path / ".tmp-step_000000200-99999"
     leftover.mkdir()
     (leftover / "x").write_bytes(b"partial")
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.path == tmp_path / "step_000000100" and found.warnings == []
     ckpt.write_checkpoint(tmp_path, 300, write_bytes({"x": b"new"}), keep_last=3)
     assert names(tmp_path) == ["step_000000100", "step_000000300"]
@@ -124,9 +126,9 @@ def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_warned_of(tmp_pat
         f"checkpoint {tmp_path / 'step_000000200'}: not a directory but a dangling symlink; "
         "using the previous one, step_000000100",
     ]
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.path == tmp_path / "step_000000100" and found.warnings == expected
-    read = ckpt.read_latest(tmp_path, ["x"])
+    read = latest.read_latest(tmp_path, ["x"])
     assert read.path == found.path and read.warnings == expected
     shutil.rmtree(tmp_path / "step_000000100")
     none = [
@@ -134,15 +136,15 @@ def test_an_entry_under_a_checkpoint_name_that_is_not_a_dir_is_warned_of(tmp_pat
         for name, what in [("step_000000300", "a file"), ("step_000000200", "a dangling symlink"),
                            ("step_000000050", "a file")]
     ]  # fmt: skip
-    assert ckpt.find_latest(tmp_path) == ckpt.Found(None, {}, none, 0)
-    assert ckpt.read_latest(tmp_path, ["x"]) == ckpt.Read(None, {}, {}, none, 0)
+    assert latest.find_latest(tmp_path) == latest.Found(None, {}, none, 0)
+    assert latest.read_latest(tmp_path, ["x"]) == latest.Read(None, {}, {}, none, 0)
 
 
 def test_a_fifo_or_a_socket_under_a_checkpoint_name_is_named_for_what_it_is(tmp_path):
     os.mkfifo(tmp_path / "step_000000300")
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(tmp_path / "step_000000200"))
-        found = ckpt.find_latest(tmp_path)
+        found = latest.find_latest(tmp_path)
     assert found.warnings == [
         f"checkpoint {tmp_path / 'step_000000300'}: not a directory but a FIFO; "
         "no earlier checkpoint is usable",
@@ -178,7 +180,7 @@ def test_a_damaged_checkpoint_is_skipped_with_one_warning(tmp_path, damage, prob
         ckpt.write_checkpoint(tmp_path, step, write_bytes({"x": bytes(6000)}), keep_last=3)
     newest = tmp_path / "step_000000200"
     damage(newest / "x")
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.path == tmp_path / "step_000000100"
     (warning,) = found.warnings
     assert warning.startswith(f"checkpoint {newest}: {problem}")
@@ -224,9 +226,9 @@ def test_an_edited_manifest_is_skipped_with_one_warning(tmp_path, change, reseal
     (newest / "manifest.json").write_text(  # re-indenting changes no value: still accepted
         json.dumps(json.loads((newest / "manifest.json").read_text()), indent=4)
     )
-    assert ckpt.find_latest(tmp_path).path == newest
+    assert latest.find_latest(tmp_path).path == newest
     edit_manifest(newest, change, reseal)
-    for found in (ckpt.find_latest(tmp_path), ckpt.read_latest(tmp_path, ["x"])):
+    for found in (latest.find_latest(tmp_path), latest.read_latest(tmp_path, ["x"])):
         assert found.path == tmp_path / "step_000000100"
         assert found.warnings == [
             f"checkpoint {newest}: {problem}; using the previous one, step_000000100"
@@ -244,21 +246,21 @@ def test_format_1_is_refused_not_skipped(tmp_path):
     (old / "manifest.json").write_text(json.dumps({"format": 1, "env_steps": 200, "files": files}))
     message = f"{old}: a format-1 checkpoint (its loop state is a pickle, loop.pt"
     with pytest.raises(ckpt.FormatError, match=re.escape(message)):
-        ckpt.find_latest(tmp_path)
+        latest.find_latest(tmp_path)
     with pytest.raises(ckpt.FormatError, match=re.escape(message)):
-        ckpt.read_latest(tmp_path, ["x"])
+        latest.read_latest(tmp_path, ["x"])
     # A format-2 manifest edited to say format 1 is damage (its digest fails), not format 1.
     shutil.rmtree(old)
     ckpt.write_checkpoint(tmp_path, 300, write_bytes({"x": b"3"}), keep_last=3)
     edit_manifest(tmp_path / "step_000000300", lambda m: m.update(format=1))
-    assert ckpt.find_latest(tmp_path).path == tmp_path / "step_000000100"
+    assert latest.find_latest(tmp_path).path == tmp_path / "step_000000100"
 
 
 def test_no_usable_checkpoint(tmp_path):
-    assert ckpt.find_latest(tmp_path / "absent") == ckpt.Found(None, {}, [], 0)
+    assert latest.find_latest(tmp_path / "absent") == latest.Found(None, {}, [], 0)
     ckpt.write_checkpoint(tmp_path, 100, write_bytes({"x": b"abc"}), keep_last=1)
     damage_flip(tmp_path / "step_000000100" / "x")
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.path is None and found.candidates == 1
     assert found.warnings == [
         f"checkpoint {tmp_path / 'step_000000100'}: x fails its SHA-256 check; no earlier "
@@ -270,8 +272,8 @@ def test_checking_only_some_files(tmp_path):
     """Evaluation reads only agent.pt and config.yaml: damage elsewhere does not stop it."""
     ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"1", "m": b"22"}), keep_last=1)
     damage_flip(tmp_path / "step_000000100" / "m")
-    assert ckpt.find_latest(tmp_path, ["a"]).path == tmp_path / "step_000000100"
-    assert ckpt.find_latest(tmp_path).path is None
+    assert latest.find_latest(tmp_path, ["a"]).path == tmp_path / "step_000000100"
+    assert latest.find_latest(tmp_path).path is None
 
 
 def test_a_damaged_newer_checkpoint_is_replaced_and_never_crowds_out_a_good_one(tmp_path):
@@ -313,14 +315,14 @@ def test_read_latest_reads_each_file_once_as_checked(tmp_path):
     missing file with no newer checkpoint around is damage, warned about like the others."""
     for step, data in ((100, b"one"), (200, b"two")):
         ckpt.write_checkpoint(tmp_path, step, write_bytes({"a": data, "b": b"x"}), keep_last=3)
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert (read.path, read.files, read.warnings) == (
         tmp_path / "step_000000200",
         {"a": b"two"},
         [],
     )
     (tmp_path / "step_000000200" / "a").unlink()
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert read.path == tmp_path / "step_000000100" and read.files == {"a": b"one"}
     assert read.warnings == [
         f"checkpoint {tmp_path / 'step_000000200'}: a is missing; using the previous one, "
@@ -340,18 +342,18 @@ def test_a_checkpoint_rotated_away_mid_read_is_no_damage(tmp_path):
         ckpt.write_checkpoint(root, step, write_bytes({"a": b"1"}), keep_last=3)
     p = root / "step_000000200"
     inode = os.stat(p).st_ino
-    assert not ckpt._rotated_away(root, p, inode, {})  # the same dir, nothing newer: damage
+    assert not latest._rotated_away(root, p, inode, {})  # the same dir, nothing newer: damage
     ckpt.write_checkpoint(root, 300, write_bytes({"a": b"3"}), keep_last=3)
-    assert ckpt._rotated_away(root, p, inode, {})  # a newer one appeared
-    assert not ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
+    assert latest._rotated_away(root, p, inode, {})  # a newer one appeared
+    assert not latest._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
     replacement = root / ".tmp-step_000000200"
     replacement.mkdir()  # made while p exists: another inode, never p's reused
     shutil.rmtree(p)
-    assert ckpt._rotated_away(root, p, inode, {})  # deleted
+    assert latest._rotated_away(root, p, inode, {})  # deleted
     replacement.rename(p)
-    assert ckpt._rotated_away(root, p, inode, {})  # replaced: another dir under its name
+    assert latest._rotated_away(root, p, inode, {})  # replaced: another dir under its name
     # replaced, with nothing newer usable: the new inode alone tells
-    assert ckpt._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
+    assert latest._rotated_away(root, p, inode, {root / "step_000000300": "damaged"})
 
 
 def test_a_damaged_newest_is_passed_over_again_after_a_rotation(tmp_path, monkeypatch):
@@ -369,7 +371,7 @@ def test_a_damaged_newest_is_passed_over_again_after_a_rotation(tmp_path, monkey
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(ckpt, "read_verified", rotated_mid_read)
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert (read.path, read.files) == (tmp_path / "step_000000100", {"a": b"100"})
     assert read.warnings == [
         f"checkpoint {tmp_path / 'step_000000300'}: a has 8 bytes, its manifest says 3; using "
@@ -398,7 +400,7 @@ def test_read_latest_beside_a_writer_that_rotates(tmp_path):
     try:
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
-            read = ckpt.read_latest(tmp_path, ["a"])
+            read = latest.read_latest(tmp_path, ["a"])
             assert read.path is not None and read.warnings == []
             step = int(read.manifest["env_steps"])
             assert read.files["a"] == (str(step).encode() if step else b"0") * 1000
@@ -424,12 +426,12 @@ def test_a_checkpoint_rotated_away_since_the_listing_is_no_stray(tmp_path, monke
         return iter([*entries, gone] if self == tmp_path else entries)
 
     monkeypatch.setattr(Path, "iterdir", listing_with_the_rotated_entry)
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert read.path == tmp_path / ckpt.checkpoint_name(41) and read.warnings == []
     assert read.files["a"] == b"41"
     stray = tmp_path / ckpt.checkpoint_name(43)
     stray.write_bytes(b"")
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert read.path == tmp_path / ckpt.checkpoint_name(41)
     assert read.warnings == [f"checkpoint {stray}: not a directory but a file; using the previous "
                              f"one, {ckpt.checkpoint_name(41)}"]  # fmt: skip
@@ -452,16 +454,16 @@ def test_load_weights_runs_no_code_and_checks_the_crc(tmp_path):
     weights = {"w": torch.arange(64, dtype=torch.float32)}
     torch.save(weights, tmp_path / "good.pt")
     data = (tmp_path / "good.pt").read_bytes()
-    assert torch.equal(ckpt.load_weights(data, "good.pt")["w"], weights["w"])
+    assert torch.equal(load_weights(data, "good.pt")["w"], weights["w"])
     # The tensor's bytes: the float 10.0 (0x41200000) at offset 40 of its storage member.
     at = data.index(np.float32(10.0).tobytes())
     flipped = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
     assert not torch.equal(torch.load(io.BytesIO(flipped), weights_only=True)["w"], weights["w"])
     with pytest.raises(ckpt.CheckpointError, match=r"^bad.pt: corrupt: its member .+ fails its "
                        "CRC-32 check$"):  # fmt: skip
-        ckpt.load_weights(flipped, "bad.pt")
+        load_weights(flipped, "bad.pt")
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_weights(data[: len(data) // 2], "cut.pt")
+        load_weights(data[: len(data) // 2], "cut.pt")
     with pytest.raises(zipfile.BadZipFile) as zip_says:
         zipfile.ZipFile(io.BytesIO(data[: len(data) // 2]))
     assert str(caught.value) == (
@@ -474,7 +476,7 @@ def test_load_weights_runs_no_code_and_checks_the_crc(tmp_path):
     with pytest.raises(RuntimeError) as torch_says:
         torch.load(io.BytesIO(other.getvalue()), weights_only=True)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_weights(other.getvalue(), "zip.pt")
+        load_weights(other.getvalue(), "zip.pt")
     reason = " ".join(str(torch_says.value).split())[:200]
     assert str(caught.value) == f"zip.pt: cannot load (RuntimeError: {reason})"
 
@@ -485,7 +487,7 @@ def test_load_weights_runs_no_code_and_checks_the_crc(tmp_path):
     assert marker.exists()  # the plant is live
     marker.unlink()
     with pytest.raises(ckpt.CheckpointError) as info:
-        ckpt.load_weights(planted, "plant.pt")
+        load_weights(planted, "plant.pt")
     assert str(info.value) == (
         "plant.pt: refused: it holds more than tensors (Unsupported global: GLOBAL io.open was "
         "not an allowed global by default), and loading it could run code"
@@ -500,17 +502,17 @@ def test_trees_hold_no_pickle(tmp_path):
     np.savez(tmp_path / "t.npz", a=np.array([Plant(marker)], dtype=object), allow_pickle=True)
     (tmp_path / "t.json").write_text('{"a": {"__array__": "a"}}')
     with pytest.raises(ValueError, match="Object arrays cannot be loaded when allow_pickle=False"):
-        ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+        arrays.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
     assert not marker.exists()
     with pytest.raises(TypeError, match="object array at 'a'"):
-        ckpt.save_tree(tmp_path / "u.npz", tmp_path / "u.json", {"a": np.array([None])})
+        arrays.save_tree(tmp_path / "u.npz", tmp_path / "u.json", {"a": np.array([None])})
 
 
 def test_a_tree_whose_json_is_damaged_is_named_by_its_file(tmp_path):
-    ckpt.save_tree(tmp_path / "t.npz", tmp_path / "t.json", {"a": np.zeros(2), "b": 1})
+    arrays.save_tree(tmp_path / "t.npz", tmp_path / "t.json", {"a": np.zeros(2), "b": 1})
     (tmp_path / "t.json").write_text('{"a": {"__array__": "a"}, "b": ')
     with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 't.json'))}: "):
-        ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+        arrays.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
 
 
 # --- the state a checkpoint carries ---------------------------------------------------------------
@@ -528,9 +530,9 @@ def test_memory_round_trip_continues_identically(tmp_path, kind):
         )
     batch = memory.sample(8, 0.5)
     memory.update_priorities(batch.indices, rng.random(len(batch.indices)) * 5)
-    ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
+    arrays.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
     restored = make_memory(kind, capacity=64, obs_shape=(3,), seed=123)
-    restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
+    restored.load_state_dict(arrays.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
     for _ in range(3):
         a, b = memory.sample(16, 0.7), restored.sample(16, 0.7)
         for field_a, field_b in zip(a, b, strict=True):
@@ -546,12 +548,12 @@ def test_frame_memory_round_trip(tmp_path):
     frames = np.random.default_rng(1).integers(0, 255, size=(40, 8, 8), dtype=np.uint8)
     for t in range(30):
         memory.add(frames[t : t + 4], t % 3, 1.0, frames[t + 1 : t + 5], t % 9 == 8)
-    ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
+    arrays.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict())
     restored = make_memory(
         "proportional", capacity=16, obs_shape=(4, 8, 8), obs_dtype=np.uint8, seed=5,
         dedup_frames=True,
     )  # fmt: skip
-    restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
+    restored.load_state_dict(arrays.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
     a, b = memory.sample(8, 1.0), restored.sample(8, 1.0)
     np.testing.assert_array_equal(a.obs, b.obs)
     np.testing.assert_array_equal(a.next_obs, b.next_obs)
@@ -576,12 +578,12 @@ def test_a_memory_s_npz_is_sized_to_its_transitions_not_its_capacity(tmp_path):
     whole capacity. Now 1,000 of 100,000 write their 1,000 slots' pointers and their 1,004
     frames, and read back to the same memory."""
     memory = atari_like_memory(1_000, 100_000)
-    ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=False))
+    arrays.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=False))
     frames, fields = 1_004 * (84 * 84 + 8 + 8), 1_000 * (2 * 4 * 4 + 8 + 4 + 1 + 1 + 8)
     written = (tmp_path / "m.npz").stat().st_size
     assert frames + fields < written < frames + fields + 8_000  # npz headers: ~300 B an array
     restored = atari_like_memory(0, 100_000)
-    restored.load_state_dict(ckpt.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
+    restored.load_state_dict(arrays.load_tree(tmp_path / "m.npz", tmp_path / "m.json"))
     a, b = memory.sample(32, 1.0), restored.sample(32, 1.0)
     for field_a, field_b in zip(a, b, strict=True):
         np.testing.assert_array_equal(field_a, field_b)
@@ -595,12 +597,12 @@ def test_a_memory_is_written_from_where_it_is_without_a_second_copy(tmp_path):
     import tracemalloc
 
     memory = atari_like_memory(20_000, 20_000)
-    size = ckpt.tree_nbytes(memory.state_dict(copy=False))
+    size = arrays.tree_nbytes(memory.state_dict(copy=False))
     assert size > 140e6
     peaks = {}
     for copy in (True, False):
         tracemalloc.start()
-        ckpt.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=copy))
+        arrays.save_tree(tmp_path / "m.npz", tmp_path / "m.json", memory.state_dict(copy=copy))
         peaks[copy] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peaks[True] > size  # the test can tell a copy
@@ -614,15 +616,15 @@ def test_a_checkpoint_reports_its_progress_written_then_hashed(tmp_path):
     weights = {"w": torch.zeros(1000)}
     trees = {"memory": memory.state_dict(copy=False)}
     told: list[tuple[int, int]] = []
-    ckpt.save_run_checkpoint(
+    run_ckpt.save_run_checkpoint(
         tmp_path, env_steps=6_000, weights={"agent": weights}, trees=trees, config_yaml="a: 1\n",
         keep_last=1, progress=lambda done, total: told.append((done, total)),
     )  # fmt: skip
-    total = 2 * ckpt.tree_nbytes(trees) + 4_000
+    total = 2 * arrays.tree_nbytes(trees) + 4_000
     assert {t for _, t in told} == {total}
     done = [d for d, _ in told]
     assert done == sorted(done) and done[-1] == total
-    assert len(told) >= 2 * ckpt.tree_nbytes(trees) // (16 << 20)
+    assert len(told) >= 2 * arrays.tree_nbytes(trees) // (16 << 20)
     assert all(b - a >= 16 << 20 for a, b in itertools.pairwise(done[:-1]))  # the last: the rest
 
 
@@ -633,8 +635,8 @@ def cartpole_vector(num_envs: int) -> SyncVectorEnv:
 
 def through_files(tree, tmp_path: Path):
     """A tree as a checkpoint stores it: npz + JSON, read back."""
-    ckpt.save_tree(tmp_path / "t.npz", tmp_path / "t.json", tree)
-    return ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+    arrays.save_tree(tmp_path / "t.npz", tmp_path / "t.json", tree)
+    return arrays.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
 
 
 def test_vector_env_state_continues_identically_through_an_autoreset(tmp_path):
@@ -845,7 +847,7 @@ def test_a_checkpoint_replaced_under_its_name_mid_read_is_read_again_not_damage(
         return real(path_, *args, **kwargs)
 
     monkeypatch.setattr(ckpt, reader, read_while_the_writer_replaces)
-    read = ckpt.read_latest(tmp_path, ["a"])
+    read = latest.read_latest(tmp_path, ["a"])
     assert swapped and read.path == path and read.warnings == []
     assert read.files["a"] == b"second" and read.candidates == 2
 
@@ -876,7 +878,7 @@ def test_a_checkpoint_renamed_in_while_the_dir_is_listed_is_found_on_a_second_lo
             return found
 
         monkeypatch.setattr(ckpt, "list_checkpoints", listing_as_the_writer_renames)
-        read = ckpt.read_latest(root, ["a"])
+        read = latest.read_latest(root, ["a"])
         assert looks[0] == [] and read.path == root / "step_000000300", still
         assert read.files == {"a": b"300"} and read.warnings == []
 
@@ -901,9 +903,9 @@ def test_checkpoints_rotated_away_faster_than_they_can_be_read_give_up_in_one_li
         return found
 
     monkeypatch.setattr(ckpt, "list_checkpoints", listing_rotated_at_once)
-    monkeypatch.setattr(ckpt, "MAX_READ_ATTEMPTS", 5)
+    monkeypatch.setattr(latest, "MAX_READ_ATTEMPTS", 5)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.read_latest(tmp_path, ["a"])
+        latest.read_latest(tmp_path, ["a"])
     assert str(caught.value) == (
         f"{tmp_path}: its checkpoints were deleted faster than one could be read (5 attempts)"
     )
@@ -922,7 +924,7 @@ def test_a_step_dir_that_is_a_link_is_not_followed_but_a_checkpoint_named_by_the
     ckpt.write_checkpoint(elsewhere, 400, write_bytes({"a": b"400"}), keep_last=1)
     (root / "step_000000300").symlink_to(root / "step_000000200")
     (root / "step_000000400").symlink_to(elsewhere / "step_000000400")
-    read = ckpt.read_latest(root, ["a"])
+    read = latest.read_latest(root, ["a"])
     assert read.path == root / "step_000000200" and read.files == {"a": b"200"}
     assert len(read.warnings) == 2 and read.candidates == 4
     out, into = root / "step_000000400", root / "step_000000300"
@@ -986,7 +988,7 @@ def test_find_latest_passes_over_links_and_manifests_listing_other_files(tmp_pat
     ckpt.write_checkpoint(tmp_path, 100, write_bytes({"a": b"1"}), keep_last=5)
     ckpt.write_checkpoint(tmp_path, 200, write_bytes({"a": b"2", "b": b"x"}), keep_last=5)
     (tmp_path / "step_000000300").symlink_to(tmp_path / "step_000000100")
-    found = ckpt.find_latest(tmp_path, only={"a"})
+    found = latest.find_latest(tmp_path, only={"a"})
     assert found.path == tmp_path / "step_000000100" and found.candidates == 3
     into = tmp_path / "step_000000300"
     assert found.warnings == [
@@ -995,7 +997,7 @@ def test_find_latest_passes_over_links_and_manifests_listing_other_files(tmp_pat
         f"checkpoint {tmp_path / 'step_000000200'}: its manifest.json lists b, not a training "
         "checkpoint's file; refused; using the previous one, step_000000100",
     ]
-    assert ckpt.find_latest(tmp_path).path == tmp_path / "step_000000200"
+    assert latest.find_latest(tmp_path).path == tmp_path / "step_000000200"
 
 
 def test_each_checkpoint_file_is_read_under_its_kind_s_cap():
@@ -1101,7 +1103,7 @@ def test_a_stray_at_step_zero_is_named_too(tmp_path):
     """``_strays`` with no checkpoint used names every stray, from step 0: the first checkpoint
     a run writes can be step 0."""
     (tmp_path / "step_000000000").write_bytes(b"a file")
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.warnings == [
         f"checkpoint {tmp_path / 'step_000000000'}: not a directory but a file; no earlier "
         "checkpoint is usable"
@@ -1113,7 +1115,7 @@ def test_a_stray_of_the_used_checkpoint_s_own_step_changes_nothing(tmp_path):
     of step 200) beside ``step_000000200`` changes nothing."""
     ckpt.write_checkpoint(tmp_path, 200, write_bytes({"a": b"1"}), keep_last=1)
     (tmp_path / "step_200").write_bytes(b"a file")
-    found = ckpt.find_latest(tmp_path)
+    found = latest.find_latest(tmp_path)
     assert found.path == tmp_path / "step_000000200" and found.warnings == []
 
 

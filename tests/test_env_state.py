@@ -17,7 +17,7 @@ import pytest
 
 from per_dqn.config import Override, load_config, resolve_config_path
 from per_dqn.envs.make import Envs, check_env_state, env_state, load_env_state, make_eval_env
-from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import arrays
 
 MINATAR_GAMES = [
     "MinAtar/Asterix-v1", "MinAtar/Breakout-v1", "MinAtar/Freeway-v1", "MinAtar/Seaquest-v1",
@@ -32,8 +32,8 @@ def minatar(env_id: str):
 
 def through_files(tree, tmp_path):
     """A tree as a checkpoint stores it: npz + JSON, read back."""
-    ckpt.save_tree(tmp_path / "t.npz", tmp_path / "t.json", tree)
-    return ckpt.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
+    arrays.save_tree(tmp_path / "t.npz", tmp_path / "t.json", tree)
+    return arrays.load_tree(tmp_path / "t.npz", tmp_path / "t.json")
 
 
 def play(env, actions):

@@ -26,6 +26,7 @@ from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs.make import describe
 from per_dqn.logs.video import write_gif
 from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.build import make_agent
 from per_dqn.training.run import Trainer
 from per_dqn.training.seeding import RunSeeds
@@ -113,7 +114,7 @@ def test_a_checkpoint_dir_plays_its_own_weights(run_dir):
     older = ckpt.checkpoints_dir(run_dir) / "step_000000500"
     result = evaluate(str(older), "--episodes", "2", "--seed", "3")
     assert result.exit_code == 0, result.output
-    weights = torch.load(older / ckpt.AGENT_FILE, weights_only=True)["online"]
+    weights = torch.load(older / run_ckpt.AGENT_FILE, weights_only=True)["online"]
     r = hand_rolled_returns(weights, 2, 3)
     assert result.stdout.splitlines()[0] == f"weights: {older} (env step 500)"
     assert f"mean {r.mean():.2f}  std {r.std():.2f}" in result.stdout
@@ -199,7 +200,7 @@ def test_a_minatar_film_keeps_its_colours(tmp_path):
 def test_damaged_newest_checkpoint_is_skipped_with_a_warning(run_dir, tmp_path):
     copy = Path(shutil.copytree(run_dir, tmp_path / "run"))
     newest = ckpt.checkpoints_dir(copy) / "step_000001000"
-    with open(newest / ckpt.AGENT_FILE, "r+b") as file:
+    with open(newest / run_ckpt.AGENT_FILE, "r+b") as file:
         file.truncate(1000)
     result = evaluate(str(copy), "--episodes", "1")
     assert result.exit_code == 0, result.output
@@ -768,11 +769,11 @@ def test_a_checkpoint_whose_agent_holds_no_online_network_is_one_line(run_dir, t
 
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    step = edited_checkpoint(run_dir, tmp_path, ckpt.AGENT_FILE, buffer.getvalue())
+    step = edited_checkpoint(run_dir, tmp_path, run_ckpt.AGENT_FILE, buffer.getvalue())
     with pytest.raises(ValueError) as caught:
         resolve_source(step)
     assert str(caught.value) == (
-        f"{step / ckpt.AGENT_FILE}: holds no online network (key 'online')"
+        f"{step / run_ckpt.AGENT_FILE}: holds no online network (key 'online')"
     )
 
 
@@ -785,10 +786,12 @@ def test_a_planted_agent_pt_in_a_checkpoint_is_named(run_dir, tmp_path):
 
     buffer = io.BytesIO()
     torch.save({"online": Plant(tmp_path / "ran")}, buffer)
-    step = edited_checkpoint(run_dir, tmp_path, ckpt.AGENT_FILE, buffer.getvalue())
+    step = edited_checkpoint(run_dir, tmp_path, run_ckpt.AGENT_FILE, buffer.getvalue())
     with pytest.raises(ValueError) as caught:
         resolve_source(step)
-    assert str(caught.value).startswith(f"{step / ckpt.AGENT_FILE}: refused: it holds more than")
+    assert str(caught.value).startswith(
+        f"{step / run_ckpt.AGENT_FILE}: refused: it holds more than"
+    )
     assert not (tmp_path / "ran").exists()
 
 

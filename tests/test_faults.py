@@ -36,6 +36,7 @@ from per_dqn.logs import metrics, tags
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import fileio
+from per_dqn.training import checkpoints as run_ckpt
 
 # A 2,000-transition memory keeps each checkpoint small enough for a tmpfs of a few MB.
 SETTINGS = [*RESUMABLE, "replay.capacity=2000"]
@@ -326,7 +327,7 @@ def test_disk_full_by_fault_injection(reference, tmp_path, mount_refused, monkey
     the exact resume are checked as on a real full disk."""
     if not mount_refused:
         pytest.skip("a real tmpfs fills up here: test_disk_full_mid_run_stops_with_one_line_...")
-    real_save = ckpt.save_run_checkpoint
+    real_save = run_ckpt.save_run_checkpoint
 
     def save_until_full(root, **kwargs):
         if kwargs["env_steps"] >= 600:
@@ -335,7 +336,7 @@ def test_disk_full_by_fault_injection(reference, tmp_path, mount_refused, monkey
 
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(ckpt, "save_run_checkpoint", save_until_full)
+        patch.setattr(run_ckpt, "save_run_checkpoint", save_until_full)
         result = runner.invoke(app, train_args(run_dir, *SETTINGS))
     assert result.exit_code == 1, result.output
     first = ckpt.checkpoints_dir(run_dir) / FIRST_CHECKPOINT

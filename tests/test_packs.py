@@ -25,7 +25,9 @@ from per_dqn.memory import KINDS, REPLAY_KINDS
 from per_dqn.packs import grouping as packing
 from per_dqn.packs.lockstep import run_pack
 from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import latest
 from per_dqn.sweeps.job import error_line
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.loop import DivergedError
 from per_dqn.training.run import Trainer
 
@@ -224,7 +226,7 @@ def test_a_full_disk_stops_the_member_that_cannot_write_with_one_line(workdir, m
     with its ``OSError`` (one line in a sweep's outcome), its first checkpoint intact and no
     second one; its pack-mate goes on to the end and writes what it writes alone; and the stopped
     run, resumed once the disk has room, ends as the run that never stopped."""
-    real_save = ckpt.save_run_checkpoint
+    real_save = run_ckpt.save_run_checkpoint
 
     def save_until_full(root, **kwargs):
         if "full" in Path(root).parts and kwargs["env_steps"] >= 800:
@@ -232,7 +234,7 @@ def test_a_full_disk_stops_the_member_that_cannot_write_with_one_line(workdir, m
         return real_save(root, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(ckpt, "save_run_checkpoint", save_until_full)
+        patch.setattr(run_ckpt, "save_run_checkpoint", save_until_full)
         good, full = per_dqn.train_many(
             "cartpole", arms={"room": {}, "full": {}}, overrides=SMALL, out="runs/many"
         )
@@ -275,7 +277,7 @@ def test_a_single_run_s_checkpoint_resumes_inside_a_pack_exactly(tmp_path):
     assert summary["interrupted"] and summary["env_steps"] == 400
     resumed, other = Trainer(config(), "cartpole"), Trainer(config(**{"run.seed": 5}), "cartpole")
     try:
-        found = ckpt.find_latest(ckpt.checkpoints_dir(tmp_path / "resumed"))
+        found = latest.find_latest(ckpt.checkpoints_dir(tmp_path / "resumed"))
         assert ckpt.read_manifest(found.path)["format"] == 3
         resumed.load_checkpoint(found.path)
         results = run_pack([resumed, other], [tmp_path / "resumed", tmp_path / "other"])

@@ -28,8 +28,9 @@ from typer.testing import CliRunner
 import per_dqn
 from per_dqn.cli import app
 from per_dqn.rundir import checkpoint as ckpt
-from per_dqn.rundir import readback
+from per_dqn.rundir import latest, readback
 from per_dqn.rundir.readback import KINDS, Kind, ReadBackError
+from per_dqn.training import checkpoints as run_ckpt
 
 runner = CliRunner()
 TINY_KIND = Kind("test file", 10, max_depth=3)
@@ -224,7 +225,7 @@ def test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped(cop
     try:
         for _ in range(40):
             try:
-                checkpoint = ckpt.load_run_checkpoint(path)
+                checkpoint = run_ckpt.load_run_checkpoint(path)
             except ckpt.CheckpointError:
                 refused += 1
                 continue
@@ -248,11 +249,11 @@ def test_a_deeply_nested_manifest_falls_back_to_the_checkpoint_before(copy):
     traceback in ``eval``, resume and ``per_dqn.load``, instead of a damaged checkpoint skipped
     for the one before. Now each uses step 1200 with a warning naming step 1500."""
     deep_manifest(newest(copy))
-    found = ckpt.find_latest(ckpt.checkpoints_dir(copy))
+    found = latest.find_latest(ckpt.checkpoints_dir(copy))
     assert found.path == ckpt.checkpoints_dir(copy) / "step_000001200"
     (warning,) = found.warnings
     assert f"{newest(copy)}: unreadable manifest.json (nested 700 levels deep" in warning
-    read = ckpt.read_latest(ckpt.checkpoints_dir(copy), (ckpt.AGENT_FILE,))
+    read = latest.read_latest(ckpt.checkpoints_dir(copy), (run_ckpt.AGENT_FILE,))
     assert read.path == found.path
     policy = per_dqn.load(copy)
     assert policy is not None
@@ -296,7 +297,9 @@ def test_a_64_gib_sparse_agent_pt_re_signed_is_refused_by_its_size(copy):
     files["agent.pt"] = {"bytes": GIB_64, "sha256": "0" * 64}  # never reached: size first
     reseal(path, files)
     with time_limit(60):
-        read = ckpt.read_latest(ckpt.checkpoints_dir(copy), (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+        read = latest.read_latest(
+            ckpt.checkpoints_dir(copy), (run_ckpt.AGENT_FILE, run_ckpt.CONFIG_FILE)
+        )
     assert read.path == ckpt.checkpoints_dir(copy) / "step_000001200"
     cap = KINDS["weights"].max_bytes
     assert (
@@ -327,7 +330,7 @@ def test_memory_npz_is_hashed_in_chunks_and_loaded_from_its_verified_handle(copy
     loaded from it: the loaded arrays equal the file's (a reference read with numpy), and a
     memory.npz with one bit flipped, its digest not re-signed, is refused."""
     path = newest(copy)
-    checkpoint = ckpt.load_run_checkpoint(path)
+    checkpoint = run_ckpt.load_run_checkpoint(path)
     with np.load(path / "memory.npz") as data:
         for key in data.files:
             assert np.array_equal(data[key], _leaf(checkpoint.parts["memory"], key))
@@ -335,7 +338,7 @@ def test_memory_npz_is_hashed_in_chunks_and_loaded_from_its_verified_handle(copy
     blob[-100] ^= 1
     (path / "memory.npz").write_bytes(bytes(blob))
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: memory.npz fails its SHA-256 check"
 
 
@@ -354,10 +357,10 @@ def test_memory_npz_is_refused_past_the_ram_available_to_the_byte(copy, monkeypa
         unpacked = sum(info.file_size for info in archive.infolist())
     assert unpacked > (path / "memory.npz").stat().st_size
     monkeypatch.setattr(readback, "available_ram_bytes", lambda: unpacked)
-    assert ckpt.load_run_checkpoint(path).env_steps == 1500
+    assert run_ckpt.load_run_checkpoint(path).env_steps == 1500
     monkeypatch.setattr(readback, "available_ram_bytes", lambda: unpacked - 1)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == (
         f"{path}: memory.npz unpacks to {unpacked:,} bytes, over the {unpacked - 1:,} of RAM "
         "available; refused"
@@ -381,7 +384,7 @@ def test_a_re_signed_memory_npz_numpy_cannot_load_is_one_line_cut_at_300(copy):
     reason = " ".join(str(numpy_says.value).split())
     assert len(reason) > 300
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: cannot load memory.npz (ValueError: {reason[:300]})"
 
 
@@ -400,7 +403,7 @@ def test_a_memory_npz_changed_while_it_is_read_is_refused(copy, monkeypatch):
 
     monkeypatch.setattr(ckpt, "_digest", digest_then_write)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: memory.npz changed while it was read; refused"
 
 
@@ -409,7 +412,7 @@ def test_a_re_signed_memory_json_that_is_not_json_is_one_line_naming_it(copy):
     (path / "memory.json").write_text('{"storage": ')
     reseal(path)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value).startswith(
         f"{path}: cannot load memory.json (ReadBackError: {path / 'memory.json'}: "
     )
@@ -438,7 +441,7 @@ def test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused(copy, how)
     (path / "manifest.json").write_text(json.dumps(manifest))
     reseal(path)
     with pytest.raises(ckpt.CheckpointError, match="a checkpoint without a run id, but its run"):
-        ckpt.check_owner(path, ckpt.read_manifest(path), copy)
+        run_ckpt.check_owner(path, ckpt.read_manifest(path), copy)
     result = runner.invoke(app, ["eval", str(path), "--episodes", "1"])
     assert result.exit_code == 2, result.output
     assert "stripped of its run id is not this run's" in result.stderr
@@ -473,9 +476,9 @@ def test_an_id_less_checkpoint_above_the_legacy_step_is_refused(copy):
         (path / "manifest.json").write_text(json.dumps(manifest))
         reseal(path)
     older = ckpt.checkpoints_dir(copy) / "step_000001200"
-    ckpt.check_owner(older, ckpt.read_manifest(older), copy)  # legacy: read
+    run_ckpt.check_owner(older, ckpt.read_manifest(older), copy)  # legacy: read
     with pytest.raises(ckpt.CheckpointError, match="a checkpoint without a run id"):
-        ckpt.check_owner(newest(copy), ckpt.read_manifest(newest(copy)), copy)
+        run_ckpt.check_owner(newest(copy), ckpt.read_manifest(newest(copy)), copy)
 
 
 def test_a_small_file_is_read_without_reserving_its_kind_s_cap(tmp_path):
@@ -630,7 +633,7 @@ def test_a_memory_npz_that_unpacks_past_the_ram_is_refused_before_it_is_unpacked
     (path / "memory.npz").write_bytes(bytes(data))
     reseal(path)
     with time_limit(60), pytest.raises(ckpt.CheckpointError, match=r"memory\.npz unpacks to"):
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
 
 
 def test_a_training_checkpoint_loads_onto_the_device_asked_for_without_a_second_copy(copy):
@@ -643,14 +646,14 @@ def test_a_training_checkpoint_loads_onto_the_device_asked_for_without_a_second_
     import tracemalloc
 
     path = newest(copy)
-    checkpoint = ckpt.load_run_checkpoint(path, device="meta")
+    checkpoint = run_ckpt.load_run_checkpoint(path, device="meta")
     assert checkpoint.path == path and checkpoint.env_steps == 1500
     assert {"agent", "loop", "memory"} <= set(checkpoint.parts)
     tensors = [v for v in _tensors(checkpoint.parts["agent"])]
     assert tensors and all(t.device.type == "meta" for t in tensors)
     tracemalloc.start()
     try:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -677,13 +680,13 @@ def test_a_checkpoint_that_is_not_a_training_one_or_whose_config_is_not_utf8_is_
     files = {k: v for k, v in manifest["files"].items() if k != "agent.pt"}
     reseal(path, files)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: no agent.pt (not a training checkpoint)"
     reseal(path, manifest["files"])
     (path / "config.yaml").write_bytes(b"env:\n  id: \xff\xfe\n")
     reseal(path)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     assert str(caught.value) == f"{path}: cannot load config.yaml (not UTF-8: invalid start byte)"
 
 
@@ -693,7 +696,7 @@ def test_a_re_signed_memory_json_naming_a_missing_array_is_one_line_cut_at_300(c
     (path / "memory.json").write_text(json.dumps({"storage": {"__array__": key}}))
     reseal(path)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.load_run_checkpoint(path)
+        run_ckpt.load_run_checkpoint(path)
     reason = repr(key)[:300]
     assert str(caught.value) == f"{path}: cannot load memory.json (KeyError: {reason})"
 
@@ -705,7 +708,7 @@ def test_a_checkpoint_in_a_run_dir_whose_run_json_is_damaged_is_refused_naming_i
     (copy / "run.json").write_text("[]")
     manifest = ckpt.read_manifest(path)
     with pytest.raises(ckpt.CheckpointError) as caught:
-        ckpt.check_owner(path, manifest, copy)
+        run_ckpt.check_owner(path, manifest, copy)
     assert str(caught.value) == f"{copy / 'run.json'}: holds no run id ('run_id': 32 hex digits)"
 
 
@@ -714,7 +717,7 @@ def test_a_training_checkpoint_named_through_the_user_s_own_link_is_loaded(copy,
     theirs: it is followed; only step dirs found by listing are never followed."""
     link = tmp_path / "latest"
     link.symlink_to(newest(copy))
-    assert ckpt.load_run_checkpoint(link).env_steps == 1500
+    assert run_ckpt.load_run_checkpoint(link).env_steps == 1500
 
 
 def test_available_ram_is_meminfo_s_memavailable_else_free_pages_else_none(monkeypatch):

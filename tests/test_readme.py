@@ -94,7 +94,7 @@ def test_the_readme_mutation_table_has_the_run_s_modules_and_the_documented_equi
 def test_the_mutation_run_counts_only_the_scoped_functions():
     """Pins what `make mutation` runs: every module whole but envs.py, whose state capture and
     restore functions alone are given to mutmut and counted, policy.py (its code check and the
-    loader that calls it) and checkpoint.py (its readers, not its writer)."""
+    loader that calls it) and the checkpoint modules (their readers, not their writers)."""
     table = load_mutation_table()
     patterns = table.run_patterns(table.mutated_paths())
     assert "per_dqn.training.loop.*" in patterns and "per_dqn.envs.make.*" not in patterns
@@ -108,7 +108,7 @@ def test_the_mutation_run_counts_only_the_scoped_functions():
     assert "per_dqn.rundir.readback.*" in patterns and "per_dqn.rundir.checkpoint.*" not in patterns
     assert "per_dqn.policy.x_check_run_code__mutmut_*" in patterns
     assert table.in_scope(
-        "per_dqn/rundir/checkpoint.py", "per_dqn.rundir.checkpoint.x_check_owner__mutmut_2"
+        "per_dqn/training/checkpoints.py", "per_dqn.training.checkpoints.x_check_owner__mutmut_2"
     )
     assert not table.in_scope(
         "per_dqn/rundir/checkpoint.py", "per_dqn.rundir.checkpoint.x_write_checkpoint__mutmut_2"

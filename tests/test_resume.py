@@ -44,6 +44,8 @@ from per_dqn.config import load_config
 from per_dqn.logs import tags
 from per_dqn.memory import KINDS
 from per_dqn.rundir import checkpoint as ckpt
+from per_dqn.rundir import latest
+from per_dqn.training import checkpoints as run_ckpt
 
 SETTINGS = RESUMABLE
 # A Ctrl-C on this gradient step lands at env step ~1100: after the checkpoint at 900, with
@@ -192,9 +194,9 @@ def test_a_checkpoint_without_a_valid_record_of_its_sessions_leaves_the_run_s_ti
 @pytest.mark.parametrize(
     ("name", "damage", "problem"),
     [
-        (ckpt.MEMORY_ARRAYS_FILE, "truncate", "memory.npz has"),
-        (ckpt.LOOP_ARRAYS_FILE, "flip", "loop.npz fails its SHA-256 check"),
-        (ckpt.LOOP_META_FILE, "truncate", "loop.json has"),
+        (run_ckpt.MEMORY_ARRAYS_FILE, "truncate", "memory.npz has"),
+        (run_ckpt.LOOP_ARRAYS_FILE, "flip", "loop.npz fails its SHA-256 check"),
+        (run_ckpt.LOOP_META_FILE, "truncate", "loop.json has"),
     ],
 )
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(
@@ -264,9 +266,9 @@ def change_one_thing(path: Path) -> None:
 
 
 CHECKPOINT_FILES = [
-    ckpt.MANIFEST_FILE, ckpt.AGENT_FILE, ckpt.LOOP_ARRAYS_FILE, ckpt.LOOP_META_FILE,
-    ckpt.ENVS_ARRAYS_FILE, ckpt.ENVS_META_FILE, ckpt.MEMORY_ARRAYS_FILE, ckpt.MEMORY_META_FILE,
-    ckpt.CONFIG_FILE,
+    ckpt.MANIFEST_FILE, run_ckpt.AGENT_FILE, run_ckpt.LOOP_ARRAYS_FILE, run_ckpt.LOOP_META_FILE,
+    run_ckpt.ENVS_ARRAYS_FILE, run_ckpt.ENVS_META_FILE, run_ckpt.MEMORY_ARRAYS_FILE,
+    run_ckpt.MEMORY_META_FILE, run_ckpt.CONFIG_FILE,
 ]  # fmt: skip
 
 
@@ -280,13 +282,13 @@ def test_a_change_to_any_file_of_a_checkpoint_skips_it(reference, tmp_path, name
     newest = root / "step_000001500"
     assert sorted(p.name for p in newest.iterdir()) == sorted(CHECKPOINT_FILES)
     change_one_thing(newest / name)
-    found = ckpt.find_latest(root)
+    found = latest.find_latest(root)
     assert found.path == root / "step_000001200"
     (warning,) = found.warnings
     assert warning.startswith(f"checkpoint {newest}: {name}")
     assert warning.endswith("; using the previous one, step_000001200")
-    if name in (ckpt.MANIFEST_FILE, ckpt.AGENT_FILE, ckpt.CONFIG_FILE):
-        read = ckpt.read_latest(root, (ckpt.AGENT_FILE, ckpt.CONFIG_FILE))
+    if name in (ckpt.MANIFEST_FILE, run_ckpt.AGENT_FILE, run_ckpt.CONFIG_FILE):
+        read = latest.read_latest(root, (run_ckpt.AGENT_FILE, run_ckpt.CONFIG_FILE))
         assert read.path == root / "step_000001200" and read.warnings == found.warnings
 
 
@@ -321,7 +323,7 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(reference, tm
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL, stderr
     assert not (run_dir / "summary.json").exists()  # it really died mid-run
-    assert ckpt.find_latest(ckpt.checkpoints_dir(run_dir)).path is not None
+    assert latest.find_latest(ckpt.checkpoints_dir(run_dir)).path is not None
 
     result = resume(run_dir)
     assert result.exit_code == 0, result.output
@@ -368,7 +370,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
 
 
 def largest_weight(checkpoint: Path) -> float:
-    state = torch.load(checkpoint / ckpt.AGENT_FILE, weights_only=True)
+    state = torch.load(checkpoint / run_ckpt.AGENT_FILE, weights_only=True)
     tensors = [*state["online"].values(), *state["target"].values()]
     return max(float(t.abs().max()) for t in tensors)
 
@@ -426,13 +428,13 @@ def test_planted_checkpoint_files_are_refused_without_running_code(reference, tm
         path.write_text(json.dumps(envs))
 
     cases = [
-        (ckpt.AGENT_FILE, lambda path: _planted_torch_file(path, marker),
+        (run_ckpt.AGENT_FILE, lambda path: _planted_torch_file(path, marker),
          "agent.pt: refused: it holds more than tensors (Unsupported global: GLOBAL io.open was "
          "not an allowed global by default), and loading it could run code"),
-        (ckpt.LOOP_ARRAYS_FILE, plant_npz,
+        (run_ckpt.LOOP_ARRAYS_FILE, plant_npz,
          ": cannot load loop.npz (ValueError: Object arrays cannot be loaded when "
          "allow_pickle=False)"),
-        (ckpt.ENVS_META_FILE, swap_env,
+        (run_ckpt.ENVS_META_FILE, swap_env,
          ": train env: the checkpoint's env is TimeLimit/OrderEnforcing/AcrobotEnv, this run's "
          "TimeLimit/OrderEnforcing/CartPoleEnv"),
     ]  # fmt: skip

@@ -26,7 +26,9 @@ import per_dqn.api
 from per_dqn.cli import app
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
+from per_dqn.rundir import weights
 from per_dqn.rundir.fileio import inside
+from per_dqn.training import checkpoints as run_ckpt
 
 runner = CliRunner()
 SHORT = {
@@ -289,13 +291,13 @@ def test_a_training_checkpoint_lists_its_own_parts_only(two):
     refused, not loaded."""
     run_a, _ = two
     newest = run_a / ckpt.CHECKPOINTS_DIR / NEWEST
-    shutil.copy(newest / ckpt.AGENT_FILE, newest / "evil.pt")
+    shutil.copy(newest / run_ckpt.AGENT_FILE, newest / "evil.pt")
     files = json.loads((newest / ckpt.MANIFEST_FILE).read_text())["files"]
     files["evil.pt"] = {}
     reseal(newest, files)
     reseal(newest)
     with pytest.raises(ckpt.CheckpointError) as info:
-        ckpt.load_run_checkpoint(newest)
+        run_ckpt.load_run_checkpoint(newest)
     assert str(info.value) == (
         f"{newest}: its manifest.json lists evil.pt, not a training checkpoint's file; refused"
     )
@@ -309,7 +311,7 @@ def test_a_fifo_or_link_in_place_of_a_file_is_refused_without_blocking(two, tmp_
     size, and only then hashed: one line, at once."""
     run_a, _ = two
     newest = run_a / ckpt.CHECKPOINTS_DIR / NEWEST
-    agent = newest / ckpt.AGENT_FILE
+    agent = newest / run_ckpt.AGENT_FILE
     agent.unlink()
     if kind == "fifo":
         os.mkfifo(agent)
@@ -319,7 +321,7 @@ def test_a_fifo_or_link_in_place_of_a_file_is_refused_without_blocking(two, tmp_
         what = "a symbolic link, not a regular file"
     else:
         outside = tmp_path / "outside.pt"
-        shutil.copy(run_a / ckpt.CHECKPOINTS_DIR / OLDER / ckpt.AGENT_FILE, outside)
+        shutil.copy(run_a / ckpt.CHECKPOINTS_DIR / OLDER / run_ckpt.AGENT_FILE, outside)
         agent.symlink_to(outside)
         what = "a symbolic link, not a regular file"
     problem = f"{newest}: unreadable agent.pt ({what})"
@@ -458,7 +460,7 @@ def test_load_and_resume_warn_when_they_pass_a_damaged_checkpoint(two):
     line the CLI prints after ``warning:``."""
     run_a, _ = two
     newest = run_a / ckpt.CHECKPOINTS_DIR / NEWEST
-    with open(newest / ckpt.AGENT_FILE, "r+b") as file:
+    with open(newest / run_ckpt.AGENT_FILE, "r+b") as file:
         file.truncate(1000)
     cli_line = evaluate(str(run_a)).stderr.splitlines()[0].removeprefix("warning: ")
     assert cli_line.startswith(f"checkpoint {newest}: agent.pt has 1,000 bytes")
@@ -475,7 +477,7 @@ def test_load_and_resume_warn_when_they_pass_a_damaged_checkpoint(two):
     # Past every checkpoint to the run's model.pt: each damaged one is named, the last says so.
     saved = ckpt.list_checkpoints(ckpt.checkpoints_dir(run_a))
     for path in saved:
-        with open(path / ckpt.AGENT_FILE, "r+b") as file:
+        with open(path / run_ckpt.AGENT_FILE, "r+b") as file:
             file.truncate(1000)
     cli_lines = [
         line.removeprefix("warning: ")
@@ -528,7 +530,7 @@ def test_the_reason_is_found_in_each_shape_of_torch_s_message():
     """Issue 23 item 11: the reason is read from torch's message whatever its advice says
     around it: after ``WeightsUnpickler error:``, on a line naming a GLOBAL, or else on the first
     line that is not advice; its first sentence only."""
-    reason = ckpt.unpickling_reason
+    reason = weights.unpickling_reason
     assert (
         reason(
             "Weights only load failed. This file can still be loaded, to do so you have two "

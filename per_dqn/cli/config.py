@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from per_dqn import api
 from per_dqn.cli.common import SetOption, fail, load_or_fail, parse_sets
+from per_dqn.envs import families
 
 app = typer.Typer(help="Show or check experiment configs.", no_args_is_help=True)
 
@@ -32,7 +32,7 @@ def mark_ignored_env_keys(text: str, env_id: str) -> str:
     ``env_id``'s family ignores (``families.ignored_env_keys``). The comment names the family,
     not the id: an id given with ``--set`` may hold any character, and a comment must not break
     the YAML that ``config show`` prints."""
-    ignored, family = api.ignored_env_keys(env_id), api.env_family_title(env_id)
+    ignored, family = families.ignored_env_keys(env_id), families.of(env_id).title
     lines, section = [], None
     for line in text.splitlines():
         if line and not line.startswith(" "):
@@ -53,9 +53,11 @@ def config_validate(
     Its env is made once and closed, so an env id that does not exist (or needs an extra that
     is not installed) is a problem too.
     """
+    from per_dqn.training.memory_plan import env_spec  # makes one env and closes it
+
     cfg, _ = load_or_fail(file, [])
     try:
-        api.check_env(cfg)
+        env_spec(cfg)
     except ValueError as exc:
         fail([f"{file}: {exc}"])
     typer.echo(f"ok: {file}")

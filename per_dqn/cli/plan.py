@@ -50,6 +50,8 @@ def plan(
         typer.echo(line)
     if not memory.fits:
         fail([f"{config}: {memory.refusal()}"])
-    refused = api.pack_refusal([memory] * pack) if pack is not None and pack > 1 else None
+    from per_dqn.training.memory_plan import pack_refusal
+
+    refused = pack_refusal([memory] * pack) if pack is not None and pack > 1 else None
     if refused is not None:
         fail([f"{config}: {refused}"])

@@ -1,27 +1,16 @@
-"""Training checkpoints on disk: atomic writes, checksummed manifests, the last K kept, and a
-fallback past a damaged checkpoint to the one before it.
+"""Checkpoints on disk: atomic writes, checksummed manifests, the last K kept, and verified reads.
 
 A run's checkpoints live in ``RUN_DIR/checkpoints``, one directory each. This module knows no
-component: a checkpoint is a set of named parts, each some component's ``state_dict()``, stored
-as trees of arrays (``save_run_checkpoint``). A training run's parts::
+training run: a checkpoint is a set of named parts, each a ``NAME.pt`` file (tensors) or a
+``NAME.npz`` + ``NAME.json`` pair (a tree of arrays, ``arrays``), and the files a manifest lists.
+What a training run's parts are, and whose a checkpoint is, is ``per_dqn.training.checkpoints``'s::
 
     checkpoints/
         step_000050000/
             manifest.json   written last: format, env step, its parts, every file's size and
                             SHA-256, and the SHA-256 of its own canonical content
                             (``manifest_sha256``)
-            agent.pt        the agent's state_dict: networks, optimiser state, update_steps
-            loop.npz        the loop's arrays (LoopState): observations, torch's RNG state, n-step
-                            windows, episode accumulators, PER health arrays
-            loop.json       the loop's other values: counters, numpy bit-generator states, and
-                            where each array of loop.npz sits
-            envs.npz/.json  the envs' state (physics, time-limit counters, RNGs), where it can be
-                            captured (CartPole yes, ale-py's emulators no)
-            memory.npz      the replay memory's arrays, priorities included (uncompressed npz), of
-                            the transitions it holds, not its capacity; streamed from the
-                            memory's own arrays, never copied first
-            memory.json     the memory's other values: cursor, size, RNG state, max priority
-            config.yaml     the resolved config this state belongs to
+            NAME.pt, NAME.npz, NAME.json, ...   the parts' files
         .tmp-step_000060000-4242/   a write in progress (or one whose process died): never read
 
 Writing (``write_checkpoint``): the files go into a temp dir and are fsynced, the manifest is
@@ -30,50 +19,41 @@ fsynced. A directory under a final name therefore holds a complete checkpoint, a
 at any moment leaves every earlier checkpoint as it was. Only then are old checkpoints deleted,
 down to the newest ``keep_last``.
 
-Reading (``find_latest``, ``read_latest``): checkpoints are tried newest first. One whose manifest
-is missing, unreadable or changed (its ``manifest_sha256`` fails, or its ``env_steps`` is not the
+Reading (``verify_checkpoint``, ``read_verified``, ``load_parts``): a checkpoint whose manifest is
+missing, unreadable or changed (its ``manifest_sha256`` fails, or its ``env_steps`` is not the
 step in its dir name), or one of whose files is missing, has another size or fails its SHA-256,
-is skipped with a one-line warning, and the previous one is used; so is an entry under a
-checkpoint's name that is not a directory (a file, a dangling link). The checksums guard against
-damage and edits, not against someone who rewrites the checksums too; what keeps a hostile
-checkpoint from running code is that nothing in it is unpickled: ``agent.pt`` is read with
-``torch.load(weights_only=True)``, everything else is JSON, YAML and npz without pickle.
+is refused with one line naming it; ``latest`` chooses the newest usable one past such damage.
+The checksums guard against damage and edits, not against someone who rewrites the checksums too;
+what keeps a hostile checkpoint from running code is that nothing in it is unpickled: tensors are
+read with ``torch.load(weights_only=True)`` (``weights``), everything else is JSON, YAML and npz
+without pickle.
 
 Paths stay inside: a run's ``checkpoints/`` and each checkpoint dir in it must resolve inside the
 run dir (``fileio.inside``; a link to another run's is refused, and the rotation deletes a link,
 never what it points to); a manifest may list plain file names only (no ``/``, no ``..``), and a
-training checkpoint only its known parts' files; each file is opened without following a link
-and checked to be a regular file of the listed size before a byte of it is hashed, so a FIFO or a
-device cannot block a read.
-
-A checkpoint knows its run: the manifest of one written since run ids carries the run's id
-(``run_id``, from the run dir's ``run.json``, see ``rundir``), and ``check_owner`` refuses one
-whose id is not its run dir's: a step dir copied in from another run. A checkpoint without one
-(formats 2 and 3 written before run ids) is legacy and unchecked.
+reader's ``only`` names; each file is opened without following a link and checked to be a
+regular file of the listed size before a byte of it is hashed, so a FIFO or a device cannot block
+a read. A manifest may carry its run's id (``run_id``, a string).
 
 Formats: 3 is written. 2 kept the envs' state inside the loop's part; it is read, and the loader
 moves it (``run.upgrade_parts``). 1 kept the loop in a pickle, ``loop.pt``; it is refused, not
 read (``FormatError``), as is any other version, with one line naming it.
 
-One module though past 500 lines: it is the checkpoint's on-disk format, and its writer, its
-verifier and its readers (with their fallback and the retry when a newer checkpoint is rotated away
-mid-read) must agree on every name, size and digest in the manifest; the tree-of-arrays encoding
-is that format's payload. Atomic file writes themselves live in ``fileio``.
+One module though past 500 lines: it is the checkpoint's on-disk format, and its writer and its
+verifying readers must agree on every name, size and digest in the manifest. Atomic file writes
+themselves live in ``fileio``, the tree-of-arrays encoding in ``arrays``, the newest usable
+checkpoint's choice in ``latest``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import pickle
 import re
 import shutil
 import stat
-import zipfile
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,6 +61,7 @@ import numpy as np
 
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import readback
+from per_dqn.rundir.arrays import join_tree
 from per_dqn.rundir.fileio import TMP_PREFIX, fsync_path, inside
 
 FORMAT_VERSION = 3
@@ -92,19 +73,6 @@ CHECKPOINTS_DIR = "checkpoints"
 MANIFEST_FILE = "manifest.json"
 # The manifest key that holds the SHA-256 of the manifest's canonical JSON without this key.
 MANIFEST_DIGEST_KEY = "manifest_sha256"
-AGENT_FILE = "agent.pt"
-LOOP_ARRAYS_FILE = "loop.npz"
-LOOP_META_FILE = "loop.json"
-ENVS_ARRAYS_FILE = "envs.npz"
-ENVS_META_FILE = "envs.json"
-MEMORY_ARRAYS_FILE = "memory.npz"
-MEMORY_META_FILE = "memory.json"
-CONFIG_FILE = "config.yaml"
-# The files a training checkpoint may hold (``load_run_checkpoint`` refuses any other name).
-TRAINING_FILES = frozenset(
-    {AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, ENVS_ARRAYS_FILE, ENVS_META_FILE,
-     MEMORY_ARRAYS_FILE, MEMORY_META_FILE, CONFIG_FILE}
-)  # fmt: skip
 # The manifest key that names the run a checkpoint belongs to (its run dir's ``run.json``).
 RUN_ID_KEY = rundir.RUN_ID_KEY
 # What a manifest may call a file: a plain name in the checkpoint dir, never a path.
@@ -114,8 +82,6 @@ _MANIFEST_KIND = readback.KINDS["manifest"]
 MANIFEST_MAX_BYTES = _MANIFEST_KIND.max_bytes
 
 _NAME = re.compile(r"step_(\d+)")
-# Marks where an array sat in a JSON tree whose arrays went to the npz.
-_ARRAY_KEY = "__array__"
 
 
 class CheckpointError(ValueError):
@@ -158,7 +124,7 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _strays(root: Path, newer_than: Path | None) -> list[str]:
+def strays(root: Path, newer_than: Path | None) -> list[str]:
     """A problem line for each entry of ``root`` under a checkpoint's name that is not a dir (a
     file, a dangling link), newest first: ``list_checkpoints`` leaves it out, so it can never be
     resumed from, and a resume that used an older checkpoint must say why. Only those newer than
@@ -198,7 +164,7 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
     with open(path, "rb") as file:
         if progress is None:
             return hashlib.file_digest(file, "sha256").hexdigest()
-        digest, buffer = hashlib.sha256(), bytearray(_CHUNK_BYTES)
+        digest, buffer = hashlib.sha256(), bytearray(PROGRESS_CHUNK_BYTES)
         view = memoryview(buffer)
         while n := file.readinto(buffer):
             digest.update(view[:n])
@@ -207,37 +173,7 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
 
 
 # The chunk a checkpoint's progress is told of: often enough for a bar to move on a 7 GB write.
-_CHUNK_BYTES = 16 << 20
-
-
-class _Meter:
-    """Counts a checkpoint's bytes written and hashed, and tells ``report(done, total)`` every
-    ``_CHUNK_BYTES`` or so (``total``: the arrays' bytes twice, once written, once hashed; the
-    weights' once, hashed)."""
-
-    def __init__(self, total: int, report: Callable[[int, int], None]) -> None:
-        self.total, self.done, self._told, self._report = max(total, 1), 0, 0, report
-
-    def add(self, n: int) -> None:
-        self.done = min(self.done + n, self.total)
-        if self.done - self._told >= _CHUNK_BYTES or self._told < self.done == self.total:
-            self._told = self.done
-            self._report(self.done, self.total)
-
-
-class _CountedWrites:
-    """A file whose writes are counted (``np.savez`` streams each array through it in chunks)."""
-
-    def __init__(self, file: IO[bytes], count: Callable[[int], None]) -> None:
-        self._file, self._count = file, count
-
-    def write(self, data: Any) -> int:
-        written = self._file.write(data)
-        self._count(memoryview(data).nbytes)
-        return written
-
-    def __getattr__(self, name: str) -> Any:  # tell, seek, flush, ... as the file's
-        return getattr(self._file, name)
+PROGRESS_CHUNK_BYTES = 16 << 20
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -377,9 +313,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     try:
         dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise _Missing(f"{path}: no such checkpoint dir") from None
+        raise Missing(f"{path}: no such checkpoint dir") from None
     except OSError as exc:
-        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
+        raise CheckpointError(f"{path}: cannot open ({one_line(exc)})") from None
     try:
         return _read_manifest_at(path, dir_fd)
     finally:
@@ -391,13 +327,14 @@ def _read_manifest_at(
 ) -> dict[str, Any]:
     """The manifest of the checkpoint dir open as ``dir_fd`` (``path`` names it), read back
     through ``readback`` and checked (``_parse_manifest``); with ``only``, one listing a file
-    of another name is refused (a training checkpoint's reader: ``TRAINING_FILES``)."""
+    of another name is refused (a training checkpoint's reader:
+    ``training.checkpoints.TRAINING_FILES``)."""
     try:
         with readback.open_at(dir_fd, MANIFEST_FILE, _MANIFEST_KIND, path / MANIFEST_FILE) as file:
             data = readback.read_all(file, _MANIFEST_KIND, path / MANIFEST_FILE)
     except readback.ReadBackError as exc:
         if exc.missing:
-            raise _Missing(f"{path}: no {MANIFEST_FILE}", inode) from None
+            raise Missing(f"{path}: no {MANIFEST_FILE}", inode) from None
         if exc.reason == "too_big":
             raise CheckpointError(
                 f"{path}: {MANIFEST_FILE} is larger than {MANIFEST_MAX_BYTES:,} bytes: not a "
@@ -414,7 +351,7 @@ def _read_manifest_at(
 
 
 def _reason(exc: OSError) -> str:
-    return exc.strerror or _one_line(exc)
+    return exc.strerror or one_line(exc)
 
 
 def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
@@ -468,11 +405,11 @@ def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
     return manifest
 
 
-def _one_line(exc: object) -> str:
+def one_line(exc: object) -> str:
     return " ".join(str(exc).split())
 
 
-class _Missing(CheckpointError):
+class Missing(CheckpointError):
     """The checkpoint dir, its manifest or one of its files is not there: damage, or a rotation
     that deleted it while it was being read (``read_latest`` tells them apart).
 
@@ -526,7 +463,7 @@ def _open_file(path: Path, name: str, entry: Mapping[str, Any], dir_fd: int,
         file = readback.open_at(dir_fd, name, file_kind(name), path / name)
     except readback.ReadBackError as exc:
         if exc.missing:
-            raise _Missing(f"{path}: {name} is missing", inode) from None
+            raise Missing(f"{path}: {name} is missing", inode) from None
         raise CheckpointError(f"{path}: unreadable {name} ({exc.problem})") from None
     try:
         _check_size(path, name, entry, os.fstat(file.fileno()).st_size)
@@ -545,9 +482,9 @@ def _open_dir(path: Path, follow: bool = True) -> int:
     try:
         return os.open(path, flags)
     except FileNotFoundError:
-        raise _Missing(f"{path}: no such checkpoint dir") from None
+        raise Missing(f"{path}: no such checkpoint dir") from None
     except OSError as exc:
-        raise CheckpointError(f"{path}: cannot open ({_one_line(exc)})") from None
+        raise CheckpointError(f"{path}: cannot open ({one_line(exc)})") from None
 
 
 def _digest(path: Path, name: str, file: IO[bytes]) -> str:
@@ -634,416 +571,41 @@ def _read_checked(
     return blob
 
 
-@dataclass(frozen=True)
-class Found:
-    """The outcome of ``find_latest``.
-
-    Attributes:
-        path: the newest checkpoint that passed its checks, or None.
-        manifest: its manifest (empty when ``path`` is None).
-        warnings: one line per newer checkpoint that failed, naming it, the problem and what is
-            used instead.
-        candidates: how many checkpoints were on disk.
-    """
-
-    path: Path | None
-    manifest: dict[str, Any]
-    warnings: list[str]
-    candidates: int
-
-
-def _warnings(problems: Iterable[str], used: Path | None) -> list[str]:
-    if used is None:
-        return [f"checkpoint {problem}; no earlier checkpoint is usable" for problem in problems]
-    return [f"checkpoint {problem}; using the previous one, {used.name}" for problem in problems]
-
-
-def find_latest(
-    root: Path, files: Iterable[str] | None = None, only: Collection[str] | None = None
-) -> Found:
-    """The newest checkpoint in ``root`` that passes ``verify_checkpoint(path, files)``.
-
-    For a run dir with one writer, the run itself (resuming). A reader beside a live writer uses
-    ``read_latest``.
-
-    Raises:
-        FormatError: the newest checkpoint that is not damaged is of another format version.
-    """
-    files = None if files is None else tuple(files)
-    problems: list[str] = []
-    candidates = list_checkpoints(root)
-    for path in reversed(candidates):
-        try:
-            manifest = verify_checkpoint(
-                inside(root, path.name, CheckpointError), files, False, only
-            )
-        except FormatError:
-            raise
-        except CheckpointError as exc:
-            problems.append(str(exc))
-            continue
-        problems = [*_strays(root, path), *problems]
-        return Found(path, manifest, _warnings(problems, path), len(candidates))
-    return Found(None, {}, _warnings([*_strays(root, None), *problems], None), len(candidates))
-
-
-@dataclass(frozen=True)
-class Read:
-    """The outcome of ``read_latest``.
-
-    Attributes:
-        path: the newest checkpoint that passed its checks, or None.
-        manifest: its manifest (empty when ``path`` is None).
-        files: the requested files' bytes, as checked.
-        warnings: as ``Found.warnings``; a checkpoint deleted by the writer's rotation while it
-            was read is no warning, only a reason to look again.
-        candidates: how many checkpoints were on disk at the last look.
-    """
-
-    path: Path | None
-    manifest: dict[str, Any]
-    files: dict[str, bytes]
-    warnings: list[str]
-    candidates: int
-
-
-# A reader that keeps losing the race against a writer's rotation gives up after this many looks.
-MAX_READ_ATTEMPTS = 100
-
-
-def read_latest(root: Path, files: Iterable[str], only: Collection[str] | None = None) -> Read:
-    """The newest checkpoint in ``root`` whose manifest and ``files`` pass their checks, with
-    those files read once each (``read_verified``): safe beside a run that is still writing and
-    rotating its checkpoints.
-
-    A checkpoint can be deleted by the rotation between being listed and being read. A file found
-    missing therefore means damage only if the checkpoint is still there, as the same dir, and no
-    newer usable one has appeared (the rotation deletes only after renaming a newer one in);
-    otherwise the checkpoints are listed again and the newest is tried.
-
-    Raises:
-        FormatError: the newest checkpoint that is not damaged is of another format version.
-        CheckpointError: the checkpoints kept being deleted before one could be read
-            (``MAX_READ_ATTEMPTS`` looks).
-    """
-    files = tuple(files)
-    rejected: dict[Path, str] = {}
-    for _ in range(MAX_READ_ATTEMPTS):
-        stamp = _dir_stamp(root)
-        candidates = list_checkpoints(root)
-        look_again = False
-        for path in reversed(candidates):
-            if path in rejected:
-                continue
-            try:
-                manifest, data = read_verified(
-                    inside(root, path.name, CheckpointError), files, follow=False, only=only
-                )
-            except FormatError:
-                raise
-            except _Missing as exc:
-                if _rotated_away(root, path, exc.inode, rejected):
-                    look_again = True
-                    break
-                rejected[path] = str(exc)
-                continue
-            except CheckpointError as exc:
-                rejected[path] = str(exc)
-                continue
-            problems = [*_strays(root, path), *rejected.values()]
-            return Read(path, manifest, data, _warnings(problems, path), len(candidates))
-        # readdir may skip an entry renamed while it runs (POSIX allows it), so a rotation can
-        # hide every checkpoint from one listing: "nothing usable" is trusted only from a
-        # listing that the writer did not change while it was taken.
-        if not look_again and (_dir_stamp(root) != stamp or list_checkpoints(root) != candidates):
-            look_again = True
-        if not look_again:
-            problems = [*_strays(root, None), *rejected.values()]
-            return Read(None, {}, {}, _warnings(problems, None), len(candidates))
-    raise CheckpointError(
-        f"{root}: its checkpoints were deleted faster than one could be read "
-        f"({MAX_READ_ATTEMPTS} attempts)"
-    )
-
-
-def _dir_stamp(root: Path) -> tuple[int, int] | None:
-    """The dir's inode and modification time: any entry renamed in or out changes it.
-
-    Raises:
-        CheckpointError: ``root`` is there but cannot be looked at (a link that loops, a dir
-            without search permission): no checkpoint in it can be read.
-    """
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CheckpointError(f"{root}: cannot be read ({exc.strerror})") from None
-    return st.st_ino, st.st_mtime_ns
-
-
-def _rotated_away(root: Path, path: Path, inode: int | None, rejected: Mapping[Path, str]) -> bool:
-    """Whether ``path`` went missing because the writer replaced or deleted it."""
-    try:
-        now = os.stat(path).st_ino
-    except FileNotFoundError:
-        return True
-    if inode is not None and now != inode:
-        return True  # renamed away and replaced by a new dir of the same step
-    step = checkpoint_step(path)
-    return any(
-        checkpoint_step(other) > step and other not in rejected for other in list_checkpoints(root)
-    )
-
-
-# --- array trees: the replay memory and the loop ------------------------------------------------
-
-
-def tree_nbytes(tree: Any) -> int:
-    """The bytes of a tree's arrays (numpy's or torch's): what a checkpoint writes of it,
-    headers aside."""
-    if isinstance(tree, Mapping):
-        return sum(tree_nbytes(value) for value in tree.values())
-    if isinstance(tree, list | tuple):
-        return sum(tree_nbytes(value) for value in tree)
-    nbytes = getattr(tree, "nbytes", 0)
-    return nbytes if isinstance(nbytes, int) else 0
-
-
-def save_tree(
-    npz_path: Path, json_path: Path, tree: Any, progress: Callable[[int], None] | None = None
-) -> None:
-    """Writes a nested dict whose leaves are arrays or JSON values: arrays to an uncompressed
-    ``.npz``, everything else to a JSON file that marks where each array was.
-
-    The arrays are streamed from where they are (numpy writes each in chunks of 16 MiB), so
-    views of a memory's arrays are written without a copy of it; ``progress`` is told of each
-    chunk written (its bytes).
-
-    JSON keeps Python ints of any size (a PCG64 state is 128 bits) and floats exactly. Reading
-    either file runs no code: JSON, and ``np.load(allow_pickle=False)``.
-
-    Raises:
-        TypeError: a leaf of another type, an object array, or a key that is not a string.
-    """
-    arrays: dict[str, np.ndarray] = {}
-    skeleton = _split(tree, "", arrays)
-    with open(npz_path, "wb") as file:
-        np.savez(file if progress is None else _CountedWrites(file, progress), **arrays)
-    json_path.write_text(json.dumps(skeleton, indent=1) + "\n", encoding="utf-8")
-
-
-def load_tree(npz_path: Path, json_path: Path) -> Any:
-    """Reads what ``save_tree`` wrote; an npz that holds pickled objects is refused
-    (``ValueError``), never unpickled."""
-    skeleton = readback.read_bytes(json_path.parent, json_path.name, readback.KINDS["tree"])
-    with np.load(npz_path, allow_pickle=False) as data:
-        arrays = {key: data[key] for key in data.files}
-    return _join(readback.parse_json(skeleton, json_path, readback.KINDS["tree"]), arrays)
-
-
-def _split(node: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
-    if isinstance(node, Mapping):
-        out = {}
-        for key, value in node.items():
-            if not isinstance(key, str) or key == _ARRAY_KEY:
-                raise TypeError(f"tree keys must be strings other than {_ARRAY_KEY!r}, got {key!r}")
-            out[key] = _split(value, f"{path}.{key}" if path else key, arrays)
-        return out
-    if isinstance(node, np.ndarray):
-        if node.dtype.hasobject:
-            raise TypeError(f"cannot store an object array at {path!r} in a checkpoint tree")
-        if path in arrays:
-            raise TypeError(f"two arrays of a checkpoint tree are both at {path!r}")
-        arrays[path] = node
-        return {_ARRAY_KEY: path}
-    if isinstance(node, np.generic):
-        return node.item()
-    if isinstance(node, list | tuple):
-        return [_split(value, f"{path}.{i}", arrays) for i, value in enumerate(node)]
-    if node is None or isinstance(node, bool | int | float | str):
-        return node
-    raise TypeError(f"cannot store {type(node).__name__} at {path!r} in a checkpoint tree")
-
-
-def _join(node: Any, arrays: dict[str, np.ndarray]) -> Any:
-    if isinstance(node, dict):
-        if set(node) == {_ARRAY_KEY}:
-            return arrays[node[_ARRAY_KEY]]
-        return {key: _join(value, arrays) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_join(value, arrays) for value in node]
-    return node
-
-
-# --- torch files ---------------------------------------------------------------------------------
-
-
-def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
-    """Reads a ``torch.save`` file's tensors and plain containers, running no code.
-
-    ``torch.load(weights_only=True)`` refuses any other object a pickle names. It does not check
-    the CRC-32 its zip container keeps for every member, so a flipped byte would load silently as
-    other weights: that check is made here first (``model.pt`` has no manifest to catch it).
-
-    Args:
-        data: the file's bytes.
-        label: how to name the file in errors (its path).
-        device: where the tensors go.
-
-    Raises:
-        CheckpointError: one line naming ``label``: a truncated or corrupt file, or one whose
-            pickle names anything but tensors and containers (it could run code).
-    """
-    import torch
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"{label}: truncated or corrupt, not a whole torch file ({_one_line(exc)})"
-        ) from None
-    if bad is not None:
-        raise CheckpointError(f"{label}: corrupt: its member {bad} fails its CRC-32 check")
-    try:
-        return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        reason = unpickling_reason(str(exc))
-        raise CheckpointError(
-            f"{label}: refused: it holds more than tensors ({reason}), and loading it could run "
-            "code"
-        ) from None
-    except Exception as exc:  # torch's reader raises RuntimeError, KeyError, ... by damage
-        reason = _one_line(exc)[:200]
-        raise CheckpointError(f"{label}: cannot load ({type(exc).__name__}: {reason})") from None
-
-
-# What torch's weights-only refusal says around its reason: advice on `weights_only`, not why.
-_TORCH_ADVICE = ("weights only load failed", "in pytorch", "re-running", "(1)", "(2)", "check the "
-                 "documentation", "alternatively")  # fmt: skip
-
-
-def unpickling_reason(message: str) -> str:
-    """Why ``torch.load(weights_only=True)`` refused a file, from its message: the sentence that
-    names what the pickle asked for ("Trying to load unsupported GLOBAL posix.system whose module
-    posix is blocked", "Unsupported global: GLOBAL io.open was not an allowed global by
-    default"), not torch's advice around it, whose wording changes between releases.
-
-    The reason is looked for, in order, after ``WeightsUnpickler error:``, in a line naming a
-    ``GLOBAL``, then in the first line that is not advice; the first sentence of it is kept.
-    """
-    lines = [" ".join(line.split()) for line in message.splitlines()]
-    lines = [line for line in lines if line]
-    picks = [line.split("WeightsUnpickler error:", 1)[1] for line in lines
-             if "WeightsUnpickler error:" in line]  # fmt: skip
-    picks += [line for line in lines if "GLOBAL" in line]
-    picks += [line for line in lines if not line.lower().startswith(_TORCH_ADVICE)]
-    text = (picks or lines or [message])[0].strip()
-    sentence = re.split(r"(?<=[^.\s])\.(?:\s|$)", text, maxsplit=1)[0]
-    return _one_line(sentence)[:200]
-
-
-# --- a training run's checkpoint ------------------------------------------------------------------
-
-
-def save_run_checkpoint(
-    root: Path,
-    *,
-    env_steps: int,
-    weights: Mapping[str, Any],
-    trees: Mapping[str, Any],
-    config_yaml: str,
-    keep_last: int,
-    meta: Mapping[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> Path:
-    """Writes a training checkpoint (see the module docstring for its files).
-
-    This module knows no component: the caller hands it named parts, each some component's
-    ``state_dict()``, and each becomes files named after it.
-
-    Args:
-        root: the run's checkpoints dir.
-        env_steps: the loop's env step.
-        weights: parts holding torch tensors (the agent), each written to ``NAME.pt`` with
-            ``torch.save`` and read back with ``torch.load(weights_only=True)``.
-        trees: parts that are trees of arrays and JSON values (the loop, the envs, the replay
-            memory), each written to ``NAME.npz`` + ``NAME.json`` (see ``save_tree``).
-        config_yaml: the resolved config.
-        keep_last: checkpoints to keep.
-        meta: extra manifest values.
-        progress: told ``(done, total)`` bytes as the trees' arrays are written and the files
-            hashed (``total``: the trees' ``tree_nbytes`` twice, the weights' once), every
-            16 MiB or so.
-    """
-    import torch
-
-    total = 2 * tree_nbytes(trees) + tree_nbytes(weights)
-    count = None if progress is None else _Meter(total, progress).add
-
-    def write(directory: Path) -> None:
-        for name, state in weights.items():
-            torch.save(state, directory / f"{name}.pt")
-        for name, tree in trees.items():
-            save_tree(directory / f"{name}.npz", directory / f"{name}.json", tree, count)
-        (directory / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
-
-    meta = {"parts": sorted([*weights, *trees]), **(meta or {})}
-    return write_checkpoint(root, env_steps, write, keep_last=keep_last, meta=meta, progress=count)
-
-
-@dataclass(frozen=True)
-class RunCheckpoint:
-    """A training checkpoint, verified and loaded.
-
-    Attributes:
-        path: its directory.
-        manifest: its manifest (``format``, ``env_steps``, ``final``, ``config_name``, ...).
-        parts: each part's tree by name (``agent``, ``loop``, ``envs``, ``memory``), tensors on
-            the requested device; a part the checkpoint leaves out (``memory`` under
-            ``checkpoint.replay: false``) is absent.
-        config_yaml: the config the state belongs to.
-    """
-
-    path: Path
-    manifest: dict[str, Any]
-    parts: dict[str, Any]
-    config_yaml: str
-
-    @property
-    def env_steps(self) -> int:
-        """The env step the state belongs to."""
-        return int(self.manifest["env_steps"])
-
-    @property
-    def format(self) -> int:
-        """The format version it was written in."""
-        return int(self.manifest["format"])
-
-
-def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
-    """Verifies every file of a training checkpoint against its manifest and loads each part,
-    each file read through the handle that was verified (issue 43, E3: the files were verified
-    through handles, then opened again by path, so a writer of the run dir could swap in another
-    run's ``agent.pt`` between the two).
+def load_parts(
+    path: Path,
+    only: Collection[str],
+    required: Iterable[str],
+    load_weights: Callable[[bytes, str], Any],
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """Verifies every file of a checkpoint against its manifest and loads each part, each file
+    read through the handle that was verified (issue 43, E3: the files were verified through
+    handles, then opened again by path, so a writer of the run dir could swap in another run's
+    ``agent.pt`` between the two).
 
     Everything is read through one descriptor on the checkpoint dir, each file opened once
-    without following a link. A file is read whole, checked, and parsed from those bytes; the
-    replay memory's arrays (``.npz``, as large as what the memory holds) are hashed in chunks
+    without following a link. A file is read whole, checked, and parsed from those bytes; a
+    part's arrays (``.npz``, as large as what the replay memory holds) are hashed in chunks
     through their handle and then loaded from it, and a file whose size, modification or change
     time moved meanwhile (written in place) is refused, so no second copy of the file is held.
 
-    A part is a ``NAME.pt`` file (tensors) or a ``NAME.npz`` + ``NAME.json`` pair.
+    Args:
+        path: the checkpoint dir.
+        only: the file names its manifest may list (another is refused).
+        required: the files it must hold.
+        load_weights: reads a ``NAME.pt`` part from its bytes and its label (``weights``).
+
+    Returns:
+        The manifest, each part by name (``NAME.pt`` through ``load_weights``, ``NAME.npz`` +
+        ``NAME.json`` as a tree) and the bytes of every file but the ``.npz`` ones.
 
     Raises:
         CheckpointError: it fails its checks or cannot be read.
     """
     dir_fd = _open_dir(path)
     try:
-        manifest = _read_manifest_at(path, dir_fd, only=TRAINING_FILES)
+        manifest = _read_manifest_at(path, dir_fd, only=only)
         files = set(manifest["files"])
-        for name in (AGENT_FILE, LOOP_ARRAYS_FILE, LOOP_META_FILE, CONFIG_FILE):
+        for name in required:
             if name not in files:
                 raise CheckpointError(f"{path}: no {name} (not a training checkpoint)")
         blobs = {
@@ -1056,27 +618,21 @@ def load_run_checkpoint(path: Path, device: Any = "cpu") -> RunCheckpoint:
         for name, blob in blobs.items():
             stem, suffix = os.path.splitext(name)
             if suffix == ".pt":
-                parts[stem] = load_weights(blob, str(path / name), device)
+                parts[stem] = load_weights(blob, str(path / name))
         for name in sorted(files):
             stem, suffix = os.path.splitext(name)
             if suffix == ".npz" and f"{stem}.json" in files:
                 arrays = _load_arrays(path, name, manifest["files"][name], dir_fd)
                 parts[stem] = _tree(path, stem, blobs[f"{stem}.json"], arrays)
-        try:
-            config_yaml = blobs[CONFIG_FILE].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            problem = f"{path}: cannot load {CONFIG_FILE} (not UTF-8: {exc.reason})"
-            raise CheckpointError(problem) from None
     finally:
         os.close(dir_fd)
-    return RunCheckpoint(path, manifest, parts, config_yaml)
+    return manifest, parts, blobs
 
 
 def _load_arrays(
     path: Path, name: str, entry: Mapping[str, Any], dir_fd: int
 ) -> dict[str, np.ndarray]:
-    """An ``.npz``'s arrays, verified and loaded through one handle (see
-    ``load_run_checkpoint``)."""
+    """An ``.npz``'s arrays, verified and loaded through one handle (see ``load_parts``)."""
     with _open_file(path, name, entry, dir_fd) as file:
         before = os.fstat(file.fileno())
         _check_digest(path, name, entry, _digest(path, name, file))
@@ -1096,7 +652,7 @@ def _load_arrays(
         except CheckpointError:
             raise
         except Exception as exc:  # unzipping raises many kinds; the checksum passed
-            reason = _one_line(exc)[:300]
+            reason = one_line(exc)[:300]
             problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
             raise CheckpointError(problem) from None
         after = os.fstat(file.fileno())
@@ -1107,60 +663,13 @@ def _load_arrays(
 
 
 def _tree(path: Path, stem: str, skeleton: bytes, arrays: dict[str, np.ndarray]) -> Any:
-    """A part's tree from its JSON skeleton's bytes and its arrays (``load_tree``'s join)."""
+    """A part's tree from its JSON skeleton's bytes and its arrays (``arrays.load_tree``'s
+    join)."""
     name = f"{stem}.json"
     try:
         tree = readback.parse_json(skeleton, path / name, readback.KINDS["tree"])
-        return _join(tree, arrays)
+        return join_tree(tree, arrays)
     except (readback.ReadBackError, KeyError, TypeError) as exc:
-        reason = _one_line(exc)[:300]
+        reason = one_line(exc)[:300]
         problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
         raise CheckpointError(problem) from None
-
-
-def run_dir_of(path: Path) -> Path | None:
-    """The run dir a checkpoint dir sits in (``RUN_DIR/checkpoints/step_*``), or None for one
-    that sits elsewhere."""
-    path = Path(path)
-    return path.parent.parent if path.parent.name == CHECKPOINTS_DIR else None
-
-
-def check_owner(path: Path, manifest: Mapping[str, Any], run_dir: Path | None) -> None:
-    """Refuses a checkpoint of another run than ``run_dir``'s (a step dir copied in from run B
-    into run A): its manifest's run id must be the one ``run_dir``'s ``run.json`` holds.
-
-    A checkpoint without a run id is legacy (written before run ids) and is read unchecked only
-    where that is what it can be: in a run dir without ``run.json`` (one from before run ids),
-    or in one whose ``run.json`` records its id-less checkpoints (``rundir.LEGACY_KEY``: the run
-    dir got its id when it was resumed) at this step or below. Elsewhere, in a run dir that has
-    an id, it is refused (issue 43: a checkpoint stripped of its run id and re-signed was read
-    unchecked). A checkpoint outside any run dir (``run_dir`` None: a checkpoint dir evaluated
-    on its own) is not checked.
-
-    Raises:
-        CheckpointError: the ids differ, the checkpoint has one and ``run_dir`` none, it has none
-            and ``run_dir`` one that does not record it as legacy, or ``run_dir``'s ``run.json``
-            cannot be read; one line naming both.
-    """
-    if run_dir is None:
-        return
-    try:
-        ours, legacy = rundir.read_run_record(run_dir)
-    except rundir.RunDirError as exc:
-        raise CheckpointError(str(exc)) from None
-    theirs = manifest.get(RUN_ID_KEY)
-    if theirs is None:
-        step = manifest.get("env_steps")
-        if ours is not None and (legacy is None or not isinstance(step, int) or step > legacy):
-            raise CheckpointError(
-                f"{path}: a checkpoint without a run id, but its run dir {run_dir} is run {ours}, "
-                "whose checkpoints carry it; refused: a checkpoint stripped of its run id is not "
-                "this run's"
-            )
-        return
-    if theirs != ours:
-        mine = f"is run {ours}" if ours is not None else f"records none (no {rundir.RUN_FILE})"
-        raise CheckpointError(
-            f"{path}: a checkpoint of run {theirs}, but its run dir {run_dir} {mine}; refused: "
-            "a checkpoint copied from another run is not this run's"
-        )

@@ -8,8 +8,8 @@ written. ``display_name`` is what trackers call a run (its path within a sweep, 
 
 A run's identity is its run id, written once into ``run.json`` when the run starts
 (``ensure_run_id``) and into every checkpoint's manifest, so a checkpoint copied in from another
-run is told apart (``checkpoint.check_owner``). It has a file of its own: ``config.yaml`` is the
-experiment (compared on resume, copied by hand as a template, strict about its keys), and
+run is told apart (``training.checkpoints.check_owner``). It has a file of its own: ``config.yaml``
+is the experiment (compared on resume, copied by hand as a template, strict about its keys), and
 ``summary.json`` is written only when a run ends, so a run killed before it would have no id.
 """
 
@@ -409,7 +409,7 @@ def ensure_run_id(run_dir: Path, legacy_through: int | None = None) -> str:
     first. A run dir from before run ids gets one on its first write after this change; its old
     checkpoints carry none, and ``legacy_through`` (the newest of them, given by the caller) is
     recorded beside the id (``LEGACY_KEY``), so that they, and no checkpoint without an id
-    written since, stay readable (``checkpoint.check_owner``).
+    written since, stay readable (``training.checkpoints.check_owner``).
 
     Raises:
         RunDirError: as ``read_run_id``.

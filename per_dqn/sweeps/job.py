@@ -285,9 +285,12 @@ def run_jobs(
 def _trainer(trainer_class: Any, ckpt: Any, job: Job, run_dir: Path) -> Any:
     """The job's trainer, resumed from the run dir's newest usable checkpoint, or fresh in a
     cleared run dir."""
+    from per_dqn.rundir import latest
+    from per_dqn.training import checkpoints as run_ckpt
+
     config = job_config(job)
     trainer = trainer_class(config, job.config_name)
-    found = ckpt.find_latest(ckpt.checkpoints_dir(run_dir), only=ckpt.TRAINING_FILES)
+    found = latest.find_latest(ckpt.checkpoints_dir(run_dir), only=run_ckpt.TRAINING_FILES)
     # A final checkpoint without a finished summary (killed between the two writes) is not
     # continued: that would evaluate a second time and score the run differently from one never
     # stopped.

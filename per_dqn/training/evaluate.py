@@ -4,16 +4,16 @@ Which weights are played:
 
 * a checkpoint dir (``RUN_DIR/checkpoints/step_*``): that checkpoint, with the config saved in it;
   a damaged one is an error, not a fallback, since it was asked for by name, and so is one of
-  another run than its run dir's (``checkpoint.check_owner``);
+  another run than its run dir's (``training.checkpoints.check_owner``);
 * a run dir: its newest checkpoint whose manifest, ``agent.pt`` and ``config.yaml`` pass their
   checks (a damaged newer one is named in a warning), else its final ``model.pt``.
 
 A run dir may belong to a run that is still training and deleting its older checkpoints as it
-writes new ones: each file is read once, checked, and used as read (``checkpoint.read_latest``),
+writes new ones: each file is read once, checked, and used as read (``rundir.latest.read_latest``),
 and a checkpoint deleted while it was being read sends the search back to the newest one.
 Weights are read with ``torch.load(weights_only=True)``, after their zip container's CRC-32s are
-checked (``checkpoint.load_weights``): a planted file runs no code, a corrupt ``model.pt`` is one
-error line naming it.
+checked (``rundir.weights.load_weights``): a planted file runs no code, a corrupt ``model.pt`` is
+one error line naming it.
 
 The environment is the run's evaluation env (``envs.make_eval_env``), the same one training
 evaluated on. ``--video`` films the first episode as an animated GIF (Pillow) of ``env.render()``
@@ -45,8 +45,10 @@ from per_dqn.config import (
 )
 from per_dqn.logs.video import write_gif
 from per_dqn.rundir import checkpoint as ckpt
-from per_dqn.rundir import readback
+from per_dqn.rundir import latest, readback
 from per_dqn.rundir.fileio import inside
+from per_dqn.rundir.weights import load_weights
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.asking import ACT, Request, serve
 from per_dqn.training.seeding import RunSeeds
 
@@ -120,17 +122,17 @@ def _config_from(data: bytes, path: Path) -> Config:
 def _checkpoint_source(
     path: Path, manifest: dict[str, Any], files: dict[str, bytes], warnings: list[str]
 ) -> Source:
-    owner = ckpt.run_dir_of(path)
-    ckpt.check_owner(path, manifest, owner)
+    owner = run_ckpt.run_dir_of(path)
+    run_ckpt.check_owner(path, manifest, owner)
     run_dir = path if owner is None else owner
     steps = int(manifest["env_steps"])
-    agent = ckpt.load_weights(files[ckpt.AGENT_FILE], str(path / ckpt.AGENT_FILE))
+    agent = load_weights(files[run_ckpt.AGENT_FILE], str(path / run_ckpt.AGENT_FILE))
     if not isinstance(agent, dict) or not isinstance(agent.get("online"), dict):
-        raise ValueError(f"{path / ckpt.AGENT_FILE}: holds no online network (key 'online')")
+        raise ValueError(f"{path / run_ckpt.AGENT_FILE}: holds no online network (key 'online')")
     return Source(
-        weights_file=path / ckpt.AGENT_FILE,
+        weights_file=path / run_ckpt.AGENT_FILE,
         weights=agent["online"],
-        config=_config_from(files[ckpt.CONFIG_FILE], path / ckpt.CONFIG_FILE),
+        config=_config_from(files[run_ckpt.CONFIG_FILE], path / run_ckpt.CONFIG_FILE),
         run_dir=run_dir,
         env_steps=steps,
         label=f"{path} (env step {steps:,})",
@@ -151,16 +153,16 @@ def resolve_source(target: Path) -> Source:
         raise ValueError(f"{target}: no such run dir or checkpoint dir (the path does not exist)")
     if not target.is_dir():
         raise ValueError(f"{target}: not a directory (a run dir or a checkpoint dir)")
-    wanted = (ckpt.AGENT_FILE, ckpt.CONFIG_FILE)
+    wanted = (run_ckpt.AGENT_FILE, run_ckpt.CONFIG_FILE)
     if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
-        manifest, files = ckpt.read_verified(target, wanted, only=ckpt.TRAINING_FILES)
+        manifest, files = ckpt.read_verified(target, wanted, only=run_ckpt.TRAINING_FILES)
         return _checkpoint_source(target, manifest, files, [])
     if not inside(target, RUN_CONFIG_FILE).is_file():
         raise ValueError(
             f"{target}: neither a run dir (no {RUN_CONFIG_FILE}) nor a checkpoint dir "
             f"(no {ckpt.MANIFEST_FILE})"
         )
-    found = ckpt.read_latest(ckpt.checkpoints_dir(target), wanted, ckpt.TRAINING_FILES)
+    found = latest.read_latest(ckpt.checkpoints_dir(target), wanted, run_ckpt.TRAINING_FILES)
     if found.path is not None:
         return _checkpoint_source(found.path, found.manifest, found.files, found.warnings)
     model = inside(target, MODEL_FILE)
@@ -173,7 +175,7 @@ def resolve_source(target: Path) -> Source:
                 f"{target}: no usable checkpoint and no {MODEL_FILE} to evaluate"
             ) from None
         raise ValueError(f"{model}: cannot read ({exc.problem})") from None
-    weights = ckpt.load_weights(data, str(model))
+    weights = load_weights(data, str(model))
     fallback = f"using {MODEL_FILE}"
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings

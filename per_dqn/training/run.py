@@ -36,11 +36,13 @@ from per_dqn.logs.metrics import (
     config_as_markdown,
     flatten_config,
 )
+from per_dqn.rundir import arrays
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir.dirs import display_name, ensure_run_id, read_run_id, sweep_axes, trial_name
 from per_dqn.rundir.fileio import write_bytes_atomic, write_json, write_text_atomic, writing
 from per_dqn.rundir.provenance import provenance
 from per_dqn.rundir.summary import SESSIONS_KEY, WALL_TOTAL_KEY, read_sessions
+from per_dqn.training import checkpoints as run_ckpt
 from per_dqn.training.asking import Request, serve
 from per_dqn.training.build import make_agent, make_memory, resolve_device, set_torch_threads
 from per_dqn.training.evaluate import Episodes, episode_requests
@@ -91,7 +93,7 @@ def eval_scalars(episodes: Episodes) -> dict[str, float]:
     }
 
 
-def upgrade_parts(checkpoint: ckpt.RunCheckpoint) -> dict[str, Any]:
+def upgrade_parts(checkpoint: run_ckpt.RunCheckpoint) -> dict[str, Any]:
     """The checkpoint's parts in this version's shape (format 2 is moved into format 3's)."""
     if checkpoint.format == 2:
         try:
@@ -163,15 +165,15 @@ class Trainer:
 
         Raises:
             CheckpointError: the checkpoint fails its checksums, cannot be read, belongs to
-                another run than the run dir it sits in (``checkpoint.check_owner``), or does
-                not fit this config. Its parts are all checked before the loop's state changes.
+                another run than the run dir it sits in (``training.checkpoints.check_owner``), or
+                does not fit this config. Its parts are all checked before the loop's state changes.
         """
         # Whose it is, before seconds of loading: a step dir copied in from another run is refused.
-        ckpt.check_owner(path, ckpt.read_manifest(path), ckpt.run_dir_of(path))
-        checkpoint = ckpt.load_run_checkpoint(path, self.device)
+        run_ckpt.check_owner(path, ckpt.read_manifest(path), run_ckpt.run_dir_of(path))
+        checkpoint = run_ckpt.load_run_checkpoint(path, self.device)
         # Again on the manifest that was loaded, through the one handle its files were read by:
         # the step dir could have been swapped since the first look.
-        ckpt.check_owner(path, checkpoint.manifest, ckpt.run_dir_of(path))
+        run_ckpt.check_owner(path, checkpoint.manifest, run_ckpt.run_dir_of(path))
         parts = upgrade_parts(checkpoint)
         env_steps = checkpoint.env_steps
         loop = parts.get("loop")
@@ -268,13 +270,13 @@ class Trainer:
         root = ckpt.checkpoints_dir(run_dir)
         parts = self.state_dict(copy=False)  # streamed from the memory: no second copy of it
         agent = parts.pop("agent")
-        size = ckpt.tree_nbytes(parts) + ckpt.tree_nbytes(agent)
+        size = arrays.tree_nbytes(parts) + arrays.tree_nbytes(agent)
         if progress is not None and stopping:
             progress.say(f"stopping: saving a checkpoint ({gib(size)}) at env step "
                          f"{env_steps:,}")  # fmt: skip
         # A failed write leaves the earlier checkpoints whole (see ``checkpoint.write_checkpoint``).
         with writing(root / ckpt.checkpoint_name(env_steps)):
-            return ckpt.save_run_checkpoint(
+            return run_ckpt.save_run_checkpoint(
                 root,
                 env_steps=env_steps,
                 weights={"agent": agent},

@@ -236,14 +236,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "checkpoint-reread-by-path", "per_dqn/rundir/checkpoint.py",
-        "parts[stem] = load_weights(blob, str(path / name), device)",
-        "parts[stem] = load_weights((path / name).read_bytes(), str(path / name), device)",
+        "parts[stem] = load_weights(blob, str(path / name))",
+        "parts[stem] = load_weights((path / name).read_bytes(), str(path / name))",
         ("tests/test_readback.py::"
          "test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped",),
         "agent.pt opened again by path after it was verified (issue 43, E3: a swap loads)",
     ),
     Mutant(
-        "stripped-run-id-read", "per_dqn/rundir/checkpoint.py",
+        "stripped-run-id-read", "per_dqn/training/checkpoints.py",
         "if ours is not None and (legacy is None or not isinstance(step, int) or step > legacy):",
         "if ours is not None and legacy is not None and step > legacy:",
         ("tests/test_readback.py::test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused",),

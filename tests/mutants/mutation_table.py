@@ -49,15 +49,21 @@ SCOPE: dict[str, tuple[str, ...]] = {
     # What reads a checkpoint back: listing, manifest, verification, the choice of the newest
     # usable one, the arrays and weights, and the owner check (not the writer).
     "per_dqn/rundir/checkpoint.py": (
-        "x_list_checkpoints", "x__strays", "x__entry_kind", "x_manifest_digest",
+        "x_list_checkpoints", "x_strays", "x__entry_kind", "x_manifest_digest",
         "x_checkpoint_step", "x_read_manifest", "x__read_manifest_at", "x__reason",
-        "x__parse_manifest", "x__one_line", "xǁ_Missingǁ__init__", "x__entry", "x__check_size",
+        "x__parse_manifest", "x_one_line", "xǁMissingǁ__init__", "x__entry", "x__check_size",
         "x__check_digest", "x_file_kind", "x__open_file", "x__open_dir", "x__digest",
-        "x_verify_checkpoint", "x_read_verified", "x__read_checked", "x__warnings",
-        "x_find_latest", "x_read_latest", "x__dir_stamp", "x__rotated_away", "x_load_tree",
-        "x__join", "x_load_weights", "x_unpickling_reason", "x_load_run_checkpoint",
-        "x__load_arrays", "x__tree", "x_run_dir_of", "x_check_owner",
+        "x_verify_checkpoint", "x_read_verified", "x__read_checked", "x_load_parts",
+        "x__load_arrays", "x__tree",
     ),
+    # The choice of the newest usable checkpoint, the arrays and the weights read back, and a
+    # training checkpoint's loader and owner check (each reader, not its writer).
+    "per_dqn/rundir/latest.py": (
+        "x__warnings", "x_find_latest", "x_read_latest", "x__dir_stamp", "x__rotated_away",
+    ),
+    "per_dqn/rundir/arrays.py": ("x_load_tree", "x_join_tree"),
+    "per_dqn/rundir/weights.py": ("x_load_weights", "x_unpickling_reason"),
+    "per_dqn/training/checkpoints.py": ("x_load_run_checkpoint", "x_run_dir_of", "x_check_owner"),
 }  # fmt: skip
 
 

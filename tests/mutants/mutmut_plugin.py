@@ -65,6 +65,22 @@ FOCUS: dict[str, tuple[str, ...]] = {
         "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
         "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
     ),
+    "per_dqn.rundir.latest": (
+        "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
+        "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
+    ),
+    "per_dqn.rundir.arrays": (
+        "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
+        "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
+    ),
+    "per_dqn.rundir.weights": (
+        "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
+        "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
+    ),
+    "per_dqn.training.checkpoints": (
+        "tests/test_checkpoint.py", "tests/test_readback.py", "tests/test_run_dir_paths.py",
+        "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
+    ),
     "per_dqn.rundir.provenance": ("tests/test_provenance.py",),
 }  # fmt: skip
 

@@ -144,8 +144,8 @@ def test_a_checkpoint_refused_on_load_is_not_resumed_but_redone(tmp_path):
 
 def test_a_newer_checkpoint_listing_a_file_no_training_reads_is_passed_over(tmp_path):
     """A job resumes from the newest checkpoint a training run may read
-    (``checkpoint.TRAINING_FILES``): a newer one whose manifest also lists another file (here
-    ``notes.txt``, signed and present) is passed over for the older one, not taken and then
+    (``training.checkpoints.TRAINING_FILES``): a newer one whose manifest also lists another file
+    (here ``notes.txt``, signed and present) is passed over for the older one, not taken and then
     refused, which would redo the run from zero."""
     one = one_job(tmp_path)
     job.run_job(one, tmp_path, should_stop=StopAfter(150))
