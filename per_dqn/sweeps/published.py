@@ -209,7 +209,8 @@ def binned(
 
 
 def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float:
-    """``numpy.interp`` at ``x`` (xs ascending): linear inside, the end values outside."""
+    """``numpy.interp`` at ``x`` from ``xs[0]`` on (xs ascending): linear inside, the last value
+    past the end (``binned`` asks at no ``x`` before its first knot, step 0)."""
     if x >= xs[-1]:
         return ys[-1]
     right = next(k for k, v in enumerate(xs) if v > x)

@@ -380,6 +380,9 @@ def test_values_at_reads_each_run_of_an_arm_and_env_that_reached_the_step(tmp_pa
     binned = published.values_at(out, "uniform", ENV, 50_000, 5000)
     mean_ema = np.mean([1 - 0.99**n for n in range(1, 50, 5)])  # logged at n = 1, 6, ..., 46
     assert binned == pytest.approx({0: mean_ema, 1: 3 * mean_ema})
+    # a run that reached the step exactly is read there (issue 44's mutation run: `>=` -> `>`)
+    at_end = published.values_at(out, "uniform", ENV, 100_000, None)
+    assert at_end == pytest.approx({0: 1 - 0.99**100, 1: 3 * (1 - 0.99**100)})
     assert published.values_at(out, "uniform", ENV, 150_000, None) == {}  # past both runs
     assert published.values_at(out, "rank", ENV, 50_000, None) == {}
     assert published.values_at(out, "uniform", "MinAtar/Asterix-v1", 50_000, None) == {}
@@ -459,3 +462,12 @@ def test_the_published_table_names_each_curve_s_exploration(tmp_path):
     assert f"| {ENV} | 50,000 | uniform | epsilon 0.01 from 250k | " in text
     shipped = published.read_published(SHIPPED)
     assert {p.exploration for p in shipped} == {"epsilon 0.1 from 105k"}
+
+
+def test_interpolate_is_numpy_s_interp_at_every_step_ends_and_knots_included():
+    """``_interpolate`` against ``numpy.interp`` at each integer from the first knot to past the
+    last, the knots themselves among them (issue 44's mutation run: `>=` -> `>` at the last knot
+    and `>` -> `>=` in the search survived, since ``binned`` only asks between knots)."""
+    xs, ys = [0, 2, 3, 7], [0.0, 4.0, -1.0, 2.5]
+    for x in range(0, 10):
+        assert published._interpolate(xs, ys, x) == pytest.approx(np.interp(x, xs, ys)), x

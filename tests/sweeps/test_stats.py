@@ -351,6 +351,20 @@ def test_the_independent_interval_is_the_bootstrap_written_out_replicate_by_repl
     )
 
 
+def test_the_independent_interval_s_seed_and_confidence_are_its_own():
+    """The default seed is 0 and another seed draws other replicates; the confidence asked for
+    is the one the interval has (issue 44's mutation run: seed 0 -> 1 and the confidence left out
+    survived, the integer scores above giving the same quantiles for any seed)."""
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((7, 3)) + 0.3, rng.standard_normal((6, 3))
+    default = stats.independent_bootstrap_ci(x, y, reps=200)
+    assert default == stats.independent_bootstrap_ci(x, y, reps=200, seed=0)
+    assert default != stats.independent_bootstrap_ci(x, y, reps=200, seed=1)
+    half = stats.independent_bootstrap_ci(x, y, reps=200, confidence=0.5)
+    assert half == pytest.approx(naive_independent_ci(x, y, 200, 0, confidence=0.5), abs=1e-12)
+    assert default[0] < half[0] <= half[1] < default[1]
+
+
 def test_the_incomplete_beta_at_its_ends_and_on_both_sides_of_its_switch():
     """``I_x(a, b)`` against scipy's ``betainc`` at the ends (0 and 1 exactly, where the
     continued fraction is not used) and on both sides of the point ``(a + 1) / (a + b + 2)``
