@@ -56,6 +56,10 @@ class Family:
             no budget.
         env_keys: the family-specific ``env.*`` keys it reads (``FAMILY_ENV_KEYS``); the others
             of those are ignored by its envs (``config show`` marks them).
+        game_package: the distribution whose code is the game (``ale-py``, ``minatar``): a
+            release can change the game itself (MinAtar 1.0.11 fixed Seaquest's oxygen bar;
+            ale-py's releases bring the ROMs and the emulator), so a run's provenance records its
+            version and the report names it; None where the game is gymnasium's own.
     """
 
     name: str
@@ -69,6 +73,7 @@ class Family:
     eval_episode_frames: int | None
     eval_total_frames: int | None
     env_keys: frozenset[str]
+    game_package: str | None
 
     def claims(self, env_id: str) -> bool:
         """Whether ``env_id`` starts with this family's namespace (never, for the fallback)."""
@@ -87,6 +92,7 @@ CLASSIC = Family(
     eval_episode_frames=None,  # CartPole's time limit already ends an episode at 500
     eval_total_frames=None,
     env_keys=frozenset(),
+    game_package=None,  # gymnasium's, recorded for every run
 )
 ATARI = Family(
     name="atari",
@@ -112,6 +118,7 @@ ATARI = Family(
             "env_threads",
         )
     ),
+    game_package="ale-py",
 )
 MINATAR = Family(
     name="minatar",
@@ -126,6 +133,7 @@ MINATAR = Family(
     eval_episode_frames=None,
     eval_total_frames=None,
     env_keys=frozenset({"full_action_space"}),  # its own sticky actions are MinAtar's (0.1)
+    game_package="minatar",
 )
 
 # Every family. An id no namespace claims is the fallback's (``CLASSIC``).
@@ -155,3 +163,13 @@ def of(env_id: str) -> Family:
         if family.claims(env_id):
             return family
     return FALLBACK
+
+
+def game_package(env_id: str) -> str | None:
+    """The distribution whose code is ``env_id``'s game (``Family.game_package``), or None."""
+    return of(env_id).game_package
+
+
+# The distributions whose versions a run's provenance records: torch and gymnasium, each
+# family's game package, numpy and per-dqn itself.
+GAME_PACKAGES = tuple(f.game_package for f in FAMILIES if f.game_package is not None)

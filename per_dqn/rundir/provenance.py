@@ -31,8 +31,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from per_dqn.envs.families import GAME_PACKAGES
+
 # The distributions whose versions decide what a run computes, by their installed names.
-DISTRIBUTIONS = ("torch", "gymnasium", "ale-py", "minatar", "numpy", "per-dqn")
+DISTRIBUTIONS = ("torch", "gymnasium", *GAME_PACKAGES, "numpy", "per-dqn")
 # Seconds one git call may take: a network filesystem must not hold a run's start.
 GIT_TIMEOUT_S = 5.0
 

@@ -45,7 +45,8 @@ from per_dqn.sweeps.measure import (
     sensitivity,
 )
 from per_dqn.sweeps.published import Point, in_reach, read_as_logged, steps_for
-from per_dqn.sweeps.runs import SweepRuns, env_label
+from per_dqn.sweeps.runs import SweepRuns
+from per_dqn.sweeps.wording import env_label
 
 # The figures' file names in the sweep dir (report.md links them by these names).
 CURVES_FILE = "curves.png"
@@ -196,7 +197,7 @@ def plot_curves(sweep: SweepRuns, cells: Cells, thresholds: dict[str, float | No
 
 
 def _label_panel(ax, env: str, counts: dict[str, int], ylabel: str) -> None:
-    """A panel of curves against env steps: its env (``runs.env_label``: with its game's release)
+    """A panel of curves against env steps: its env (``wording.env_label``: with its game's release)
     and seeds as the title, its axes, a grid."""
     ax.set_title(printable(f"{env} ({_seeds_note(counts)})"), fontsize="medium")
     ax.set_xlabel("env steps")

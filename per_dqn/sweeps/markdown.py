@@ -64,7 +64,8 @@ from per_dqn.sweeps.measure import (
     sensitivity_keys,
 )
 from per_dqn.sweeps.published import Point, in_reach, read_as_logged
-from per_dqn.sweeps.runs import SweepRuns, compute_seconds, env_games, env_label
+from per_dqn.sweeps.runs import SweepRuns
+from per_dqn.sweeps.wording import compute_seconds, env_games, env_label
 
 # Below this many runs a cell's bootstrap interval is little more than the runs' range.
 MIN_RUNS = 5
@@ -228,7 +229,7 @@ def render_markdown(
 
 
 def _compute_line(sweep: SweepRuns) -> list[str]:
-    """What training the runs used took (``runs.compute_seconds``), as one line."""
+    """What training the runs used took (``wording.compute_seconds``), as one line."""
     if not sweep.runs:
         return []
     seconds, packs, untimed = compute_seconds(sweep.runs)

@@ -61,7 +61,8 @@ from per_dqn.envs import atari_scores
 from per_dqn.logs.tags import EVAL_RETURN_MEAN
 from per_dqn.rundir.summary import normalized_auc
 from per_dqn.sweeps import stats
-from per_dqn.sweeps.runs import Run, SweepRuns, settings_label
+from per_dqn.sweeps.naming import settings_label
+from per_dqn.sweeps.runs import Run, SweepRuns
 
 BASELINE_ARM = "uniform"
 # The bootstrap is seeded so that the same run dirs always give the same report, byte for byte.

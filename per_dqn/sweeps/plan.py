@@ -5,7 +5,7 @@ An *arm* is a replay kind, optionally with its own settings, the way the PER pap
 arms (``--grid replay.alpha=0.4,0.6 --grid agent.n_step=1,3``). A sweep dir ``DIR`` holds one
 normal run dir per run, ``DIR[/<env>]/<kind>[/<settings and grid values>]/s<seed>``, e.g.
 ``DIR/proportional/alpha=0.4,n=3/s100`` (the env level only when the sweep has several envs; keys
-shortened to their last part, a few to a common abbreviation, ``runs.SHORT_KEYS``; values never
+shortened to their last part, a few to a common abbreviation, ``naming.SHORT_KEYS``; values never
 cut),
 so ``tensorboard --logdir DIR`` shows every curve under that name. ``DIR/sweep.json`` is the
 sweep's own record: config, arms and their settings, grid, seeds, envs, the resolved config and
@@ -63,8 +63,9 @@ from per_dqn.rundir.fileio import write_json
 from per_dqn.rundir.provenance import provenance
 from per_dqn.sweeps import reuse as reuse_runs
 from per_dqn.sweeps import runs
+from per_dqn.sweeps.naming import settings_label
 from per_dqn.sweeps.record import SweepRun
-from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, config_differences, settings_label
+from per_dqn.sweeps.runs import ARMS, SWEEP_FILE, config_differences
 
 # The config keys every sweep sets per run; arms' settings and grid keys join them in a sweep.
 SWEEP_AXES = ("env.id", "replay.kind", "run.seed")

@@ -1,5 +1,7 @@
 """Reading run dirs and sweep dirs back: summaries, eval curves, ``sweep.json`` and whole sweeps.
 
+Run naming lives in ``naming``, the report's wording of what the runs hold in ``wording``.
+
 Shared by the sweep runner (``per_dqn.sweeps.plan``: which runs are finished, what a sweep dir
 already holds) and the report writer (``per_dqn.sweeps.report``: every finished run's score and
 curve). It reads only what ``Trainer.run`` and ``ablate`` write (``summary.json``, the
@@ -16,15 +18,14 @@ are reported.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from per_dqn.envs.families import game_package
 from per_dqn.logs.metrics import flatten_config
 from per_dqn.logs.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 from per_dqn.memory import KINDS
@@ -33,6 +34,7 @@ from per_dqn.rundir.dirs import SWEEP_FILE
 from per_dqn.rundir.summary import SESSIONS_KEY, read_sessions
 from per_dqn.sweeps import events
 from per_dqn.sweeps.record import FILLED, SweepRecord
+from per_dqn.sweeps.wording import exploration_text
 
 SUMMARY_FILE = "summary.json"
 # What `per-dqn train` writes into a run dir first (its resolved config) and last (its summary):
@@ -40,38 +42,6 @@ SUMMARY_FILE = "summary.json"
 RUN_DIR_FILES = ("config.yaml", SUMMARY_FILE)
 # The replay kinds a sweep compares, in the order reports list them.
 ARMS = KINDS  # the replay kinds, in report order (per_dqn.memory.KINDS: the one list)
-
-
-# How a key appears in run dir names when its last part is not short enough; any other key
-# appears as its last part (``replay.alpha`` -> ``alpha``), or whole if two keys of one run share
-# that last part.
-SHORT_KEYS = {"agent.n_step": "n", "agent.learning_rate": "lr"}
-
-
-def format_value(value: Any) -> str:
-    """A setting's value as run dir names show it: ``0.0001``, ``true``, ``[128,128]``, ``huber``;
-    ``/`` becomes ``-`` so that the name stays one path component."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, float):
-        text = repr(value)
-    else:
-        text = json.dumps(value, separators=(",", ":"))
-    return text.replace("/", "-")
-
-
-def short_keys(keys: Sequence[str]) -> dict[str, str]:
-    """How each key of one run's label is written: ``SHORT_KEYS`` or its last part, the whole
-    dotted key where two keys would read alike."""
-    short = {k: SHORT_KEYS.get(k, k.rsplit(".", 1)[-1]) for k in keys}
-    clashes = {s for s in short.values() if list(short.values()).count(s) > 1}
-    return {k: (k if s in clashes else s) for k, s in short.items()}
-
-
-def settings_label(pairs: Sequence[tuple[str, Any]]) -> str:
-    """``[("replay.alpha", 0.4), ("agent.n_step", 3)]`` -> ``"alpha=0.4,n=3"``."""
-    short = short_keys([k for k, _ in pairs])
-    return ",".join(f"{short[k]}={format_value(v)}" for k, v in pairs)
 
 
 def config_differences(old: Any, new: Any) -> list[str]:
@@ -248,43 +218,6 @@ class Run:
     resumed: bool = False
 
 
-def compute_seconds(runs: Sequence[Run]) -> tuple[float, int, int]:
-    """What training ``runs`` took, as ``(seconds, pack sessions, untimed)``: the wall time of
-    the pack sessions that trained them, summed. A pack trains its runs in one process, so each
-    pack session counts once, by the longest of its runs' sessions here (a run alone is a pack of
-    one). A run whose summary does not record its sessions counts its last one (``wall_seconds``,
-    in the pack its provenance names); if it was resumed, the earlier ones are missing, it is
-    counted in ``untimed``, and the sum is a lower bound."""
-    longest: dict[tuple[str, ...], float] = {}
-
-    def count(key: tuple[str, ...], seconds: float) -> None:
-        longest[key] = max(longest.get(key, 0.0), seconds)
-
-    untimed = 0
-    for run in runs:
-        if run.sessions is not None:
-            for pack, seconds in run.sessions:
-                count(("session", pack), seconds)
-        else:
-            count(("pack", *(run.pack or (run.path,))), run.wall_seconds)
-            untimed += run.resumed
-    return sum(longest.values()), len(longest), untimed
-
-
-def exploration_text(train: dict[str, Any]) -> str | None:
-    """A config's ``train`` section's exploration after its decay: ``epsilon 0.01 from 250k``,
-    the floor and the env step it is reached at (``epsilon_decay_steps``, after
-    ``learning_starts`` where the decay starts there). None where a key is missing."""
-    try:
-        floor, steps = float(train["epsilon_end"]), int(train["epsilon_decay_steps"])
-        if train.get("epsilon_decay_from", "start") == "learning_starts":
-            steps += int(train["learning_starts"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    at = f"{steps // 1000}k" if steps % 1000 == 0 and steps else f"{steps:,}"
-    return f"epsilon {floor:g} from {at}"
-
-
 def _exploration(run_dir: Path) -> str | None:
     from per_dqn.config import ConfigError, parse_yaml
 
@@ -295,11 +228,6 @@ def _exploration(run_dir: Path) -> str | None:
         return None
     train = config.get("train") if isinstance(config, dict) else None
     return exploration_text(train) if isinstance(train, dict) else None
-
-
-# Env id prefix -> the distribution whose code is the game: a release can change the game itself
-# (MinAtar 1.0.11 fixed Seaquest's oxygen bar; ale-py's releases bring the ROMs and the emulator).
-GAME_PACKAGES = {"MinAtar/": "minatar", "ALE/": "ale-py"}
 
 
 def _sessions(summary: dict[str, Any]) -> tuple[tuple[str, float], ...] | None:
@@ -326,33 +254,10 @@ def _pack(path: str, summary: dict[str, Any]) -> tuple[str, ...]:
 
 def _game(env_id: str, summary: dict[str, Any]) -> str | None:
     """``Run.game`` from the summary's ``provenance.versions``."""
-    name = next((pkg for prefix, pkg in GAME_PACKAGES.items() if env_id.startswith(prefix)), None)
+    name = game_package(env_id)
     found = (summary.get("provenance") or {}).get("versions") or {}
     version = found.get(name) if name is not None and isinstance(found, dict) else None
     return f"{name} {version}" if isinstance(version, str) else None
-
-
-def env_games(runs: Sequence[Run], env: str) -> list[str]:
-    """The game releases ``env``'s runs recorded (``Run.game``), oldest first."""
-
-    def key(game: str) -> tuple[tuple[int, int | str], ...]:
-        parts = re.split(r"[.\-+]", game.split(" ", 1)[-1])
-        return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
-
-    return sorted({r.game for r in runs if r.env_id == env and r.game is not None}, key=key)
-
-
-def env_label(runs: Sequence[Run], env: str) -> str:
-    """``env``, with the game releases its runs played where the summaries say
-    (``MinAtar/Seaquest-v1, minatar 1.0.15``; two releases are both named, ``minatar 1.0.10
-    and 1.0.15``: the runs did not all play one game)."""
-    games = env_games(runs, env)
-    if not games:
-        return env
-    name = games[0].split(" ")[0]
-    versions = [g.split(" ", 1)[1] for g in games]
-    listed = versions[0] if len(versions) == 1 else f"{', '.join(versions[:-1])} and {versions[-1]}"
-    return f"{env}, {name} {listed}"
 
 
 @dataclass(frozen=True)

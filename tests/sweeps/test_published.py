@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from per_dqn.cli import app
 from per_dqn.logs import metrics, tags
 from per_dqn.rundir import fileio
-from per_dqn.sweeps import figures, measure, published, report, runs
+from per_dqn.sweeps import figures, measure, published, report, runs, wording
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "docs" / "results" / "published" / "reducible_loss_minatar.csv"
@@ -402,9 +402,9 @@ def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_d
         fileio.write_json(summary, data)
     sweep = runs.collect(out)
     assert [r.game for r in sweep.runs] == ["minatar 1.0.10", "minatar 1.0.15"]
-    assert runs.env_label(sweep.runs, ENV) == f"{ENV}, minatar 1.0.10 and 1.0.15"
-    assert runs.env_label(sweep.runs[1:], ENV) == f"{ENV}, minatar 1.0.15"
-    assert runs.env_label(sweep.runs, "CartPole-v1") == "CartPole-v1"
+    assert wording.env_label(sweep.runs, ENV) == f"{ENV}, minatar 1.0.10 and 1.0.15"
+    assert wording.env_label(sweep.runs[1:], ENV) == f"{ENV}, minatar 1.0.15"
+    assert wording.env_label(sweep.runs, "CartPole-v1") == "CartPole-v1"
     cells = measure.group_cells(sweep, [measure.measure(r, None) for r in sweep.runs])
     fig = figures.plot_curves(sweep, cells, {ENV: None})
     assert fig.axes[0].get_title() == f"{ENV}, minatar 1.0.10 and 1.0.15 (2 seeds per arm)"
@@ -426,7 +426,7 @@ def test_the_report_names_the_game_release_its_runs_played_and_warns_when_they_d
     summary = out / "uniform/s0/summary.json"
     data = json.loads(summary.read_text()) | {"provenance": {"versions": {"minatar": "1.0.9"}}}
     fileio.write_json(summary, data)
-    assert runs.env_label(runs.collect(out).runs, ENV) == f"{ENV}, minatar 1.0.9 and 1.0.15"
+    assert wording.env_label(runs.collect(out).runs, ENV) == f"{ENV}, minatar 1.0.9 and 1.0.15"
 
 
 def test_the_published_table_names_each_curve_s_exploration(tmp_path):
@@ -435,17 +435,17 @@ def test_the_published_table_names_each_curve_s_exploration(tmp_path):
     runs' from their config.yaml (the floor, and the env step it is reached at), the source's
     from the file's optional column. By hand: the decay's length, after learning_starts where
     the decay starts there."""
-    assert runs.exploration_text({"epsilon_end": 0.01, "epsilon_decay_steps": 250_000}) == (
+    assert wording.exploration_text({"epsilon_end": 0.01, "epsilon_decay_steps": 250_000}) == (
         "epsilon 0.01 from 250k"
     )
-    assert runs.exploration_text({
+    assert wording.exploration_text({
         "epsilon_end": 0.1, "epsilon_decay_steps": 100_000,
         "epsilon_decay_from": "learning_starts", "learning_starts": 5_000,
     }) == "epsilon 0.1 from 105k"  # fmt: skip
-    assert runs.exploration_text({"epsilon_end": 0.05, "epsilon_decay_steps": 1_500}) == (
+    assert wording.exploration_text({"epsilon_end": 0.05, "epsilon_decay_steps": 1_500}) == (
         "epsilon 0.05 from 1,500"
     )
-    assert runs.exploration_text({"epsilon_end": 0.05}) is None
+    assert wording.exploration_text({"epsilon_end": 0.05}) is None
     out = breakout_sweep(tmp_path / "sweep")
     for seed in (0, 1):
         (out / f"uniform/s{seed}/config.yaml").write_text(
