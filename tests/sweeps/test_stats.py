@@ -383,3 +383,12 @@ def test_the_incomplete_beta_at_its_ends_and_on_both_sides_of_its_switch():
     assert stats.t_cdf(0.0, 4.0) == 0.5
     assert stats.t_cdf(-1e6, 3.0) == pytest.approx(scipy_stats.t.cdf(-1e6, 3.0), rel=1e-9)
     assert stats.t_cdf(1e6, 3.0) == pytest.approx(scipy_stats.t.cdf(1e6, 3.0), rel=1e-15)
+
+
+def test_a_sample_s_mean_and_sd_are_taken_in_float64_whatever_its_dtype():
+    """Issue 44's mutation run: `np.asarray(values, dtype=np.float64)` -> `dtype=None` survived.
+    In float32, 1e8 + 1 rounds back to 1e8, so these four values would average 0.25, not 0.5."""
+    values = np.array([1e8, 1.0, -1e8, 1.0], dtype=np.float32)
+    estimate = stats.Estimate.of_sample(values)
+    assert estimate.value == 0.5
+    assert estimate.standard_error == pytest.approx(np.std([1e8, 1, -1e8, 1], ddof=1) / 2)
