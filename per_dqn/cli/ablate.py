@@ -138,7 +138,7 @@ def ablate(
     Exit 1 if a run failed, 130 on Ctrl-C and 143 on SIGTERM (re-run the same command to resume).
     """
     overrides = parse_sets(set_)
-    from per_dqn.sweeps import backends
+    from per_dqn.sweeps import axes, backends
     from per_dqn.sweeps import plan as sweeps
 
     if pack is not None and pack < 1:
@@ -155,12 +155,12 @@ def ablate(
     try:
         sweep = sweeps.plan_sweep(
             config,
-            sweeps.parse_arms(replay or [",".join(ABLATE_DEFAULT_ARMS)]),
-            sweeps.parse_seeds(seeds),
+            axes.parse_arms(replay or [",".join(ABLATE_DEFAULT_ARMS)]),
+            axes.parse_seeds(seeds),
             steps,
             overrides,
             out,
-            sweeps.parse_grid(grid or []),
+            axes.parse_grid(grid or []),
             reuse or (),
         )
         todo = sweep.pending()

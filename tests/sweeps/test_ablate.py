@@ -41,7 +41,7 @@ from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import fileio
 from per_dqn.rundir.provenance import redact_argv
-from per_dqn.sweeps import plan, runs
+from per_dqn.sweeps import axes, plan, runs
 from per_dqn.sweeps.backends import local
 from per_dqn.sweeps.job import job_config
 from per_dqn.training.run import Trainer
@@ -53,7 +53,7 @@ runner = CliRunner()
 
 
 def test_parse_arms():
-    assert plan.parse_arms("uniform, rank") == (plan.Arm("uniform"), plan.Arm("rank"))
+    assert axes.parse_arms("uniform, rank") == (axes.Arm("uniform"), axes.Arm("rank"))
     for text, message in (
         ("", "must list at least one"),
         ("uniform,greedy", f"unknown arm 'greedy'; choose from {', '.join(KINDS)}"),
@@ -64,12 +64,12 @@ def test_parse_arms():
         ("rank:run.seed=3", "--replay rank: an arm cannot set run.seed"),
     ):
         with pytest.raises(ValueError, match=message):
-            plan.parse_arms(text)
+            axes.parse_arms(text)
 
 
 def test_arms_carry_their_own_settings_the_way_the_per_paper_ran_them():
     """A part that is not a kind continues the previous arm's settings; values are YAML-typed."""
-    arms = plan.parse_arms(
+    arms = axes.parse_arms(
         ["uniform,rank:replay.alpha=0.7,replay.beta0=0.5,agent.learning_rate=6.25e-5",
          "proportional:replay.alpha=0.6"]
     )  # fmt: skip
@@ -78,16 +78,16 @@ def test_arms_carry_their_own_settings_the_way_the_per_paper_ran_them():
         ("rank", [("replay.alpha", 0.7), ("replay.beta0", 0.5), ("agent.learning_rate", 6.25e-5)]),
         ("proportional", [("replay.alpha", 0.6)]),
     ]
-    assert [plan.arm_label(a) for a in arms] == [
+    assert [axes.arm_label(a) for a in arms] == [
         "uniform", "rank/alpha=0.7,beta0=0.5,lr=6.25e-05", "proportional/alpha=0.6",
     ]  # fmt: skip
     # the same kind twice, with different settings, is two arms
-    two = plan.parse_arms(["rank:replay.alpha=0.5", "rank:replay.alpha=0.7"])
-    assert [plan.arm_label(a) for a in two] == ["rank/alpha=0.5", "rank/alpha=0.7"]
+    two = axes.parse_arms(["rank:replay.alpha=0.5", "rank:replay.alpha=0.7"])
+    assert [axes.arm_label(a) for a in two] == ["rank/alpha=0.5", "rank/alpha=0.7"]
 
 
 def test_parse_grid():
-    assert plan.parse_grid(["replay.alpha=0.4,0.6", "agent.hidden_sizes=[64],[128, 128]"]) == (
+    assert axes.parse_grid(["replay.alpha=0.4,0.6", "agent.hidden_sizes=[64],[128, 128]"]) == (
         ("replay.alpha", (0.4, 0.6)),
         ("agent.hidden_sizes", ([64], [128, 128])),
     )
@@ -101,7 +101,7 @@ def test_parse_grid():
         (["agent.hidden_sizes=[64"], "--grid 'agent.hidden_sizes=\\[64': value is not valid"),
     ):
         with pytest.raises(ValueError, match=message):
-            plan.parse_grid(texts)
+            axes.parse_grid(texts)
 
 
 def test_plan_pairs_seeds_across_arms(tmp_path):
@@ -127,8 +127,8 @@ def test_plan_pairs_seeds_across_arms(tmp_path):
 def test_a_grid_crosses_arms_and_keys_with_readable_run_dirs(tmp_path):
     """Every arm x grid point x seed is one run whose config holds exactly those values, in a run
     dir that names them all, uncut; the record lists each run's settings and point."""
-    arms = plan.parse_arms(["uniform", "rank:replay.alpha=0.7,replay.beta0=0.5"])
-    grid = plan.parse_grid(["agent.n_step=1,3", "agent.learning_rate=1e-4,2.5e-4"])
+    arms = axes.parse_arms(["uniform", "rank:replay.alpha=0.7,replay.beta0=0.5"])
+    grid = axes.parse_grid(["agent.n_step=1,3", "agent.learning_rate=1e-4,2.5e-4"])
     sweep = plan.plan_sweep("cartpole.yaml", arms, [100], 1500, [], tmp_path / "o", grid)
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/n=1,lr=0.0001/s100", "uniform/n=1,lr=0.00025/s100",
@@ -170,8 +170,8 @@ def test_run_dir_names_keep_two_keys_with_one_last_part_apart():
 
 
 def test_a_key_set_two_ways_is_refused(tmp_path):
-    rank = plan.parse_arms("rank:replay.alpha=0.7")
-    alpha = plan.parse_grid(["replay.alpha=0.4,0.6"])
+    rank = axes.parse_arms("rank:replay.alpha=0.7")
+    alpha = axes.parse_grid(["replay.alpha=0.4,0.6"])
     for arms, grid, texts, message in (
         (rank, alpha, [], "--grid replay.alpha is also set by an arm's settings; give it once"),
         (rank, (), ["replay.alpha=0.5"], "--set replay.alpha is also set by an arm's settings"),
@@ -303,13 +303,13 @@ def finish(out: Path, run_dir: str) -> None:
 
 
 def test_a_wider_grid_or_more_seeds_plans_only_what_is_new(workdir):
-    alpha = plan.parse_grid(["replay.alpha=0.4,0.6"])
+    alpha = axes.parse_grid(["replay.alpha=0.4,0.6"])
     first = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), alpha)
     first.out.mkdir()
     fileio.write_json(first.out / plan.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
-    wider = plan.parse_grid(["replay.alpha=0.4,0.6,0.8"])
+    wider = axes.parse_grid(["replay.alpha=0.4,0.6,0.8"])
     grown = plan.plan_sweep(
         "cartpole.yaml", ("proportional", "rank"), [0, 1], 1500, [], Path("sw"), wider
     )
@@ -355,25 +355,25 @@ def test_one_setting_spelled_two_ways_is_refused(workdir, replay, grid):
     """Pins a bug: a grid value given as 1 and 1.0, or an arm's settings in two orders, named two
     run dirs for one config; both were run, and the sensitivity table counted each seed twice."""
     with pytest.raises(ValueError, match=r"would hold the same run \(the same config\)"):
-        plan.plan_sweep("cartpole.yaml", plan.parse_arms(replay), [0], 1500, [], Path("sw"),
-                          plan.parse_grid(grid))  # fmt: skip
+        plan.plan_sweep("cartpole.yaml", axes.parse_arms(replay), [0], 1500, [], Path("sw"),
+                          axes.parse_grid(grid))  # fmt: skip
 
 
 def test_growing_a_sweep_with_a_value_spelled_another_way_is_refused(workdir):
     """Pins a bug: a sweep run with ``alpha=0.5,1`` and grown with ``alpha=0.5,1.0`` planned the
     finished ``alpha=1`` runs again as ``alpha=1.0``."""
     first = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"),
-                              plan.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
+                              axes.parse_grid(["replay.alpha=0.5,1"]))  # fmt: skip
     first.out.mkdir()
     fileio.write_json(first.out / plan.SWEEP_FILE, first.record)
     for job in first.jobs:
         finish(first.out, job.run_dir)
         (first.out / job.run_dir / "config.yaml").write_text(job.config_yaml)
-    wider = plan.parse_grid(["replay.alpha=0.5,1.0,2"])
+    wider = axes.parse_grid(["replay.alpha=0.5,1.0,2"])
     refused = "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same"
     with pytest.raises(ValueError, match=re.escape(refused)):
         plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), wider)
-    same = plan.parse_grid(["replay.alpha=0.5,1,2"])
+    same = axes.parse_grid(["replay.alpha=0.5,1,2"])
     grown = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), same)
     assert [j.run_dir for j in grown.pending()] == ["proportional/alpha=2/s0"]
 
@@ -784,7 +784,7 @@ def test_sigkill_stops_every_worker_and_a_rerun_resumes_each_run(tmp_path):
      ("0-1, 5", (0, 1, 5)), ("7-7", (7,))],
 )  # fmt: skip
 def test_seeds_as_a_count_a_range_or_a_list(text, seeds):
-    assert plan.parse_seeds(text) == seeds
+    assert axes.parse_seeds(text) == seeds
 
 
 @pytest.mark.parametrize(
@@ -795,7 +795,7 @@ def test_seeds_as_a_count_a_range_or_a_list(text, seeds):
 )  # fmt: skip
 def test_bad_seeds_are_one_line(text, message):
     with pytest.raises(ValueError, match=message):
-        plan.parse_seeds(text)
+        axes.parse_seeds(text)
 
 
 def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
@@ -805,7 +805,7 @@ def test_a_seed_range_plans_those_seeds_in_every_arm(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 2 and "ends before it starts" in result.output
     assert not (tmp_path / "sw").exists()
-    sweep = plan.plan_sweep("cartpole.yaml", ("uniform", "rank"), plan.parse_seeds("100-101"),
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform", "rank"), axes.parse_seeds("100-101"),
                               1500, [], tmp_path / "sw")  # fmt: skip
     assert [j.run_dir for j in sweep.jobs] == [
         "uniform/s100", "rank/s100", "uniform/s101", "rank/s101"

@@ -18,7 +18,7 @@ from support import VARYING, summary_of, tree
 
 from per_dqn.config import parse_override
 from per_dqn.rundir import dirs as rundir
-from per_dqn.sweeps import job, plan
+from per_dqn.sweeps import axes, job, plan
 from per_dqn.training import memory_plan as memory
 from per_dqn.training.loop import DivergedError
 
@@ -47,7 +47,7 @@ def sweep_jobs(
     """The jobs of ``ablate --replay ARMS --seeds SEEDS --steps 200`` into ``out`` (in sweep
     order), with ``SHARED`` and ``extra`` set."""
     overrides = [parse_override(s) for s in (*SHARED, *extra)]
-    arms_ = plan.parse_arms(arms)
+    arms_ = axes.parse_arms(arms)
     return plan.plan_sweep("cartpole.yaml", arms_, seeds, STEPS, overrides, out, grid or ()).jobs
 
 
@@ -405,7 +405,7 @@ def test_a_re_run_local_sweep_finishes_the_pack_it_had_begun_before_it_begins_an
 
     out = tmp_path / "sweep"
     overrides = [parse_override(s) for s in (*SHARED, SMALL_NET)]
-    arms = plan.parse_arms("uniform,proportional")
+    arms = axes.parse_arms("uniform,proportional")
     sweep = plan.plan_sweep("cartpole.yaml", arms, (0, 1), STEPS, overrides, out, ())
     first, second = job.pack_jobs(sweep.jobs, 2)
     assert dirs([first, second]) == [["uniform/s0", "proportional/s0"],

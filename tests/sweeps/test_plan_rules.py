@@ -18,7 +18,7 @@ from per_dqn.config import parse_override
 from per_dqn.memory import KINDS
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import fileio
-from per_dqn.sweeps import job, plan
+from per_dqn.sweeps import axes, job, plan
 from per_dqn.sweeps.runs import SWEEP_FILE
 
 ONE_OF_KINDS = ", ".join(repr(kind) for kind in KINDS[:-1]) + f" or {KINDS[-1]!r}"
@@ -38,9 +38,9 @@ def record_of(out: Path) -> dict:
 
 def test_seed_counts_and_ranges_up_to_the_limit_are_accepted():
     """Pins ``MAX_SEEDS`` (100,000) as inclusive, for a count, a range and a list of ranges."""
-    assert plan.parse_seeds("100000") == tuple(range(100_000))
-    assert plan.parse_seeds("0-99999") == tuple(range(100_000))
-    assert plan.parse_seeds("0-99998,99999") == tuple(range(100_000))
+    assert axes.parse_seeds("100000") == tuple(range(100_000))
+    assert axes.parse_seeds("0-99999") == tuple(range(100_000))
+    assert axes.parse_seeds("0-99998,99999") == tuple(range(100_000))
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_one_seed_past_the_limit_is_refused(text, line):
     """Pins the limit's arithmetic: a count, a range or a list one seed past 100,000 is refused
     with the line naming the limit and the text given."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_seeds(text)
+        axes.parse_seeds(text)
     assert str(caught.value) == line
 
 
@@ -75,7 +75,7 @@ def test_a_repeated_seed_is_named_in_a_short_list_and_not_searched_for_in_a_long
     most five); from 10,000 seeds on it says "several", so a long list is not searched
     quadratically (100,000 seeds would take minutes)."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_seeds(text)
+        axes.parse_seeds(text)
     assert str(caught.value) == f"--seeds lists a seed twice ({shown}), got {text!r}"
 
 
@@ -83,12 +83,12 @@ def test_the_worker_count_is_one_per_core_by_default_and_at_least_one(monkeypatc
     """Pins ``check_workers``: None gives one worker per CPU core (one where the count is
     unknown), 1 is allowed, 0 is refused with one line."""
     monkeypatch.setattr("os.cpu_count", lambda: 6)
-    assert plan.check_workers(None) == 6
+    assert axes.check_workers(None) == 6
     monkeypatch.setattr("os.cpu_count", lambda: None)
-    assert plan.check_workers(None) == 1
-    assert plan.check_workers(1) == 1
+    assert axes.check_workers(None) == 1
+    assert axes.check_workers(1) == 1
     with pytest.raises(ValueError) as caught:
-        plan.check_workers(0)
+        axes.check_workers(0)
     assert str(caught.value) == "--workers must be >= 1, got 0"
 
 
@@ -97,7 +97,7 @@ def test_the_worker_count_is_one_per_core_by_default_and_at_least_one(monkeypatc
 
 def test_an_empty_replay_list_names_the_arms():
     with pytest.raises(ValueError) as caught:
-        plan.parse_arms(" ")
+        axes.parse_arms(" ")
     assert str(caught.value) == (f"--replay must list at least one of {', '.join(KINDS)}, got ' '")
 
 
@@ -105,7 +105,7 @@ def test_a_bad_arm_setting_is_named_as_the_arm_s_and_only_its_own_flag_is_rename
     """Pins the arm-setting lines: a setting that is not KEY=VALUE is named as ``--replay
     <kind>:``, and text of the user's own that reads ``--set`` is echoed as typed."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_arms("rank:a--set")
+        axes.parse_arms("rank:a--set")
     assert str(caught.value) == "--replay rank: 'a--set': expected section.key=value"
 
 
@@ -115,7 +115,7 @@ def test_an_arm_setting_the_config_refuses_is_blamed_on_the_arm(tmp_path):
     from per_dqn.config import ConfigError
 
     with pytest.raises(ConfigError) as caught:
-        a_plan(tmp_path / "sw", arms=plan.parse_arms("rank:replay.alpha=-1"))
+        a_plan(tmp_path / "sw", arms=axes.parse_arms("rank:replay.alpha=-1"))
     assert caught.value.problems == [
         "cartpole.yaml: replay.alpha: must be >= 0, got -1 (set by --replay rank:)"
     ]
@@ -145,9 +145,9 @@ def test_a_bad_env_list_is_one_line_naming_it(tmp_path, value, line):
 def test_an_env_id_with_a_slash_is_one_run_dir_level():
     """Pins ``env_slug``: the slash of a namespaced id becomes a dash, so each env of a sweep is
     one directory level (``ALE-Pong-v5/uniform/s0``, not ``ALE/Pong-v5/uniform/s0``)."""
-    assert plan.env_slug("ALE/Pong-v5") == "ALE-Pong-v5"
-    assert plan.env_slug("MinAtar/Breakout-v1") == "MinAtar-Breakout-v1"
-    assert plan.env_slug("CartPole-v1") == "CartPole-v1"
+    assert axes.env_slug("ALE/Pong-v5") == "ALE-Pong-v5"
+    assert axes.env_slug("MinAtar/Breakout-v1") == "MinAtar-Breakout-v1"
+    assert axes.env_slug("CartPole-v1") == "CartPole-v1"
 
 
 @pytest.mark.parametrize("how", ["--set", "--grid"])
@@ -161,7 +161,7 @@ def test_a_rerun_naming_one_env_of_a_sweep_over_several_keeps_the_env_level(tmp_
     if how == "--set":
         one = a_plan(out, sets=["env.id=Acrobot-v1"])
     else:
-        one = a_plan(out, grid=plan.parse_grid(["env.id=Acrobot-v1"]))
+        one = a_plan(out, grid=axes.parse_grid(["env.id=Acrobot-v1"]))
     assert [j.run_dir for j in one.jobs] == ["Acrobot-v1/uniform/s0"]
     assert [r["run_dir"] for r in one.record["runs"]] == [
         "CartPole-v1/uniform/s0",
@@ -240,12 +240,12 @@ def test_arm_settings_in_any_key_order_match_their_record(tmp_path):
     does a record whose keys were sorted by a JSON tool."""
     out = tmp_path / "sw"
     arm = "rank:replay.beta0=0.5,replay.alpha=0.7"
-    plan.start_sweep(a_plan(out, arms=plan.parse_arms(arm)))
+    plan.start_sweep(a_plan(out, arms=axes.parse_arms(arm)))
     assert list(record_of(out)["runs"][0]["settings"]) == ["replay.beta0", "replay.alpha"]
-    again = a_plan(out, arms=plan.parse_arms(arm))
+    again = a_plan(out, arms=axes.parse_arms(arm))
     assert [j.run_dir for j in again.jobs] == ["rank/beta0=0.5,alpha=0.7/s0"]
     (out / SWEEP_FILE).write_text(json.dumps(record_of(out), indent=2, sort_keys=True))
-    assert [j.run_dir for j in a_plan(out, arms=plan.parse_arms(arm)).jobs] == [
+    assert [j.run_dir for j in a_plan(out, arms=axes.parse_arms(arm)).jobs] == [
         "rank/beta0=0.5,alpha=0.7/s0"
     ]
 
@@ -272,8 +272,8 @@ def test_a_grid_value_spelled_in_another_key_order_is_recorded_once(tmp_path):
     """Pins the order-free union of a grown sweep's grid: a mapping value given again with its
     keys in another order is the value already recorded, not a second one."""
     out = tmp_path / "sw"
-    plan.start_sweep(a_plan(out, grid=plan.parse_grid(["agent={n_step: 3, gamma: 0.9}"])))
-    grown = plan.parse_grid(["agent={gamma: 0.9, n_step: 3},{n_step: 1, gamma: 0.9}"])
+    plan.start_sweep(a_plan(out, grid=axes.parse_grid(["agent={n_step: 3, gamma: 0.9}"])))
+    grown = axes.parse_grid(["agent={gamma: 0.9, n_step: 3},{n_step: 1, gamma: 0.9}"])
     plan.start_sweep(a_plan(out, grid=grown))
     assert record_of(out)["grid"] == {
         "agent": [{"n_step": 3, "gamma": 0.9}, {"n_step": 1, "gamma": 0.9}]
@@ -323,17 +323,17 @@ def test_preflight_builds_one_trainer_per_env_and_names_the_config_of_a_bad_one(
 def test_grid_values_split_only_at_top_level_commas():
     """Pins ``parse_grid``'s splitting: commas inside brackets and braces (nested too) belong to
     one value; other characters, an ``X`` included, are plain text."""
-    assert plan.parse_grid(["agent={hidden_sizes: [64, 64], n_step: 3},{hidden_sizes: [32]}"]) == (
+    assert axes.parse_grid(["agent={hidden_sizes: [64, 64], n_step: 3},{hidden_sizes: [32]}"]) == (
         ("agent", ({"hidden_sizes": [64, 64], "n_step": 3}, {"hidden_sizes": [32]})),
     )
-    assert plan.parse_grid(["env.id=mymod:XEnv-v0,CartPole-v1"]) == (
+    assert axes.parse_grid(["env.id=mymod:XEnv-v0,CartPole-v1"]) == (
         ("env.id", ("mymod:XEnv-v0", "CartPole-v1")),
     )
 
 
 def test_a_grid_value_may_hold_an_equals_sign():
     """Pins the split at the first ``=``: the key is before it, the values after it."""
-    assert plan.parse_grid(["env.id=CartPole-v1,mymod:Env=2"]) == (
+    assert axes.parse_grid(["env.id=CartPole-v1,mymod:Env=2"]) == (
         ("env.id", ("CartPole-v1", "mymod:Env=2")),
     )
 
@@ -342,7 +342,7 @@ def test_a_grid_value_may_hold_an_equals_sign():
 def test_a_grid_key_with_an_empty_part_or_no_value_is_refused(text):
     """Pins the KEY=VALUES shape: no ``=``, an empty key or an empty dotted part is one line."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_grid([text])
+        axes.parse_grid([text])
     assert str(caught.value) == f"--grid {text!r}: expected KEY=VALUE1,VALUE2,..."
 
 
@@ -350,13 +350,13 @@ def test_a_grid_value_that_is_not_yaml_is_named_as_the_grid_s():
     """Pins the YAML error line: the flag is renamed ``--grid`` once, text of the user's own that
     reads ``--set`` is echoed as typed."""
     with pytest.raises(ValueError) as caught:
-        plan.parse_grid(["agent.gamma=[--set"])
+        axes.parse_grid(["agent.gamma=[--set"])
     assert str(caught.value).startswith("--grid 'agent.gamma=[--set': value is not valid YAML")
 
 
 def test_a_grid_mapping_given_twice_in_another_key_order_is_refused():
     with pytest.raises(ValueError) as caught:
-        plan.parse_grid(["agent={n_step: 3, gamma: 0.9},{gamma: 0.9, n_step: 3}"])
+        axes.parse_grid(["agent={n_step: 3, gamma: 0.9},{gamma: 0.9, n_step: 3}"])
     assert str(caught.value) == (
         "--grid agent lists a value twice, got '{n_step: 3, gamma: 0.9},{gamma: 0.9, n_step: 3}'"
     )
@@ -366,7 +366,7 @@ def test_an_env_id_grid_is_the_sweep_s_envs(tmp_path):
     """Pins ``--grid env.id=...`` as the sweep's env list (an env level in the run dirs, no grid
     key), like ``--set env.id=[...]``, checked as one (a line naming ``--grid``), and the two
     together refused."""
-    grid = plan.parse_grid(["env.id=CartPole-v1,Acrobot-v1"])
+    grid = axes.parse_grid(["env.id=CartPole-v1,Acrobot-v1"])
     sweep = a_plan(tmp_path / "sw", grid=grid)
     assert [j.run_dir for j in sweep.jobs] == ["CartPole-v1/uniform/s0", "Acrobot-v1/uniform/s0"]
     assert sweep.record["envs"] == ["CartPole-v1", "Acrobot-v1"] and sweep.record["grid"] == {}
@@ -374,7 +374,7 @@ def test_an_env_id_grid_is_the_sweep_s_envs(tmp_path):
         a_plan(tmp_path / "sw", grid=grid, sets=["env.id=[CartPole-v1, Acrobot-v1]"])
     assert str(caught.value) == "--grid env.id and --set env.id both list envs; give one"
     with pytest.raises(ValueError) as caught:
-        a_plan(tmp_path / "sw", grid=plan.parse_grid(["env.id=CartPole-v1,3"]))
+        a_plan(tmp_path / "sw", grid=axes.parse_grid(["env.id=CartPole-v1,3"]))
     assert str(caught.value) == (
         "--grid env.id: every env id must be a non-empty string, got ['CartPole-v1', 3]"
     )
@@ -445,7 +445,7 @@ def test_a_format_1_record_is_grown_and_a_narrower_rerun_keeps_the_old_grid_axis
     grown = a_plan(out, seeds=(0, 1))
     assert [r["run_dir"] for r in grown.record["runs"]] == ["uniform/s0", "uniform/s1"]
     other = tmp_path / "sw2"
-    plan.start_sweep(a_plan(other, grid=plan.parse_grid(["agent.gamma=0.9,0.95"])))
+    plan.start_sweep(a_plan(other, grid=axes.parse_grid(["agent.gamma=0.9,0.95"])))
     narrower = a_plan(other)
     assert [j.run_dir for j in narrower.jobs] == ["uniform/s0"]
     assert narrower.record["grid"] == {"agent.gamma": [0.9, 0.95]}
@@ -454,8 +454,8 @@ def test_a_format_1_record_is_grown_and_a_narrower_rerun_keeps_the_old_grid_axis
 def test_the_recorded_config_blanks_the_sweep_s_axes_with_null(tmp_path):
     """Pins the record's ``resolved_config``: the keys the sweep sets per run (env, kind, seed,
     arm settings, grid keys) are null there, the others hold the config's values."""
-    sweep = a_plan(tmp_path / "sw", arms=plan.parse_arms("rank:replay.alpha=0.7"),
-                   grid=plan.parse_grid(["agent.gamma=0.9,0.95"]))  # fmt: skip
+    sweep = a_plan(tmp_path / "sw", arms=axes.parse_arms("rank:replay.alpha=0.7"),
+                   grid=axes.parse_grid(["agent.gamma=0.9,0.95"]))  # fmt: skip
     config = sweep.record["resolved_config"]
     assert config["env"]["id"] is None and config["replay"]["kind"] is None
     assert config["run"]["seed"] is None and config["replay"]["alpha"] is None
@@ -467,14 +467,14 @@ def test_a_run_spelled_two_ways_is_found_past_an_unreadable_run_dir(tmp_path):
     cannot be read is skipped, and the ones after it are still compared, so ``alpha=1.0`` is
     refused beside a held ``alpha=1`` run; the line names both run dirs."""
     out = tmp_path / "sw"
-    first = a_plan(out, arms=("uniform", "proportional"), grid=plan.parse_grid(["replay.alpha=1"]))
+    first = a_plan(out, arms=("uniform", "proportional"), grid=axes.parse_grid(["replay.alpha=1"]))
     plan.start_sweep(first)
     for one in first.jobs:
         (out / one.run_dir).mkdir(parents=True)
         (out / one.run_dir / "config.yaml").write_text(one.config_yaml)
     (out / first.jobs[0].run_dir / "config.yaml").write_text("[not: a mapping")
     with pytest.raises(ValueError) as caught:
-        a_plan(out, arms=("proportional",), grid=plan.parse_grid(["replay.alpha=1.0"]))
+        a_plan(out, arms=("proportional",), grid=axes.parse_grid(["replay.alpha=1.0"]))
     assert str(caught.value) == (
         "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same run "
         "(the same config): an arm or grid value is given twice, spelled two ways; give it once, "
@@ -532,7 +532,7 @@ def test_two_runs_whose_names_read_alike_are_refused(tmp_path):
     """Pins the shared-run-dir check: grid values that differ but name the same run dir (``/``
     becomes ``-`` in a name) are refused, naming the dir."""
     with pytest.raises(ValueError) as caught:
-        a_plan(tmp_path / "sw", grid=plan.parse_grid(["run.runs_root=x/y,x-y"]))
+        a_plan(tmp_path / "sw", grid=axes.parse_grid(["run.runs_root=x/y,x-y"]))
     assert (
         str(caught.value)
         == "two runs of this sweep would share the run dir uniform/runs_root=x-y/s0"

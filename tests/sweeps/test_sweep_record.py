@@ -15,7 +15,7 @@ import pytest
 
 from per_dqn.config import parse_override
 from per_dqn.rundir import dirs as rundir
-from per_dqn.sweeps import plan
+from per_dqn.sweeps import axes, plan
 from per_dqn.sweeps.runs import SWEEP_FILE
 
 STEPS = ["train.learning_starts=100", "run.device=cpu"]
@@ -52,13 +52,13 @@ def test_merging_a_format_1_record_keeps_its_runs_and_adds_the_new_ones():
     }  # fmt: skip
     new = {
         "format": 2, "config": "cartpole.yaml", "arms": ["rank", "uniform"], "arm_settings": {},
-        "grid": {}, "seeds": [1, 0], "envs": ["CartPole-v1"], "axes": list(plan.SWEEP_AXES),
+        "grid": {}, "seeds": [1, 0], "envs": ["CartPole-v1"], "axes": list(axes.SWEEP_AXES),
         "resolved_config": {"run": {"seed": 1}, "train": {"lr": 1}},
         "runs": [run_entry("uniform/s0", 0), run_entry("rank/s1", 1, "rank", "rank")],
     }  # fmt: skip
     assert plan.merge_records(old, new) == {
         "format": 2, "config": "cartpole.yaml", "arms": ["uniform", "rank"], "arm_settings": {},
-        "grid": {}, "seeds": [0, 1], "envs": ["CartPole-v1"], "axes": list(plan.SWEEP_AXES),
+        "grid": {}, "seeds": [0, 1], "envs": ["CartPole-v1"], "axes": list(axes.SWEEP_AXES),
         "resolved_config": {"run": {"seed": None}, "train": {"lr": 1}},
         "runs": [run_entry("uniform/s0", 0), run_entry("rank/s1", 1, "rank", "rank")],
         "provenance": {"host": "old"}, "grown": [{"runs_added": 1}],
@@ -73,12 +73,12 @@ def test_merging_keeps_the_old_record_s_grid_arm_settings_and_axes():
     old = {
         "arms": ["rank/alpha=0.7"], "arm_settings": {"rank/alpha=0.7": {"replay.alpha": 0.7}},
         "grid": {"agent.n_step": [1, 3], "agent.gamma": [0.9]}, "seeds": [0], "envs": ["E"],
-        "axes": [*plan.SWEEP_AXES, "replay.alpha", "agent.n_step", "agent.gamma"], "runs": [],
+        "axes": [*axes.SWEEP_AXES, "replay.alpha", "agent.n_step", "agent.gamma"], "runs": [],
     }  # fmt: skip
     new = {
         "arms": ["uniform"], "arm_settings": {}, "grid": {"agent.gamma": [0.99, 0.9],
         "train.lr": [1]}, "seeds": [0], "envs": ["E"],
-        "axes": [*plan.SWEEP_AXES, "agent.gamma", "train.lr"], "runs": [],
+        "axes": [*axes.SWEEP_AXES, "agent.gamma", "train.lr"], "runs": [],
         "resolved_config": {"agent": {"n_step": 5, "gamma": 0.9}, "replay": {"alpha": 0.6}},
     }  # fmt: skip
     merged = plan.merge_records(old, new)
@@ -86,7 +86,7 @@ def test_merging_keeps_the_old_record_s_grid_arm_settings_and_axes():
     assert merged["arm_settings"] == {"rank/alpha=0.7": {"replay.alpha": 0.7}}
     assert merged["arms"] == ["rank/alpha=0.7", "uniform"]
     assert merged["axes"] == [
-        *plan.SWEEP_AXES,
+        *axes.SWEEP_AXES,
         "replay.alpha",
         "agent.n_step",
         "agent.gamma",

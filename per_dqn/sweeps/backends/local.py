@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from per_dqn.sweeps.axes import check_workers
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Options
 from per_dqn.sweeps.job import (
     Outcome,
@@ -38,7 +39,7 @@ from per_dqn.sweeps.job import (
     preflight,
     run_jobs,
 )
-from per_dqn.sweeps.plan import Job, Sweep, check_workers, start_sweep
+from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
 from per_dqn.training.stopping import StopSignals
 
