@@ -392,3 +392,12 @@ def test_a_sample_s_mean_and_sd_are_taken_in_float64_whatever_its_dtype():
     estimate = stats.Estimate.of_sample(values)
     assert estimate.value == 0.5
     assert estimate.standard_error == pytest.approx(np.std([1e8, 1, -1e8, 1], ddof=1) / 2)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.25, 1.5])
+def test_t_quantile_refuses_a_probability_outside_0_to_1_naming_it(p):
+    """Issue 44's mutation run: `0.0 < p` -> `0.0 <= p` survived, as p = 0 then failed one call
+    deeper, at 1 - p: the refusal names the probability asked for."""
+    refusal = rf"^a quantile's probability must be in \(0, 1\), got {p}$"
+    with pytest.raises(ValueError, match=refusal):
+        stats.t_quantile(p, 5.0)
