@@ -50,6 +50,7 @@ from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
 from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
+from per_dqn.sweeps.backends import ray_cluster
 from per_dqn.sweeps.job import job_config
 from per_dqn.training.run import Trainer
 
@@ -65,10 +66,10 @@ def test_without_the_extra_the_ray_backend_is_one_line(workdir, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the extra
     assert_bad_input(
         runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--backend", "ray", "--out", "o"]),
-        ray_backend.MISSING_RAY,
+        ray_cluster.MISSING_RAY,
     )
     assert list(workdir.iterdir()) == []
-    assert "per-dqn[ray]" in ray_backend.MISSING_RAY
+    assert "per-dqn[ray]" in ray_cluster.MISSING_RAY
 
 
 def test_the_local_backend_never_imports_ray(tmp_path):
@@ -127,7 +128,7 @@ def ray_env():
     another process and this driver would otherwise need to share a token file."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_AUTH_MODE", "disabled")
-        patch.setenv(ray_backend.LOOPBACK_SWITCH, "0")  # before Ray is first imported
+        patch.setenv(ray_cluster.LOOPBACK_SWITCH, "0")  # before Ray is first imported
         pytest.importorskip("ray")
         yield
 

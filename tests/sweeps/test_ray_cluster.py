@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from support import CHECKOUT, assert_same_runs, ray_args, sets, stop_group
 
-from per_dqn.sweeps.backends import ray as ray_backend
+from per_dqn.sweeps.backends import ray_cluster
 
 pytestmark = pytest.mark.ray
 
@@ -110,7 +110,7 @@ def two_nodes(request):
     # Short: Ray's unix sockets live under the temp dir, and a socket path has ~107 characters.
     base = Path(tempfile.mkdtemp(prefix="pdn", dir="/tmp"))
     env = {**os.environ, "PYTHONPATH": str(CHECKOUT), "RAY_AUTH_MODE": "disabled"}
-    env.pop(ray_backend.LOOPBACK_SWITCH, None)  # it would refuse the second node
+    env.pop(ray_cluster.LOOPBACK_SWITCH, None)  # it would refuse the second node
     ray_cli = str(Path(sys.executable).with_name("ray"))
     procs: list[subprocess.Popen] = []
     made: list[str] = []

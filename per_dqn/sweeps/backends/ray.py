@@ -36,19 +36,18 @@ proved it), the file reaches every node with no channel of its own. Ctrl-C or SI
 cluster starts or is checked, before any run, shuts down what was started and ends the command
 with one line (``RayBackend.prepare``).
 
-One module though past 500 lines: the driver's side (the cluster's lifecycle, the storage check,
-the stop file, the display's poll) and the tasks' side (``_run_task``, ``_StopFile``, the board)
-are two halves of one protocol, and each half is read against the other.
+The options' checks, Ray's import and the cluster's shutdown with its orphans are
+``ray_cluster``'s. One module though past 500 lines: the driver's side (the cluster's lifecycle, the
+storage check, the stop file, the display's poll) and the tasks' side (``_run_task``, ``_StopFile``,
+the board) are two halves of one protocol, and each half is read against the other.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -59,6 +58,17 @@ from typing import Any
 
 from per_dqn.rundir import provenance, readback
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
+from per_dqn.sweeps.backends.ray_cluster import (
+    DEFAULT_RETRIES,
+    LOOPBACK_SWITCH,
+    RayOptions,
+    check_options,
+    check_reachable,
+    descendants,
+    import_ray,
+    shutdown,
+    wants_loopback,
+)
 from per_dqn.sweeps.job import (
     Outcome,
     SweepResult,
@@ -73,138 +83,12 @@ from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
 from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
 
-# What a user without the extra is told, in full.
-MISSING_RAY = (
-    "--backend ray needs Ray, which is the optional `ray` extra: pip install 'per-dqn[ray]' "
-    "(or ray[default]>=2.60)"
-)
 # The file whose presence asks every task of the sweep to stop its run (Ctrl-C on the driver).
 STOP_FILE = ".ray-stop"
 # How often a task looks for the stop file, in seconds.
 STOP_POLL_SECONDS = 0.5
 # How long the storage check waits for its tasks (a busy cluster still runs a 0-CPU task soon).
 STORAGE_CHECK_SECONDS = 120.0
-# Set to 0 before Ray is imported, it keeps a single-node cluster on 127.0.0.1 (ray 2.60).
-LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-# Ray retries a task whose worker died this many times unless --retries says otherwise.
-DEFAULT_RETRIES = 3
-
-
-def import_ray(loopback: bool = False) -> Any:
-    """The ``ray`` module.
-
-    Args:
-        loopback: keep the clusters this process starts or joins on 127.0.0.1 (the module
-            docstring says why). Ray reads the switch once, when it is first imported, so it is
-            set here, before that.
-
-    Raises:
-        ValueError: ``MISSING_RAY``, when the extra is not installed.
-    """
-    if loopback:
-        os.environ.setdefault(LOOPBACK_SWITCH, "0")
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(MISSING_RAY) from None
-    return ray
-
-
-@dataclass(frozen=True)
-class RayOptions:
-    """How a sweep uses Ray.
-
-    Attributes:
-        address: ``HOST:PORT`` or ``auto`` of an existing cluster; None starts a local one.
-        cpus_per_run: CPUs each run's task holds.
-        gpus_per_run: GPUs each run's task holds; a fraction shares one GPU among runs.
-        retries: how many times a run whose worker died is retried.
-        local_cpus: the CPUs of the local cluster (None: one per core); only without ``address``.
-        pack: runs per task at most.
-        dashboard: start the local cluster with Ray's dashboard, on 127.0.0.1; only without
-            ``address`` (an existing cluster has the dashboard it was started with). Off by
-            default: on a 2-core machine a packed CartPole sweep took 13.8% more wall time on Ray
-            than on the local backend with it, 3.2% without (docs/guides/ray.md).
-    """
-
-    address: str | None = None
-    cpus_per_run: float = 1.0
-    gpus_per_run: float = 0.0
-    retries: int = DEFAULT_RETRIES
-    local_cpus: int | None = None
-    pack: int = 1
-    dashboard: bool = False
-
-
-def check_options(options: RayOptions) -> RayOptions:
-    """Validates the options, before anything is created.
-
-    Raises:
-        ValueError: one line naming the option and its value.
-    """
-    if options.address is not None and options.address != "auto":
-        host, colon, port = options.address.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"--address: expected auto or HOST:PORT, got {options.address!r}")
-    if not options.cpus_per_run > 0:
-        raise ValueError(f"--cpus-per-run must be > 0, got {options.cpus_per_run}")
-    if not options.gpus_per_run >= 0:
-        raise ValueError(f"--gpus-per-run must be >= 0, got {options.gpus_per_run}")
-    if options.gpus_per_run > 1 and options.gpus_per_run != int(options.gpus_per_run):
-        # Ray's own rule: above one GPU, a task holds whole GPUs.
-        raise ValueError(
-            f"--gpus-per-run above 1 must be a whole number, got {options.gpus_per_run}"
-        )
-    if options.retries < 0:
-        raise ValueError(f"--retries must be >= 0, got {options.retries}")
-    if options.address is not None and options.local_cpus is not None:
-        raise ValueError(
-            "--workers sizes the local Ray cluster; with --address the cluster's own CPUs "
-            f"decide, got --workers {options.local_cpus}"
-        )
-    if options.address is not None and options.dashboard:
-        raise ValueError(
-            "--dashboard cannot be used with --address: it starts the local cluster's "
-            "dashboard, and a cluster at an address has the one it was started with"
-        )
-    if options.local_cpus is not None and options.local_cpus < 1:
-        raise ValueError(f"--workers must be >= 1, got {options.local_cpus}")
-    import_ray(loopback=_wants_loopback(options))
-    return options
-
-
-def _wants_loopback(options: RayOptions) -> bool:
-    return options.address is None or _is_loopback(options.address)
-
-
-def _is_loopback(address: str) -> bool:
-    if address == "auto":
-        return False
-    host = address.rpartition(":")[0].strip("[]")
-    try:
-        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-    except (OSError, ValueError):
-        return False
-
-
-# How long the driver waits for the head's port to accept a connection before giving up.
-CONNECT_SECONDS = 10.0
-
-
-def _check_reachable(address: str) -> None:
-    """Fails fast where nothing listens at ``HOST:PORT``: ``ray.init`` itself retries for ever.
-
-    Raises:
-        ValueError: one line naming the address and why.
-    """
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS):
-            pass
-    except OSError as exc:
-        raise ValueError(
-            f"--address {address}: no Ray cluster answers there ({exc.strerror or exc})"
-        ) from None
 
 
 class StorageError(ValueError):
@@ -422,8 +306,8 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
     Raises:
         ValueError: one line when no cluster answers at the address.
     """
-    ray = import_ray(loopback=_wants_loopback(options))
-    if _wants_loopback(options) and getattr(
+    ray = import_ray(loopback=wants_loopback(options))
+    if wants_loopback(options) and getattr(
         getattr(getattr(ray, "_private", None), "ray_constants", None), "ENABLE_RAY_CLUSTER", False
     ):
         # Ray read the switch when first imported: without it, it would resolve 127.0.0.1 to the
@@ -433,7 +317,7 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
             "cluster on loopback; set it in the environment"
         )
     if options.address not in (None, "auto"):
-        _check_reachable(options.address)
+        check_reachable(options.address)
     kwargs: dict[str, Any] = {
         "logging_level": logging.ERROR,
         "log_to_driver": False,  # the trainers run --quiet; their stderr stays in Ray's logs
@@ -447,7 +331,7 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
     else:
         kwargs["address"] = options.address
     # the processes this one had before Ray's: never Ray's to end (a test's own head node, say)
-    others = _descendants({}) if options.address is None else None
+    others = descendants({}) if options.address is None else None
     # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15): the
     # caller's, which stops the sweep cleanly, is put back.
     with kept_handler(signal.SIGTERM) as handler:
@@ -457,14 +341,14 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
             where = options.address or "a local cluster"
             raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
         except SystemExit as exc:
-            _shutdown(ray, others)
+            shutdown(ray, others)
             # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15):
             # the caller's handler gets the signal instead.
             if exc.code == signal.SIGTERM and callable(handler):
                 handler(signal.SIGTERM, None)
             raise
         except BaseException:  # Ctrl-C while it started: nothing of it stays
-            _shutdown(ray, others)
+            shutdown(ray, others)
             raise
     try:
         if options.address is None:
@@ -487,7 +371,7 @@ def connect(options: RayOptions) -> Iterator[Cluster]:
             started=options.address is None,
         )
     finally:
-        _shutdown(ray, others)
+        shutdown(ray, others)
 
 
 # The ``backends.Options`` fields this backend takes.
@@ -584,73 +468,6 @@ class RayBackend:
         finished = len(sweep.jobs) - len(self.todo)
         with SweepProgress(len(sweep.jobs), finished, self.cluster.dashboard_url) as progress:
             return self.cluster.run_sweep(sweep, on_outcome, progress)
-
-
-def _shutdown(ray: Any, others: dict[int, str] | None) -> None:
-    """Disconnects from Ray; for a cluster this process started (``others`` given: the
-    descendants it had before), also ends any of the cluster's processes that outlive
-    ``ray.shutdown``.
-
-    Ray ends the processes it started, but not always their own children: stopped while it was
-    starting, the dashboard's multiprocessing forkserver and resource tracker, or the raylet's
-    dashboard and runtime-env agents, stayed alive as orphans (seen with ray 2.60). So this
-    process's descendants, less ``others`` and theirs, are listed before the shutdown, and those
-    still alive after it get SIGTERM, then SIGKILL after 2 s.
-    """
-    before = _descendants(others) if others is not None else {}
-    ray.shutdown()
-    if not before:
-        return
-    left = {pid: start for pid, start in before.items() if _alive(pid, start)}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 2.0
-        while True:
-            for pid in list(left):
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)  # a child of this process: reaped, not a zombie
-            left = {pid: start for pid, start in left.items() if _alive(pid, start)}
-            if not left or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        if not left:
-            return
-
-
-def _proc_stat(pid: int | str) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _descendants(others: dict[int, str]) -> dict[int, str]:
-    """This process's live descendants, pid to start time (a reused pid is not the same
-    process), less ``others`` and their own; empty where there is no ``/proc``."""
-    parents: dict[int, tuple[int, str]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit() and (fields := _proc_stat(entry.name)):
-                parents[int(entry.name)] = (int(fields[1]), fields[19])
-    found: dict[int, str] = {}
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {
-            pid
-            for pid, (parent, start) in parents.items()
-            if parent in frontier and others.get(pid) != start
-        }
-        found |= {pid: parents[pid][1] for pid in frontier}
-    return found
-
-
-def _alive(pid: int, start: str) -> bool:
-    """Whether ``pid`` is the process that started at ``start`` and is not a zombie."""
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] != "Z" and fields[19] == start
 
 
 # --- in a Ray worker ------------------------------------------------------------------------------
