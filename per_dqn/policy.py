@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn.config import Config, refuse_untrusted_code
+from per_dqn.config.messages import one_line
 from per_dqn.rundir.dirs import check_name_lengths
 from per_dqn.rundir.fileio import WriteError
 
@@ -214,7 +215,7 @@ def load(
     try:
         agent.online.load_state_dict(source.weights)
     except (RuntimeError, TypeError, AttributeError) as exc:
-        reason = " ".join(str(exc).split())[:300]
+        reason = one_line(exc)[:300]
         raise ValueError(f"{source.weights_file}: does not fit the network ({reason})") from None
     agent.online.eval()
     return Policy(source, agent, seed)

@@ -23,6 +23,7 @@ from per_dqn.agent.optim import make_optimizer
 from per_dqn.agent.pack import Pack, can_pack
 from per_dqn.agent.result import HostLayout, LearnResult, learn_result
 from per_dqn.agent.signals import LOSSES
+from per_dqn.config.messages import one_line
 from per_dqn.memory import Batch
 
 
@@ -358,7 +359,7 @@ class DQNAgent:
                 group.update(kept)
             update_steps = int(state["update_steps"])
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
-            reason = " ".join(str(exc).split())[:300]
+            reason = one_line(exc)[:300]
             raise ValueError(f"the networks do not match this config ({reason})") from None
         self.update_steps = update_steps
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from per_dqn.config.messages import one_line
 from per_dqn.envs import families
 
 
@@ -283,7 +284,7 @@ def resolve_factory(spec: str) -> Callable[..., nn.Module]:
         for part in qualname.split("."):
             target = getattr(target, part)
     except Exception as exc:  # an import runs user code, which may raise anything
-        reason = " ".join(str(exc).split())[:200]
+        reason = one_line(exc)[:200]
         raise ValueError(
             f"agent.network: cannot import {spec!r} ({type(exc).__name__}: {reason})"
         ) from None
@@ -323,7 +324,7 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
     try:
         module = factory(shape, num_actions)
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:200]
+        reason = one_line(exc)[:200]
         raise ValueError(
             f"agent.network: {spec}{(shape, num_actions)} raised {type(exc).__name__}: {reason}"
         ) from None
@@ -338,7 +339,7 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
         with torch.no_grad():
             out = network(torch.zeros((2, *shape)))
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:200]
+        reason = one_line(exc)[:200]
         raise ValueError(
             f"agent.network: {spec}'s module fails on a batch of shape {(2, *shape)} "
             f"({type(exc).__name__}: {reason})"

@@ -36,6 +36,7 @@ from gymnasium.envs.registration import find_highest_version, parse_env_id
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from per_dqn.config import EnvConfig
+from per_dqn.config.messages import one_line
 from per_dqn.envs import families
 
 # The emulator's screen, (height, width, RGB): the same for every Atari 2600 game.
@@ -186,7 +187,7 @@ def _import_env_module(env_id: str) -> None:
     try:
         importlib.import_module(module)
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:300]
+        reason = one_line(exc)[:300]
         raise ValueError(
             f"env.id: cannot import module {module!r} named by {env_id!r} "
             f"({type(exc).__name__}: {reason})"

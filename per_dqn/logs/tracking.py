@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from per_dqn.config.messages import one_line
 from per_dqn.rundir import provenance, readback
 from per_dqn.rundir.fileio import inside, write_text_atomic, writing
 
@@ -142,7 +143,7 @@ class WandbTracker:
         except Exception as exc:  # wandb raises its own error types (no login, bad settings...)
             if made:  # a run that never started leaves nothing of wandb's behind
                 shutil.rmtree(root, ignore_errors=True)
-            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            reason = one_line(exc)[:300] or type(exc).__name__
             raise TrackingError(f"run.track: wandb could not start a run: {reason}") from None
         self.run_id = run_id
         self._run.define_metric(STEP_METRIC)

@@ -59,6 +59,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from per_dqn.config.messages import one_line
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import readback
 from per_dqn.rundir.arrays import join_tree
@@ -403,10 +404,6 @@ def _parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
             f"{int(match.group(1)):,}"
         )
     return manifest
-
-
-def one_line(exc: object) -> str:
-    return " ".join(str(exc).split())
 
 
 class Missing(CheckpointError):

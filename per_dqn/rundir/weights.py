@@ -10,7 +10,8 @@ import re
 import zipfile
 from typing import Any
 
-from per_dqn.rundir.checkpoint import CheckpointError, one_line
+from per_dqn.config.messages import one_line
+from per_dqn.rundir.checkpoint import CheckpointError
 
 
 def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:

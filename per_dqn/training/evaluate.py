@@ -43,6 +43,7 @@ from per_dqn.config import (
     parse_yaml,
     validate_config,
 )
+from per_dqn.config.messages import one_line
 from per_dqn.logs.video import write_gif
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import latest, readback
@@ -504,7 +505,7 @@ def evaluate_source(
         try:
             agent.online.load_state_dict(source.weights)  # copies the CPU tensors to `device`
         except (RuntimeError, TypeError, AttributeError) as exc:
-            reason = " ".join(str(exc).split())[:300]
+            reason = one_line(exc)[:300]
             raise ValueError(
                 f"{source.weights_file}: does not fit the network ({reason})"
             ) from None

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from per_dqn.config import Config
+from per_dqn.config.messages import one_line
 from per_dqn.envs.make import EnvSpec, describe, make_eval_env
 from per_dqn.logs.console import gib
 from per_dqn.memory import planned_nbytes
@@ -261,7 +262,7 @@ _TORCH_BYTES = re.compile(r"tried to allocate (\d+) bytes")
 
 def _allocation_reason(exc: BaseException) -> str | None:
     """What the allocator said, in a few words; None if ``exc`` is not an allocation failure."""
-    text = " ".join(str(exc).split())
+    text = one_line(exc)
     if isinstance(exc, MemoryError):
         return text or "MemoryError"
     if not isinstance(exc, RuntimeError) or not _OUT_OF_MEMORY.search(text):

@@ -51,7 +51,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "per_dqn/rundir/checkpoint.py": (
         "x_list_checkpoints", "x_strays", "x__entry_kind", "x_manifest_digest",
         "x_checkpoint_step", "x_read_manifest", "x__read_manifest_at", "x__reason",
-        "x__parse_manifest", "x_one_line", "xǁMissingǁ__init__", "x__entry", "x__check_size",
+        "x__parse_manifest", "xǁMissingǁ__init__", "x__entry", "x__check_size",
         "x__check_digest", "x_file_kind", "x__open_file", "x__open_dir", "x__digest",
         "x_verify_checkpoint", "x_read_verified", "x__read_checked", "x_load_parts",
         "x__load_arrays", "x__tree",

@@ -37,9 +37,9 @@ cluster starts or is checked, before any run, shuts down what was started and en
 with one line (``RayBackend.prepare``).
 
 The options' checks, Ray's import and the cluster's shutdown with its orphans are
-``ray_cluster``'s. One module though past 500 lines: the driver's side (the cluster's lifecycle, the
-storage check, the stop file, the display's poll) and the tasks' side (``_run_task``, ``_StopFile``,
-the board) are two halves of one protocol, and each half is read against the other.
+``sweeps.ray_cluster``'s. One module though past 500 lines: the driver's side (the cluster's
+lifecycle, the storage check, the stop file, the display's poll) and the tasks' side (``_run_task``,
+``_StopFile``, the board) are two halves of one protocol, and each half is read against the other.
 """
 
 from __future__ import annotations
@@ -58,17 +58,6 @@ from typing import Any
 
 from per_dqn.rundir import provenance, readback
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
-from per_dqn.sweeps.backends.ray_cluster import (
-    DEFAULT_RETRIES,
-    LOOPBACK_SWITCH,
-    RayOptions,
-    check_options,
-    check_reachable,
-    descendants,
-    import_ray,
-    shutdown,
-    wants_loopback,
-)
 from per_dqn.sweeps.job import (
     Outcome,
     SweepResult,
@@ -81,6 +70,17 @@ from per_dqn.sweeps.job import (
 )
 from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
+from per_dqn.sweeps.ray_cluster import (
+    DEFAULT_RETRIES,
+    LOOPBACK_SWITCH,
+    RayOptions,
+    check_options,
+    check_reachable,
+    descendants,
+    import_ray,
+    shutdown,
+    wants_loopback,
+)
 from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
 
 # The file whose presence asks every task of the sweep to stop its run (Ctrl-C on the driver).

@@ -1,4 +1,4 @@
-"""Ray's cluster housekeeping for the Ray backend (``ray.py``): ``--backend ray``'s options
+"""Ray's cluster housekeeping for the Ray backend (``backends/ray.py``): ``--backend ray``'s options
 checked before anything starts, Ray imported so that a cluster started here stays on loopback,
 an address probed before it is joined, and a cluster this process started shut down with every
 process of it that outlives ``ray.shutdown`` (found through ``/proc``).
