@@ -266,3 +266,82 @@ def test_a_study_s_arms_with_settings_keep_their_kind_s_colour():
     alone = figures.arm_styles(["proportional/alpha=0.4", "proportional"])
     assert alone["proportional"][0] == kinds["proportional"][0]
     assert alone["proportional/alpha=0.4"][0] != kinds["proportional"][0]
+
+
+def styled_sweep(tmp_path):
+    """Two arms over two envs, two seeds each, as ``training_sweep`` makes them, except that
+    ``proportional`` has runs on OTHER only: in ENV's panel the first arm has no curve."""
+    out = tmp_path / "styled"
+    planned = []
+    cells = [(ENV, "uniform"), (OTHER, "proportional"), (OTHER, "uniform")]
+    for env, arm in cells:
+        for seed, g in enumerate((1.0, 3.0)):
+            rel = f"{env.split('/')[1]}/{arm}/s{seed}"
+            planned.append((env, arm, seed, rel))
+            fake_run(out, rel, env, arm, seed, 5.0, [(50_000, 4.0), (100_000, 5.0)])
+            logger = metrics.TensorBoardLogger(out / rel)
+            for i in range(100):
+                logger.scalars({tags.EPISODE_RETURN: g}, (i + 1) * 1000)
+            logger.close()
+    fileio.write_json(
+        out / "sweep.json", sweep_record(planned, [ENV, OTHER], ["proportional", "uniform"])
+    )
+    collected = runs.collect(out)
+    grouped = measure.group_cells(collected, [measure.measure(r, None) for r in collected.runs])
+    return collected, grouped
+
+
+def test_the_training_figure_s_styles_each_arm_and_each_published_curve(tmp_path):
+    """Issue 44's mutation run: the training figure's drawing survived every change to how it
+    looks and to which curves it skips. Here each line and band is read back with its style:
+    an arm in its colour and line style with a band of alpha 0.2 and no edge; each published
+    curve in black, in the next of four line styles by the order its label first appears (the
+    fifth label takes the first again), 1.2 wide, with a grey band of alpha 0.15 and no edge; a
+    published sd left out draws no band width. A label or an arm with nothing in a panel is
+    skipped there, the later ones still drawn; a panel with no published point in reach is
+    read every 50,000 steps."""
+    collected, grouped = styled_sweep(tmp_path)
+    labels = ("A", "B", "C", "D", "E", "F")
+    points = [published.Point(OTHER, "A", 150_000, 1.0, 0.5, 5)]  # past the runs: not drawn
+    points += [
+        published.Point(ENV, label, step, float(k) + step / 100_000, 0.25, 5)
+        for k, label in enumerate(labels[1:], start=1)
+        for step in (50_000, 100_000)
+    ]
+    points.append(published.Point(ENV, "G", 50_000, 7.0, None, None))  # no sd
+    points.append(published.Point(ENV, "G", 100_000, 8.0, None, None))
+    fig = figures.plot_training(collected, grouped, points)
+    ax, other = fig.axes
+    styles = figures.arm_styles(collected.arms)
+    # ENV: the arm without runs there is skipped, the next one drawn in its own style.
+    line = arm_line(ax, "uniform (this tool)")
+    assert (to_rgb(line.get_color()), line.get_linestyle()) == (
+        to_rgb(styles["uniform"][0]),
+        styles["uniform"][1],
+    )
+    assert not [x for x in ax.get_lines() if x.get_label() == "proportional (this tool)"]
+    first, *published_bands = ax.collections
+    assert to_rgb(first.get_facecolor()[0]) == to_rgb(styles["uniform"][0])
+    assert first.get_alpha() == 0.2 and list(first.get_linewidth()) == [0.0]
+    expected_styles = {"B": "--", "C": ":", "D": "-.", "E": "-", "F": "--", "G": ":"}
+    for label, style in expected_styles.items():
+        source = arm_line(ax, label)
+        assert to_rgb(source.get_color()) == (0.0, 0.0, 0.0), label
+        assert source.get_linestyle() == style, label
+        assert source.get_linewidth() == 1.2, label
+    assert len(published_bands) == len(expected_styles)
+    for band in published_bands:
+        assert to_rgb(band.get_facecolor()[0]) == to_rgb("grey")
+        assert band.get_alpha() == 0.15 and list(band.get_linewidth()) == [0.0]
+    vertices = published_bands[-1].get_paths()[0].vertices  # G's: no sd, no width
+    assert set(np.round(vertices[:, 1], 9)) <= {7.0, 8.0}
+    vertices = published_bands[0].get_paths()[0].vertices  # B's: 1.5 and 2 +- 0.25
+    assert set(np.round(vertices[:, 1], 9)) <= {1.25, 1.75, 2.25}
+    # OTHER: both arms, read every 50,000 steps, as no published point of it is in reach.
+    for arm in ("proportional", "uniform"):
+        drawn = arm_line(other, f"{arm} (this tool)")
+        assert list(drawn.get_xdata()) == [0, 50_000, 100_000]
+        assert (to_rgb(drawn.get_color()), drawn.get_linestyle()) == (
+            to_rgb(styles[arm][0]),
+            styles[arm][1],
+        )
