@@ -312,6 +312,7 @@ def test_the_training_figure_s_styles_each_arm_and_each_published_curve(tmp_path
     points.append(published.Point(ENV, "G", 100_000, 8.0, None, None))
     fig = figures.plot_training(collected, grouped, points)
     ax, other = fig.axes
+    assert ax.get_ylabel() == "training return, EMA 0.99 (mean over seeds, +-1 sd)"
     styles = figures.arm_styles(collected.arms)
     # ENV: the arm without runs there is skipped, the next one drawn in its own style.
     line = arm_line(ax, "uniform (this tool)")

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -471,3 +474,58 @@ def test_interpolate_is_numpy_s_interp_at_every_step_ends_and_knots_included():
     xs, ys = [0, 2, 3, 7], [0.0, 4.0, -1.0, 2.5]
     for x in range(0, 10):
         assert published._interpolate(xs, ys, x) == pytest.approx(np.interp(x, xs, ys)), x
+
+
+HEADER = "env_id,label,step,mean,sd,seeds\n"
+
+
+def test_a_published_file_past_the_cap_is_refused_in_megabytes(tmp_path):
+    """Issue 44's mutation run: the refusal's size (`MAX_BYTES // (1024 * 1024)`) survived any
+    change. A sparse file one byte past the cap is refused unread, naming its 10 MB."""
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as file:
+        file.truncate(published.MAX_BYTES + 1)
+    with pytest.raises(ValueError, match=rf"^--published {path}: larger than 10 MB$"):
+        published.read_published(path)
+
+
+def test_an_indented_comment_line_and_a_negative_seed_count(tmp_path):
+    """A comment line may be indented (`lstrip`, not `rstrip`, found it); a negative seed count
+    is out of range like a negative step or sd (issue 44's mutation run: `"seeds"` left out of
+    the columns that must not be negative survived)."""
+    path = write(tmp_path / "p.csv", HEADER + "   # a note\nMinAtar/Asterix-v1,DQN,10,1.5,0.5,5\n")
+    (point,) = published.read_published(path)
+    assert (point.step, point.mean, point.seeds) == (10, 1.5, 5)
+    bad = write(tmp_path / "bad.csv", HEADER + "MinAtar/Asterix-v1,DQN,10,1.5,0.5,-5\n")
+    with pytest.raises(ValueError, match=r"^--published .+: line 2: seeds: '-5' is out of range$"):
+        published.read_published(bad)
+
+
+def test_a_published_file_is_read_as_utf_8_whatever_the_locale(tmp_path):
+    """Issue 44's mutation run: `read_text(encoding="utf-8")` -> the locale's encoding survived,
+    the tests' locale being UTF-8. Under an ASCII locale (C, with Python's UTF-8 coercion off) a
+    label with an accent is still read."""
+    path = write(tmp_path / "p.csv", HEADER + "MinAtar/Asterix-v1,DQN (Schaul é),10,1.5,0.5,5\n")
+    code = ("import sys; from pathlib import Path; from per_dqn.sweeps import published; "
+            "print(published.read_published(Path(sys.argv[1]))[0].label.encode('unicode_escape')"
+            ".decode())")  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "LC_ALL": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+        "PYTHONPATH": str(Path(published.__file__).parents[2]),
+    }
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          env=env, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "DQN (Schaul \\xe9)"
+
+
+def test_steps_for_runs_without_published_points_stop_at_their_last_step():
+    """Every 50,000 env steps up to the runs' last step, that step included where it is one
+    (issue 44's mutation run: the range's end `+ 1` -> `+ 2` survived): runs of 49,999 steps
+    are read at 0 alone, runs of 100,000 at 0, 50,000 and 100,000."""
+    assert published.steps_for([], 49_999) == [0]
+    assert published.steps_for([], 100_000) == [0, 50_000, 100_000]
+    assert published.steps_for([], 99_999) == [0, 50_000]
