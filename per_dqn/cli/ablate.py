@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from per_dqn.cli.common import EXIT_WRITE_FAILED, SetOption, fail, parse_sets, say
+from per_dqn.cli.common import EXIT_WRITE_FAILED, ConfigOption, SetOption, fail, parse_sets, say
 from per_dqn.config import ABLATE_DEFAULT_ARMS, REPLAY_KINDS, ConfigError
 from per_dqn.sweeps.backends import BACKENDS
 from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
@@ -33,10 +33,7 @@ ARMS_HELP = (
 
 @app.command(short_help="Run a paired multi-seed sweep of arms and grid values.")
 def ablate(
-    config: Annotated[
-        str,
-        typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
-    ],
+    config: ConfigOption,
     replay: Annotated[
         list[str] | None,
         typer.Option(

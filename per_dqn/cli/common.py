@@ -59,6 +59,10 @@ def _same_file(a: str, b: str) -> bool:
 
 Replay = StrEnum("Replay", {kind: kind for kind in REPLAY_KINDS})  # replay.kind
 
+ConfigOption = Annotated[
+    str, typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file.")
+]
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option(

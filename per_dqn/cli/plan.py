@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from per_dqn import api
-from per_dqn.cli.common import Replay, SetOption, fail, load_or_fail, parse_sets
+from per_dqn.cli.common import ConfigOption, Replay, SetOption, fail, load_or_fail, parse_sets
 from per_dqn.config import Override
 
 app = typer.Typer()
@@ -16,10 +16,7 @@ app = typer.Typer()
 
 @app.command(short_help="Print what the replay memory will take against your RAM.")
 def plan(
-    config: Annotated[
-        str,
-        typer.Option("--config", "-c", help="A shipped config name or a path to a YAML file."),
-    ],
+    config: ConfigOption,
     replay: Annotated[
         Replay | None, typer.Option(help="Replay memory; overrides replay.kind.")
     ] = None,

@@ -290,31 +290,11 @@ def play(
     )  # fmt: skip
 
 
-def run_episodes(
-    agent: Any,
-    env: Any,
-    episodes: int,
-    epsilon: float,
-    rng: np.random.Generator,
-    first_reset_seed: int | None = None,
-    film: bool = False,
-    *,
-    max_episode_steps: int | None = None,
-    max_total_steps: int | None = None,
-    on_progress: EvalProgress | None = None,
-    on_episode: EvalEpisode | None = None,
-) -> Episodes:
-    """``episode_requests`` answered by ``agent`` alone (``agent``: anything with
-    ``greedy_actions(obs_batch)`` and ``num_actions``, a ``DQNAgent``); the arguments are
-    ``episode_requests``'."""
-    return serve(
-        episode_requests(
-            agent.num_actions, env, episodes, epsilon, rng, first_reset_seed, film,
-            max_episode_steps=max_episode_steps, max_total_steps=max_total_steps,
-            on_progress=on_progress, on_episode=on_episode,
-        ),
-        agent,
-    )  # fmt: skip
+def run_episodes(agent: Any, env: Any, *args: Any, **kwargs: Any) -> Episodes:
+    """``episode_requests(agent.num_actions, env, ...)`` (the rest of the arguments are its own)
+    answered by ``agent`` alone: anything with ``greedy_actions(obs_batch)`` and
+    ``num_actions``, a ``DQNAgent``."""
+    return serve(episode_requests(agent.num_actions, env, *args, **kwargs), agent)
 
 
 def episode_requests(
