@@ -4,6 +4,9 @@ against each other.
 One model per section of a config file (``env``, ``agent``, ``replay``, ``train``, ``run``,
 ``checkpoint``); each field's docstring entry says what it means and its ``Field`` its bounds.
 Reading files and wording errors are ``loading``'s and ``messages``' concerns.
+
+One module though past 500 lines: the config's sections and their cross-field checks are one schema,
+validated as one.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
 
 A sweep's display (``sweeps/progress.py``) is built on the same base class: it stays beside the
 sweep backends that feed it, and shares the terminal / plain-line machinery and the formats here.
+
+One module though past 500 lines: the live display, its plain fallback (train's and the sweeps') and
+the end-of-run table share one layout of lines that fit 80 columns.
 """
 
 from __future__ import annotations

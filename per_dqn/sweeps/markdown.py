@@ -19,6 +19,9 @@ arm (Agarwal et al., 2021, "Deep RL at the edge of the statistical precipice", w
 Across games, on the normalised scale (``measure.normalization``): the aggregate IQM over games
 (runs resampled within each game) and P(arm > uniform) over seeds paired across games. With a
 numeric grid key, the IQM over seeds at each of its values (``measure.sensitivity``).
+
+One module though past 500 lines: report.md's sections and scores.csv are one document, written from
+one set of measured cells, and each section's wording is read back by the tests.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ out), whose ``summary.json`` is not a regular file, not JSON or lacks a field th
 or that does not match its ``sweep.json`` entry, or whose event file holds a record TensorBoard
 cannot read (its curves would be cut short there), is skipped and named (``Skipped``); the others
 are reported.
+
+One module though past 500 lines: every run dir and sweep dir is read back here, with one set of
+rules for what is damaged and skipped (``Skipped``), so that the runner and the report never
+disagree on which runs a sweep holds.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ or, with ``video_view="agent"``, what the agent sees (Atari's 84x84 grayscale), 
 
 This module builds no agent itself: the CLI passes ``build.make_agent``, so an evaluated network
 is always built exactly as training built it.
+
+One module though past 500 lines: the weights chosen, the episode loop with its caps and the report
+of one evaluation are one notion of an evaluation, shared by ``per-dqn eval`` and the training
+loop's.
 """
 
 from __future__ import annotations

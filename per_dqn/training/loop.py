@@ -17,6 +17,9 @@ Env steps count the steps the agent experienced: gymnasium's next-step autoreset
 RNGs, the lives, the episode accumulators, the schedules' positions); its ``state_dict`` is the
 loop's part of a checkpoint. The run (``run.py``) decides what to log, evaluate and save, and
 when: everything here is computation.
+
+One module though past 500 lines: ``LoopState`` and the step that reads and writes it are one state
+machine, whose checkpointed fields must match the step exactly.
 """
 
 from __future__ import annotations
