@@ -239,6 +239,32 @@ def test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped(cop
     assert loaded > 0, "every load refused: the verified file was never the one loaded"
 
 
+def test_agent_pt_swapped_just_after_its_check_is_not_what_loads(copy, tmp_path, monkeypatch):
+    """The swap of the test above at the worst moment, every time: ``agent.pt`` is replaced by
+    another run's right after its bytes were read and checked. The weights that load are the
+    checked ones (the race above left the re-read by path, ``checkpoint-reread-by-path`` in
+    ``make mutants``, uncaught whenever the swapper thread lost every race, as it can on a busy
+    machine)."""
+    path = newest(copy)
+    expected = torch.load(path / "agent.pt", weights_only=True)["online"]
+    other = torch.load(path / "agent.pt", weights_only=True)
+    for tensor in other["online"].values():
+        tensor.add_(1.0)
+    torch.save(other, tmp_path / "evil.pt")
+    real = ckpt._read_checked
+
+    def read_then_swap(where, name, entry, dir_fd, inode=None):
+        blob = real(where, name, entry, dir_fd, inode)
+        if name == "agent.pt":
+            os.replace(shutil.copyfile(tmp_path / "evil.pt", where / ".swap"), where / name)
+        return blob
+
+    monkeypatch.setattr(ckpt, "_read_checked", read_then_swap)
+    checkpoint = run_ckpt.load_run_checkpoint(path)
+    for key, tensor in checkpoint.parts["agent"]["online"].items():
+        assert torch.equal(tensor, expected[key]), "the swapped-in weights were loaded"
+
+
 def deep_manifest(path: Path) -> None:
     """A manifest of ~1.5 KB nested 700 levels deep, not re-signed."""
     (path / "manifest.json").write_text("[" * 700 + "]" * 700)

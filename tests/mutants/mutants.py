@@ -239,7 +239,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "parts[stem] = load_weights(blob, str(path / name))",
         "parts[stem] = load_weights((path / name).read_bytes(), str(path / name))",
         ("tests/test_readback.py::"
-         "test_the_checkpoint_loaded_is_the_one_verified_while_agent_pt_is_swapped",),
+         "test_agent_pt_swapped_just_after_its_check_is_not_what_loads",),
         "agent.pt opened again by path after it was verified (issue 43, E3: a swap loads)",
     ),
     Mutant(
