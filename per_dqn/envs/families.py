@@ -60,6 +60,10 @@ class Family:
             release can change the game itself (MinAtar 1.0.11 fixed Seaquest's oxygen bar;
             ale-py's releases bring the ROMs and the emulator), so a run's provenance records its
             version and the report names it; None where the game is gymnasium's own.
+        saves_state: whether its envs' state goes into a checkpoint, so that a resumed run
+            continues the same episodes exactly (``envs.make.env_state``); False where it cannot
+            be captured (ale-py's emulators), and a resumed run restarts them from a seeded
+            reset.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Family:
     eval_total_frames: int | None
     env_keys: frozenset[str]
     game_package: str | None
+    saves_state: bool
 
     def claims(self, env_id: str) -> bool:
         """Whether ``env_id`` starts with this family's namespace (never, for the fallback)."""
@@ -93,6 +98,7 @@ CLASSIC = Family(
     eval_total_frames=None,
     env_keys=frozenset(),
     game_package=None,  # gymnasium's, recorded for every run
+    saves_state=True,  # the classic-control envs' physics (envs.make._PHYSICS_FIELDS)
 )
 ATARI = Family(
     name="atari",
@@ -119,6 +125,7 @@ ATARI = Family(
         )
     ),
     game_package="ale-py",
+    saves_state=False,  # the emulator's state lives in C++, out of reach
 )
 MINATAR = Family(
     name="minatar",
@@ -134,6 +141,7 @@ MINATAR = Family(
     eval_total_frames=None,
     env_keys=frozenset({"full_action_space"}),  # its own sticky actions are MinAtar's (0.1)
     game_package="minatar",
+    saves_state=True,  # the game's whole state (envs.make._minatar_state)
 )
 
 # Every family. An id no namespace claims is the fallback's (``CLASSIC``).
