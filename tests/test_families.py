@@ -173,3 +173,32 @@ def test_a_family_without_construction_is_named(monkeypatch):
         envs.make_vector_env(EnvConfig(id="Fake/Game-v0"))
     with pytest.raises(LookupError, match="'fake'"):
         envs.make_eval_env(EnvConfig(id="Fake/Game-v0"))
+
+
+def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(monkeypatch):
+    """Issue 46: ``Family.frame_skip`` was documented as the default ``env.frame_skip`` while the
+    field was Atari's 4 whatever the family, so a family with a skip of 2 ran at 4 while its
+    evaluation caps were computed for 2; and only the Atari builder applied
+    ``max_episode_frames``. A throwaway family of CartPole-like envs (``Skip2/``, a skip of 2,
+    1,000 frames an episode and an evaluation cap of 600 frames): a config that leaves the skip
+    out resolves it to 2 and the caps to 300 steps; one that sets it keeps its own; and the episode
+    cap every ``gym.make`` builder applies under it is 500 agent steps (333 at a skip of 3)."""
+    throwaway = dataclasses.replace(
+        families.CLASSIC, name="skip2", title="Skip2", namespace="Skip2/",
+        example_id="Skip2/CartPole-v1", frame_skip=2, max_episode_frames=1000,
+        eval_episode_frames=600, eval_total_frames=None,
+    )  # fmt: skip
+    monkeypatch.setattr(families, "FAMILIES", (*families.FAMILIES, throwaway))
+    config = load_config(resolve_config_path("cartpole.yaml"), [Override("env.id", "Skip2/X")])
+    assert config.env.frame_skip == 2
+    assert config.train.eval_max_episode_steps == 300
+    own = load_config(
+        resolve_config_path("cartpole.yaml"),
+        [Override("env.id", "Skip2/X"), Override("env.frame_skip", 3)],
+    )
+    assert (own.env.frame_skip, own.train.eval_max_episode_steps) == (3, 200)
+    assert envs.episode_steps(config.env) == 500
+    assert envs.episode_steps(own.env) == 333
+    unset = load_config(resolve_config_path("cartpole.yaml"))
+    assert envs.episode_steps(unset.env) is None  # CartPole keeps its registered limit
+    assert unset.env.frame_skip == 4  # the field's default, which CartPole-like envs ignore

@@ -87,7 +87,8 @@ class EnvConfig(_Section):
             while the game plays on; returns stay full-game scores.
         sticky_action_prob: (Atari) probability that the emulator repeats the previous action.
         noop_max: (Atari) up to this many no-op actions after each reset.
-        frame_skip: (Atari) emulator frames per agent step.
+        frame_skip: (Atari) emulator frames per agent step; left out, the env family's
+            (``Family.frame_skip``).
         frame_stack: (Atari) frames per observation.
         full_action_space: (Atari, MinAtar) every action of the console or of MinAtar's
             common set (Atari 18, MinAtar 6) instead of the game's minimal set. Off, an id keeps
@@ -429,9 +430,10 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _eval_caps_follow_the_env(cls, data: Any) -> Any:
-        """Fills the evaluation caps a file leaves out with its env family's defaults (its caps
-        in emulator frames over the frame skip; see ``per_dqn.envs.families``), so the resolved
-        config (``config show``, the run dir's ``config.yaml``) states them."""
+        """Fills the frame skip and the evaluation caps a file leaves out with its env family's
+        defaults (its caps in emulator frames over the frame skip; see
+        ``per_dqn.envs.families``), so the resolved config (``config show``, the run dir's
+        ``config.yaml``) states them."""
         if not isinstance(data, dict):
             return data
         env, train = data.get("env", {}), data.get("train", {})
@@ -441,6 +443,11 @@ class Config(_Section):
         if not isinstance(env_id, str):
             return data
         family = families.of(env_id)
+        if family.frame_skip is not None and "frame_skip" not in env:
+            # A family's own frame skip when the file leaves it out (the field's default is
+            # Atari's, which the families that step once per agent step ignore).
+            env = {**env, "frame_skip": family.frame_skip}
+            data = {**data, "env": env}
         caps = {
             "eval_max_episode_steps": family.eval_episode_frames,
             "eval_max_total_steps": family.eval_total_frames,

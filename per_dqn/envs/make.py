@@ -126,13 +126,26 @@ class EnvSpec:
     num_actions: int
 
 
+def episode_steps(config: EnvConfig) -> int | None:
+    """The episode time limit in agent steps of an env made by ``gym.make``:
+    ``env.max_episode_steps``, or else the family's ``max_episode_frames`` over its frame skip
+    (None: the id's own limit). The Atari builder applies the same two in emulator frames."""
+    if config.max_episode_steps is not None:
+        return config.max_episode_steps
+    family = families.of(config.id)
+    if family.max_episode_frames is None:
+        return None
+    return family.max_episode_frames // (config.frame_skip if family.frame_skip else 1)
+
+
 def _make_gym(config: EnvConfig, render_mode: str | None = None, **extra: Any) -> gym.Env:
     """One environment from ``gym.make``, with its registered wrappers (time limit included);
     ``extra`` goes to the env's constructor."""
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     kwargs.update(extra)
-    if config.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = config.max_episode_steps
+    steps = episode_steps(config)
+    if steps is not None:
+        kwargs["max_episode_steps"] = steps
     _import_env_module(config.id)
     _check_versioned(config.id)
     try:
@@ -237,8 +250,10 @@ def _make_atari_vector(config: EnvConfig, num_envs: int, screen: bool = False) -
         image = {"img_height": height, "img_width": width, "grayscale": False, "stack_num": 1,
                  "maxpool": False}  # fmt: skip
     game = atari_game(config.id)
+    # The cap in emulator frames: the family's whole, not its agent steps times the skip (a skip
+    # that does not divide it would round it down).
     max_frames = (
-        families.ATARI.max_episode_frames
+        families.of(config.id).max_episode_frames
         if config.max_episode_steps is None
         else config.max_episode_steps * config.frame_skip
     )
