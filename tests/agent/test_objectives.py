@@ -224,3 +224,28 @@ def test_laber_learns_from_the_picked_samples_by_hand():
 def test_agents_of_different_objectives_cannot_share_a_pack():
     with pytest.raises(ValueError, match="cannot share a pack"):
         Pack([_agent(0, SPECS["lap"]), _agent(1, ObjectiveSpec())])
+
+
+def test_laber_weights_a_batch_whose_surrogates_sum_to_1_by_them_and_rows_apart():
+    """Issue 44's mutation run: the all-zero fallback tested `sum == 1` and `sum(dim=None)`
+    and survived. Surrogates 0.25 and 0.75 sum to 1: picks 0.1, 0.3, 0.9 fall at 0, 1, 1 and
+    weigh mean 0.5 over 0.25, 0.75, 0.75. In a pack's two rows, an all-zero row is drawn and
+    weighted uniformly while the other keeps its proportions."""
+    q, y = torch.tensor([0.25, 0.75]), torch.zeros(2)
+    picked = ObjectiveSpec("laber").pick(q, y, torch.tensor([0.1, 0.3, 0.9]))
+    assert picked.chosen.tolist() == [0, 1, 1]
+    np.testing.assert_allclose(picked.weights, [2.0, 2 / 3, 2 / 3], rtol=1e-6)
+    rows = ObjectiveSpec("laber").pick(
+        torch.tensor([[0.0, 0.0], [0.25, 0.75]]), torch.zeros(2, 2),
+        torch.tensor([[0.1, 0.9, 0.3], [0.1, 0.3, 0.9]]),
+    )  # fmt: skip
+    assert rows.chosen.tolist() == [[0, 1, 0], [0, 1, 1]]
+    np.testing.assert_allclose(rows.weights, [[1.0, 1.0, 1.0], [2.0, 2 / 3, 2 / 3]], rtol=1e-6)
+
+
+def test_lap_s_loss_at_exactly_kappa_is_the_linear_branch():
+    """LAP's H_k(d) switches at d = k to k d (the source's `torch.where(x < min_priority,
+    0.5 x^2, min_priority x)`), a jump from 0.5 k^2: at d = k = 1 the loss is 1, not 0.5
+    (issue 44's mutation run: `<` -> `<=` survived)."""
+    losses = lap_losses(torch.tensor([0.5, 1.0, 2.0]), 1.0)
+    np.testing.assert_allclose(losses, [0.125, 1.0, 2.0])
