@@ -136,9 +136,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
+def imports_of(path: Path, typing: bool = True) -> set[str]:
+    """What ``path`` imports, at its top or inside a function; with ``typing`` False, not what
+    it imports under ``if TYPE_CHECKING:`` (for annotations alone: nothing runs it)."""
+    tree = ast.parse(path.read_text())
+    typing_only = set() if typing else {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }  # fmt: skip
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -508,29 +520,6 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
     assert out.stdout.strip() == "", f"loading a config loaded {out.stdout.strip()}"
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """What ``path`` imports when it runs: at its top or inside a function, not under
-    ``if TYPE_CHECKING:`` (annotations only)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
-        for stmt in node.body
-        for inner in ast.walk(stmt)
-    }
-    names = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
 def import_graph(package: Path) -> dict[str, set[str]]:
     """Module -> the package's modules it imports at run time (a name imported from a module,
     ``from per_dqn.agent import dqn``, is the module ``per_dqn.agent.dqn`` where that exists)."""
@@ -540,7 +529,7 @@ def import_graph(package: Path) -> dict[str, set[str]]:
         for p in sorted(package.rglob("*.py"))
     }
     return {
-        name: {m for m in _runtime_imports(path) if m in names and m != name and m != root}
+        name: {m for m in imports_of(path, typing=False) if m in names and m != name and m != root}
         for name, path in names.items()
     }
 
