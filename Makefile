@@ -73,7 +73,7 @@ mutants: $(STAMP)
 	$(BIN)/python tests/mutants/mutants.py
 
 # Mutation testing by a tool (mutmut, the `mutation` extra) over the modules [tool.mutmut] names
-# (in envs.py, policy.py and checkpoint.py only the functions SCOPE in tests/mutants/
+# (in envs/make.py, policy.py and the checkpoint modules only the functions SCOPE in tests/mutants/
 # mutation_table.py names): every one-line change mutmut can make, each against the fast tests
 # that call the changed function (the trust boundary's readers: only their own test files, FOCUS
 # in tests/mutants/mutmut_plugin.py), one worker; then the per-module table, with the

@@ -1100,7 +1100,7 @@ def test_a_re_signed_manifest_of_the_wrong_shape_is_one_line_naming_what(tmp_pat
 
 
 def test_a_stray_at_step_zero_is_named_too(tmp_path):
-    """``_strays`` with no checkpoint used names every stray, from step 0: the first checkpoint
+    """``strays`` with no checkpoint used names every stray, from step 0: the first checkpoint
     a run writes can be step 0."""
     (tmp_path / "step_000000000").write_bytes(b"a file")
     found = latest.find_latest(tmp_path)

@@ -4,7 +4,7 @@ One module per command group, each a Typer app added here to the root one (``mai
 (and ``train --resume``), ``evaluate`` (``eval``), ``plan``, ``config`` (``show``, ``validate``),
 ``ablate``, ``report`` and ``archive`` (``archive``, ``unarchive``); ``common`` holds what they
 share. They reach the package only through ``per_dqn.api``, ``per_dqn.config``,
-``per_dqn.sweeps`` and ``per_dqn.training.stopping``
+``per_dqn.sweeps``, ``per_dqn.training.stopping``, the env families' table and the memory plan
 (tests/test_architecture.py).
 
 Exit codes: 0 done; 2 bad input (a bad option value, an unknown or missing option, config file,

@@ -188,8 +188,8 @@ class Run:
         train_returns: the ``episode/return`` points: each finished training episode's return
             at the env step it ended (what the literature's training curves are made of).
         game: the package and version of the game's code the run played, as its summary's
-            provenance records them (``minatar 1.0.15``; ``GAME_PACKAGES``); None for other envs
-            or where the summary does not say.
+            provenance records them (``minatar 1.0.15``; ``Family.game_package``); None for
+            other envs or where the summary does not say.
         exploration: its exploration after the decay, from its ``config.yaml``: ``epsilon 0.01
             from 250k`` (``exploration_text``); None where the config cannot be read.
         sessions: its sessions (its summary's ``wall_sessions``: the pack each trained in, and

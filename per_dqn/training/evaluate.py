@@ -281,7 +281,7 @@ def play(
         seed: see above.
         film: keep the first episode's frames (the reset frame and one per step, up to
             ``VIDEO_MAX_FRAMES``).
-        max_episode_steps, max_total_steps, on_progress, on_episode: see ``run_episodes``.
+        max_episode_steps, max_total_steps, on_progress, on_episode: see ``episode_requests``.
     """
     streams = RunSeeds.from_seed(seed)
     # As a run's eval env is reset once with the stream when the run starts, and each evaluation
@@ -457,7 +457,7 @@ def evaluate_source(
         on_start: called with one line saying what is about to be played (the weights, the
             env, the episodes, epsilon and seed), once the agent is built and its weights
             loaded.
-        on_progress, on_episode: see ``run_episodes``.
+        on_progress, on_episode: see ``episode_requests``.
 
     Raises:
         ValueError: the env cannot be made or rendered (or has no ``agent`` view), or the
