@@ -249,3 +249,10 @@ def test_lap_s_loss_at_exactly_kappa_is_the_linear_branch():
     (issue 44's mutation run: `<` -> `<=` survived)."""
     losses = lap_losses(torch.tensor([0.5, 1.0, 2.0]), 1.0)
     np.testing.assert_allclose(losses, [0.125, 1.0, 2.0])
+
+
+def test_laber_s_rounding_fallback_is_the_last_position_with_mass_below_1_too():
+    """u * total rounding up to the total falls back on the last position whose surrogate is
+    above 0, also where every surrogate is below 1 (issue 44's mutation run: `> 0` -> `> 1`
+    there survived, the test above having a surrogate of 3)."""
+    assert laber_pick(torch.tensor([0.5, 0.25, 0.0]), torch.tensor([1.0])).tolist() == [1]

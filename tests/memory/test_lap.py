@@ -97,3 +97,20 @@ def test_a_damaged_state_is_refused_and_changes_nothing():
     target = added("lap", n=13, seed=2)
     target.load_state_dict(state)
     assert target.state_dict()["max_priority"] == 1.0
+
+
+def test_single_inserts_past_capacity_keep_the_size_at_capacity():
+    """Issue 44's mutation run: `_size < capacity` -> `<=` in the one-slot insert survived.
+    Six single inserts into a ring of four hold four transitions, each at priority 1: their
+    mean is 1, not the total over six."""
+    sampler = LAPSampler(4, seed=0)
+    for slot in (0, 1, 2, 3, 0, 1):
+        sampler.on_insert(slot)
+    assert sampler.mean_priority == 1.0
+    assert sampler.state_dict()["priorities"].shape == (4,)
+
+
+def test_an_infinite_floor_is_refused():
+    """`min_priority` must be finite (issue 44's mutation run: `< inf` -> `<= inf` survived)."""
+    with pytest.raises(ValueError, match=r"^`min_priority` must be > 0, got inf$"):
+        LAPSampler(4, min_priority=np.inf)
