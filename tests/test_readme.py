@@ -98,10 +98,11 @@ def test_the_mutation_run_counts_only_the_scoped_functions():
     table = load_mutation_table()
     patterns = table.run_patterns(table.mutated_paths())
     assert "per_dqn.training.loop.*" in patterns and "per_dqn.envs.make.*" not in patterns
-    assert "per_dqn.envs.make.x_env_state__mutmut_*" in patterns
-    assert table.in_scope("per_dqn/envs/make.py", "per_dqn.envs.make.x__check__mutmut_3")
+    assert "per_dqn.envs.state.x_env_state__mutmut_*" in patterns
+    assert "per_dqn.envs.make.xǁEnvsǁstate_dict__mutmut_*" in patterns
+    assert table.in_scope("per_dqn/envs/state.py", "per_dqn.envs.state.x__check__mutmut_3")
     assert not table.in_scope(
-        "per_dqn/envs/make.py", "per_dqn.envs.make.x__check_minatarX__mutmut_3"
+        "per_dqn/envs/state.py", "per_dqn.envs.state.x__check_minatarX__mutmut_3"
     )
     assert not table.in_scope("per_dqn/envs/make.py", "per_dqn.envs.make.x_atari_game__mutmut_1")
     assert table.in_scope("per_dqn/training/loop.py", "per_dqn.training.loop.xǁLoopǁstep__mutmut_1")

@@ -61,7 +61,7 @@ class Family:
             ale-py's releases bring the ROMs and the emulator), so a run's provenance records its
             version and the report names it; None where the game is gymnasium's own.
         saves_state: whether its envs' state goes into a checkpoint, so that a resumed run
-            continues the same episodes exactly (``envs.make.env_state``); False where it cannot
+            continues the same episodes exactly (``envs.state.env_state``); False where it cannot
             be captured (ale-py's emulators), and a resumed run restarts them from a seeded
             reset.
     """
@@ -98,7 +98,7 @@ CLASSIC = Family(
     eval_total_frames=None,
     env_keys=frozenset(),
     game_package=None,  # gymnasium's, recorded for every run
-    saves_state=True,  # the classic-control envs' physics (envs.make._PHYSICS_FIELDS)
+    saves_state=True,  # the classic-control envs' physics (envs.state._PHYSICS_FIELDS)
 )
 ATARI = Family(
     name="atari",
@@ -141,7 +141,7 @@ MINATAR = Family(
     eval_total_frames=None,
     env_keys=frozenset({"full_action_space"}),  # its own sticky actions are MinAtar's (0.1)
     game_package="minatar",
-    saves_state=True,  # the game's whole state (envs.make._minatar_state)
+    saves_state=True,  # the game's whole state (envs.state._minatar_state)
 )
 
 # Every family. An id no namespace claims is the fallback's (``CLASSIC``).

@@ -41,6 +41,8 @@ NO_TESTS = {5, 33}
 SCOPE: dict[str, tuple[str, ...]] = {
     "per_dqn/envs/make.py": (
         "xǁEnvsǁstate_dict", "xǁEnvsǁcheck_state_dict", "xǁEnvsǁload_state_dict",
+    ),
+    "per_dqn/envs/state.py": (
         "x_env_state", "x_load_env_state", "x_check_env_state", "x__check", "x__apply",
         "x__plain", "x__minatar_state", "x__apply_minatar", "x__check_minatar",
     ),

@@ -1,0 +1,234 @@
+"""What a checkpoint keeps of an env, and how it is put back: ``env_state``, ``check_env_state``,
+``load_env_state`` (``make.Envs`` saves and restores a run's two envs with them).
+
+A checkpoint stores an env as a tree of arrays and JSON values, never as a pickle: resuming a
+run dir someone else wrote must not run whatever it holds. That means naming the state each
+supported env keeps, which gymnasium keeps in private attributes; they are read and written here
+only. An env with anything else in it (another wrapper, another env class, ale-py's emulators in
+C++) has no state: the resume says so and restarts it from a seeded reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import SyncVectorEnv, VectorEnv
+
+# The physics state of each supported classic-control env: what `step` reads besides the RNG.
+_PHYSICS_FIELDS: dict[str, tuple[str, ...]] = {
+    "CartPoleEnv": ("state", "steps_beyond_terminated"),
+    "AcrobotEnv": ("state",),
+    "MountainCarEnv": ("state",),
+    "Continuous_MountainCarEnv": ("state",),
+    "PendulumEnv": ("state", "last_u"),
+    # minatar.gym.BaseEnv (and minatar_gym.MinAtarEnv for MinAtar 1.0.10): the game's whole
+    # state, read by `_minatar_state`.
+    "BaseEnv": ("minatar",),
+    "MinAtarEnv": ("minatar",),
+}
+# The MinAtar env classes: their state is the game's (`_minatar_state`).
+_MINATAR_ENVS = ("BaseEnv", "MinAtarEnv")
+# Wrappers gym.make adds, and the counter each keeps.
+_WRAPPER_FIELDS: dict[str, tuple[str, ...]] = {
+    "TimeLimit": ("_elapsed_steps",),
+    "OrderEnforcing": ("_has_reset",),
+    "ChannelFirst": (),
+}
+
+
+def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
+    """The state an env continues from, as a tree of arrays and JSON values; None if it cannot be
+    captured.
+
+    A single env gives its wrappers' counters (``TimeLimit``'s step count, ``OrderEnforcing``'s
+    reset flag), the physics state (``_PHYSICS_FIELDS``) and its RNG's bit-generator state. A
+    ``SyncVectorEnv`` gives its sub-envs' states and which of them only reset on their next step.
+    Anything else, ale-py's ``AtariVectorEnv`` and ``SingleAtariEnv`` included, gives None.
+    """
+    if isinstance(env, SyncVectorEnv):
+        subs = [env_state(sub) for sub in env.envs]
+        if any(sub is None for sub in subs):
+            return None
+        # gymnasium 1.x keeps the next-step autoreset flags here: without them a sub-env that just
+        # ended would be stepped instead of reset.
+        autoreset = np.array(env._autoreset_envs, dtype=np.bool_)
+        return {"kind": "SyncVectorEnv", "envs": subs, "autoreset": autoreset}
+    if isinstance(env, VectorEnv):
+        return None
+    wrappers = []
+    layer: Any = env
+    while isinstance(layer, gym.Wrapper):
+        name = type(layer).__name__
+        if name not in _WRAPPER_FIELDS:
+            return None
+        wrappers.append({"class": name, **{f: getattr(layer, f) for f in _WRAPPER_FIELDS[name]}})
+        layer = layer.env
+    name = type(layer).__name__
+    if name not in _PHYSICS_FIELDS or not isinstance(layer, gym.Env):
+        return None
+    physics = {}
+    if name in _MINATAR_ENVS:
+        physics["minatar"] = _minatar_state(layer)
+    for field in _PHYSICS_FIELDS[name] if name not in _MINATAR_ENVS else ():
+        value = getattr(layer, field)
+        if isinstance(value, bool | int | np.integer):
+            physics[field] = int(value)
+        elif value is not None:
+            # MountainCar keeps a tuple of float64s, the others arrays: an array of the same
+            # dtype restores both exactly (`step` unpacks either).
+            physics[field] = np.array(value)
+        else:
+            physics[field] = None
+    rng = layer._np_random
+    return {
+        "kind": name,
+        "wrappers": wrappers,
+        "physics": physics,
+        "rng": None if rng is None else rng.bit_generator.state,
+        "rng_seed": layer._np_random_seed,
+    }
+
+
+def load_env_state(env: gym.Env | VectorEnv, state: Mapping[str, Any]) -> None:
+    """Makes ``env`` (the same object, which others hold) continue from ``env_state``'s tree.
+
+    The whole tree is checked before anything is changed, so a refused state leaves ``env`` as
+    it was.
+
+    Raises:
+        ValueError: a state of another env, wrapper stack or number of sub-envs, or malformed.
+    """
+    check_env_state(env, state)
+    _apply(env, state)
+
+
+def check_env_state(env: gym.Env | VectorEnv, state: Mapping[str, Any]) -> None:
+    """Raises the ``ValueError`` that ``load_env_state`` would, and changes nothing."""
+    try:
+        _check(env, state)
+    except (KeyError, TypeError, AttributeError, IndexError, OverflowError) as exc:
+        raise ValueError(f"malformed env state ({type(exc).__name__}: {exc})") from None
+
+
+def _check(env: Any, state: Mapping[str, Any]) -> None:
+    kind = state["kind"]
+    if isinstance(env, SyncVectorEnv):
+        if kind != "SyncVectorEnv":
+            raise ValueError(f"the checkpoint's env is a {kind}, this run's a SyncVectorEnv")
+        subs, autoreset = state["envs"], np.asarray(state["autoreset"])
+        if len(subs) != env.num_envs or autoreset.shape != (env.num_envs,):
+            raise ValueError(
+                f"the checkpoint has {len(subs)} sub-envs, this run {env.num_envs} (env.num_envs)"
+            )
+        for sub_env, sub in zip(env.envs, subs, strict=True):
+            _check(sub_env, sub)
+        return
+    if kind == "SyncVectorEnv":
+        raise ValueError(
+            f"the checkpoint's env is a SyncVectorEnv, this run's a {type(env).__name__}"
+        )
+    wrappers = []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        wrappers.append(type(layer).__name__)
+        layer = layer.env
+    mine = "/".join([*wrappers, type(layer).__name__])
+    saved = "/".join([*(w["class"] for w in state["wrappers"]), kind])
+    if mine != saved:
+        raise ValueError(f"the checkpoint's env is {saved}, this run's {mine}")
+    if set(state["physics"]) != set(_PHYSICS_FIELDS[kind]):
+        raise ValueError(f"the {kind} state must hold {list(_PHYSICS_FIELDS[kind])}")
+    if kind in _MINATAR_ENVS:
+        _check_minatar(layer, state["physics"]["minatar"])
+    if state["rng"] is not None:
+        np.random.Generator(np.random.PCG64()).bit_generator.state = state["rng"]
+
+
+def _apply(env: Any, state: Mapping[str, Any]) -> None:
+    if isinstance(env, SyncVectorEnv):
+        for sub_env, sub in zip(env.envs, state["envs"], strict=True):
+            _apply(sub_env, sub)
+        env._autoreset_envs = np.array(state["autoreset"], dtype=np.bool_)
+        return
+    layer = env
+    for saved in state["wrappers"]:
+        for field in _WRAPPER_FIELDS[saved["class"]]:
+            setattr(layer, field, saved[field])
+        layer = layer.env
+    for field, value in state["physics"].items():
+        if field == "minatar":
+            _apply_minatar(layer, value)
+            continue
+        setattr(layer, field, value if value is None or isinstance(value, int) else np.array(value))
+    rng = None
+    if state["rng"] is not None:
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = state["rng"]
+    layer._np_random = rng
+    layer._np_random_seed = state["rng_seed"]
+
+
+# --- MinAtar's game state -------------------------------------------------------------------------
+#
+# A MinAtar game keeps its whole state in plain attributes of two objects: the `Environment`
+# (sticky-action memory, its RandomState) and the game inside it (positions, timers, lists of
+# entities as lists of ints or None, numpy maps). They are read and written here as a tree of
+# JSON values and arrays; the one RandomState both objects share stays shared.
+
+_MINATAR_OUTER = ("last_action", "sticky_action_prob")
+_MINATAR_SKIPPED = ("channels", "action_map", "random")  # constants, and the shared RandomState
+
+
+def _plain(value: Any) -> Any:
+    """A game attribute as JSON values and arrays (numpy scalars become Python ones)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"a MinAtar game attribute of type {type(value).__name__} cannot be saved")
+
+
+def _minatar_state(layer: Any) -> dict[str, Any]:
+    game = layer.game
+    name, keys, pos, has_gauss, cached = game.random.get_state()
+    return {
+        "outer": {key: _plain(getattr(game, key)) for key in _MINATAR_OUTER},
+        "game": {
+            key: _plain(value)
+            for key, value in vars(game.env).items()
+            if key not in _MINATAR_SKIPPED
+        },
+        "random": {"name": name, "keys": keys.copy(), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "cached": float(cached)},
+    }  # fmt: skip
+
+
+def _apply_minatar(layer: Any, state: Mapping[str, Any]) -> None:
+    game = layer.game
+    for key, value in state["outer"].items():
+        setattr(game, key, value)
+    for key, value in state["game"].items():
+        setattr(game.env, key, value.copy() if isinstance(value, np.ndarray) else value)
+    r = state["random"]
+    game.random.set_state(
+        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
+    )
+
+
+def _check_minatar(layer: Any, state: Mapping[str, Any]) -> None:
+    """Raises ValueError for a MinAtar state of another game or a malformed one."""
+    game = layer.game
+    mine = set(vars(game.env)) - set(_MINATAR_SKIPPED)
+    if set(state["game"]) != mine or set(state["outer"]) != set(_MINATAR_OUTER):
+        raise ValueError(f"the checkpoint's MinAtar state is not {game.env_name}'s")
+    r = state["random"]
+    np.random.RandomState().set_state(
+        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
+    )
