@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from per_dqn.config.messages import one_line
+from per_dqn.config.messages import error_text
 from per_dqn.envs import families
 
 
@@ -284,9 +284,8 @@ def resolve_factory(spec: str) -> Callable[..., nn.Module]:
         for part in qualname.split("."):
             target = getattr(target, part)
     except Exception as exc:  # an import runs user code, which may raise anything
-        reason = one_line(exc)[:200]
         raise ValueError(
-            f"agent.network: cannot import {spec!r} ({type(exc).__name__}: {reason})"
+            f"agent.network: cannot import {spec!r} ({error_text(exc, 200)})"
         ) from None
     if not callable(target):
         raise ValueError(f"agent.network: {spec!r} is a {type(target).__name__}, not callable")
@@ -324,9 +323,8 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
     try:
         module = factory(shape, num_actions)
     except Exception as exc:
-        reason = one_line(exc)[:200]
         raise ValueError(
-            f"agent.network: {spec}{(shape, num_actions)} raised {type(exc).__name__}: {reason}"
+            f"agent.network: {spec}{(shape, num_actions)} raised {error_text(exc, 200)}"
         ) from None
     if not isinstance(module, nn.Module):
         raise ValueError(
@@ -339,10 +337,9 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
         with torch.no_grad():
             out = network(torch.zeros((2, *shape)))
     except Exception as exc:
-        reason = one_line(exc)[:200]
         raise ValueError(
             f"agent.network: {spec}'s module fails on a batch of shape {(2, *shape)} "
-            f"({type(exc).__name__}: {reason})"
+            f"({error_text(exc, 200)})"
         ) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_actions):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__

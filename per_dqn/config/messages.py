@@ -65,6 +65,12 @@ def one_line(exc: object) -> str:
     return " ".join(str(exc).split())
 
 
+def error_text(exc: BaseException, limit: int = 300) -> str:
+    """``TypeName: text`` of ``exc``, its text on one line and cut at ``limit`` characters: what
+    a one-line message says of an error it wraps."""
+    return f"{type(exc).__name__}: {one_line(exc)[:limit]}"
+
+
 def _dotted(loc: tuple) -> str:
     """A pydantic location as the key's dotted path: ``("agent", "hidden_sizes", 0)`` ->
     ``agent.hidden_sizes[0]``."""

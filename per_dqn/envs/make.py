@@ -37,7 +37,7 @@ from gymnasium.envs.registration import find_highest_version, parse_env_id
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from per_dqn.config import EnvConfig
-from per_dqn.config.messages import one_line
+from per_dqn.config.messages import error_text
 from per_dqn.envs import families
 from per_dqn.envs.state import check_env_state, env_state, load_env_state
 
@@ -202,10 +202,8 @@ def _import_env_module(env_id: str) -> None:
     try:
         importlib.import_module(module)
     except Exception as exc:
-        reason = one_line(exc)[:300]
         raise ValueError(
-            f"env.id: cannot import module {module!r} named by {env_id!r} "
-            f"({type(exc).__name__}: {reason})"
+            f"env.id: cannot import module {module!r} named by {env_id!r} ({error_text(exc)})"
         ) from None
 
 

@@ -59,7 +59,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from per_dqn.config.messages import one_line
+from per_dqn.config.messages import error_text, one_line
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import readback
 from per_dqn.rundir.arrays import join_tree
@@ -649,8 +649,7 @@ def _load_arrays(
         except CheckpointError:
             raise
         except Exception as exc:  # unzipping raises many kinds; the checksum passed
-            reason = one_line(exc)[:300]
-            problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
+            problem = f"{path}: cannot load {name} ({error_text(exc)})"
             raise CheckpointError(problem) from None
         after = os.fstat(file.fileno())
     stamp = ("st_size", "st_mtime_ns", "st_ctime_ns")
@@ -667,6 +666,5 @@ def _tree(path: Path, stem: str, skeleton: bytes, arrays: dict[str, np.ndarray])
         tree = readback.parse_json(skeleton, path / name, readback.KINDS["tree"])
         return join_tree(tree, arrays)
     except (readback.ReadBackError, KeyError, TypeError) as exc:
-        reason = one_line(exc)[:300]
-        problem = f"{path}: cannot load {name} ({type(exc).__name__}: {reason})"
+        problem = f"{path}: cannot load {name} ({error_text(exc)})"
         raise CheckpointError(problem) from None

@@ -10,7 +10,7 @@ import re
 import zipfile
 from typing import Any
 
-from per_dqn.config.messages import one_line
+from per_dqn.config.messages import error_text, one_line
 from per_dqn.rundir.checkpoint import CheckpointError
 
 
@@ -50,8 +50,7 @@ def load_weights(data: bytes, label: str, device: Any = "cpu") -> Any:
             "code"
         ) from None
     except Exception as exc:  # torch's reader raises RuntimeError, KeyError, ... by damage
-        reason = one_line(exc)[:200]
-        raise CheckpointError(f"{label}: cannot load ({type(exc).__name__}: {reason})") from None
+        raise CheckpointError(f"{label}: cannot load ({error_text(exc, 200)})") from None
 
 
 # What torch's weights-only refusal says around its reason: advice on `weights_only`, not why.
