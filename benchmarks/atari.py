@@ -116,7 +116,8 @@ from learner import NUM_ACTIONS, Learner, NatureDuelingQ, Variant, make_batch
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.layout import stack_nhwc
 from per_dqn.config import Config, load_config, parse_override, resolve_config_path
-from per_dqn.envs.make import atari_game, make_eval_env, make_vector_env
+from per_dqn.envs.families.atari import atari_game
+from per_dqn.envs.make import make_eval_env, make_vector_env
 from per_dqn.memory import Batch, make_memory, planned_nbytes
 from per_dqn.training.memory_plan import PROCESS_OVERHEAD_BYTES
 from per_dqn.training.run import Trainer

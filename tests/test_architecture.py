@@ -64,9 +64,6 @@ FORBIDDEN = {
     "per_dqn.sweeps.markdown": {"per_dqn.sweeps.report", "matplotlib"},
     "per_dqn.sweeps.figures": {"per_dqn.sweeps.report", "per_dqn.sweeps.markdown"},
     "per_dqn.sweeps.stats": {"per_dqn", "matplotlib"},
-    # The env families are a table every layer asks (config, envs, build, the networks): it
-    # imports nothing, so asking it loads no environment library and no torch.
-    "per_dqn.envs.families": {"per_dqn", "torch", "numpy", "gymnasium", "ale_py", "minatar"},
     # Checking a config (the CLI's first step) must not pay for torch or an environment library.
     "per_dqn.config": {"torch", "gymnasium", "ale_py", "minatar", "per_dqn.envs.make",
                        "per_dqn.agent", "per_dqn.training.build", "per_dqn.training.run",
@@ -518,6 +515,51 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
     )  # fmt: skip
     assert out.stdout.strip() == "", f"loading a config loaded {out.stdout.strip()}"
+
+
+def top_imports(path: Path) -> set[str]:
+    """What ``path`` imports when it is imported: its module-level imports, not those inside a
+    function or under ``if TYPE_CHECKING:``."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+FAMILY_MODULES = sorted((PACKAGE / "envs" / "families").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", FAMILY_MODULES, ids=lambda p: module_name(p))
+def test_the_families_import_only_each_other_at_their_top(path):
+    """The env families are a table every layer asks (config, envs, build, the networks), so
+    importing them loads nothing: at its top, each module of ``per_dqn.envs.families`` imports
+    the standard library and its own package only. A family's construction imports gymnasium,
+    its game's package and ``envs.common`` inside its functions."""
+    third_party = {"torch", "numpy", "gymnasium", "ale_py", "minatar", "pydantic", "yaml"}
+    bad = {
+        m for m in top_imports(path)
+        if (m.split(".")[0] == "per_dqn" and not m.startswith("per_dqn.envs.families"))
+        or m.split(".")[0] in third_party
+    }  # fmt: skip
+    assert not bad, f"{module_name(path)} imports {bad} at its top"
+
+
+def test_the_top_import_check_sees_a_top_import_and_not_a_lazy_one(tmp_path):
+    """Negative control for the test above."""
+    module = tmp_path / "fam.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import numpy\n"
+        "from per_dqn.envs.families.family import Family\n"
+        "if TYPE_CHECKING:\n"
+        "    import gymnasium\n"
+        "def make():\n"
+        "    from per_dqn.envs.common import make_gym\n"
+    )
+    assert top_imports(module) == {"typing", "numpy", "per_dqn.envs.families.family"}
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from per_dqn.agent import DQNAgent, NatureCNN
 from per_dqn.cli import app
 from per_dqn.config import Config, EnvConfig
-from per_dqn.envs.make import atari_game, describe, make_eval_env, make_vector_env
+from per_dqn.envs.families.atari import atari_game
+from per_dqn.envs.make import describe, make_eval_env, make_vector_env
 from per_dqn.logs.tags import (
     EPISODE_RETURN,
     EVAL_RETURN_MEAN,

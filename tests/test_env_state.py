@@ -1,6 +1,6 @@
-"""The envs' state as a checkpoint keeps it (``per_dqn.envs.make``: ``env_state``,
-``load_env_state``, ``Envs.state_dict``): MinAtar's game state, the refusals, and what a run's
-``Envs`` saves.
+"""The envs' state as a checkpoint keeps it (``per_dqn.envs.state``: ``env_state``,
+``load_env_state``; ``per_dqn.envs.make.Envs.state_dict``): MinAtar's game state, the refusals,
+and what a run's ``Envs`` saves.
 
 tests/test_checkpoint.py has the classic-control envs and the vector env; here each MinAtar game
 continues the same game after a restore (its positions, timers, entity lists, sticky action and
@@ -14,7 +14,7 @@ import copy
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_families import SHIPPED
+from test_families import shipped_config
 
 from per_dqn.config import Override, load_config, resolve_config_path
 from per_dqn.envs.families import FAMILIES
@@ -406,7 +406,7 @@ def test_each_family_s_envs_restore_exactly_or_the_family_says_they_cannot(famil
     sub-envs and the eval env, under its shipped config: where the family says its envs' state
     is saved (``Family.saves_state``), the restored envs continue step for step as the saved
     ones; where it says not (Atari), the state holds nothing for either env."""
-    name = next(config for config, owner in SHIPPED.items() if owner == family.name)
+    name = shipped_config(family)
     overrides = [Override("env.id", family.example_id), Override("env.num_envs", 2)]
     config = load_config(resolve_config_path(name), overrides)
     saved, restored = Envs(config.env), Envs(config.env)
@@ -427,3 +427,4 @@ def test_each_family_s_envs_restore_exactly_or_the_family_says_they_cannot(famil
     finally:
         saved.close()
         restored.close()
+

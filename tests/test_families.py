@@ -1,10 +1,13 @@
-"""Env families: one table (``per_dqn.envs.families``) that the config, ``envs``, ``build`` and the
-networks ask. Each test is parametrised over ``families.FAMILIES``, so a family added to the table
-without its construction, its network or its shipped config fails here under its own name."""
+"""Env families: the package ``per_dqn.envs.families``, one module per family, that the config,
+``envs``, ``build`` and the networks ask. Each test is parametrised over ``families.FAMILIES``, and
+nothing here lists the families by hand, so a family module added alone is checked here under its
+own name: its fields, its construction, its network, its shipped config."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -18,46 +21,47 @@ from per_dqn.config import (
     resolve_config_path,
     shipped_config_names,
 )
-from per_dqn.envs import families
+from per_dqn.envs import common, families
 from per_dqn.envs import make as envs
+from per_dqn.envs.families import atari, classic, minatar
 from per_dqn.training.build import make_agent
 
 FAMILIES = pytest.mark.parametrize("family", families.FAMILIES, ids=lambda f: f.name)
 
-# The family each shipped config trains on.
+# The family each shipped config trains on, read from the configs.
 SHIPPED = {
-    "cartpole.yaml": "classic",
-    "atari.yaml": "atari",
-    "atari100k.yaml": "atari",
-    "minatar.yaml": "minatar",
-    "literature/dopamine_minatar_dqn.yaml": "minatar",
-    "literature/dopamine_minatar_dqn_per.yaml": "minatar",
-    "literature/minatar_paper_dqn.yaml": "minatar",
-    "literature/reducible_loss_minatar_per.yaml": "minatar",
-    "literature/reducible_loss_minatar_relo.yaml": "minatar",
+    name: families.of(load_config(resolve_config_path(name)).env.id).name
+    for name in shipped_config_names()
 }
-# The Q-network class `agent.network: auto` builds on each family's example id.
-AUTO_BUILDS = {"classic": QNetwork, "atari": NatureCNN, "minatar": MinAtarCNN}
+# The families of the configs users know by name (a check of the reading above).
+KNOWN = {"cartpole.yaml": "classic", "atari.yaml": "atari", "minatar.yaml": "minatar",
+         "literature/dopamine_minatar_dqn.yaml": "minatar"}  # fmt: skip
+# The Q-network class each network name builds; ``auto``: an MLP for vectors, else the Nature CNN.
+BUILDS = {"mlp": QNetwork, "nature_cnn": NatureCNN, "minatar_cnn": MinAtarCNN}
 
 
-def test_each_shipped_config_s_env_id_is_in_its_family():
-    assert set(shipped_config_names()) == set(SHIPPED), "add the new shipped config to SHIPPED"
-    for name, expected in SHIPPED.items():
-        env_id = load_config(resolve_config_path(name)).env.id
-        assert families.of(env_id).name == expected, f"{name}: {env_id}"
+def shipped_config(family: families.Family) -> str:
+    """The first shipped config (by name) that trains on ``family``."""
+    return min(name for name, owner in SHIPPED.items() if owner == family.name)
+
+
+def test_the_shipped_configs_are_read_to_their_families():
+    assert KNOWN.items() <= SHIPPED.items()
+    assert [f.name for f in families.FAMILIES[:3]] == ["classic", "atari", "minatar"]
+    assert (classic.FAMILY, atari.FAMILY, minatar.FAMILY) == families.FAMILIES[:3]
 
 
 @pytest.mark.parametrize(
     ("env_id", "expected"),
     [
-        ("CartPole-v1", families.CLASSIC),
-        ("Acrobot-v1", families.CLASSIC),
-        ("my_package.envs:Maze-v0", families.CLASSIC),  # gymnasium's module:id form
-        ("ale/Pong-v5", families.CLASSIC),  # namespaces are case-sensitive, as gymnasium's are
-        ("ALE/Pong-v5", families.ATARI),
-        ("ALE/MsPacman-v5", families.ATARI),
-        ("MinAtar/Breakout-v1", families.MINATAR),
-        ("MinAtar/SpaceInvaders-v1", families.MINATAR),
+        ("CartPole-v1", classic.FAMILY),
+        ("Acrobot-v1", classic.FAMILY),
+        ("my_package.envs:Maze-v0", classic.FAMILY),  # gymnasium's module:id form
+        ("ale/Pong-v5", classic.FAMILY),  # namespaces are case-sensitive, as gymnasium's are
+        ("ALE/Pong-v5", atari.FAMILY),
+        ("ALE/MsPacman-v5", atari.FAMILY),
+        ("MinAtar/Breakout-v1", minatar.FAMILY),
+        ("MinAtar/SpaceInvaders-v1", minatar.FAMILY),
     ],
 )
 def test_an_id_s_namespace_picks_its_family_and_any_other_id_is_the_fallback_s(env_id, expected):
@@ -82,6 +86,11 @@ def test_every_family_states_every_field(family):
         assert family.frame_skip is not None, (
             f"{family.name}: eval caps in frames need a frame skip"
         )
+    assert callable(family.make_vector) and callable(family.make_eval)
+    # Saved state needs its env classes named; a game state is one of their fields.
+    assert family.saves_state == bool(family.physics_fields), family.name
+    if family.game_state is not None:
+        assert any(family.game_state.field in f for f in family.physics_fields.values())
 
 
 def test_families_are_told_apart_by_name_and_namespace():
@@ -96,22 +105,13 @@ def test_families_are_told_apart_by_name_and_namespace():
 
 
 def test_every_family_has_a_shipped_config():
-    """A family is added with a shipped config of its own (and its entry in ``SHIPPED`` here)."""
+    """A family is added with a shipped config of its own."""
     without = {f.name for f in families.FAMILIES} - set(SHIPPED.values())
-    assert not without, f"families {sorted(without)}: ship a config and add it to SHIPPED"
-    assert set(SHIPPED.values()) <= {f.name for f in families.FAMILIES}
-
-
-def test_every_construction_belongs_to_a_family():
-    """An ``envs.ENV_MAKERS`` entry whose key names no family is never used: a family renamed in
-    ``families.py`` but not in ``envs.py``, or a construction added without its family."""
-    names = {f.name for f in families.FAMILIES}
-    assert set(envs.ENV_MAKERS) <= names, sorted(set(envs.ENV_MAKERS) - names)
+    assert not without, f"families {sorted(without)}: ship a config in per_dqn/configs/"
 
 
 @FAMILIES
 def test_every_family_builds_its_training_and_evaluation_envs(family):
-    assert family.name in envs.ENV_MAKERS, f"family {family.name!r} has no envs.ENV_MAKERS entry"
     config = EnvConfig(id=family.example_id, num_envs=2)
     vector = envs.make_vector_env(config)
     single = envs.make_eval_env(config)
@@ -126,15 +126,19 @@ def test_every_family_builds_its_training_and_evaluation_envs(family):
 @FAMILIES
 def test_every_family_s_default_network_is_built(family):
     """``agent.network: auto`` builds the family's default network (``build.make_agent``)."""
-    assert family.name in AUTO_BUILDS, f"family {family.name!r}: add its network to AUTO_BUILDS"
-    name = next(n for n, f in SHIPPED.items() if f == family.name)
-    config = load_config(resolve_config_path(name), [Override("agent.network", "auto")])
+    config = load_config(
+        resolve_config_path(shipped_config(family)), [Override("agent.network", "auto")]
+    )
     single = envs.make_eval_env(config.env)
     try:
-        agent = make_agent(config, envs.describe(single), torch.device("cpu"))
+        spec = envs.describe(single)
+        agent = make_agent(config, spec, torch.device("cpu"))
     finally:
         single.close()
-    assert type(agent.online) is AUTO_BUILDS[family.name]
+    network = family.default_network
+    if network == families.AUTO_NETWORK:
+        network = "mlp" if len(spec.obs_shape) == 1 else "nature_cnn"
+    assert type(agent.online) is BUILDS[network]
 
 
 def test_every_network_name_has_a_builder():
@@ -158,21 +162,73 @@ def test_atari_s_eval_caps_follow_the_frame_skip():
     """Machado et al.'s 108,000 frames and Dopamine's 500,000, at 5 frames a step."""
     train = Config.model_validate({"env": {"id": "ALE/Pong-v5", "frame_skip": 5}}).train
     assert (train.eval_max_episode_steps, train.eval_max_total_steps) == (21_600, 100_000)
-    assert EnvConfig().frame_skip == families.ATARI.frame_skip == 4
+    assert EnvConfig().frame_skip == atari.FAMILY.frame_skip == 4
 
 
-def test_a_family_without_construction_is_named(monkeypatch):
-    """Negative control for the construction test: a family added to the table alone is refused
-    by ``envs`` with its name, not built as another family's env."""
-    fake = dataclasses.replace(
-        families.MINATAR, name="fake", namespace="Fake/", example_id="Fake/Game-v0"
-    )
-    monkeypatch.setattr(families, "FAMILIES", (*families.FAMILIES, fake))
-    assert families.of("Fake/Game-v0") is fake
-    with pytest.raises(LookupError, match=r"env family 'fake' \(of 'Fake/Game-v0'\)"):
-        envs.make_vector_env(EnvConfig(id="Fake/Game-v0"))
-    with pytest.raises(LookupError, match="'fake'"):
-        envs.make_eval_env(EnvConfig(id="Fake/Game-v0"))
+FAMILY_MODULE = """
+from per_dqn.envs.families.classic import FAMILY as CLASSIC
+import dataclasses
+FAMILY = dataclasses.replace(CLASSIC, name={name!r}, namespace={namespace!r})
+"""
+
+
+def _package(tmp_path, monkeypatch, modules: dict[str, str]) -> str:
+    """A throwaway package of family modules on ``sys.path``; returns its name."""
+    root = tmp_path / "fams"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for name, code in modules.items():
+        (root / f"{name}.py").write_text(textwrap.dedent(code))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # the package goes away afterwards
+    return "fams"
+
+
+def test_discovery_finds_each_module_s_family_fallback_first(tmp_path, monkeypatch):
+    package = _package(tmp_path, monkeypatch, {
+        "zed": FAMILY_MODULE.format(name="zed", namespace="Zed/"),
+        "base": FAMILY_MODULE.format(name="base", namespace=None),
+        "abc": FAMILY_MODULE.format(name="abc", namespace="Abc/"),
+        "family": "raise AssertionError('family.py is the dataclass, not a family')",
+    })  # fmt: skip
+    found = families.discover(package, [str(tmp_path / "fams")])
+    assert [f.name for f in found] == ["base", "abc", "zed"]
+
+
+@pytest.mark.parametrize(
+    ("modules", "error", "match"),
+    [
+        ({"odd": "X = 1"}, TypeError, r"fams\.odd: an env family's module needs FAMILY"),
+        ({"odd": FAMILY_MODULE.format(name="other", namespace="O/")}, TypeError, "name='odd'"),
+        (
+            {
+                "a": FAMILY_MODULE.format(name="a", namespace=None),
+                "b": FAMILY_MODULE.format(name="b", namespace=None),
+            },
+            ValueError,
+            r"\['a', 'b'\]",
+        ),
+        (
+            {
+                "a": FAMILY_MODULE.format(name="a", namespace=None),
+                "b": FAMILY_MODULE.format(name="b", namespace="Game/"),
+                "c": FAMILY_MODULE.format(name="c", namespace="Game/Sub"),
+            },
+            ValueError,
+            "'Game/' would shadow 'Game/Sub'",
+        ),
+        ({"b": FAMILY_MODULE.format(name="b", namespace="B/")}, ValueError, "exactly one"),
+    ],
+    ids=["no-FAMILY", "misnamed", "two-fallbacks", "shadowing", "no-fallback"],
+)
+def test_discovery_refuses_a_module_it_cannot_use_naming_it(
+    tmp_path, monkeypatch, modules, error, match
+):
+    """Negative controls: a module of the families package without its ``FAMILY``, or families
+    that ``of`` could not tell apart, are refused at import with a line naming them."""
+    package = _package(tmp_path, monkeypatch, modules)
+    with pytest.raises(error, match=match):
+        families.discover(package, [str(tmp_path / "fams")])
 
 
 def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(monkeypatch):
@@ -184,7 +240,7 @@ def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(
     out resolves it to 2 and the caps to 300 steps; one that sets it keeps its own; and the episode
     cap every ``gym.make`` builder applies under it is 500 agent steps (333 at a skip of 3)."""
     throwaway = dataclasses.replace(
-        families.CLASSIC, name="skip2", title="Skip2", namespace="Skip2/",
+        classic.FAMILY, name="skip2", title="Skip2", namespace="Skip2/",
         example_id="Skip2/CartPole-v1", frame_skip=2, max_episode_frames=1000,
         eval_episode_frames=600, eval_total_frames=None,
     )  # fmt: skip
@@ -197,8 +253,8 @@ def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(
         [Override("env.id", "Skip2/X"), Override("env.frame_skip", 3)],
     )
     assert (own.env.frame_skip, own.train.eval_max_episode_steps) == (3, 200)
-    assert envs.episode_steps(config.env) == 500
-    assert envs.episode_steps(own.env) == 333
+    assert common.episode_steps(config.env, throwaway) == 500
+    assert common.episode_steps(own.env, throwaway) == 333
     unset = load_config(resolve_config_path("cartpole.yaml"))
-    assert envs.episode_steps(unset.env) is None  # CartPole keeps its registered limit
+    assert common.episode_steps(unset.env, classic.FAMILY) is None  # its registered limit
     assert unset.env.frame_skip == 4  # the field's default, which CartPole-like envs ignore

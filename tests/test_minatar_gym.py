@@ -18,7 +18,8 @@ import pytest
 from support import CHECKOUT, sets, summary_of
 
 from per_dqn.envs import minatar_gym
-from per_dqn.envs.make import ChannelFirst, env_state, load_env_state
+from per_dqn.envs.common import ChannelFirst
+from per_dqn.envs.state import env_state, load_env_state
 
 pytest.importorskip("minatar")
 

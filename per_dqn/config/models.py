@@ -110,7 +110,7 @@ class EnvConfig(_Section):
     noop_max: int = Field(30, ge=0, le=27_000)
     # 1 to 8 in the literature; past 100 frames (1.7 s of play at 60 Hz) an action cannot steer
     # any Atari game.
-    frame_skip: int = Field(families.ATARI.frame_skip, ge=1, le=100)
+    frame_skip: int = Field(families.named("atari").frame_skip, ge=1, le=100)
     frame_stack: int = Field(4, ge=1, le=32)
     full_action_space: bool = False
     env_threads: int = Field(0, ge=0, le=MAX_THREADS)

@@ -10,6 +10,7 @@ Keys are ALE game names as in ``ALE/<Name>-v5``.
 from __future__ import annotations
 
 from per_dqn.envs import families
+from per_dqn.envs.families import atari
 
 RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     "Alien": (227.8, 7127.7),
@@ -74,9 +75,9 @@ RANDOM_HUMAN: dict[str, tuple[float, float]] = {
 
 def game_name(env_id: str) -> str | None:
     """``"ALE/Pong-v5"`` -> ``"Pong"``; None for an id that is not an ALE game in the table."""
-    if families.of(env_id) is not families.ATARI:
+    if families.of(env_id) is not atari.FAMILY:
         return None
-    name = env_id.removeprefix(families.ATARI.namespace).rsplit("-v", 1)[0]
+    name = env_id.removeprefix(atari.NAMESPACE).rsplit("-v", 1)[0]
     return name if name in RANDOM_HUMAN else None
 
 

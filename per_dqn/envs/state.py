@@ -3,9 +3,11 @@
 
 A checkpoint stores an env as a tree of arrays and JSON values, never as a pickle: resuming a
 run dir someone else wrote must not run whatever it holds. That means naming the state each
-supported env keeps, which gymnasium keeps in private attributes; they are read and written here
-only. An env with anything else in it (another wrapper, another env class, ale-py's emulators in
-C++) has no state: the resume says so and restarts it from a seeded reset.
+supported env keeps, which gymnasium keeps in private attributes: each env family names its env
+classes' fields, its own wrappers' counters and, where an env's state is a whole game, how that
+is read and written (``Family.physics_fields``, ``wrapper_fields``, ``game_state``); they are
+read and written here only. An env with anything else in it (another wrapper, another env class,
+ale-py's emulators in C++) has no state: the resume says so and restarts it from a seeded reset.
 """
 
 from __future__ import annotations
@@ -17,25 +19,29 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-# The physics state of each supported classic-control env: what `step` reads besides the RNG.
+from per_dqn.envs import families
+from per_dqn.envs.families import GameState
+
+# Every family's env classes and the attributes `step` reads besides the RNG; the game states
+# by env class; and the wrappers' counters: gymnasium's that gym.make adds, and the families' own.
 _PHYSICS_FIELDS: dict[str, tuple[str, ...]] = {
-    "CartPoleEnv": ("state", "steps_beyond_terminated"),
-    "AcrobotEnv": ("state",),
-    "MountainCarEnv": ("state",),
-    "Continuous_MountainCarEnv": ("state",),
-    "PendulumEnv": ("state", "last_u"),
-    # minatar.gym.BaseEnv (and minatar_gym.MinAtarEnv for MinAtar 1.0.10): the game's whole
-    # state, read by `_minatar_state`.
-    "BaseEnv": ("minatar",),
-    "MinAtarEnv": ("minatar",),
+    name: fields for family in families.FAMILIES for name, fields in family.physics_fields.items()
 }
-# The MinAtar env classes: their state is the game's (`_minatar_state`).
-_MINATAR_ENVS = ("BaseEnv", "MinAtarEnv")
-# Wrappers gym.make adds, and the counter each keeps.
+_GAMES: dict[str, GameState] = {
+    name: family.game_state
+    for family in families.FAMILIES
+    if family.game_state is not None
+    for name, fields in family.physics_fields.items()
+    if family.game_state.field in fields
+}
 _WRAPPER_FIELDS: dict[str, tuple[str, ...]] = {
     "TimeLimit": ("_elapsed_steps",),
     "OrderEnforcing": ("_has_reset",),
-    "ChannelFirst": (),
+    **{
+        name: fields
+        for family in families.FAMILIES
+        for name, fields in family.wrapper_fields.items()
+    },
 }
 
 
@@ -46,7 +52,7 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
     A single env gives its wrappers' counters (``TimeLimit``'s step count, ``OrderEnforcing``'s
     reset flag), the physics state (``_PHYSICS_FIELDS``) and its RNG's bit-generator state. A
     ``SyncVectorEnv`` gives its sub-envs' states and which of them only reset on their next step.
-    Anything else, ale-py's ``AtariVectorEnv`` and ``SingleAtariEnv`` included, gives None.
+    Anything else, ale-py's ``AtariVectorEnv`` and its evaluation env included, gives None.
     """
     if isinstance(env, SyncVectorEnv):
         subs = [env_state(sub) for sub in env.envs]
@@ -70,9 +76,11 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
     if name not in _PHYSICS_FIELDS or not isinstance(layer, gym.Env):
         return None
     physics = {}
-    if name in _MINATAR_ENVS:
-        physics["minatar"] = _minatar_state(layer)
-    for field in _PHYSICS_FIELDS[name] if name not in _MINATAR_ENVS else ():
+    game = _GAMES.get(name)
+    for field in _PHYSICS_FIELDS[name]:
+        if game is not None and field == game.field:
+            physics[field] = game.save(layer)
+            continue
         value = getattr(layer, field)
         if isinstance(value, bool | int | np.integer):
             physics[field] = int(value)
@@ -141,8 +149,9 @@ def _check(env: Any, state: Mapping[str, Any]) -> None:
         raise ValueError(f"the checkpoint's env is {saved}, this run's {mine}")
     if set(state["physics"]) != set(_PHYSICS_FIELDS[kind]):
         raise ValueError(f"the {kind} state must hold {list(_PHYSICS_FIELDS[kind])}")
-    if kind in _MINATAR_ENVS:
-        _check_minatar(layer, state["physics"]["minatar"])
+    game = _GAMES.get(kind)
+    if game is not None:
+        game.check(layer, state["physics"][game.field])
     if state["rng"] is not None:
         np.random.Generator(np.random.PCG64()).bit_generator.state = state["rng"]
 
@@ -158,9 +167,10 @@ def _apply(env: Any, state: Mapping[str, Any]) -> None:
         for field in _WRAPPER_FIELDS[saved["class"]]:
             setattr(layer, field, saved[field])
         layer = layer.env
+    game = _GAMES.get(state["kind"])
     for field, value in state["physics"].items():
-        if field == "minatar":
-            _apply_minatar(layer, value)
+        if game is not None and field == game.field:
+            game.load(layer, value)
             continue
         setattr(layer, field, value if value is None or isinstance(value, int) else np.array(value))
     rng = None
@@ -169,66 +179,3 @@ def _apply(env: Any, state: Mapping[str, Any]) -> None:
         rng.bit_generator.state = state["rng"]
     layer._np_random = rng
     layer._np_random_seed = state["rng_seed"]
-
-
-# --- MinAtar's game state -------------------------------------------------------------------------
-#
-# A MinAtar game keeps its whole state in plain attributes of two objects: the `Environment`
-# (sticky-action memory, its RandomState) and the game inside it (positions, timers, lists of
-# entities as lists of ints or None, numpy maps). They are read and written here as a tree of
-# JSON values and arrays; the one RandomState both objects share stays shared.
-
-_MINATAR_OUTER = ("last_action", "sticky_action_prob")
-_MINATAR_SKIPPED = ("channels", "action_map", "random")  # constants, and the shared RandomState
-
-
-def _plain(value: Any) -> Any:
-    """A game attribute as JSON values and arrays (numpy scalars become Python ones)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    raise TypeError(f"a MinAtar game attribute of type {type(value).__name__} cannot be saved")
-
-
-def _minatar_state(layer: Any) -> dict[str, Any]:
-    game = layer.game
-    name, keys, pos, has_gauss, cached = game.random.get_state()
-    return {
-        "outer": {key: _plain(getattr(game, key)) for key in _MINATAR_OUTER},
-        "game": {
-            key: _plain(value)
-            for key, value in vars(game.env).items()
-            if key not in _MINATAR_SKIPPED
-        },
-        "random": {"name": name, "keys": keys.copy(), "pos": int(pos),
-                   "has_gauss": int(has_gauss), "cached": float(cached)},
-    }  # fmt: skip
-
-
-def _apply_minatar(layer: Any, state: Mapping[str, Any]) -> None:
-    game = layer.game
-    for key, value in state["outer"].items():
-        setattr(game, key, value)
-    for key, value in state["game"].items():
-        setattr(game.env, key, value.copy() if isinstance(value, np.ndarray) else value)
-    r = state["random"]
-    game.random.set_state(
-        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
-    )
-
-
-def _check_minatar(layer: Any, state: Mapping[str, Any]) -> None:
-    """Raises ValueError for a MinAtar state of another game or a malformed one."""
-    game = layer.game
-    mine = set(vars(game.env)) - set(_MINATAR_SKIPPED)
-    if set(state["game"]) != mine or set(state["outer"]) != set(_MINATAR_OUTER):
-        raise ValueError(f"the checkpoint's MinAtar state is not {game.env_name}'s")
-    r = state["random"]
-    np.random.RandomState().set_state(
-        (r["name"], np.asarray(r["keys"], dtype=np.uint32), r["pos"], r["has_gauss"], r["cached"])
-    )

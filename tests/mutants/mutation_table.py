@@ -44,8 +44,9 @@ SCOPE: dict[str, tuple[str, ...]] = {
     ),
     "per_dqn/envs/state.py": (
         "x_env_state", "x_load_env_state", "x_check_env_state", "x__check", "x__apply",
-        "x__plain", "x__minatar_state", "x__apply_minatar", "x__check_minatar",
     ),
+    # MinAtar's game state, saved and put back (not its construction).
+    "per_dqn/envs/families/minatar.py": ("x__plain", "x_save_game", "x_load_game", "x_check_game"),
     # The code check of a run dir's config, and the reader that calls it.
     "per_dqn/policy.py": ("x_check_run_code", "x__config_file", "x_load"),
     # What reads a checkpoint back: listing, manifest, verification, the choice of the newest
