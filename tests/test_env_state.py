@@ -17,6 +17,7 @@ import pytest
 from test_families import shipped_config
 
 from per_dqn.config import Override, load_config, resolve_config_path
+from per_dqn.envs import state
 from per_dqn.envs.families import FAMILIES
 from per_dqn.envs.make import Envs, check_env_state, env_state, load_env_state, make_eval_env
 from per_dqn.rundir import arrays
@@ -428,3 +429,32 @@ def test_each_family_s_envs_restore_exactly_or_the_family_says_they_cannot(famil
         saved.close()
         restored.close()
 
+
+def test_an_env_whose_state_is_set_at_reset_is_saved_before_and_after_it(monkeypatch):
+    """Pins a bug found by docs/extending.md's throwaway family (FrozenLake): ``env_state`` read
+    each physics field with ``getattr``, and FrozenLake sets its ``s`` at its first reset, so
+    asking a run's fresh envs whether they can be saved (``Envs.restorable``) raised
+    AttributeError. Before the reset the field is saved as None; after it, a restored env takes
+    the same steps."""
+    monkeypatch.setitem(state._PHYSICS_FIELDS, "FrozenLakeEnv", ("s", "lastaction"))
+    saved, restored = (gym.make("FrozenLake-v1", disable_env_checker=True) for _ in range(2))
+    try:
+        assert env_state(saved)["physics"] == {"s": None, "lastaction": None}
+        saved.reset(seed=3)
+        restored.reset(seed=9)
+        for action in (1, 2, 2):
+            saved.step(action)
+        load_env_state(restored, env_state(saved))
+        actions = np.random.default_rng(0).integers(4, size=30)
+        steps = []
+        for env in (saved, restored):
+            steps.append([])
+            for action in actions:
+                obs, reward, terminated, truncated, _ = env.step(int(action))
+                steps[-1].append((obs, reward, terminated, truncated))
+                if terminated or truncated:
+                    break
+        assert steps[0] == steps[1] and len(steps[0]) >= 1
+    finally:
+        saved.close()
+        restored.close()

@@ -81,7 +81,8 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
         if game is not None and field == game.field:
             physics[field] = game.save(layer)
             continue
-        value = getattr(layer, field)
+        # An env may set a field at its first reset (FrozenLake's `s`): before it, None.
+        value = getattr(layer, field, None)
         if isinstance(value, bool | int | np.integer):
             physics[field] = int(value)
         elif value is not None:
