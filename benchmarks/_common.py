@@ -156,6 +156,11 @@ def package_versions(*names: str) -> dict[str, str]:
     return out
 
 
+def load_average() -> str:
+    """The 1-minute load average."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def load_averages() -> str:
     """The 1-, 5- and 15-minute load averages, ``"1.02 / 0.98 / 0.91"``."""
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -200,6 +205,11 @@ def format_us(seconds: float) -> str:
 def format_rate(per_second: float) -> str:
     """A rate with thousands separators."""
     return f"{per_second:,.0f}"
+
+
+def gb(n_bytes: float) -> str:
+    """Bytes as decimal gigabytes."""
+    return f"{n_bytes / 1e9:.2f} GB"
 
 
 # --- run modes and options ----------------------------------------------------------------------
