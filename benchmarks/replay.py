@@ -54,20 +54,23 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 from _common import (
     LoopFactory,
     calibrate,
     command_line,
+    fill_defaults,
     format_rate,
     format_us,
     machine_line,
     markdown_table,
     median,
+    mode,
+    package_versions,
     progress_log,
     relative_spread,
+    require_at_least,
     time_loop,
 )
 from _replay_baselines import check_baselines_agree
@@ -206,23 +209,13 @@ def render(results: Results, args: argparse.Namespace, versions: dict[str, str])
     return "\n".join(lines)
 
 
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in ("numpy", "numba", "cpprb"):
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
         "--quick", action="store_true", help="quick run: capacity 2**14, 3 repeats, short loops"
     )
-    mode.add_argument(
+    group.add_argument(
         "--smoke",
         action="store_true",
         help="smoke test (seconds; what `make test` runs): capacity 512, 1 repeat, tiny loops; "
@@ -235,13 +228,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--capacity", type=int, help="transitions (default 2**20, quick 2**14, smoke 512)"
     )
     args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 1 if args.smoke else 3 if args.quick else 7
-    if args.capacity is None:
-        args.capacity = 512 if args.smoke else 1 << 14 if args.quick else 1 << 20
-    args.target_s = 0.001 if args.smoke else 0.02 if args.quick else 0.2
-    if args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    fill_defaults(args, {"repeats": (7, 3, 1), "capacity": (1 << 20, 1 << 14, 512)})
+    args.target_s = {"full": 0.2, "quick": 0.02, "smoke": 0.001}[mode(args)]
+    require_at_least(parser, args, 1, "repeats")
     if args.capacity < 256:
         parser.error(f"--capacity must be >= 256 (the largest batch), got {args.capacity}")
     return args
@@ -257,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         log("cpprb is not importable: its rows are skipped (`make bench` installs it)")
     subjects = build_subjects(args.capacity, FillData.make(args.capacity), log)
     results = run(subjects, args.repeats, args.target_s, log)
-    print(render(results, args, package_versions()))
+    print(render(results, args, package_versions("numpy", "numba", "cpprb")))
 
 
 if __name__ == "__main__":
