@@ -130,8 +130,11 @@ def step_loop(subject: Subject, rng: np.random.Generator) -> LoopFactory:
     indices_of, update = subject.indices_of, subject.update
 
     def factory(calls: int) -> Callable[[], None]:
-        # One error per sampled row: a kind may draw more rows than the batch (LaBER).
-        rows = len(indices_of(sample(TRAIN_BATCH, **sample_kwargs)))
+        # One error per sampled row: a kind may draw more rows than the batch (LaBER). A memory
+        # without priorities (cpprb's ReplayBuffer) gives no indices and takes no update.
+        rows = (
+            TRAIN_BATCH if update is None else len(indices_of(sample(TRAIN_BATCH, **sample_kwargs)))
+        )
         pool = [np.abs(rng.standard_normal(rows)) for _ in range(TD_POOL)]
 
         def run() -> None:
