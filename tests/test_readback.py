@@ -265,6 +265,27 @@ def test_agent_pt_swapped_just_after_its_check_is_not_what_loads(copy, tmp_path,
         assert torch.equal(tensor, expected[key]), "the swapped-in weights were loaded"
 
 
+def test_a_checkpoint_s_arrays_are_hashed_in_chunks_never_read_whole(copy, monkeypatch):
+    """``load_parts`` reads every small file whole, checks it and parses those bytes, but a
+    part's ``.npz`` (as large as what the replay memory holds) only through its handle, hashed in
+    chunks: no second copy of it is held, and the bytes it returns are the other files' alone
+    (a mutation run found a ``load_parts`` that read the arrays whole too uncaught)."""
+    path = newest(copy)
+    real, read_whole = ckpt._read_checked, []
+
+    def spy(where, name, entry, dir_fd, inode=None):
+        read_whole.append(name)
+        return real(where, name, entry, dir_fd, inode)
+
+    monkeypatch.setattr(ckpt, "_read_checked", spy)
+    files = set(ckpt.read_manifest(path)["files"])
+    _, parts, blobs = ckpt.load_parts(path, run_ckpt.TRAINING_FILES, (), lambda b, label: b)
+    npz = {name for name in files if name.endswith(".npz")}
+    assert npz and not npz & set(read_whole)
+    assert set(blobs) == files - npz
+    assert {name.removesuffix(".npz") for name in npz} <= set(parts)
+
+
 def deep_manifest(path: Path) -> None:
     """A manifest of ~1.5 KB nested 700 levels deep, not re-signed."""
     (path / "manifest.json").write_text("[" * 700 + "]" * 700)
