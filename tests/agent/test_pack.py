@@ -118,6 +118,9 @@ def assert_same_stream(a: list, b: list) -> None:
         (MLP, 30, {"optimizer": "rmsprop", "rmsprop_centered": False, "rmsprop_alpha": 0.9}),
         # Every priority signal but |delta| (the default, above).
         *[(MLP, 20, {"priority_signal": name}) for name in SIGNALS if name != "td_error"],
+        # ReLo's target-net Q(s, a) through each member's own convolutions (the MLP above
+        # stacks its inputs as they are: a mutation run found the CNN's path unchecked).
+        (MINATAR, 10, {"priority_signal": "reducible_loss"}),
     ],
     ids=[
         "mlp",
@@ -127,6 +130,7 @@ def assert_same_stream(a: list, b: list) -> None:
         "minatar-rmsprop-same",
         "mlp-rmsprop-plain",
         *[f"mlp-signal-{name}" for name in SIGNALS if name != "td_error"],
+        "minatar-signal-reducible_loss",
     ],
 )
 def test_a_member_learns_the_same_bits_alone_and_in_packs_of_4_and_16(net, updates, overrides):
@@ -237,3 +241,35 @@ def test_the_stacked_linear_layer_has_autograd_s_gradients_in_the_weight_s_layou
     ours = [h, weight.clone().requires_grad_(), bias.clone().requires_grad_()]
     _StackedLinear.apply(*ours).backward(grad)
     assert ours[0].grad is None and ours[1].grad is not None
+
+
+@pytest.mark.parametrize("clip", [0.1, 10.0], ids=["active", "inactive"])
+def test_each_member_s_gradients_are_clipped_as_torch_clips_them(clip):
+    """A mutation run found ``Pack._clip`` unchecked: a member alone learns through a pack of
+    one, so comparing members packed and alone could not see a wrong clip (one that scaled
+    gradients up to twice, or divided by ``norm - 1e-6``), and the clip test's norms never
+    reached its threshold. Here each member of a pack of 3, learning with ``grad_clip_norm``
+    (0.1: below every norm, so it clips; 10: above them all), ends with its unclipped gradients
+    (the same members learning without a clip) as ``torch.nn.utils.clip_grad_norm_`` scales
+    them, bit for bit, and reports the norm before clipping."""
+    seeds = [3, 7, 12]
+
+    def learn(grad_clip_norm):
+        agents = [agent(s, MLP, grad_clip_norm=grad_clip_norm) for s in seeds]
+        batches = {k: batch(np.random.default_rng(100 + s), MLP["obs_shape"])
+                   for k, s in enumerate(seeds)}  # fmt: skip
+        results = Pack(agents).learn(batches)
+        grads = [[p.grad.clone() for p in a.online.parameters()] for a in agents]
+        return grads, results
+
+    unclipped, _ = learn(None)
+    clipped, results = learn(clip)
+    for k, (raw, got) in enumerate(zip(unclipped, clipped, strict=True)):
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in raw]
+        for p, g in zip(params, raw, strict=True):
+            p.grad = g.clone()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        assert results[k].metrics["grad_norm"] == float(norm)
+        assert (float(norm) > clip) == (clip == 0.1)
+        for p, g in zip(params, got, strict=True):
+            assert torch.equal(p.grad, g)
