@@ -28,6 +28,7 @@ from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import latest
 from per_dqn.sweeps.job import error_line
 from per_dqn.training import checkpoints as run_ckpt
+from per_dqn.training import run as run_module
 from per_dqn.training.loop import DivergedError
 from per_dqn.training.run import Trainer
 
@@ -320,6 +321,40 @@ def test_a_ctrl_c_in_one_member_s_code_stops_the_whole_pack(tmp_path):
         assert result.summary["interrupted"] is True
         assert result.summary["env_steps"] < total
     assert results[1].summary["env_steps"] == 400
+
+
+def test_a_member_that_cannot_write_its_interrupted_end_stops_with_its_error(tmp_path, monkeypatch):
+    """A Ctrl-C in one member's code ends the pack; a pack-mate whose interrupted end cannot be
+    written (its ``summary.json`` hits a full disk) ends with that error, as it would alone, and
+    the others end interrupted without one (a mutation run found ``_interrupt`` dropping the
+    error uncaught: the run looked finished)."""
+    stopped = []
+    real_write = run_module.write_json
+
+    class CtrlC:
+        def on_log(self, env_steps, values):
+            if env_steps >= 400:
+                stopped.append(env_steps)
+                raise KeyboardInterrupt
+
+    def full_after_the_stop(path, value, *args, **kwargs):
+        if stopped and "s2" in Path(path).parts:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(path, value, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "write_json", full_after_the_stop)
+    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
+    dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
+    try:
+        results = run_pack(trainers, dirs, callbacks=[(), (CtrlC(),), ()])
+    finally:
+        for trainer in trainers:
+            trainer.close()
+    assert stopped == [400]
+    assert isinstance(results[2].error, OSError) and results[2].error.errno == errno.ENOSPC
+    assert results[2].summary is None
+    for result in results[:2]:
+        assert result.error is None and result.summary["interrupted"] is True
 
 
 def test_runs_of_other_shapes_go_to_other_packs():
