@@ -145,11 +145,21 @@ class ReplayMemory:
         self._sampler.on_insert(slot)
         return slot
 
-    def add_batch(self, obs, actions, rewards, next_obs, terminated, n_steps=1) -> np.ndarray:
-        """Stores ``B`` transitions (one vector-env step), in order; returns their slots.
+    def add_batch(
+        self, obs, actions, rewards, next_obs, terminated, n_steps=1, td_abs=None
+    ) -> np.ndarray:
+        """Stores ``B`` transitions (one vector-env step, or a block of them), in order; returns
+        their slots.
+
+        With ``td_abs`` (``B`` errors ``|delta|``), the transitions enter with the priorities those
+        errors give, as ``update_priorities(slots, td_abs)`` would set them just after, instead of
+        the sampler's insertion priority (max priority, for the prioritized kinds): Ape-X's actors
+        compute them with their own copy of the network (Horgan et al., 2018).
 
         Raises:
-            ValueError: a wrongly shaped observation batch or fields of different lengths.
+            ValueError: a wrongly shaped observation batch, fields of different lengths, or a
+                ``td_abs`` of another length or with a NaN, infinite or negative error; nothing
+                is stored then.
         """
         st = self._storage
         obs = st.check_obs("obs", obs, batched=True)
@@ -165,8 +175,22 @@ class ReplayMemory:
         ):  # fmt: skip
             if arr.shape[0] != n:
                 raise ValueError(f"`{name}` must have {n} entries like `obs`, got {arr.shape[0]}")
+        if td_abs is not None:
+            td_abs = np.asarray(td_abs, dtype=np.float64).reshape(-1)
+            if td_abs.shape[0] != n:
+                raise ValueError(
+                    f"`td_abs` must have {n} entries like `obs`, got {td_abs.shape[0]}"
+                )
+            bad = np.flatnonzero(~(np.isfinite(td_abs) & (td_abs >= 0.0)))
+            if bad.size:
+                raise ValueError(
+                    f"`td_abs` must be finite and >= 0 (pass |delta|), "
+                    f"got {float(td_abs[bad[0]])!r} at position {bad[0]}"
+                )
         slots = st.write_batch(obs, actions, rewards, next_obs, terminated, n_steps)
         self._sampler.on_insert(slots)
+        if td_abs is not None:
+            self._sampler.update(_new_update(PriorityUpdate, (slots, td_abs)))
         return slots
 
     # --- sampling ----------------------------------------------------------------------------

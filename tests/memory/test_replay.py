@@ -200,3 +200,64 @@ def test_one_transition_through_add_is_a_batch_of_one(kind, data):
     size = min(len(one), 2)
     a, b = one.sample(size, beta=0.5), batched.sample(size, beta=0.5)
     assert a.indices.tolist() == b.indices.tolist() and a.weights.tolist() == b.weights.tolist()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_a_block_stored_with_its_errors_is_the_block_then_its_update(kind, data):
+    """Ape-X's actors send their transitions with the errors their own network gives them
+    (``add_batch(..., td_abs=)``, Horgan et al., 2018). The property, for every kind: any
+    sequence of blocks (past the capacity included, where the last write of a slot wins) leaves
+    the memory in the state that storing each block and then updating its slots' priorities
+    leaves (contents, priorities, sampler and RNG), with the same slots and the same next batch."""
+    capacity = data.draw(st.integers(1, 6), label="capacity")
+    given_, reference = (
+        make_memory(kind, capacity=capacity, obs_shape=(2,), seed=5) for _ in range(2)
+    )
+    t = 0
+    for _ in range(data.draw(st.integers(1, 6), label="blocks")):
+        n = data.draw(st.integers(1, 8), label="transitions")
+        obs = np.arange(t, t + n, dtype=np.float32)[:, None].repeat(2, axis=1)
+        actions, rewards, terminated = np.arange(n) % 3, np.arange(n) * 0.5, np.arange(n) % 4 == 3
+        td = np.array(data.draw(st.lists(st.floats(0, 10), min_size=n, max_size=n), label="td"))
+        t += n
+        slots = given_.add_batch(obs, actions, rewards, obs + 1, terminated, td_abs=td)
+        expected = reference.add_batch(obs, actions, rewards, obs + 1, terminated)
+        reference.update_priorities(expected, td)
+        assert slots.tolist() == expected.tolist()
+    assert_same_state(given_.state_dict(), reference.state_dict())
+    size = min(len(given_), 2)
+    a, b = given_.sample(size, beta=0.5), reference.sample(size, beta=0.5)
+    for field in a._fields:
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_proportional_stores_a_block_at_its_errors_priorities_not_the_max():
+    """By hand: alpha 0.5, priority_eps 0.01, clip 1: errors 0.0, 0.44 and 3.0 give the
+    priorities (0 + 0.01) ** 0.5 = 0.1, (0.44 + 0.01) ** 0.5 = 0.67082... and
+    (min(3, 1) + 0.01) ** 0.5 = 1.00499..., not the max priority a plain insert gives."""
+    mem = make_memory("proportional", capacity=4, obs_shape=(2,), alpha=0.5, priority_eps=0.01,
+                      td_error_clip=1.0)  # fmt: skip
+    obs = np.zeros((3, 2), dtype=np.float32)
+    mem.add_batch(obs, [0, 1, 2], [0.0] * 3, obs, [False] * 3, td_abs=[0.0, 0.44, 3.0])
+    expected = np.array([0.01, 0.45, 1.01]) ** 0.5
+    np.testing.assert_allclose(mem.sampler.priorities(np.arange(3)), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_block_with_bad_errors_is_refused_and_changes_nothing(kind):
+    mem = filled(kind, capacity=20, n=10)
+    before = copy.deepcopy(mem.state_dict())
+    obs = np.zeros((2, 2), dtype=np.float32)
+    for td, message in (
+        ([0.5], r"`td_abs` must have 2 entries like `obs`, got 1"),
+        (
+            [0.5, np.nan],
+            r"`td_abs` must be finite and >= 0 \(pass \|delta\|\), got nan at position 1",
+        ),
+        ([-1.0, 0.5], r"got -1.0 at position 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            mem.add_batch(obs, [0, 1], [0.0, 0.0], obs, [False, False], td_abs=td)
+    assert_same_state(mem.state_dict(), before)
