@@ -218,6 +218,30 @@ class DQNAgent:
         """Observations as the network takes them: uint8 as is, anything else as float32."""
         return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
 
+    @torch.inference_mode()
+    def td_errors(self, batch: Batch) -> np.ndarray:
+        """``|y - Q(s, a)|`` of ``batch`` under the networks as they are, without learning: the
+        errors an Ape-X actor sends with its transitions as their initial priorities (Horgan et
+        al., 2018; ``ReplayMemory.add_batch(..., td_abs=)``). ``y`` is ``learn``'s target
+        (``td_targets``: ``R + gamma ** n * Q_target(s', a*)``, 0 past a terminal ``s'``, ``a*``
+        the online net's where ``double``); float64 ``(B,)``.
+        """
+        size = batch.actions.shape[0]
+        discounts = self._gamma_powers[batch.n_steps] * ~batch.terminated
+        scalars = np.stack((batch.rewards, discounts)).astype(np.float32)
+        rewards, discounts_t = torch.as_tensor(scalars, device=self.device)
+        both_obs = np.concatenate((batch.obs, batch.next_obs))
+        both_x = self.online.prepare(torch.as_tensor(self._host_obs(both_obs), device=self.device))
+        with self._autocast():
+            q = self.online.q_values(both_x[:size])
+            next_q_online = self.online.q_values(both_x[size:]) if self.double else None
+            next_q_target = self.target.q_values(both_x[size:])
+        next_q_online = None if next_q_online is None else next_q_online.float()
+        targets = td_targets(rewards, discounts_t, next_q_target.float(), next_q_online)
+        actions = torch.as_tensor(batch.actions, device=self.device).unsqueeze(1)
+        q_taken = q.float().gather(1, actions).squeeze(1)
+        return (targets - q_taken).abs().cpu().numpy().astype(np.float64)
+
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on an IS-weighted TD loss.
 

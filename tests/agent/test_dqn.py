@@ -263,3 +263,59 @@ def test_the_reducible_loss_signal_on_a_built_in_and_a_user_s_network(network):
     assert result.td_abs.tolist() == [0.0] * 4
     assert result.metrics["irreducible_loss"] == pytest.approx(2.645 / 4, rel=1e-6)
     assert result.metrics["reducible_clipped_share"] == 1.0
+
+
+def linear_agent(double: bool) -> DQNAgent:
+    """A head on the observation alone, Q(s) = W s, with W = [[1, 0], [0, 2]] in both nets."""
+    agent = make_agent(obs_shape=(2,), hidden_sizes=(), dueling=False, double=double)
+    with torch.no_grad():
+        for net in (agent.online, agent.target):
+            net.advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+            net.advantage.bias.zero_()
+    return agent
+
+
+@pytest.mark.parametrize("double", [True, False])
+def test_an_actor_s_initial_priorities_are_its_td_errors_by_hand(double):
+    """Issue 47: an Ape-X actor sends each transition with |delta| under its own weights at
+    sending time (``DQNAgent.td_errors``), learning nothing. By hand, Q(s) = [s0, 2 s1],
+    gamma 0.9:
+      row 0: s = (1, 1), a = 1, r = 0.5, s' = (2, 0.5), 1 step: Q(s', .) = [2, 1], a* = 0 both
+             ways, y = 0.5 + 0.9 * 2 = 2.3, Q(s, 1) = 2: |delta| = 0.3;
+      row 1: s = (3, 0), a = 0, r = 1, s' = (0, 1), 3 steps: Q(s', .) = [0, 2], y = 1 + 0.729 * 2
+             = 2.458, Q(s, 0) = 3: |delta| = 0.542;
+      row 2: as row 1 but s' terminal: y = 1, |delta| = 2.
+    The online and target nets agree, so double and vanilla targets are the same here."""
+    agent = linear_agent(double)
+    batch = Batch(
+        obs=np.array([[1, 1], [3, 0], [3, 0]], dtype=np.float32),
+        actions=np.array([1, 0, 0], dtype=np.int64),
+        rewards=np.array([0.5, 1.0, 1.0], dtype=np.float32),
+        next_obs=np.array([[2, 0.5], [0, 1], [0, 1]], dtype=np.float32),
+        terminated=np.array([False, False, True]),
+        indices=np.arange(3, dtype=np.int64),
+        weights=np.ones(3, np.float32),
+        n_steps=np.array([1, 3, 3], dtype=np.uint8),
+    )
+    before = copy.deepcopy(agent.state_dict())
+    td = agent.td_errors(batch)
+    assert td.dtype == np.float64 and td.shape == (3,)
+    np.testing.assert_allclose(td, [0.3, 0.542, 2.0], rtol=1e-6)
+    after = agent.state_dict()
+    for part in ("online", "target"):
+        for key in before[part]:
+            assert torch.equal(before[part][key], after[part][key])
+    assert after["update_steps"] == before["update_steps"] == 0
+
+
+@pytest.mark.parametrize("double", [True, False])
+def test_td_errors_are_what_the_next_learn_step_reports(double):
+    """The reference: ``learn``'s own ``td_abs`` (the errors it computes before its step, the
+    |delta| signal) from a copy of the agent, on the n-step rows of the test above it."""
+    agent = make_agent(double=double)
+    with torch.no_grad():
+        for p in agent.target.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    batch = make_batch(rewards=[1.0, 2.5, -1.0], terminated=[False, False, True], n_steps=[1, 3, 2])
+    twin = copy.deepcopy(agent)
+    np.testing.assert_allclose(agent.td_errors(batch), twin.learn(batch).td_abs, rtol=1e-6)
