@@ -37,3 +37,30 @@ class LinearSchedule:
         if elapsed <= 0:
             return float(self.start)
         return self.start + (self.end - self.start) * (elapsed / self.duration_steps)
+
+
+# Ape-X's actors explore at fixed epsilons: actor i of N at 0.4 ** (1 + 7 i / (N - 1)) (Horgan et
+# al., 2018, as RLlib's PerWorkerEpsilonGreedy gives it, citing the paper's page 5).
+APEX_EPSILON = 0.4
+APEX_ALPHA = 7.0
+
+
+def epsilon_ladder(
+    actors: int, epsilon: float = APEX_EPSILON, alpha: float = APEX_ALPHA
+) -> list[float]:
+    """Each of ``actors`` actors' exploration epsilon, ``epsilon ** (1 + alpha * i / (N - 1))``
+    for actor ``i`` of ``N``: from ``epsilon`` down to ``epsilon ** (1 + alpha)`` (0.4 to about
+    6.6e-4 by default); one actor explores at ``epsilon``.
+
+    Raises:
+        ValueError: fewer than one actor, ``epsilon`` outside (0, 1] or a negative ``alpha``.
+    """
+    if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
+        raise ValueError(f"`actors` must be an integer >= 1, got {actors!r}")
+    if not 0.0 < epsilon <= 1.0:
+        raise ValueError(f"`epsilon` must be in (0, 1], got {epsilon}")
+    if not alpha >= 0.0:
+        raise ValueError(f"`alpha` must be >= 0, got {alpha}")
+    if actors == 1:
+        return [float(epsilon)]
+    return [float(epsilon) ** (1.0 + alpha * i / (actors - 1)) for i in range(actors)]
