@@ -27,6 +27,10 @@ A memory is a storage plus a sampler, ``ReplayMemory(storage, sampler)``; ``Batc
   draws indices with their IS weights and the priorities it read, and takes a ``PriorityUpdate``
   whole, so errors are never paired with slots by hand.
 
+``Shard`` (``shard.py``) is a memory fed and updated out of step, as one replay shard of a
+distributed run: blocks in with their priorities, batches out with their transitions' write
+serials, and updates keyed by those, dropped where the transition was overwritten meanwhile.
+
 ``kinds.py`` registers each kind once (``REPLAY_KINDS``: its name, its sampler and the sampler's
 settings); ``KINDS`` is the registry's names. ``make_memory(kind, capacity=..., obs_shape=...,
 **settings)`` builds one. ``memory.weighted`` says whether the weights depend on beta (not for
@@ -67,6 +71,7 @@ _EXPORTS = {
     "ReplayMemory": "replay",
     "make_memory": "replay",
     "make_storage": "replay",
+    "Shard": "shard",
     "planned_nbytes": "footprint",
 }
 
@@ -88,6 +93,7 @@ __all__ = [
     "ReplayMemory",
     "RingStorage",
     "Sampler",
+    "Shard",
     "SumTree",
     "TransitionStorage",
     "UniformSampler",
@@ -106,6 +112,7 @@ if TYPE_CHECKING:
     from per_dqn.memory.rank import RankSampler
     from per_dqn.memory.replay import ReplayMemory, make_memory, make_storage
     from per_dqn.memory.samplers import Sampler
+    from per_dqn.memory.shard import Shard
     from per_dqn.memory.storage import (
         ObservationStore,
         RingStorage,
