@@ -138,6 +138,12 @@ bench-ray: $(TEST_STAMP)
 bench-variants: $(TEST_STAMP)
 	$(BIN)/python benchmarks/variants.py
 
+# One replay shard's capacity over Ray (issue 47, Ape-X): blocks in, batches of 512 out with
+# their priority updates, on a local 2-CPU cluster; three observation shapes, about 2 minutes.
+.PHONY: bench-apex
+bench-apex: $(TEST_STAMP)
+	$(BIN)/python benchmarks/apex_shard.py
+
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)
 	$(BIN)/python -m pytest -m bench_smoke tests/test_benchmarks.py

@@ -277,6 +277,22 @@ def test_ray_overhead_smoke_times_both_backends_and_checks_their_runs_agree():
     )
 
 
+@pytest.mark.ray
+@pytest.mark.bench_smoke
+@pytest.mark.skipif(not HAVE["ray"], reason="needs the ray extra")
+def test_apex_shard_smoke_feeds_samples_and_updates_a_shard_over_ray():
+    """The shard takes blocks from its feeder while the learner samples and updates it: the row
+    states transitions in against the goal, batches out, and the updates set and dropped."""
+    proc = run("apex_shard.py", "--smoke")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    row = next(line for line in out.splitlines() if line.startswith("| CartPole"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].endswith("x") and NUMBER.fullmatch(cells[1])
+    assert float(cells[3]) > 0 and int(cells[4].replace(",", "")) > 0
+    assert PACKAGE_LINE in out
+
+
 def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
     """The agreement check of ``ray_overhead.py`` (its smoke run only meets agreeing runs): a score
     that differs, a model that differs and a missing run are each named, against the first local
