@@ -95,7 +95,16 @@ def test_a_block_s_errors_set_its_priorities():
         ([6], [1.0], r"`serials` must lie in \[0, 6\) \(written\), got 6"),
         ([-1], [1.0], r"got -1"),
         ([1, 2], [1.0], r"same length, got 2 and 1"),
-        ([4], [np.nan], r"`td_errors` must be finite and >= 0"),
+        (
+            [4],
+            [np.nan],
+            r"`td_abs` must be finite and >= 0 \(pass \|delta\|\), got nan at "
+            r"position 0 \(serial 4\)",
+        ),
+        # Serial 0 was overwritten (it would be dropped): its NaN is refused all the same, and
+        # named at the caller's position.
+        ([5, 0], [1.0, np.nan], r"got nan at position 1 \(serial 0\)"),
+        ([1, 0], [-5.0, 1.0], r"got -5.0 at position 0 \(serial 1\)"),
     ],
 )
 def test_a_bad_update_is_refused_and_changes_nothing(serials, td, message):
@@ -129,3 +138,45 @@ def test_the_state_round_trip_keeps_the_serials_and_refuses_counters_that_do_not
         with pytest.raises(ValueError, match=f"a shard's `written` \\({written}\\) must give"):
             fresh.load_state_dict(bad)
         assert fresh.written == 0 and len(fresh) == 0
+
+
+def test_serials_and_slots_must_be_integers_of_what_is_stored():
+    s = shard()
+    s.add(*block(0, 3))
+    with pytest.raises(TypeError, match=r"`serials` must be integers, got dtype float64"):
+        s.update([1.9], [1.0])
+    with pytest.raises(ValueError, match=r"`slots` must lie in \[0, 3\) \(stored\), got 3"):
+        s.serials([3])
+    assert s.update([], []) == 0
+
+
+def test_a_write_around_the_shard_is_refused_at_its_next_call():
+    """A write straight to the memory shifts every slot: the serials the shard would hand out
+    next would name other transitions, so each of its calls refuses to go on."""
+    s = shard()
+    s.add(*block(0, 2))
+    s.memory.add_batch(*block(99, 1))
+    for call in (lambda: s.add(*block(2, 1)), lambda: s.sample(1), lambda: s.update([0], [1.0])):
+        with pytest.raises(
+            RuntimeError,
+            match="holds 3 transitions with its next at slot 3, "
+            "not what the 2 written through the shard give",
+        ):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"written": 6.9}, r"a shard's `written` must be an integer, got 6.9"),
+        ({"dropped": None}, r"a shard's `dropped` must be an integer, got None"),
+        ({"memory": {}}, r"malformed shard state \(KeyError: 'storage'\)"),
+    ],
+)
+def test_a_malformed_state_is_refused_in_one_line(change, message):
+    s = shard()
+    s.add(*block(0, 6))
+    fresh = shard()
+    with pytest.raises(ValueError, match=message):
+        fresh.load_state_dict({**copy.deepcopy(s.state_dict()), **change})
+    assert fresh.written == 0 and len(fresh) == 0
