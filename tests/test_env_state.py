@@ -458,3 +458,18 @@ def test_an_env_whose_state_is_set_at_reset_is_saved_before_and_after_it(monkeyp
     finally:
         saved.close()
         restored.close()
+
+
+def test_a_misspelt_physics_field_raises_once_the_env_has_reset(monkeypatch):
+    """The other side of the test above: the None is for an env not yet reset only. A family
+    that declares a field its env never has (``stat`` for CartPole's ``state``) is told at once,
+    not saved as None and left unrestored."""
+    monkeypatch.setitem(state._PHYSICS_FIELDS, "CartPoleEnv", ("stat",))
+    env = gym.make("CartPole-v1", disable_env_checker=True)
+    try:
+        assert env_state(env)["physics"] == {"stat": None}
+        env.reset(seed=0)
+        with pytest.raises(AttributeError, match="stat"):
+            env_state(env)
+    finally:
+        env.close()

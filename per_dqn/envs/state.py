@@ -81,8 +81,10 @@ def env_state(env: gym.Env | VectorEnv) -> dict[str, Any] | None:
         if game is not None and field == game.field:
             physics[field] = game.save(layer)
             continue
-        # An env may set a field at its first reset (FrozenLake's `s`): before it, None.
-        value = getattr(layer, field, None)
+        # An env may set a field only at its first reset (FrozenLake's `s`): before it (no RNG
+        # made yet), the field is saved as None; after it, a field the env lacks is a family's
+        # misspelt declaration, and raises.
+        value = getattr(layer, field, None) if layer._np_random is None else getattr(layer, field)
         if isinstance(value, bool | int | np.integer):
             physics[field] = int(value)
         elif value is not None:
