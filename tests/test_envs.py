@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from per_dqn.config import EnvConfig
+from per_dqn.envs import common
+from per_dqn.envs.families import classic
 from per_dqn.envs.make import describe, make_eval_env, make_vector_env
 
 
@@ -73,6 +75,16 @@ def test_unusable_envs_name_the_key(env_id, message):
     with pytest.raises(ValueError, match=message) as info:
         make_vector_env(EnvConfig(id=env_id))
     assert str(info.value).startswith("env.id: ")
+
+
+def test_an_unversioned_id_a_family_prefixes_is_named_as_the_config_wrote_it():
+    """A family whose ids prefix gymnasium's (docs/extending.md's ``ToyText/FrozenLake-v1``, made
+    as ``FrozenLake-v1``): the refusal names ``env.id`` as written, and the id to write keeps the
+    family's prefix (it named gymnasium's, which would move the run to another family)."""
+    config = EnvConfig(id="ToyText/FrozenLake")
+    with pytest.raises(ValueError, match=r"^env.id: 'ToyText/FrozenLake' names no version; "
+                                         r"write 'ToyText/FrozenLake-v1'"):  # fmt: skip
+        common.make_gym(config, classic.FAMILY, gym_id="FrozenLake")
 
 
 def test_an_unversioned_minatar_id_is_refused_again_without_registering_every_env_again():

@@ -64,7 +64,7 @@ def make_gym(
     if steps is not None:
         kwargs["max_episode_steps"] = steps
     _import_env_module(env_id)
-    _check_versioned(env_id)
+    _check_versioned(env_id, config.id)
     try:
         # The passive checker costs a few microseconds per step and only re-checks what
         # `describe` verifies once.
@@ -85,13 +85,14 @@ def registered_under_a_version(env_id: str) -> bool:
     return version is None and find_highest_version(namespace, base) is not None
 
 
-def _check_versioned(env_id: str) -> None:
+def _check_versioned(env_id: str, written: str) -> None:
     """Refuses an id without its version where gymnasium has the env only under versioned ids
     (``CartPole`` for ``CartPole-v1``): ``gym.make`` would take the latest with a warning, and
     runs of one env would then name it two ways, which a sweep's report counts as two envs.
+    ``written`` is ``env.id`` as the config has it (a family may prefix gymnasium's id).
 
     Raises:
-        ValueError: one line naming the versioned id to write.
+        ValueError: one line naming the versioned ``env.id`` to write.
     """
     name = env_id.partition(":")[2] or env_id
     if name in gym.registry:
@@ -102,10 +103,10 @@ def _check_versioned(env_id: str) -> None:
         return  # a malformed id: gym.make says what is wrong with it
     latest = find_highest_version(namespace, base) if version is None else None
     if latest is not None:
-        prefix = env_id[: len(env_id) - len(name)]
+        prefix = written[: len(written) - len(name)] if written.endswith(name) else ""
         versioned = f"{prefix}{namespace + '/' if namespace else ''}{base}-v{latest}"
         raise ValueError(
-            f"env.id: {env_id!r} names no version; write {versioned!r} (the latest registered), "
+            f"env.id: {written!r} names no version; write {versioned!r} (the latest registered), "
             "so that every run names the env one way"
         )
 
