@@ -497,7 +497,7 @@ def test_memory_runs_without_torch_gymnasium_or_the_agent():
 def test_config_and_families_load_neither_torch_nor_an_env_library():
     """Beyond the static check: loading and validating a shipped config, asking a family, and
     the tables it checks against (the priority signals, the objectives, what may share a pack)
-    load none of torch, gymnasium, ale_py or minatar (checked in a fresh interpreter)."""
+    load none of torch, gymnasium, ale_py, minatar or numpy (checked in a fresh interpreter)."""
     code = (
         "import sys\n"
         "from per_dqn.envs import families\n"
@@ -507,7 +507,7 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
         "for name in ('cartpole.yaml', 'atari.yaml', 'minatar.yaml'):\n"
         "    config = load_config(resolve_config_path(name))\n"
         "    families.of(config.env.id), packing.pack_key(config), objectives.objective('pal')\n"
-        "heavy = ('torch', 'gymnasium', 'ale_py', 'minatar')\n"
+        "heavy = ('torch', 'gymnasium', 'ale_py', 'minatar', 'numpy')\n"
         "print(','.join(sorted({n.split('.')[0] for n in sys.modules} & set(heavy))))\n"
     )
     out = subprocess.run(
@@ -518,15 +518,39 @@ def test_config_and_families_load_neither_torch_nor_an_env_library():
 
 
 def top_imports(path: Path) -> set[str]:
-    """What ``path`` imports when it is imported: its module-level imports, not those inside a
-    function or under ``if TYPE_CHECKING:``."""
-    names = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+    """What ``path`` imports when it is imported: its module-level imports, those inside a
+    top-level ``try``, ``if``, ``with`` or loop included, not those inside a function or class or
+    under ``if TYPE_CHECKING:``; a relative import as ``.name``."""
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                names.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for part in (node.body, *(h.body for h in node.handlers), node.orelse,
+                             node.finalbody):  # fmt: skip
+                    visit(part)
+            elif isinstance(node, ast.If | ast.With | ast.For | ast.While):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+
+    visit(ast.parse(path.read_text()).body)
     return names
+
+
+def outside_stdlib_and_families(imported: set[str]) -> set[str]:
+    """The names in ``imported`` that are neither the standard library's nor of the families
+    package (a relative import counts as outside: the package imports absolutely)."""
+    return {
+        m for m in imported
+        if not m.startswith("per_dqn.envs.families")
+        and (m.startswith(".") or m.split(".")[0] not in sys.stdlib_module_names)
+    }  # fmt: skip
 
 
 FAMILY_MODULES = sorted((PACKAGE / "envs" / "families").glob("*.py"))
@@ -538,28 +562,35 @@ def test_the_families_import_only_each_other_at_their_top(path):
     importing them loads nothing: at its top, each module of ``per_dqn.envs.families`` imports
     the standard library and its own package only. A family's construction imports gymnasium,
     its game's package and ``envs.common`` inside its functions."""
-    third_party = {"torch", "numpy", "gymnasium", "ale_py", "minatar", "pydantic", "yaml"}
-    bad = {
-        m for m in top_imports(path)
-        if (m.split(".")[0] == "per_dqn" and not m.startswith("per_dqn.envs.families"))
-        or m.split(".")[0] in third_party
-    }  # fmt: skip
+    bad = outside_stdlib_and_families(top_imports(path))
     assert not bad, f"{module_name(path)} imports {bad} at its top"
 
 
 def test_the_top_import_check_sees_a_top_import_and_not_a_lazy_one(tmp_path):
-    """Negative control for the test above."""
+    """Negative control for the test above: an import at the top, in a top-level ``try`` or
+    ``if``, a relative one and a game package of any name are seen; one under ``TYPE_CHECKING``
+    or in a function is not."""
     module = tmp_path / "fam.py"
     module.write_text(
         "from typing import TYPE_CHECKING\n"
         "import numpy\n"
         "from per_dqn.envs.families.family import Family\n"
+        "from . import sibling\n"
+        "try:\n"
+        "    import procgen\n"
+        "except ImportError:\n"
+        "    import json\n"
+        "if True:\n"
+        "    import cv2\n"
         "if TYPE_CHECKING:\n"
         "    import gymnasium\n"
         "def make():\n"
         "    from per_dqn.envs.common import make_gym\n"
     )
-    assert top_imports(module) == {"typing", "numpy", "per_dqn.envs.families.family"}
+    found = top_imports(module)
+    assert found == {"typing", "numpy", "per_dqn.envs.families.family", ".", "procgen", "json",
+                     "cv2"}  # fmt: skip
+    assert outside_stdlib_and_families(found) == {"numpy", ".", "procgen", "cv2"}
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:

@@ -92,9 +92,10 @@ def test_the_readme_mutation_table_has_the_run_s_modules_and_the_documented_equi
 
 
 def test_the_mutation_run_counts_only_the_scoped_functions():
-    """Pins what `make mutation` runs: every module whole but envs.py, whose state capture and
-    restore functions alone are given to mutmut and counted, policy.py (its code check and the
-    loader that calls it) and the checkpoint modules (their readers, not their writers)."""
+    """Pins what `make mutation` runs: every module whole but the envs' (their state capture and
+    restore functions alone, MinAtar's game state's included, are given to mutmut and counted),
+    policy.py (its code check and the loader that calls it) and the checkpoint modules (their
+    readers, not their writers)."""
     table = load_mutation_table()
     patterns = table.run_patterns(table.mutated_paths())
     assert "per_dqn.training.loop.*" in patterns and "per_dqn.envs.make.*" not in patterns
@@ -104,7 +105,12 @@ def test_the_mutation_run_counts_only_the_scoped_functions():
     assert not table.in_scope(
         "per_dqn/envs/state.py", "per_dqn.envs.state.x__check_minatarX__mutmut_3"
     )
-    assert not table.in_scope("per_dqn/envs/make.py", "per_dqn.envs.make.x_atari_game__mutmut_1")
+    assert not table.in_scope(
+        "per_dqn/envs/families/minatar.py", "per_dqn.envs.families.minatar.x_make_one__mutmut_1"
+    )
+    assert table.in_scope(
+        "per_dqn/envs/families/minatar.py", "per_dqn.envs.families.minatar.x_save_game__mutmut_1"
+    )
     assert table.in_scope("per_dqn/training/loop.py", "per_dqn.training.loop.xǁLoopǁstep__mutmut_1")
     assert "per_dqn.rundir.readback.*" in patterns and "per_dqn.rundir.checkpoint.*" not in patterns
     assert "per_dqn.policy.x_check_run_code__mutmut_*" in patterns

@@ -1,5 +1,6 @@
 """The linear schedule used for epsilon and beta."""
 
+import numpy as np
 import pytest
 
 from per_dqn.training.schedules import LinearSchedule, epsilon_ladder
@@ -40,6 +41,7 @@ def test_the_epsilon_ladder_by_hand():
     ladder = epsilon_ladder(16)
     assert ladder == sorted(ladder, reverse=True) and ladder[-1] == pytest.approx(0.4**8)
     assert epsilon_ladder(4, epsilon=0.5, alpha=0.0) == [0.5] * 4
+    assert epsilon_ladder(np.int64(2)) == epsilon_ladder(2)  # a count from numpy is a count
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,7 @@ def test_the_epsilon_ladder_by_hand():
         ({"actors": 2, "epsilon": 1.5}, r"got 1.5"),
         ({"actors": 2, "alpha": -1.0}, r"`alpha` must be >= 0, got -1.0"),
         ({"actors": 2, "alpha": float("nan")}, r"got nan"),
+        ({"actors": 2, "epsilon": "0.4"}, r"`epsilon` must be in \(0, 1\], got 0.4"),
     ],
 )
 def test_the_epsilon_ladder_refuses_what_it_cannot_be(kwargs, message):

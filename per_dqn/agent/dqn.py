@@ -224,7 +224,9 @@ class DQNAgent:
         errors an Ape-X actor sends with its transitions as their initial priorities (Horgan et
         al., 2018; ``ReplayMemory.add_batch(..., td_abs=)``). ``y`` is ``learn``'s target
         (``td_targets``: ``R + gamma ** n * Q_target(s', a*)``, 0 past a terminal ``s'``, ``a*``
-        the online net's where ``double``); float64 ``(B,)``.
+        the online net's where ``double``); float64 ``(B,)``. It runs the agent's own modules,
+        not its pack's stacked layers: the values agree with ``learn``'s ``td_abs`` to float32
+        rounding, not bit for bit.
         """
         size = batch.actions.shape[0]
         discounts = self._gamma_powers[batch.n_steps] * ~batch.terminated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 
@@ -55,11 +56,12 @@ def epsilon_ladder(
     Raises:
         ValueError: fewer than one actor, ``epsilon`` outside (0, 1] or a negative ``alpha``.
     """
-    if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
+    if isinstance(actors, bool) or not isinstance(actors, numbers.Integral) or actors < 1:
         raise ValueError(f"`actors` must be an integer >= 1, got {actors!r}")
-    if not 0.0 < epsilon <= 1.0:
+    actors = int(actors)
+    if not isinstance(epsilon, numbers.Real) or not 0.0 < epsilon <= 1.0:
         raise ValueError(f"`epsilon` must be in (0, 1], got {epsilon}")
-    if not alpha >= 0.0:
+    if not isinstance(alpha, numbers.Real) or not alpha >= 0.0:
         raise ValueError(f"`alpha` must be >= 0, got {alpha}")
     if actors == 1:
         return [float(epsilon)]

@@ -42,8 +42,9 @@ def discover(package: str, paths: Iterable[str]) -> tuple[Family, ...]:
     Raises:
         TypeError: a module of the package without a ``Family`` named ``FAMILY``, or one whose
             family's name is not the module's.
-        ValueError: no fallback or two; two families under one name or namespace, or a
-            namespace that is a prefix of another (it would shadow it).
+        ValueError: no fallback or two; two families under one name or namespace, a
+            namespace that is a prefix of another (it would shadow it), or two families that
+            declare the state of one env or wrapper class (``envs.state`` keys it by name).
     """
     found = []
     for module_info in pkgutil.iter_modules(list(paths)):
@@ -64,6 +65,14 @@ def discover(package: str, paths: Iterable[str]) -> tuple[Family, ...]:
     for a, b in itertools.pairwise(namespaces):
         if b.startswith(a):
             raise ValueError(f"env families: namespace {a!r} would shadow {b!r}")
+    owners: dict[str, str] = {}
+    for family in found:
+        for name in (*family.physics_fields, *family.wrapper_fields):
+            if owners.setdefault(name, family.name) != family.name:
+                raise ValueError(
+                    f"env families: {owners[name]!r} and {family.name!r} both declare the state "
+                    f"of {name!r}"
+                )
     return tuple(sorted(found, key=lambda f: (f.namespace is not None, f.name)))
 
 
