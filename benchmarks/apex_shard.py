@@ -24,7 +24,7 @@ were overwritten meanwhile is dropped: ``Shard``). Three observation shapes: Car
 float32, MinAtar's (4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks sent whole
 (each frame four times: the frame-store format that sends each frame once is still to come).
 
-    .venv/bin/python benchmarks/apex_shard.py            # 3 rows of 20 s, capacity 200,000
+    .venv/bin/python benchmarks/apex_shard.py            # 3 rows of 20 s, capacity 100,000
     .venv/bin/python benchmarks/apex_shard.py --smoke    # one row of 1 s; the figures mean nothing
 """
 
@@ -39,8 +39,10 @@ from typing import Any
 import numpy as np
 from _common import (
     add_mode_options,
+    available_bytes,
     command_line,
     fill_defaults,
+    gb,
     machine_line,
     markdown_table,
     package_versions,
@@ -48,6 +50,7 @@ from _common import (
     require_at_least,
 )
 
+from per_dqn.memory import planned_nbytes
 from per_dqn.sweeps.backends.ray import connect
 from per_dqn.sweeps.ray_cluster import RayOptions
 
@@ -61,7 +64,7 @@ SHAPES = {
 }
 DEFAULTS = {  # (full, quick, smoke)
     "seconds": (20.0, 5.0, 1.0),
-    "capacity": (200_000, 50_000, 2_000),
+    "capacity": (100_000, 50_000, 2_000),
 }
 
 
@@ -126,7 +129,6 @@ def measure(ray: Any, args: argparse.Namespace, shape: tuple[int, ...], dtype: A
     feeder = ray.remote(num_cpus=1)(Feeder).remote(host, shape, dtype, args.block)
     # Warm-up: the shard full, so that its sampling, eviction and dropped updates are the steady
     # state's.
-    ray.get(feeder.run.remote(0.0, 1))
     while ray.get(host.counters.remote())["stored"] < args.capacity:
         ray.get(feeder.run.remote(0.5, args.inflight))
     start = ray.get(host.counters.remote())
@@ -143,10 +145,10 @@ def measure(ray: Any, args: argparse.Namespace, shape: tuple[int, ...], dtype: A
             next_at += period
             time.sleep(max(0.0, next_at - time.perf_counter()))
     ray.get(feeding)
+    wall = time.perf_counter() - began  # the feeder's last blocks are in
+    end = ray.get(host.counters.remote())
     set_ = sum(ray.get(updates))
     ray.get(ahead)
-    wall = time.perf_counter() - began
-    end = ray.get(host.counters.remote())
     ray.kill(feeder)
     ray.kill(host)
     batches = len(updates)
@@ -184,6 +186,12 @@ def main(argv: list[str] | None = None) -> None:
         # A smoke run's one row runs every code path the others do.
         shapes = list(SHAPES.items())[: 1 if args.smoke else None]
         for name, (shape, dtype) in shapes:
+            need = planned_nbytes("proportional", args.capacity, shape, dtype)["total"]
+            free = available_bytes()
+            if free is not None and need > free // 2:
+                log(f"{name}: skipped, {gb(need)} for the shard against {gb(free)} available")
+                rows.append([name, f"skipped: {gb(need)} > half of {gb(free)}", "", "", "", ""])
+                continue
             got = measure(ray, args, shape, dtype)
             log(f"{name}: {got['in']:,.0f} transitions/s in, {got['batches']:.1f} batches/s")
             rows.append([

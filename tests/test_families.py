@@ -256,7 +256,8 @@ def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(
     ``max_episode_frames``. A throwaway family of CartPole-like envs (``Skip2/``, a skip of 2,
     1,000 frames an episode and an evaluation cap of 600 frames): a config that leaves the skip
     out resolves it to 2 and the caps to 300 steps; one that sets it keeps its own; and the episode
-    cap every ``gym.make`` builder applies under it is 500 agent steps (333 at a skip of 3)."""
+    cap ``common.episode_steps`` gives a ``gym.make`` builder of the family (every builder's,
+    ``common.make_gym``) is 500 agent steps (333 at a skip of 3)."""
     throwaway = dataclasses.replace(
         classic.FAMILY, name="skip2", title="Skip2", namespace="Skip2/",
         example_id="Skip2/CartPole-v1", frame_skip=2, max_episode_frames=1000,
