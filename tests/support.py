@@ -469,3 +469,25 @@ def nest(root: Path, depth: int) -> Iterator[None]:
     finally:
         for level in range(made, 0, -1):
             os.rmdir(root.joinpath(*["d"] * level))
+
+
+def copy_of_the_repo(tmp_path: Path, names: tuple[str, ...] = ("per_dqn", "tests")) -> Path:
+    """A copy of the repository's ``names`` and its pyproject.toml under ``tmp_path / "repo"``,
+    for a doc's recipe followed literally (tests/memory/test_extending.py,
+    tests/test_extending_family.py)."""
+    root, copy = Path(__file__).resolve().parents[1], tmp_path / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in names:
+        shutil.copytree(root / name, copy / name, ignore=ignore)
+    shutil.copy(root / "pyproject.toml", copy / "pyproject.toml")
+    return copy
+
+
+def run_in_copy(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python ARGS`` in ``copy``, with the copy's ``per_dqn`` first on the path and nothing of
+    this environment's but its interpreter."""
+    env = {"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin", "HOME": str(copy)}
+    return subprocess.run(
+        [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip

@@ -10,13 +10,11 @@ train on it, without a line edited anywhere else.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from support import copy_of_the_repo, run_in_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "extending.md"
@@ -51,29 +49,17 @@ def test_the_recipe_is_one_module_one_config_and_one_test():
     ]  # fmt: skip
 
 
-def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin", "HOME": str(copy)}
-    return subprocess.run(
-        [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_family_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli(tmp_path):
-    copy = tmp_path / "repo"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-    for name in ("per_dqn", "tests"):
-        shutil.copytree(ROOT / name, copy / name, ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    copy = copy_of_the_repo(tmp_path)
     for path, code in recipe().items():
         assert not (copy / path).exists(), path
         (copy / path).write_text(code)
 
-    where = _run(copy, "-c", "import per_dqn; print(per_dqn.__file__)")
+    where = run_in_copy(copy, "-c", "import per_dqn; print(per_dqn.__file__)")
     assert where.stdout.strip() == str(copy / "per_dqn" / "__init__.py"), where.stderr
 
-    tests = _run(
+    tests = run_in_copy(
         copy, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
         "-o", "addopts=", "-rA", "tests/test_families.py", "tests/test_toytext.py",
         "tests/test_env_state.py::"
@@ -88,7 +74,7 @@ def test_a_family_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_c
     assert "test_the_grid_s_state_reaches_the_agent_one_hot" in passed
 
     run_dir = copy / "runs" / "toytext"
-    train = _run(
+    train = run_in_copy(
         copy, "-m", "per_dqn.cli", "train", "--config", "toytext.yaml", "--steps", "800",
         "--set", "train.eval_interval=0", "--set", "train.final_eval_episodes=2",
         "--device", "cpu", "-q", "--run-dir", str(run_dir),

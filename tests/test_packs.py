@@ -297,24 +297,36 @@ def test_a_single_run_s_checkpoint_resumes_inside_a_pack_exactly(tmp_path):
     assert_no_duplicated_steps(tmp_path / "resumed")
 
 
+class CtrlC:
+    """A callback that raises ``KeyboardInterrupt`` at the log point of step 400 (where a Ctrl-C
+    lands in a run's own code), noting the step in ``stopped``."""
+
+    def __init__(self) -> None:
+        self.stopped: list[int] = []
+
+    def on_log(self, env_steps, values):
+        if env_steps >= 400:
+            self.stopped.append(env_steps)
+            raise KeyboardInterrupt
+
+
+def ctrl_c_in_the_second(tmp_path: Path, ctrl_c: CtrlC) -> list:
+    """A pack of three CartPole runs (seeds 0, 1, 2) whose second gets ``ctrl_c``; its results."""
+    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
+    dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
+    try:
+        return run_pack(trainers, dirs, callbacks=[(), (ctrl_c,), ()])
+    finally:
+        for trainer in trainers:
+            trainer.close()
+
+
 def test_a_ctrl_c_in_one_member_s_code_stops_the_whole_pack(tmp_path):
     """A ``KeyboardInterrupt`` raised inside one run's own code (here its callback at the log
     point of step 400; a Ctrl-C lands wherever the process is) ends every run of the pack as it
     ends a run alone, interrupted, not only the run it landed in. Pins a bug: the run it landed
     in caught it and ended, and its pack-mates trained on to their budget."""
-
-    class CtrlC:
-        def on_log(self, env_steps, values):
-            if env_steps >= 400:
-                raise KeyboardInterrupt
-
-    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
-    dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
-    try:
-        results = run_pack(trainers, dirs, callbacks=[(), (CtrlC(),), ()])
-    finally:
-        for trainer in trainers:
-            trainer.close()
+    results = ctrl_c_in_the_second(tmp_path, CtrlC())
     total = SMALL["train.total_env_steps"]
     for result in results:
         assert result.error is None and result.summary is not None
@@ -328,29 +340,16 @@ def test_a_member_that_cannot_write_its_interrupted_end_stops_with_its_error(tmp
     written (its ``summary.json`` hits a full disk) ends with that error, as it would alone, and
     the others end interrupted without one (a mutation run found ``_interrupt`` dropping the
     error uncaught: the run looked finished)."""
-    stopped = []
-    real_write = run_module.write_json
-
-    class CtrlC:
-        def on_log(self, env_steps, values):
-            if env_steps >= 400:
-                stopped.append(env_steps)
-                raise KeyboardInterrupt
+    ctrl_c, real_write = CtrlC(), run_module.write_json
 
     def full_after_the_stop(path, value, *args, **kwargs):
-        if stopped and "s2" in Path(path).parts:
+        if ctrl_c.stopped and "s2" in Path(path).parts:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_write(path, value, *args, **kwargs)
 
     monkeypatch.setattr(run_module, "write_json", full_after_the_stop)
-    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
-    dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
-    try:
-        results = run_pack(trainers, dirs, callbacks=[(), (CtrlC(),), ()])
-    finally:
-        for trainer in trainers:
-            trainer.close()
-    assert stopped == [400]
+    results = ctrl_c_in_the_second(tmp_path, ctrl_c)
+    assert ctrl_c.stopped == [400]
     assert isinstance(results[2].error, OSError) and results[2].error.errno == errno.ENOSPC
     assert results[2].summary is None
     for result in results[:2]:

@@ -8,13 +8,11 @@ pick the kind up, and the command line must train with it, without a line edited
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from support import copy_of_the_repo, run_in_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "extending.md"
@@ -46,26 +44,9 @@ def test_the_recipe_is_one_module_one_entry_and_one_test():
     ]  # fmt: skip
 
 
-def _copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-    for name in ("per_dqn", "tests", "configs"):
-        shutil.copytree(ROOT / name, copy / name, ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    return copy
-
-
-def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin", "HOME": str(copy)}
-    return subprocess.run(
-        [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_kind_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli(tmp_path):
-    copy = _copy(tmp_path)
+    copy = copy_of_the_repo(tmp_path, ("per_dqn", "tests", "configs"))
     blocks = recipe()
     kinds = copy / "per_dqn/memory/kinds.py"
     registry = kinds.read_text()
@@ -75,10 +56,10 @@ def test_a_kind_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli
     for path, code in blocks.items():
         (copy / path).write_text(code)
 
-    where = _run(copy, "-c", "import per_dqn; print(per_dqn.__file__)")
+    where = run_in_copy(copy, "-c", "import per_dqn; print(per_dqn.__file__)")
     assert where.stdout.strip() == str(copy / "per_dqn" / "__init__.py"), where.stderr
 
-    tests = _run(
+    tests = run_in_copy(
         copy, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
         "-o", "addopts=", "-rA", "-k", "scan or every_replay_kind", "tests/memory",
         "tests/test_build.py", "tests/test_resume.py", "tests/test_packs.py",
@@ -90,7 +71,7 @@ def test_a_kind_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli
     assert len(passed) >= 20, passed
 
     run_dir = copy / "runs" / "scan"
-    train = _run(
+    train = run_in_copy(
         copy, "-m", "per_dqn.cli", "train", "--config", "cartpole.yaml", "--replay", "scan",
         "--steps", "600", "--set", "train.learning_starts=200", "--set", "train.eval_interval=0",
         "--set", "train.final_eval_episodes=1", "--device", "cpu", "-q", "--run-dir",
@@ -100,11 +81,11 @@ def test_a_kind_built_from_the_recipe_alone_reaches_the_shared_tests_and_the_cli
     assert (run_dir / "summary.json").is_file() and (run_dir / "model.pt").is_file()
     assert "kind: scan" in (run_dir / "config.yaml").read_text()
 
-    helped = _run(copy, "-m", "per_dqn.cli", "ablate", "--help")
+    helped = run_in_copy(copy, "-m", "per_dqn.cli", "ablate", "--help")
     assert re.search(r"Arms, comma-separated replay kinds \([^)]*\bscan\)", helped.stdout), (
         helped.stdout
     )
-    planned = _run(copy, "-m", "per_dqn.cli", "plan", "--config", "cartpole.yaml", "--replay",
-                   "scan")  # fmt: skip
+    planned = run_in_copy(copy, "-m", "per_dqn.cli", "plan", "--config", "cartpole.yaml",
+                          "--replay", "scan")  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     assert "replay memory      scan, " in planned.stdout
