@@ -375,6 +375,33 @@ def test_runs_of_other_shapes_go_to_other_packs():
     assert packs == [[0, 2, 3, 4], [5, 6, 7], [1, 8]]
 
 
+def test_the_objective_s_own_settings_and_laber_s_rows_split_packs():
+    """A mutation run found ``objective_key`` unchecked: the settings an objective reads (PAL's
+    ``alpha`` and ``min_priority``, LAP's ``min_priority``) and LaBER's large batch (the rows a
+    member's update takes) split packs, while a setting only the sampling reads (LAP's
+    ``alpha``) does not; and a pack size of 1 makes packs of one."""
+    pal = config(**{"replay.kind": "pal"})
+    assert packing.pack_key(config(**{"replay.kind": "pal", "replay.alpha": 0.4})) != (
+        packing.pack_key(pal)
+    )
+    assert packing.pack_key(config(**{"replay.kind": "pal", "replay.min_priority": 2.0})) != (
+        packing.pack_key(pal)
+    )
+    lap = config(**{"replay.kind": "lap"})
+    assert packing.pack_key(config(**{"replay.kind": "lap", "replay.alpha": 0.4})) == (
+        packing.pack_key(lap)
+    )  # LAP's loss reads no alpha: its sampling does, which each member does alone
+    assert packing.pack_key(config(**{"replay.kind": "lap", "replay.min_priority": 2.0})) != (
+        packing.pack_key(lap)
+    )
+    laber = config(**{"replay.kind": "laber", "replay.large_batch": 4})
+    assert packing.pack_key(config(**{"replay.kind": "laber", "replay.large_batch": 2})) != (
+        packing.pack_key(laber)
+    )
+    assert packing.objective_key(laber)[2] == 4
+    assert packing.group_into_packs([config(), config(), config()], 1) == [[0], [1], [2]]
+
+
 def test_runs_of_a_user_s_network_compute_alone(workdir):
     """A ``package.module:factory`` network cannot be stacked: each of its runs makes a pack of
     one (``packing.packable``) and computes through its own module, as ``train`` runs it.
