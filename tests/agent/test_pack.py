@@ -185,6 +185,36 @@ def test_acting_is_the_same_alone_and_packed():
         assert np.array_equal(both[3], alone.greedy_actions(obs))
 
 
+DEEP = dict(obs_shape=(4,), hidden_sizes=(16, 16, 16), network="auto")
+
+
+@pytest.mark.parametrize("net", [DEEP, MINATAR], ids=["mlp-3-hidden", "minatar-cnn"])
+@pytest.mark.parametrize("dueling", [True, False], ids=["dueling", "plain"])
+def test_a_pack_s_actions_and_q_values_are_each_member_s_own_module_s(net, dueling):
+    """The reference is each member's own ``torch.nn.Module`` forward, not a pack: a run alone
+    is a pack of one, so the pack-against-alone tests cannot see a bug that both share. Three
+    did survive them (the pack's mutation run): features all replaced by the zero rows that fill
+    a slot that did not ask, Q-values without dueling's value and mean (the acting shortcut's
+    advantage returned), and the head taken as the second layer, not the last. Here slot 1 does
+    not ask (a zero row in between), the MLP has three hidden layers, and the CNN goes through
+    its own convolutions."""
+    agents = [agent(s, net, dueling=dueling) for s in range(3)]
+    pack = Pack(agents)
+    rng = np.random.default_rng(7)
+    obs = {k: batch(rng, net["obs_shape"], size=64).obs for k in (0, 2)}
+    q = pack.q_values(obs)
+    actions = pack.greedy_actions(obs)
+    assert sorted(q) == sorted(actions) == [0, 2]
+    varied = False
+    for k, o in obs.items():
+        with torch.no_grad():
+            reference = agents[k].online(torch.as_tensor(o)).numpy()
+        np.testing.assert_allclose(q[k], reference, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(actions[k], reference.argmax(axis=1))
+        varied |= len(set(reference.argmax(axis=1).tolist())) > 1
+    assert varied  # the observations move the greedy action: a constant one would show
+
+
 def test_a_member_s_state_dict_continues_identically_in_an_agent_alone():
     """A checkpoint's agent part from a packed member (copies, not views of the pack) loads into
     a new agent alone, which then learns exactly as the member goes on to learn in its pack."""
