@@ -89,6 +89,11 @@ def test_train_many_gives_each_run_what_train_gives_it(workdir):
     assert first == {"size": 3, "members": ["uniform/s0", "uniform/s1", "proportional/s0"]}
     assert "pack" not in summary_of(many[3].run_dir)["provenance"]  # alone in its pack of one
     assert summary_of(many[0].run_dir)["provenance"]["call"]["function"] == "per_dqn.train_many"
+    # One pack is one process's time: its members' sessions carry one pack id, which the
+    # report's compute time counts once (a mutation run found each member given its own).
+    ids = [[s["pack"] for s in summary_of(r.run_dir)["wall_sessions"]] for r in many]
+    assert all(len(i) == 1 and len(i[0]) == 32 for i in ids)
+    assert ids[0] == ids[1] == ids[2] != ids[3]
 
 
 def test_every_replay_kind_in_one_pack_gives_each_run_what_train_gives_it(workdir):
@@ -222,6 +227,45 @@ def test_a_member_that_diverges_stops_alone(workdir):
     assert_same_files(good.run_dir, alone.run_dir)
 
 
+def test_an_error_in_the_pack_s_update_ends_each_run_that_asked_for_it(workdir, monkeypatch):
+    """An error raised by the batched update itself (injected at its 60th call, near env step
+    440: an out-of-memory on the device, say) is raised in each run that asked for the update,
+    at its request, as in its update alone: each run ends with that error and writes no model,
+    and its checkpoint of step 400 stays (a mutation run found this path unchecked: the error
+    dropped, or raised in no run)."""
+    real_learn, asked = Pack.learn, []
+
+    def learn(self, batches):
+        asked.append(sorted(batches))
+        if len(asked) == 60:
+            raise RuntimeError("out of memory (injected)")
+        return real_learn(self, batches)
+
+    monkeypatch.setattr(Pack, "learn", learn)
+    many = per_dqn.train_many("cartpole", seeds=[0, 1], overrides=SMALL, out="runs/many")
+    assert asked == [[0, 1]] * 60
+    for run in many:
+        assert isinstance(run.error, RuntimeError) and str(run.error) == "out of memory (injected)"
+        assert run.result is None and not (run.run_dir / "model.pt").exists()
+        assert [c.name for c in ckpt.list_checkpoints(ckpt.checkpoints_dir(run.run_dir))] == [
+            ckpt.checkpoint_name(400)
+        ]
+
+
+def test_an_evaluation_and_a_training_step_of_other_shapes_act_in_their_own_passes(workdir):
+    """Two sub-envs a run: training acts on 2 observations, an evaluation on 1. Members that
+    evaluate at other steps (every 400 and every 600 env steps) ask for both shapes in one
+    round, each shape gets its own forward pass, and each run writes what it writes alone (a
+    mutation run found every asker put in one pass: no test had two sub-envs in a pack)."""
+    two = {**SMALL, "env.num_envs": 2}
+    arms = {"every400": {}, "every600": {"train.eval_interval": 600}}
+    many = per_dqn.train_many("cartpole", arms=arms, overrides=two, out="runs/many")
+    assert [r.error for r in many] == [None, None]
+    for run, arm in zip(many, arms.values(), strict=True):
+        alone = per_dqn.train("cartpole", overrides={**two, **arm}, run_dir=f"runs/alone/{run.arm}")
+        assert_same_files(run.run_dir, alone.run_dir)
+
+
 def test_a_full_disk_stops_the_member_that_cannot_write_with_one_line(workdir, monkeypatch):
     """ENOSPC at one member's second checkpoint (injected: no tmpfs here to fill): that run stops
     with its ``OSError`` (one line in a sweep's outcome), its first checkpoint intact and no
@@ -327,6 +371,7 @@ def test_a_ctrl_c_in_one_member_s_code_stops_the_whole_pack(tmp_path):
     ends a run alone, interrupted, not only the run it landed in. Pins a bug: the run it landed
     in caught it and ended, and its pack-mates trained on to their budget."""
     results = ctrl_c_in_the_second(tmp_path, CtrlC())
+    assert [r.run_dir for r in results] == [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
     total = SMALL["train.total_env_steps"]
     for result in results:
         assert result.error is None and result.summary is not None
@@ -338,7 +383,7 @@ def test_a_ctrl_c_in_one_member_s_code_stops_the_whole_pack(tmp_path):
 def test_a_member_that_cannot_write_its_interrupted_end_stops_with_its_error(tmp_path, monkeypatch):
     """A Ctrl-C in one member's code ends the pack; a pack-mate whose interrupted end cannot be
     written (its ``summary.json`` hits a full disk) ends with that error, as it would alone, and
-    the others end interrupted without one (a mutation run found ``_interrupt`` dropping the
+    the others end interrupted without one (a mutation run found the interrupt dropping the
     error uncaught: the run looked finished)."""
     ctrl_c, real_write = CtrlC(), run_module.write_json
 
@@ -354,6 +399,40 @@ def test_a_member_that_cannot_write_its_interrupted_end_stops_with_its_error(tmp
     assert results[2].summary is None
     for result in results[:2]:
         assert result.error is None and result.summary["interrupted"] is True
+
+
+def test_a_pack_needs_one_run_dir_and_one_sequence_of_callbacks_per_trainer(tmp_path):
+    """Refused before anything is written. Pins a bug: callbacks for fewer runs than the pack
+    opened the first runs' sessions, then left them open when the zip over them ran short."""
+    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1)]
+    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    try:
+        with pytest.raises(ValueError, match=r"^run_pack needs one run dir per trainer$"):
+            run_pack(trainers, dirs[:1])
+        with pytest.raises(ValueError, match=r"^run_pack needs one sequence of callbacks per"):
+            run_pack(trainers, dirs, callbacks=[()])
+    finally:
+        for trainer in trainers:
+            trainer.close()
+    assert not tmp_path.joinpath("s0").exists() and not tmp_path.joinpath("s1").exists()
+
+
+def test_a_member_whose_run_dir_cannot_be_written_fails_alone(tmp_path):
+    """A run whose session cannot open (its run dir lies under a file) ends with that error and
+    writes nothing; its pack-mates on either side train to the end (a mutation run found the
+    error dropped, and the runs after it skipped)."""
+    (tmp_path / "file").write_text("not a directory")
+    trainers = [Trainer(config(**{"run.seed": seed}), "cartpole") for seed in (0, 1, 2)]
+    dirs = [tmp_path / "s0", tmp_path / "file" / "s1", tmp_path / "s2"]
+    try:
+        results = run_pack(trainers, dirs)
+    finally:
+        for trainer in trainers:
+            trainer.close()
+    assert isinstance(results[1].error, OSError) and results[1].summary is None
+    for result in (results[0], results[2]):
+        assert result.error is None
+        assert result.summary["env_steps"] == SMALL["train.total_env_steps"]
 
 
 def test_runs_of_other_shapes_go_to_other_packs():
@@ -399,7 +478,14 @@ def test_the_objective_s_own_settings_and_laber_s_rows_split_packs():
         packing.pack_key(laber)
     )
     assert packing.objective_key(laber)[2] == 4
+    # Only LaBER reads its large batch: a config file may still set it beside another kind (an
+    # override of it is refused), and it must not split that kind's packs.
+    base = config()
+    unread = base.model_copy(update={"replay": base.replay.model_copy(update={"large_batch": 8})})
+    assert packing.pack_key(unread) == packing.pack_key(base)
     assert packing.group_into_packs([config(), config(), config()], 1) == [[0], [1], [2]]
+    with pytest.raises(ValueError, match=r"^the pack size must be >= 1, got 0$"):
+        packing.group_into_packs([config()], 0)
 
 
 def test_runs_of_a_user_s_network_compute_alone(workdir):

@@ -65,10 +65,12 @@ def group_into_packs(configs: Sequence[Any], size: int | None) -> list[list[int]
     order, at most ``size`` to a pack (None: no limit); a run that is not ``packable`` alone."""
     if size is not None and size < 1:
         raise ValueError(f"the pack size must be >= 1, got {size}")
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple | int, list[int]] = {}
     for i, config in enumerate(configs):
         if not packable(config):
-            groups[("alone", i)] = [i]  # a user's network computes alone
+            # A user's network computes alone: a group keyed by its index, which no pack key
+            # (a tuple) equals.
+            groups[i] = [i]
             continue
         groups.setdefault(pack_key(config), []).append(i)
     packs = []

@@ -50,7 +50,6 @@ class MemberResult:
 @dataclass
 class _Member:
     trainer: Any
-    run_dir: Path
     opened: Any  # the context manager of ``Trainer.session``
     session: Any
     play: Any
@@ -77,10 +76,13 @@ def run_pack(
         wrote what a failed single run writes; the others finished (or stopped) normally.
 
     Raises:
-        ValueError: trainers whose agents cannot share a pack (before anything is written).
+        ValueError: trainers whose agents cannot share a pack, or not one run dir (and one
+            sequence of callbacks, where given) per trainer (before anything is written).
     """
     if len(trainers) != len(run_dirs):
         raise ValueError("run_pack needs one run dir per trainer")
+    if callbacks is not None and len(callbacks) != len(trainers):
+        raise ValueError("run_pack needs one sequence of callbacks per trainer")
     hooks = list(callbacks) if callbacks is not None else [() for _ in trainers]
     if len(trainers) > 1:
         pack: Any = Pack([t.agent for t in trainers])
@@ -91,24 +93,27 @@ def run_pack(
     named = _pack_record(run_dirs)
     pack_id = uuid.uuid4().hex  # the members' sessions are one process's time (``wall_sessions``)
     try:
-        for trainer, run_dir, own, result in zip(trainers, run_dirs, hooks, results, strict=True):
-            opened = trainer.session(run_dir, None, should_stop, own, pack_id)
+        for i, trainer in enumerate(trainers):
+            result = results[i]
+            opened = trainer.session(run_dirs[i], None, should_stop, hooks[i], pack_id)
             try:
                 with provenance.recorded(**named):  # read when the session opens
                     session = opened.__enter__()
             except Exception as exc:  # a tracker that cannot start, a write error: this run only
                 result.error = exc
                 continue
-            member = _Member(trainer, run_dir, opened, session, session.play(), result=result)
+            member = _Member(trainer, opened, session, session.play(), result=result)
             members.append(member)
-            _advance(member, None, first=True)
+            _advance(member, None)  # a generator's first ``send(None)`` starts it
         if any(m.ctrl_c for m in members):
             raise KeyboardInterrupt
         _drive([m for m in members if m.request is not None], pack)
     except KeyboardInterrupt:
+        # Every run still going ends as a KeyboardInterrupt ends a run alone: thrown into its
+        # play, which returns on one (``_Session.play``), then wrapped up and closed.
         for member in members:
             if member.request is not None:
-                _interrupt(member)
+                _advance(member, None, error=KeyboardInterrupt())
     return results
 
 
@@ -173,15 +178,11 @@ class _Alone:
         return {k: self.agent.learn(b) for k, b in batches.items()}
 
 
-def _advance(
-    member: _Member, answer: Any, first: bool = False, error: BaseException | None = None
-) -> None:
+def _advance(member: _Member, answer: Any, error: BaseException | None = None) -> None:
     """Sends ``answer`` (or raises ``error``) in the member's run and keeps its next request;
     at its end, wraps the run up and closes its session (with its error, if it failed)."""
     try:
-        if first:
-            member.request = next(member.play)
-        elif error is not None:
+        if error is not None:
             member.request = member.play.throw(error)
         else:
             member.request = member.play.send(answer)
@@ -203,27 +204,6 @@ def _advance(
     # A KeyboardInterrupt raised in this run's own code (a Ctrl-C that reached the process, not
     # a stop asked between two steps) stops the whole pack, as it stops a run alone.
     member.ctrl_c = interrupted and not stopped_between_steps
-
-
-def _interrupt(member: _Member) -> None:
-    """Ends a run as a ``KeyboardInterrupt`` ends a run alone."""
-    try:
-        member.play.throw(KeyboardInterrupt())
-    except StopIteration as end:
-        member.request = None
-        try:
-            member.result.summary = member.session.wrap_up(*end.value)
-        except Exception as exc:
-            _close(member, exc)
-            return
-        _close(member, None)
-        return
-    except Exception as exc:
-        member.request = None
-        _close(member, exc)
-        return
-    member.request = None  # it asked for more after the interrupt: not expected
-    _close(member, None)
 
 
 def _close(member: _Member, error: BaseException | None) -> None:
