@@ -215,6 +215,28 @@ def test_a_pack_s_actions_and_q_values_are_each_member_s_own_module_s(net, dueli
     assert varied  # the observations move the greedy action: a constant one would show
 
 
+@pytest.mark.parametrize("net", [MLP, MINATAR, NATURE], ids=["mlp", "minatar-cnn", "nature-cnn"])
+def test_a_pack_makes_its_tensors_on_its_own_device_not_torch_s_default(net):
+    """On a GPU, a tensor made without the pack's device lands on torch's default device (the
+    CPU) and the step fails. With no GPU here, torch's ``meta`` device as the default stands in:
+    a tensor made there holds no data, so any such tensor fails or changes the result. The same
+    pack acts and learns the same bits under it as outside it (a mutation run found the
+    observations' ``device=`` dropped, unseen on a CPU-only machine)."""
+    inside = Pack([agent(s, net) for s in range(2)])
+    outside = Pack([agent(s, net) for s in range(2)])
+    rng = np.random.default_rng(0)
+    obs = {k: batch(rng, net["obs_shape"], size=8).obs for k in (0, 1)}
+    batches = {k: batch(rng, net["obs_shape"]) for k in (0, 1)}
+    want = outside.greedy_actions(obs), outside.q_values(obs), outside.learn(batches)
+    with torch.device("meta"):
+        got = inside.greedy_actions(obs), inside.q_values(obs), inside.learn(batches)
+    for k in (0, 1):
+        assert np.array_equal(got[0][k], want[0][k])
+        assert np.array_equal(got[1][k], want[1][k])
+        assert np.array_equal(got[2][k].td_abs, want[2][k].td_abs)
+        assert_same_agent(inside.agents[k], outside.agents[k])
+
+
 def test_a_member_s_state_dict_continues_identically_in_an_agent_alone():
     """A checkpoint's agent part from a packed member (copies, not views of the pack) loads into
     a new agent alone, which then learns exactly as the member goes on to learn in its pack."""
