@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from replay_helpers import added, check_refused_state, chi_square_z, draw_counts, filled
@@ -114,3 +116,53 @@ def test_an_infinite_floor_is_refused():
     """`min_priority` must be finite (issue 44's mutation run: `< inf` -> `<= inf` survived)."""
     with pytest.raises(ValueError, match=r"^`min_priority` must be > 0, got inf$"):
         LAPSampler(4, min_priority=np.inf)
+
+
+def test_a_draw_at_the_top_of_the_unit_interval_stays_below_the_total():
+    """The draw has no clamp: ``random()``'s largest value, ``1 - 2**-53``, times any total
+    rounds below that total, so the tree never gets the total itself (which it refuses)."""
+    top = np.nextafter(1.0, 0.0)
+    assert top == 1.0 - 2.0**-53
+    sampler = LAPSampler(4, alpha=0.6, min_priority=0.01, seed=0)
+    sampler.on_insert(0)
+    sampler.update(_update(np.array([0]), np.array([0.0])))  # one leaf, 0.01 ** 0.6 < 1
+
+    class Top:
+        def random(self, n):
+            return np.full(n, top)
+
+    sampler.rng = Top()
+    for total_leaf in (0.01**0.6, 0.5, 1.0, 3.0, 2.0**-40, 7.0e12):
+        sampler.sums.write(np.array([0]), np.array([total_leaf]))
+        indices, _, _ = sampler.draw(3, 0.4, 1)
+        assert indices.tolist() == [0, 0, 0]
+
+
+def test_the_diagnostics_are_the_mean_and_the_largest_priority_by_hand():
+    """Leaves 1, 1, 2, 3 (alpha 0.5, floor 1, |delta| 0.25, 1, 4, 9): the mean leaf 7/4 and the
+    largest floored |delta| 9, under the names the PER panel logs (a mutation run found the
+    names unchecked)."""
+    mem = filled("lap", capacity=10, n=4, alpha=0.5, min_priority=1.0)
+    mem.update_priorities([0, 1, 2, 3], [0.25, 1.0, 4.0, 9.0])
+    assert mem.sampler.diagnostics() == {"mean_priority": 7 / 4, "max_priority": 9.0}
+
+
+def test_a_partly_filled_memory_s_state_round_trips_sized_to_its_contents():
+    """A memory holding 7 of its 40 slots saves 7 priorities; a memory holding 3 loads them,
+    checked against the 7 transitions the state holds, and then draws as the source does (a
+    mutation run found the stored count dropped on its way to that check and to the load
+    unseen: the shared tests round-trip full memories)."""
+    source = added("lap", n=7, seed=1)
+    source.update_priorities(np.arange(7), np.arange(7.0) + 0.5)
+    state = copy.deepcopy(source.state_dict())
+    assert state["priorities"].shape == (7,)
+    target = added("lap", n=3, seed=2)
+    target.load_state_dict(state)
+    np.testing.assert_array_equal(
+        target.sampler.priorities(np.arange(40)), source.sampler.priorities(np.arange(40))
+    )
+    assert target.sampler.mean_priority == source.sampler.mean_priority
+    for _ in range(3):
+        np.testing.assert_array_equal(
+            target.sample(4, beta=0.5).indices, source.sample(4, beta=0.5).indices
+        )

@@ -127,6 +127,10 @@ def test_performance_profile_bands():
         (lambda: stats.mean([1.0, np.nan]), r"finite, got \[1.0, nan\]"),
         (lambda: stats.paired_probability_of_improvement([1, 2], [1]), "same shape"),
         (lambda: stats.probability_of_improvement([[1, 2]], [[1]]), "same tasks"),
+        (
+            lambda: stats.independent_bootstrap_ci([[1, 2]], [[1]]),
+            r"^scores must have the same tasks, got \(1, 2\) and \(1, 1\)$",
+        ),
         (lambda: stats.stratified_bootstrap_ci([1, 2], stats.iqm, reps=0), "reps must be >= 1"),
         (
             lambda: stats.stratified_bootstrap_ci([1, 2], stats.iqm, confidence=1.0),
