@@ -405,3 +405,16 @@ def test_t_quantile_refuses_a_probability_outside_0_to_1_naming_it(p):
     refusal = rf"^a quantile's probability must be in \(0, 1\), got {p}$"
     with pytest.raises(ValueError, match=refusal):
         stats.t_quantile(p, 5.0)
+
+
+def test_a_one_sample_interval_with_a_standard_error_of_exactly_one_by_hand():
+    """[0, 2]: mean 1, standard error exactly 1 (sd sqrt 2 over sqrt 2), df 1, so the 95%
+    interval is 1 +- t(0.975, 1) = 1 +- 12.7062; a standard error of 0 gives the point itself (a
+    mutation run found the zero-error shortcut taken at an error of 1 unseen)."""
+    estimate = stats.Estimate.of_sample([0.0, 2.0])
+    assert estimate.standard_error == 1.0 and estimate.df == pytest.approx(1.0)
+    low, high = estimate.interval(0.95)
+    assert high - 1.0 == pytest.approx(12.706204736174698) and 1.0 - low == pytest.approx(
+        12.706204736174698
+    )
+    assert stats.Estimate.of_sample([3.0, 3.0, 3.0]).interval(0.95) == (3.0, 3.0)
