@@ -84,6 +84,37 @@ def test_a_missing_or_binary_file_is_one_line(tmp_path):
         published.read_published(tmp_path / "bin.csv")
 
 
+def test_a_file_of_exactly_the_size_limit_is_read_and_one_byte_more_is_refused(tmp_path):
+    """The limit is the largest size read, not the first refused (a mutation run found the
+    bound unchecked): a 10 MiB file, a comment padding it, is read; 10 MiB and a byte is not."""
+    body = f"env_id,label,step,mean\n{ENV},DQN,0,1.5\n"
+    pad = published.MAX_BYTES - len(body) - 2  # "#" and its newline
+    path = write(tmp_path / "limit.csv", "#" + "x" * pad + "\n" + body)
+    assert path.stat().st_size == published.MAX_BYTES
+    assert published.read_published(path) == (published.Point(ENV, "DQN", 0, 1.5),)
+    write(path, "#" + "x" * (pad + 1) + "\n" + body)
+    with pytest.raises(ValueError, match=r"^--published .*limit\.csv: larger than 10 MB$"):
+        published.read_published(path)
+
+
+def test_a_file_is_read_as_utf_8_whatever_the_locale(tmp_path):
+    """A label or comment outside ASCII (an em dash, an author's accent) reads the same under a
+    locale whose codec is ASCII: in a fresh interpreter with ``LC_ALL=C``, UTF-8 mode and locale
+    coercion off (a mutation run found the file read with the locale's codec unseen)."""
+    path = write(tmp_path / "p.csv", f"# Sujit et al. — reducible loss\nenv_id,label,step,mean\n"
+                 f"{ENV},ReLo — Pérez,0,1.5\n")  # fmt: skip
+    code = (
+        "import sys, locale; from pathlib import Path; from per_dqn.sweeps import published;"
+        "assert locale.getpreferredencoding(False).lower() in {'ascii', 'ansi_x3.4-1968'};"
+        "print(published.read_published(Path(sys.argv[1]))[0].label.encode('unicode_escape'))"
+    )
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "b'ReLo \\\\u2014 P\\\\xe9rez'"
+
+
 def test_the_ema_at_given_steps_by_hand():
     """The EMA after the last episode that ended at or before each step, 0 before the first:
     episodes of 10, 20, 0 ending at 10k, 40k, 60k give 0.1, 0.299, 0.29601."""
