@@ -82,6 +82,17 @@ def test_pal_s_loss_by_hand():
     assert float(out.metrics["pal_lambda"]) == pytest.approx(lam, rel=1e-6)
 
 
+def test_pal_s_loss_at_exactly_k_is_the_outer_branch_as_in_the_source():
+    """sfujim/LAP-PAL's PAL takes ``x.abs() < min_priority`` for its inner branch, and its two
+    branches do not meet at k (0.5 k^2 k^alpha inside, k^(2 + alpha) / (1 + alpha) outside):
+    at |delta| == k exactly the sample is on the outer one (a mutation run found ``<=``
+    unseen). alpha 0.4, k 1, |delta| 1 and 0.5: lambda 1, per sample 1 / 1.4 and 0.125."""
+    spec = ObjectiveSpec("pal", alpha=0.4, min_priority=1.0)
+    out = spec(torch.tensor([2.0, 1.5]), torch.tensor([1.0, 1.0]), torch.ones(2))
+    np.testing.assert_allclose(out.per_sample, [1 / 1.4, 0.125], rtol=1e-6)
+    assert float(out.metrics["pal_lambda"]) == 1.0
+
+
 def test_pal_s_expected_gradient_under_uniform_sampling_is_lap_s_under_its_sampling():
     """The paper's equivalence, on a whole 'memory' of 4 samples: the gradient of PAL's loss over
     all of them (uniform sampling's expectation) equals the expectation of LAP's gradient under

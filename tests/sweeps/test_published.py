@@ -62,6 +62,19 @@ def test_a_file_is_read_in_order_with_comments_and_optional_columns(tmp_path):
         (f"env_id,label,step,mean\n{ENV},DQN,1,x\n", "line 2: mean: 'x' is not a number"),
         (f"env_id,label,step,mean,sd\n{ENV},DQN,1,1,-0.5\n", "line 2: sd: '-0.5' is out of range"),
         (f"env_id,label,step,mean\n{ENV},,1,1\n", "line 2: label: '' is not a name"),
+        ("env_id,label,step,mean\n,DQN,1,1\n", "line 2: env_id: '' is not a name"),
+        (
+            f"env_id,label,step,mean,exploration\n{ENV},DQN,1,1,eps\x07\n",
+            "line 2: exploration: 'eps\\x07' is not a name",
+        ),
+        (
+            f"env_id,label,step,mean,seeds\n{ENV},DQN,1,1,2.5\n",
+            "line 2: seeds: '2.5' is not a whole number",
+        ),
+        (
+            f"env_id,label,step,mean,logged_every\n{ENV},DQN,1,1,x\n",
+            "line 2: logged_every: 'x' is not a whole number",
+        ),
         (f"env_id,label,step,mean\n{ENV},DQN,1\n", "line 2: 3 values for 4 columns"),
         (
             f"env_id,label,step,mean\n{ENV},DQN,1,1\n{ENV},DQN,1,2\n",
