@@ -237,6 +237,21 @@ def test_a_pack_makes_its_tensors_on_its_own_device_not_torch_s_default(net):
         assert_same_agent(inside.agents[k], outside.agents[k])
 
 
+def test_uint8_observations_reach_the_network_as_uint8():
+    """The Nature CNN scales a uint8 stack by multiplying with 1/255 and a float one by
+    dividing by 255, which differ in the last bit (checked here), so the pack hands uint8
+    observations on as they are, as learning does, and a quarter of the bytes moves (a mutation
+    run found them converted to float32 on the host unseen). Other dtypes go as float32."""
+    pack = Pack([agent(s, NATURE) for s in range(2)])
+    obs = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16).repeat(4, axis=1)
+    obs = np.pad(obs, ((0, 0), (0, 0), (10, 10), (10, 10)))
+    host = pack._host_obs(obs)
+    assert host.dtype == torch.uint8
+    net = pack.agents[0].online
+    assert not torch.equal(net.prepare(host), net.prepare(host.float()))
+    assert pack._host_obs(obs.astype(np.float64)).dtype == torch.float32
+
+
 def test_a_member_s_state_dict_continues_identically_in_an_agent_alone():
     """A checkpoint's agent part from a packed member (copies, not views of the pack) loads into
     a new agent alone, which then learns exactly as the member goes on to learn in its pack."""
