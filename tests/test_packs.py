@@ -360,6 +360,8 @@ def ctrl_c_in_the_second(tmp_path: Path, ctrl_c: CtrlC) -> list:
     dirs = [tmp_path / f"s{seed}" for seed in (0, 1, 2)]
     try:
         return run_pack(trainers, dirs, callbacks=[(), (ctrl_c,), ()])
+    except KeyboardInterrupt:  # the pack's to end the runs with, not to pass on
+        pytest.fail("a KeyboardInterrupt escaped run_pack")
     finally:
         for trainer in trainers:
             trainer.close()
