@@ -67,6 +67,10 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "per_dqn/rundir/arrays.py": ("x_load_tree", "x_join_tree"),
     "per_dqn/rundir/weights.py": ("x_load_weights", "x_unpickling_reason"),
     "per_dqn/training/checkpoints.py": ("x_load_run_checkpoint", "x_run_dir_of", "x_check_owner"),
+    # The report's curves, bands and performance profiles (issue 44), not its other figures.
+    "per_dqn/sweeps/figures.py": (
+        "x_plot_curves", "x_plot_training", "x_profile_taus", "x_plot_profiles",
+    ),
 }  # fmt: skip
 
 

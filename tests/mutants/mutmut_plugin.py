@@ -82,6 +82,52 @@ FOCUS: dict[str, tuple[str, ...]] = {
         "tests/test_faults.py", "tests/test_resume.py", "tests/test_evaluate.py",
     ),
     "per_dqn.rundir.provenance": ("tests/test_provenance.py",),
+    # Every run's learner is a pack (of one for a single run), so every test that trains calls
+    # the pack's code; the packs' own tests, the agent's and the kinds' judge it.
+    "per_dqn.agent.pack": (
+        "tests/agent/test_pack.py", "tests/test_packs.py", "tests/agent/test_dqn.py",
+        "tests/agent/test_objectives.py", "tests/agent/test_relo.py",
+        "tests/agent/test_signals.py", "tests/agent/test_layout.py",
+        "tests/test_kinds_everywhere.py",
+    ),
+    "per_dqn.packs.lockstep": (
+        "tests/test_packs.py", "tests/sweeps/test_job_packs.py",
+        "tests/sweeps/test_packed_sweeps.py", "tests/test_kinds_everywhere.py",
+    ),
+    "per_dqn.packs.grouping": (
+        "tests/test_packs.py", "tests/sweeps/test_job_packs.py",
+        "tests/sweeps/test_packed_sweeps.py",
+    ),
+    # Every update computes an objective and a priority signal, and every run of a kind
+    # samples through its sampler: each is judged by its own tests and the learner's.
+    "per_dqn.agent.objectives": (
+        "tests/agent/test_objectives.py", "tests/agent/test_dqn.py", "tests/agent/test_pack.py",
+        "tests/memory/test_laber.py", "tests/memory/test_relo_pal.py", "tests/test_packs.py",
+    ),
+    "per_dqn.agent.signals": (
+        "tests/agent/test_signals.py", "tests/agent/test_relo.py", "tests/agent/test_pack.py",
+        "tests/agent/test_dqn.py",
+    ),
+    "per_dqn.memory.lap": (
+        "tests/memory/test_lap.py", "tests/memory/test_relo_pal.py", "tests/memory/test_kinds.py",
+        "tests/memory/test_replay.py", "tests/memory/test_samplers.py",
+        "tests/agent/test_objectives.py", "tests/test_kind_keys.py",
+    ),
+    "per_dqn.memory.laber": (
+        "tests/memory/test_laber.py", "tests/memory/test_kinds.py", "tests/memory/test_replay.py",
+        "tests/memory/test_samplers.py", "tests/agent/test_objectives.py",
+        "tests/test_kind_keys.py",
+    ),
+    "per_dqn.memory.relo": (
+        "tests/memory/test_relo_pal.py", "tests/memory/test_kinds.py",
+        "tests/memory/test_replay.py", "tests/memory/test_samplers.py", "tests/agent/test_relo.py",
+        "tests/test_kind_keys.py",
+    ),
+    "per_dqn.memory.pal": (
+        "tests/memory/test_relo_pal.py", "tests/memory/test_kinds.py",
+        "tests/memory/test_replay.py", "tests/memory/test_samplers.py",
+        "tests/agent/test_objectives.py", "tests/test_kind_keys.py",
+    ),
 }  # fmt: skip
 
 _stats_run = False
