@@ -19,6 +19,7 @@ from per_dqn.agent.objectives import (
     lap_losses,
     objective,
     rowwise_pow,
+    spec_from,
 )
 from per_dqn.agent.pack import Pack
 from per_dqn.memory import REPLAY_KINDS, Batch
@@ -161,10 +162,29 @@ def test_only_laber_picks():
 
 
 def test_an_objective_spec_checks_its_values():
-    with pytest.raises(ValueError, match="`min_priority` must be > 0, got 0"):
+    """k must be finite and above 0, alpha finite and 0 or more (0 is uniform: PAL's loss with
+    every priority at its floor). Issue 44's mutation run: an infinite k or alpha let through,
+    alpha 0 refused, and alpha's message emptied survived."""
+    with pytest.raises(ValueError, match=r"^`min_priority` must be > 0, got 0$"):
         ObjectiveSpec("lap", min_priority=0)
+    with pytest.raises(ValueError, match=r"^`min_priority` must be > 0, got inf$"):
+        ObjectiveSpec("lap", min_priority=float("inf"))
+    with pytest.raises(ValueError, match=r"^`alpha` must be >= 0, got -0\.1$"):
+        ObjectiveSpec("pal", alpha=-0.1)
+    with pytest.raises(ValueError, match=r"^`alpha` must be >= 0, got inf$"):
+        ObjectiveSpec("pal", alpha=float("inf"))
+    assert ObjectiveSpec("pal", alpha=0.0).alpha == 0.0
     with pytest.raises(ValueError, match="`loss` must be 'huber' or 'mse', got 'l1'"):
         ObjectiveSpec(loss="l1")
+
+
+def test_spec_from_takes_the_settings_its_objective_reads_and_no_other():
+    """Issue 44's mutation run: a spec built with its defaults in place of the settings given
+    survived."""
+    settings = {"alpha": 0.3, "min_priority": 2.0, "large_batch": 4}
+    assert spec_from("pal", "mse", settings) == ObjectiveSpec("pal", "mse", 2.0, 0.3)
+    assert spec_from("lap", "huber", settings) == ObjectiveSpec("lap", "huber", 2.0)
+    assert spec_from("weighted", "huber", settings) == ObjectiveSpec()
 
 
 def _agent(seed: int, spec: ObjectiveSpec) -> DQNAgent:

@@ -349,3 +349,57 @@ def test_the_training_figure_s_styles_each_arm_and_each_published_curve(tmp_path
             to_rgb(styles[arm][0]),
             styles[arm][1],
         )
+
+
+def test_the_profiles_figure_s_bands_are_the_report_s_bootstrap_on_any_scale(sweep, monkeypatch):
+    """Issue 44's mutation run: the profile figure survived a band of another seed, the report's
+    resamples or confidence left out, the band filled down to 0 rather than from its low edge,
+    opaque or edged bands, another figure size, and taus taken from no scores at all (on a
+    min-max scale the scores always span 0 to 1, so those taus were the same). Here, on a scale
+    whose scores go past 1, each band is ``performance_profile_bands`` of the arm's runs x games
+    at the report's settings (patched to 300 resamples, seed 3 and 50%, so that leaving any one
+    out shows), filled at alpha 0.2 without an edge, and the taus run to the highest score."""
+    collected, cells = sweep
+    monkeypatch.setattr(figures, "BOOTSTRAP_REPS", 300)
+    monkeypatch.setattr(figures, "BOOTSTRAP_SEED", 3)
+    monkeypatch.setattr(figures, "CONFIDENCE", 0.5)
+    bounds = {(ENV, "final"): (0.0, 20.0), (OTHER, "final"): (0.0, 200.0)}
+    bounds |= {(env, "auc"): (0.0, 10.0) for env in (ENV, OTHER)}
+    norm = measure.Normalization("human", bounds, ())
+    fig = figures.plot_profiles(collected, cells, norm)
+    assert tuple(fig.get_size_inches()) == pytest.approx((12.8, 4.6))
+    final_ax, _ = fig.axes
+    styles = figures.arm_styles(collected.arms)
+    matrices = {
+        arm: np.array([[FINALS[(ENV, arm)][s] / 20, FINALS[(OTHER, arm)][s] / 200]
+                       for s in range(4)])
+        for arm in ARMS
+    }  # fmt: skip
+    top = max(m.max() for m in matrices.values())
+    assert top == 2.5
+    taus = np.linspace(0.0, top, figures.PROFILE_POINTS)
+    for arm in ARMS:
+        assert np.allclose(arm_line(final_ax, arm).get_xdata(), taus)
+        profile, want_low, want_high = stats.performance_profile_bands(
+            matrices[arm], taus, reps=300, seed=3, confidence=0.5
+        )
+        assert np.allclose(arm_line(final_ax, arm).get_ydata(), profile)
+        low, high = band_edges(final_ax, styles[arm][0], taus)
+        np.testing.assert_allclose(low, want_low, atol=1e-12)
+        np.testing.assert_allclose(high, want_high, atol=1e-12)
+        assert not np.allclose(want_low, stats.performance_profile_bands(
+            matrices[arm], taus, reps=300, seed=0, confidence=0.5)[1])  # fmt: skip
+    for band in final_ax.collections:
+        assert band.get_alpha() == 0.2
+        assert list(band.get_linewidths()) == [0.0]
+
+
+def test_the_profiles_figure_draws_the_arms_after_one_with_no_runs(tmp_path):
+    """An arm with no runs on a game of the scale has no profile; the arms after it are still
+    drawn (issue 44's mutation run: the loop stopping at that arm survived)."""
+    collected, cells = styled_sweep(tmp_path)
+    assert collected.arms == ("uniform", "proportional")  # the arm with no ENV runs first
+    bounds = {(ENV, metric): (0.0, 10.0) for metric in measure.METRICS}
+    fig = figures.plot_profiles(collected, cells, measure.Normalization("human", bounds, ()))
+    for ax in fig.axes:
+        assert [line.get_label() for line in ax.get_lines()] == ["proportional"]
