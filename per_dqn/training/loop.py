@@ -28,22 +28,25 @@ import math
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
 from per_dqn.agent.result import LearnResult
-from per_dqn.config import Config
+from per_dqn.config import Config, EnvConfig
 from per_dqn.envs.make import Envs
 from per_dqn.memory import Batch, ReplayMemory
 from per_dqn.rundir.summary import RunRecord
 from per_dqn.training.asking import ACT, LEARN, Request, serve
 from per_dqn.training.health import MeanAccumulator, ReplayHealth
-from per_dqn.training.nstep import NStepAccumulator, stack
+from per_dqn.training.nstep import NStepAccumulator, Transition, stack
 from per_dqn.training.schedules import LinearSchedule
 from per_dqn.training.seeding import RunSeeds, restart_seed
+
+if TYPE_CHECKING:
+    from gymnasium.vector import VectorEnv
 
 # Weights whose largest |value| exceeds this many times the largest at init and at every earlier
 # check have diverged (see `Loop.check_weights`).
@@ -238,6 +241,109 @@ def upgrade_format_2(parts: dict[str, Any]) -> dict[str, Any]:
     return {**parts, "loop": loop, "envs": envs}
 
 
+def tracks_lives(config: Config, info: dict[str, Any]) -> bool:
+    """Whether a lost life ends the bootstrapped return: asked for, and the env reports lives
+    (``info`` of the training envs' reset)."""
+    return bool(config.env.terminal_on_life_loss and "lives" in info)
+
+
+def fresh_state(
+    config: Config, obs: np.ndarray, info: dict[str, Any], seeds: RunSeeds, capacity: int
+) -> LoopState:
+    """A loop's state at env step 0, from the training envs' first reset (``obs``, ``info``),
+    the run's random streams and the memory's ``capacity`` (the health panel's slots)."""
+    train, num_envs = config.train, config.env.num_envs
+    return LoopState(
+        env_steps=0,
+        obs=obs,
+        autoreset=np.zeros(num_envs, dtype=np.bool_),
+        ep_return=np.zeros(num_envs),
+        ep_length=np.zeros(num_envs, dtype=np.int64),
+        prev_lives=info["lives"] if tracks_lives(config, info) else None,
+        next_update=max(train.learning_starts, 1),
+        next_log=train.log_interval,
+        next_eval=train.eval_interval if train.eval_interval > 0 else math.inf,
+        rng=np.random.default_rng(seeds.explore),
+        eval_rng=np.random.default_rng(seeds.eval_explore),
+        nstep=NStepAccumulator(num_envs, config.agent.n_step, config.agent.gamma),
+        health=ReplayHealth(capacity),
+    )
+
+
+def experience(
+    state: LoopState,
+    env: VectorEnv,
+    epsilon: float,
+    num_actions: int,
+    config: EnvConfig,
+    life_loss: bool,
+) -> Generator[Request, Any, tuple[list[Transition], list[tuple[float, int]]]]:
+    """One vector-env step of epsilon-greedy play from ``state``, which it advances: the
+    actions, the step, the n-step windows it completes, the episode counters. A generator as
+    ``Loop.steps`` is: it yields ``(ACT, obs)`` for the greedy actions (skipped when every
+    sub-env only resets, or every one explores) and returns ``(transitions, episodes)``, the
+    n-step transitions to store, oldest first, and ``(return, length)`` of each episode that
+    ended. A run's loop stores the transitions in its memory; an Ape-X actor
+    (``per_dqn.distributed``) sends them in blocks.
+
+    Args:
+        state: the loop's state: ``obs``, ``autoreset``, ``rng``, ``nstep``, ``env_steps``, the
+            episode accumulators and ``prev_lives`` are read and advanced.
+        env: the training vector env ``state.obs`` came from.
+        epsilon: the probability of a random action, the same for every sub-env.
+        num_actions: the action space's size.
+        config: the env's config (reward clipping, the sub-env count).
+        life_loss: whether a lost life ends the bootstrapped return (and ``prev_lives`` is kept).
+    """
+    num_envs = config.num_envs
+    autoreset, obs = state.autoreset, state.obs
+    if autoreset.all():
+        actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
+    else:
+        # Epsilon-greedy for every sub-env; the network runs only if one is greedy.
+        rng = state.rng
+        explore = rng.random(num_envs) < epsilon
+        if explore.all():
+            actions = rng.integers(num_actions, size=num_envs)
+        else:
+            actions = yield ACT, obs
+            if explore.any():
+                actions[explore] = rng.integers(num_actions, size=int(explore.sum()))
+    next_obs, rewards, terminated, truncated, info = env.step(actions)
+    active = ~autoreset
+    stepped = int(active.sum())
+    fresh: list[Transition] = []
+    finished: list[tuple[float, int]] = []
+    if stepped:
+        state.env_steps += stepped
+        done = np.logical_or(terminated, truncated)
+        # What the learner sees: clipped rewards, and a lost life as the end of the
+        # bootstrapped return while the game plays on (Mnih et al., 2015).
+        learn_rewards = np.clip(rewards, -1.0, 1.0) if config.clip_rewards else rewards
+        learn_terminated = terminated
+        if life_loss:
+            learn_terminated = terminated | (info["lives"] < state.prev_lives)
+        fresh = state.nstep.step(
+            obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active
+        )
+        state.ep_return[active] += rewards[active]
+        state.ep_length[active] += 1
+        if done.any():
+            ended = np.flatnonzero(done)
+            for i in ended:
+                finished.append((float(state.ep_return[i]), int(state.ep_length[i])))
+                state.recent_returns.append(float(state.ep_return[i]))
+            state.ep_return[ended] = 0.0
+            state.ep_length[ended] = 0
+        state.autoreset = done
+    else:
+        state.autoreset = np.zeros(num_envs, dtype=np.bool_)
+    if life_loss:
+        state.prev_lives = info["lives"]  # a reset step brings the new game's lives
+    state.obs = next_obs
+    return fresh, finished
+
+
 class Loop:
     """Steps the envs, stores transitions and learns; owns a ``LoopState``.
 
@@ -277,25 +383,10 @@ class Loop:
                 max(train.total_env_steps - starts, 0), begin_step=starts,
             )
         )  # fmt: skip
-        num_envs = config.env.num_envs
         obs, info = envs.train.reset(seed=seeds.env)
         envs.eval.reset(seed=seeds.eval_env)
-        self.life_loss = config.env.terminal_on_life_loss and "lives" in info
-        self.state = LoopState(
-            env_steps=0,
-            obs=obs,
-            autoreset=np.zeros(num_envs, dtype=np.bool_),
-            ep_return=np.zeros(num_envs),
-            ep_length=np.zeros(num_envs, dtype=np.int64),
-            prev_lives=info["lives"] if self.life_loss else None,
-            next_update=max(train.learning_starts, 1),
-            next_log=train.log_interval,
-            next_eval=train.eval_interval if train.eval_interval > 0 else math.inf,
-            rng=np.random.default_rng(seeds.explore),
-            eval_rng=np.random.default_rng(seeds.eval_explore),
-            nstep=NStepAccumulator(num_envs, agent_cfg.n_step, agent_cfg.gamma),
-            health=ReplayHealth(memory.capacity),
-        )
+        self.life_loss = tracks_lives(config, info)
+        self.state = fresh_state(config, obs, info, seeds, memory.capacity)
         self.state.weight_scale = self._largest_weight()
         self.state.keep_torch_rng()
 
@@ -354,57 +445,16 @@ class Loop:
         returns what ``step`` returns. The random draws, the env step and the memory's updates
         happen in the same order either way."""
         state, memory, train = self.state, self.memory, self.config.train
-        num_envs = self.config.env.num_envs
-        autoreset, obs = state.autoreset, state.obs
-        if autoreset.all():
-            actions = np.zeros(num_envs, dtype=np.int64)  # ignored by a reset-only step
-        else:
-            # Epsilon-greedy for every sub-env; the network runs only if one is greedy.
-            rng, num_actions = state.rng, self.agent.num_actions
-            explore = rng.random(num_envs) < self.epsilon(state.env_steps)
-            if explore.all():
-                actions = rng.integers(num_actions, size=num_envs)
-            else:
-                actions = yield ACT, obs
-                if explore.any():
-                    actions[explore] = rng.integers(num_actions, size=int(explore.sum()))
-        next_obs, rewards, terminated, truncated, info = self.envs.train.step(actions)
-        active = ~autoreset
-        stepped = int(active.sum())
-        finished: list[tuple[float, int]] = []
-        if stepped:
-            state.env_steps += stepped
-            done = np.logical_or(terminated, truncated)
-            # What the learner sees: clipped rewards, and a lost life as the end of the
-            # bootstrapped return while the game plays on (Mnih et al., 2015).
-            learn_rewards = np.clip(rewards, -1.0, 1.0) if self.config.env.clip_rewards else rewards
-            learn_terminated = terminated
-            if self.life_loss:
-                learn_terminated = terminated | (info["lives"] < state.prev_lives)
-            fresh = state.nstep.step(
-                obs, actions, learn_rewards, next_obs, learn_terminated, truncated, active
-            )
-            if fresh:
-                # The common single window goes through `add`, a third of `add_batch`'s cost.
-                one = len(fresh) == 1
-                slots = memory.add(*fresh[0]) if one else memory.add_batch(*stack(fresh))
-                state.health.record_add(slots, state.env_steps)
-            state.ep_return[active] += rewards[active]
-            state.ep_length[active] += 1
-            if done.any():
-                ended = np.flatnonzero(done)
-                for i in ended:
-                    finished.append((float(state.ep_return[i]), int(state.ep_length[i])))
-                    state.recent_returns.append(float(state.ep_return[i]))
-                state.ep_return[ended] = 0.0
-                state.ep_length[ended] = 0
-            state.autoreset = done
-        else:
-            state.autoreset = np.zeros(num_envs, dtype=np.bool_)
-        if self.life_loss:
-            state.prev_lives = info["lives"]  # a reset step brings the new game's lives
-        state.obs = next_obs
-
+        epsilon = self.epsilon(state.env_steps)
+        fresh, finished = yield from experience(
+            state, self.envs.train, epsilon, self.agent.num_actions, self.config.env,
+            self.life_loss,
+        )  # fmt: skip
+        if fresh:
+            # The common single window goes through `add`, a third of `add_batch`'s cost.
+            one = len(fresh) == 1
+            slots = memory.add(*fresh[0]) if one else memory.add_batch(*stack(fresh))
+            state.health.record_add(slots, state.env_steps)
         while state.env_steps >= state.next_update:
             state.next_update += train.replay_period
             if len(memory) >= train.batch_size:
