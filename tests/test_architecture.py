@@ -110,7 +110,7 @@ LAYERS = (
     ("rundir", "logs"),
     ("agent", "envs"),
     ("training",),
-    ("api", "policy", "packs"),
+    ("api", "policy", "packs", "distributed"),
     ("sweeps",),
     ("cli", "__init__"),
 )

@@ -32,6 +32,9 @@ import numpy as np
 # Env seeds stay below 2**30: gymnasium gives sub-env i the seed ``seed + i``, and emulators
 # take 32-bit signed seeds.
 _ENV_SEED_LIMIT = 2**30
+# The first spawn-key word of a distributed run's actors' sequences: past the run's own streams'
+# keys (0 to 5), never reused.
+ACTOR_SPAWN_KEY = 1_000
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,26 @@ class RunSeeds:
         """
         if seed < 0:
             raise ValueError(f"`seed` must be >= 0, got {seed}")
+        return cls._spawned(np.random.SeedSequence(seed))
+
+    @classmethod
+    def for_actor(cls, seed: int, actor: int) -> RunSeeds:
+        """The streams of actor ``actor`` of a distributed run of ``run.seed = seed`` (issue 47):
+        spawned as ``from_seed``'s are, from the run seed's sequence with the spawn key
+        ``(ACTOR_SPAWN_KEY, actor)``, so no actor shares a stream with another or with the
+        learner's (``from_seed(seed)``, spawn keys ``(0,)`` to ``(5,)``).
+
+        Raises:
+            ValueError: a negative seed or actor.
+        """
+        if seed < 0 or actor < 0:
+            raise ValueError(f"`seed` and `actor` must be >= 0, got {seed} and {actor}")
+        return cls._spawned(np.random.SeedSequence(seed, spawn_key=(ACTOR_SPAWN_KEY, actor)))
+
+    @classmethod
+    def _spawned(cls, sequence: np.random.SeedSequence) -> RunSeeds:
         names = [f.name for f in fields(cls)]
-        children = np.random.SeedSequence(seed).spawn(len(names))
+        children = sequence.spawn(len(names))
         values = {}
         for name, child in zip(names, children, strict=True):
             value = int(child.generate_state(1, np.uint64)[0])

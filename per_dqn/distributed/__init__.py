@@ -1,0 +1,11 @@
+"""One run across many processes: distributed prioritized experience replay (Ape-X; Horgan et
+al., "Distributed Prioritized Experience Replay", ICLR 2018), issue 47.
+
+Actors play with their own envs and a copy of the network, each at its own epsilon of a ladder
+(``per_dqn.training.schedules.epsilon_ladder``), build n-step transitions as a run's loop does
+(``per_dqn.training.loop.experience``), compute their initial priorities from their own Q-values
+(``DQNAgent.td_errors``) and send them in blocks; replay shards (``per_dqn.memory.Shard``) store
+them; one learner samples, learns and sends priority updates back.
+
+- ``actor.py``: an actor's work, without Ray: its envs, its network, its blocks.
+"""

@@ -1,0 +1,183 @@
+"""An Ape-X actor's work, without Ray (Horgan et al., 2018, Algorithm 1, "Actor").
+
+An actor plays ``config.env.num_envs`` sub-envs epsilon-greedily at its fixed ``epsilon`` with a
+copy of the learner's networks, and turns what it sees into n-step transitions exactly as a run's
+loop does (``per_dqn.training.loop.experience``: the same rewards clipping, lost lives, windows
+and episode ends). Every ``steps`` vector-env steps it hands out a ``Block``: the transitions
+completed since the last one, oldest first, with their initial priorities computed under the
+networks it holds then (``DQNAgent.td_errors``: ``|y - Q(s, a)|``, the learner's own target), the
+paper's "actors compute priorities". New weights replace the held ones between blocks
+(``set_weights``), each set numbered by the learner, so that a block says which weights its
+priorities came from.
+
+Its state is a run loop's (``LoopState``: counters, open windows, its exploration stream,
+episode accumulators), whose learning and logging fields are never due here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from per_dqn.config import Config
+from per_dqn.envs.make import describe, make_vector_env
+from per_dqn.memory import Batch
+from per_dqn.training.asking import serve
+from per_dqn.training.build import make_agent
+from per_dqn.training.loop import LoopState, experience, fresh_state, tracks_lives
+from per_dqn.training.nstep import Transition, Transitions, stack
+from per_dqn.training.seeding import RunSeeds
+
+
+@dataclass(frozen=True)
+class Block:
+    """What an actor sends in one go.
+
+    Attributes:
+        actor: the sending actor's index.
+        serial: the block's number among that actor's blocks (0, 1, ...): the replay takes each
+            once.
+        transitions: the n-step transitions, oldest first (``memory.add_batch``'s arguments);
+            empty fields (length 0) where the steps completed none.
+        td_abs: float64 ``(len,)``, each transition's ``|delta|`` under weights ``version``.
+        version: the number of the weights the actions and priorities came from (-1: the
+            actor's own initial networks, before any ``set_weights``).
+        env_steps: the actor's env steps after the block's last step.
+        episodes: ``(return, length)`` of each episode that ended in the block's steps.
+    """
+
+    actor: int
+    serial: int
+    transitions: Transitions
+    td_abs: np.ndarray
+    version: int
+    env_steps: int
+    episodes: list[tuple[float, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.td_abs.shape[0])
+
+
+class Actor:
+    """One actor: its envs, its networks and its loop state.
+
+    Args:
+        config: the run's config (its env, network and n-step settings are the actor's).
+        index: the actor's index, 0 to N - 1.
+        epsilon: its exploration probability, in [0, 1].
+        seeds: its random streams (``RunSeeds.for_actor``): ``env`` its envs' first reset,
+            ``explore`` its epsilon-greedy draws, ``network`` its initial networks.
+        device: where its networks run.
+
+    Raises:
+        ValueError: a negative index or an epsilon outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        index: int,
+        epsilon: float,
+        seeds: RunSeeds,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"an actor's `index` must be an integer >= 0, got {index!r}")
+        if not 0.0 <= float(epsilon) <= 1.0:
+            raise ValueError(f"an actor's `epsilon` must be in [0, 1], got {epsilon}")
+        self.config = config
+        self.index = index
+        self.epsilon = float(epsilon)
+        self.envs = make_vector_env(config.env)
+        spec = describe(self.envs)
+        torch.manual_seed(seeds.network)
+        self.agent = make_agent(config, spec, torch.device(device))
+        obs, info = self.envs.reset(seed=seeds.env)
+        self.life_loss = tracks_lives(config, info)
+        # The loop's state; its learning and logging fields are never due here.
+        self.state: LoopState = fresh_state(config, obs, info, seeds, capacity=1)
+        self.version = -1
+        self.blocks = 0
+
+    def set_weights(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor],
+                    version: int) -> None:  # fmt: skip
+        """Replaces the held networks with the learner's ``online`` and ``target`` state dicts,
+        numbered ``version``.
+
+        Raises:
+            ValueError: a version below the held one (weights go forward only), or state dicts
+                of other networks; the held weights stay then.
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or version < self.version:
+            raise ValueError(
+                f"weights version must be an integer >= the held {self.version}, got {version!r}"
+            )
+        held = self.agent.online.state_dict(), self.agent.target.state_dict()
+        try:
+            self.agent.online.load_state_dict(online)
+            self.agent.target.load_state_dict(target)
+        except (RuntimeError, KeyError, TypeError) as exc:
+            self.agent.online.load_state_dict(held[0])
+            self.agent.target.load_state_dict(held[1])
+            raise ValueError(f"weights of other networks than the actor's ({exc})") from None
+        self.version = version
+
+    def collect(self, steps: int) -> Block:
+        """Plays ``steps`` vector-env steps; returns the block of what they completed.
+
+        Raises:
+            ValueError: ``steps`` below 1.
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"`steps` must be an integer >= 1, got {steps!r}")
+        fresh: list[Transition] = []
+        episodes: list[tuple[float, int]] = []
+        num_actions = self.agent.num_actions
+        for _ in range(steps):
+            play = experience(
+                self.state, self.envs, self.epsilon, num_actions, self.config.env, self.life_loss
+            )
+            completed, ended = serve(play, self.agent)
+            fresh.extend(completed)
+            episodes.extend(ended)
+        transitions = stack(fresh) if fresh else self._empty()
+        td_abs = self._priorities(transitions)
+        block = Block(
+            self.index, self.blocks, transitions, td_abs, self.version, self.state.env_steps,
+            episodes,
+        )  # fmt: skip
+        self.blocks += 1
+        return block
+
+    def _priorities(self, transitions: Transitions) -> np.ndarray:
+        """``|delta|`` of ``transitions`` under the held networks."""
+        size = transitions.actions.shape[0]
+        if size == 0:
+            return np.zeros(0)
+        batch = Batch(
+            transitions.obs, transitions.actions, transitions.rewards, transitions.next_obs,
+            transitions.terminated, np.arange(size, dtype=np.int64),
+            np.ones(size, dtype=np.float32), transitions.n_steps,
+        )  # fmt: skip
+        return self.agent.td_errors(batch)
+
+    def _empty(self) -> Transitions:
+        """No transitions, in the fields' shapes and dtypes."""
+        obs = np.zeros((0, *self.state.obs.shape[1:]), dtype=self.state.obs.dtype)
+        return Transitions(
+            obs, np.zeros(0, np.int64), np.zeros(0, np.float32), obs.copy(),
+            np.zeros(0, np.bool_), np.zeros(0, np.uint8),
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Closes its envs."""
+        self.envs.close()
+
+    def __enter__(self) -> Actor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
