@@ -444,7 +444,7 @@ class Loop:
         ``(LEARN, batch)`` for a gradient step on ``batch`` (answer: its ``LearnResult``), and
         returns what ``step`` returns. The random draws, the env step and the memory's updates
         happen in the same order either way."""
-        state, memory, train = self.state, self.memory, self.config.train
+        state = self.state
         epsilon = self.epsilon(state.env_steps)
         fresh, finished = yield from experience(
             state, self.envs.train, epsilon, self.agent.num_actions, self.config.env,
@@ -453,15 +453,27 @@ class Loop:
         if fresh:
             # The common single window goes through `add`, a third of `add_batch`'s cost.
             one = len(fresh) == 1
+            memory = self.memory
             slots = memory.add(*fresh[0]) if one else memory.add_batch(*stack(fresh))
             state.health.record_add(slots, state.env_steps)
+        yield from self.learning()
+        return finished
+
+    def learning(self) -> Generator[Request, Any, None]:
+        """The gradient steps due at the env steps taken so far, each asked for as ``(LEARN,
+        batch)`` (see ``steps``): ``gradient_steps`` every ``replay_period`` env steps from
+        ``learning_starts`` on, once the memory holds a batch."""
+        state, memory, train = self.state, self.memory, self.config.train
         while state.env_steps >= state.next_update:
             state.next_update += train.replay_period
             if len(memory) >= train.batch_size:
                 for _ in range(train.gradient_steps):
                     batch = self._sample()
                     self._learned(batch, (yield LEARN, batch))
-        return finished
+
+    def close(self) -> None:
+        """Releases what the loop holds besides the envs (nothing here; a distributed run's
+        loop stops its actors)."""
 
     def learn(self) -> None:
         """One gradient step and its priority update, with this loop's own agent."""

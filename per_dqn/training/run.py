@@ -109,13 +109,18 @@ class Trainer:
     Args:
         config: the validated experiment.
         config_name: the config's name (file stem), recorded in the summary.
+        make_loop: builds the loop from ``(config, agent, memory, envs, seeds)``: ``Loop``, or
+            a distributed run's learner side (``per_dqn.distributed``), whose transitions come
+            from actors.
 
     Raises:
         ValueError: an environment, device or tracker the config asks for cannot be had; the
             message starts with the config key to blame.
     """
 
-    def __init__(self, config: Config, config_name: str) -> None:
+    def __init__(
+        self, config: Config, config_name: str, make_loop: Callable[..., Loop] = Loop
+    ) -> None:
         self.config = config
         self.config_name = config_name
         run = config.run
@@ -135,7 +140,7 @@ class Trainer:
             raise ValueError(plan.refusal())
         self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
         self.agent = make_agent(config, self.spec, self.device)
-        self.loop = Loop(config, self.agent, self.memory, self.environments, self.seeds)
+        self.loop = make_loop(config, self.agent, self.memory, self.environments, self.seeds)
         self._resumed_from: int | None = None
         # The sessions before this call (the resumed checkpoint's ``summary.SESSIONS_KEY``); None
         # where one went untimed (a checkpoint from before the record).
@@ -156,7 +161,8 @@ class Trainer:
         return self.environments.eval
 
     def close(self) -> None:
-        """Closes the environments."""
+        """Closes the loop and the environments."""
+        self.loop.close()
         self.environments.close()
 
     def load_checkpoint(self, path: Path) -> list[str]:
