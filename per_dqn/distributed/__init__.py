@@ -8,4 +8,6 @@ Actors play with their own envs and a copy of the network, each at its own epsil
 them; one learner samples, learns and sends priority updates back.
 
 - ``actor.py``: an actor's work, without Ray: its envs, its network, its blocks.
+- ``learner.py``: the learner's side, a ``Trainer``'s loop fed by the actors' blocks, and the
+  actors stepped in this process.
 """

@@ -1,0 +1,148 @@
+"""The learner's side of an Ape-X run (issue 47) in this process: a real ``Trainer`` fed by two
+actors' blocks, every transition stored once, env steps and learning as a single run counts
+them, the weights' staleness bounded by the sync interval; blocks out of order refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import cartpole_config, read_scalars, summary_of
+
+from per_dqn.distributed.learner import ApexLoop, LocalActors, OutOfOrderError, local_loop
+from per_dqn.logs import tags
+from per_dqn.training.asking import serve
+from per_dqn.training.build import make_memory
+from per_dqn.training.run import Trainer
+
+SETTINGS = (
+    "train.total_env_steps=1200", "train.learning_starts=200", "train.eval_interval=600",
+    "train.eval_episodes=2", "train.final_eval_episodes=2", "train.log_interval=300",
+    "checkpoint.interval_steps=0", "run.device=cpu", "agent.hidden_sizes=[32]",
+    "replay.kind=proportional", "replay.capacity=5000",
+)  # fmt: skip
+
+
+class Recording:
+    """A source that records what another hands out."""
+
+    def __init__(self, inner):
+        self.inner, self.sent = inner, []
+
+    def blocks(self):
+        blocks = self.inner.blocks()
+        self.sent.extend(blocks)
+        return blocks
+
+    def close(self):
+        self.inner.close()
+
+
+def test_a_trainer_fed_by_two_local_actors_stores_every_transition_once(tmp_path):
+    """Two actors (epsilons 0.4 and 0.4 ** 8, the ladder's ends), blocks of 25 steps, weights
+    pulled every 50: the memory holds exactly the blocks' transitions in arrival order; the
+    run's env steps are
+    the actors' sum; it learns every replay_period env steps from learning_starts; no block's
+    weights are more updates old than the learner makes in one sync interval of both actors'
+    steps; the run dir is a single run's (events, evaluation, summary)."""
+    config = cartpole_config(*SETTINGS)
+    recorded: list[Recording] = []
+
+    def make_loop(config, agent, memory, envs, seeds):
+        source = Recording(LocalActors(config, agent, actors=2, block_steps=25, sync_steps=50))
+        recorded.append(source)
+        return ApexLoop(config, agent, memory, envs, seeds, source)
+
+    trainer = Trainer(config, "cartpole", make_loop=make_loop)
+    try:
+        summary = trainer.run(tmp_path / "run")
+        loop, memory, agent = trainer.loop, trainer.memory, trainer.agent
+    finally:
+        trainer.close()
+    (source,) = recorded
+    assert [a.epsilon for a in source.inner.actors] == pytest.approx([0.4, 0.4**8])
+    sent = source.sent
+    assert [(b.actor, b.serial) for b in sent[:4]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    total = sum(len(b) for b in sent)
+    assert len(memory) == total < memory.capacity
+    slots = np.arange(total)
+    obs, _ = memory.storage.observations.gather(slots)
+    np.testing.assert_array_equal(obs, np.concatenate([b.transitions.obs for b in sent]))
+    actions = np.concatenate([b.transitions.actions for b in sent])
+    np.testing.assert_array_equal(memory.storage.actions[:total], actions)
+    env_steps = sum(max(b.env_steps for b in sent if b.actor == i) for i in (0, 1))
+    assert loop.state.env_steps == env_steps >= 1200
+    replay = config.train.replay_period
+    assert agent.update_steps == (env_steps - 200) // replay + 1
+    # Each actor plays 50 steps between pulls, so a block's weights are at most (50 + 25) steps
+    # of both actors old: 150 env steps, one update per replay_period of them.
+    assert 0 < loop.max_staleness <= -(-150 // replay)
+    assert summary["env_steps"] == env_steps
+    scalars = read_scalars(tmp_path / "run")
+    assert scalars[tags.EVAL_RETURN_MEAN]
+    returns = [r for b in sent for r, _ in b.episodes]
+    assert [v for _, v in scalars[tags.EPISODE_RETURN]] == pytest.approx(returns)
+    assert summary_of(tmp_path / "run")["env_steps"] == env_steps
+
+
+def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
+    """A lost or repeated block (here: each actor's second block dropped) is refused."""
+
+    class Dropping(Recording):
+        def blocks(self):
+            return [b for b in self.inner.blocks() if b.serial != 1]
+
+    def make_loop(config, agent, memory, envs, seeds):
+        source = Dropping(LocalActors(config, agent, actors=1, block_steps=25))
+        return ApexLoop(config, agent, memory, envs, seeds, source)
+
+    trainer = Trainer(cartpole_config(*SETTINGS), "cartpole", make_loop=make_loop)
+    try:
+        with pytest.raises(
+            OutOfOrderError, match=r"^actor 0's block 2 arrived where its block 1 was due"
+        ):
+            trainer.run(tmp_path / "run")
+    finally:
+        trainer.close()
+
+
+def test_local_loop_builds_the_run_s_actors():
+    config = cartpole_config(*SETTINGS)
+    trainer = Trainer(config, "cartpole", make_loop=local_loop(3, block_steps=10, sync_steps=10))
+    try:
+        actors = trainer.loop.source.actors
+        assert [a.index for a in actors] == [0, 1, 2]
+        assert [a.epsilon for a in actors] == pytest.approx([0.4, 0.4**4.5, 0.4**8])
+    finally:
+        trainer.close()
+    assert all(a.envs.closed for a in actors)
+
+
+def test_blocks_enter_the_memory_at_their_actors_priorities():
+    """Before any learning, each stored transition's priority is what the memory makes of its
+    actor's |delta| (proportional: |delta| + eps, to the alpha), as an update of the
+    same errors gives it in a memory filled without them."""
+    # Learning from env step 1,000: past the 3 rounds; errors unclipped, so that they differ.
+    config = cartpole_config(*SETTINGS, "train.learning_starts=1000", "replay.td_error_clip=null")
+    recorded = []
+
+    def make_loop(config, agent, memory, envs, seeds):
+        recorded.append(Recording(LocalActors(config, agent, actors=2, block_steps=20)))
+        return ApexLoop(config, agent, memory, envs, seeds, recorded[0])
+
+    trainer = Trainer(config, "cartpole", make_loop=make_loop)
+    try:
+        for _ in range(3):
+            serve(trainer.loop.steps(), trainer.agent)
+        sent, memory = recorded[0].sent, trainer.memory
+        slots = np.arange(len(memory))
+        assert len(slots) == sum(len(b) for b in sent) > 100
+        reference = make_memory(config.replay, trainer.spec, seed=0)
+        for block in sent:
+            reference.add_batch(*block.transitions)
+        reference.update_priorities(slots, np.concatenate([b.td_abs for b in sent]))
+        assert len(set(memory.sampler.priorities(slots))) > 10
+        np.testing.assert_array_equal(
+            memory.sampler.priorities(slots), reference.sampler.priorities(slots)
+        )
+    finally:
+        trainer.close()
