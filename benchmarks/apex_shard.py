@@ -50,9 +50,9 @@ from _common import (
     require_at_least,
 )
 
+from per_dqn.cluster.connection import connect
+from per_dqn.cluster.housekeeping import RayOptions
 from per_dqn.memory import planned_nbytes
-from per_dqn.sweeps.backends.ray import connect
-from per_dqn.sweeps.ray_cluster import RayOptions
 
 # The paper's rates as its replications quote them (see the module docstring).
 GOAL_IN = 12_500  # transitions/s

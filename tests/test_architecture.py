@@ -110,7 +110,7 @@ LAYERS = (
     ("rundir", "logs"),
     ("agent", "envs"),
     ("training",),
-    ("api", "policy", "packs", "distributed"),
+    ("api", "policy", "packs", "distributed", "cluster"),
     ("sweeps",),
     ("cli", "__init__"),
 )

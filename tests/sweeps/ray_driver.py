@@ -25,6 +25,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support
 from support import TINY
 
+from per_dqn.cluster.connection import connect
+from per_dqn.cluster.housekeeping import RayOptions, import_ray
 from per_dqn.config import parse_override
 from per_dqn.logs import tags
 from per_dqn.sweeps import plan
@@ -61,14 +63,15 @@ def board_lines(ray) -> list[str]:
 
 
 def main(out: Path) -> dict:
-    ray = ray_backend.import_ray(loopback=True)
+    ray = import_ray(loopback=True)
     overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
     sweep = plan.plan_sweep(
         "cartpole.yaml", ("uniform", "proportional"), (0, 1), 600, overrides, out
     )
     sweep.out.mkdir()
     seen: dict = {}
-    with ray_backend.connect(ray_backend.RayOptions(local_cpus=2, dashboard=True)) as cluster:
+    options = RayOptions(local_cpus=2, dashboard=True)
+    with connect(options, ray_backend.Cluster) as cluster:
         nodes = ray.nodes()
         seen["nodes"] = [[n["NodeManagerAddress"], n["NodeID"]] for n in nodes]
         seen["address"] = cluster.address

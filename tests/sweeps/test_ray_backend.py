@@ -45,10 +45,11 @@ from support import (
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
+from per_dqn.cluster import housekeeping as ray_cluster
 from per_dqn.config import parse_override
 from per_dqn.rundir import checkpoint as ckpt
 from per_dqn.rundir import dirs as rundir
-from per_dqn.sweeps import plan, ray_cluster
+from per_dqn.sweeps import plan
 from per_dqn.sweeps.backends import ray as ray_backend
 from per_dqn.sweeps.job import job_config
 from per_dqn.training.run import Trainer

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from support import CHECKOUT, assert_same_runs, ray_args, sets, stop_group
 
-from per_dqn.sweeps import ray_cluster
+from per_dqn.cluster import housekeeping as ray_cluster
 
 pytestmark = pytest.mark.ray
 

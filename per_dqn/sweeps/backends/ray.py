@@ -37,7 +37,7 @@ cluster starts or is checked, before any run, shuts down what was started and en
 with one line (``RayBackend.prepare``).
 
 The options' checks, Ray's import and the cluster's shutdown with its orphans are
-``sweeps.ray_cluster``'s. One module though past 500 lines: the driver's side (the cluster's
+``per_dqn.cluster``'s. One module though past 500 lines: the driver's side (the cluster's
 lifecycle, the storage check, the stop file, the display's poll) and the tasks' side (``_run_task``,
 ``_StopFile``, the board) are two halves of one protocol, and each half is read against the other.
 """
@@ -45,17 +45,19 @@ lifecycle, the storage check, the stop file, the display's poll) and the tasks' 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import signal
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from per_dqn.cluster.connection import Connection, connect
+from per_dqn.cluster.housekeeping import (
+    DEFAULT_RETRIES,
+    RayOptions,
+    check_options,
+)
 from per_dqn.rundir import provenance, readback
 from per_dqn.sweeps.backends import STOP_GRACE_SECONDS, Interrupted, Options
 from per_dqn.sweeps.job import (
@@ -70,18 +72,7 @@ from per_dqn.sweeps.job import (
 )
 from per_dqn.sweeps.plan import Job, Sweep, start_sweep
 from per_dqn.sweeps.progress import ProgressReporter, RunProgress, SweepProgress
-from per_dqn.sweeps.ray_cluster import (
-    DEFAULT_RETRIES,
-    LOOPBACK_SWITCH,
-    RayOptions,
-    check_options,
-    check_reachable,
-    descendants,
-    import_ray,
-    shutdown,
-    wants_loopback,
-)
-from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals, kept_handler
+from per_dqn.training.stopping import EXIT_INTERRUPTED, EXIT_TERMINATED, StopSignals
 
 # The file whose presence asks every task of the sweep to stop its run (Ctrl-C on the driver).
 STOP_FILE = ".ray-stop"
@@ -95,35 +86,9 @@ class StorageError(ValueError):
     """The Ray workers cannot see the sweep dir."""
 
 
-@dataclass
-class Cluster:
-    """A connected Ray cluster, as ``connect`` yields it.
-
-    Attributes:
-        ray: the ``ray`` module.
-        options: how the sweep uses it.
-        address: the cluster's GCS address.
-        dashboard_url: the Ray dashboard's address, when there is one.
-        started: this process started the cluster (no ``--address``).
-    """
-
-    ray: Any
-    options: RayOptions
-    address: str
-    dashboard_url: str | None
-    started: bool
-
-    def describe(self) -> str:
-        """One line: where the cluster is, its nodes and CPUs, and its dashboard."""
-        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
-        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
-        gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
-        kind = "a local Ray cluster" if self.started else "the Ray cluster"
-        text = f"{kind} at {self.address}: {len(nodes)} node{'s' * (len(nodes) != 1)}, "
-        text += f"{cpus:g} CPUs" + (f", {gpus:g} GPUs" if gpus else "")
-        if self.dashboard_url:
-            text += f"; dashboard http://{self.dashboard_url}"
-        return text
+class Cluster(Connection):
+    """A connected Ray cluster, as ``connect`` yields it to a sweep: a ``Connection`` that
+    checks a sweep's storage and runs its packs as tasks."""
 
     def check_storage(self, out: Path) -> None:
         """Proves that every alive node sees ``out``: writes a marker with a fresh token there and
@@ -298,82 +263,6 @@ class Shown:
         self.progress.update(self.done, running)
 
 
-@contextlib.contextmanager
-def connect(options: RayOptions) -> Iterator[Cluster]:
-    """Connects to the cluster at ``options.address``, or starts a local one on loopback, and
-    disconnects (shutting a local one down) on the way out.
-
-    Raises:
-        ValueError: one line when no cluster answers at the address.
-    """
-    ray = import_ray(loopback=wants_loopback(options))
-    if wants_loopback(options) and getattr(
-        getattr(getattr(ray, "_private", None), "ray_constants", None), "ENABLE_RAY_CLUSTER", False
-    ):
-        # Ray read the switch when first imported: without it, it would resolve 127.0.0.1 to the
-        # host's network address and wait there for a cluster that is not.
-        raise ValueError(
-            f"Ray was imported before {LOOPBACK_SWITCH}=0 was set, so it cannot keep a "
-            "cluster on loopback; set it in the environment"
-        )
-    if options.address not in (None, "auto"):
-        check_reachable(options.address)
-    kwargs: dict[str, Any] = {
-        "logging_level": logging.ERROR,
-        "log_to_driver": False,  # the trainers run --quiet; their stderr stays in Ray's logs
-        "configure_logging": True,
-    }
-    if options.address is None:
-        cpus = options.local_cpus or os.cpu_count() or 1
-        kwargs |= {"num_cpus": cpus, "include_dashboard": options.dashboard}
-        if options.dashboard:
-            kwargs["dashboard_host"] = "127.0.0.1"
-    else:
-        kwargs["address"] = options.address
-    # the processes this one had before Ray's: never Ray's to end (a test's own head node, say)
-    others = descendants({}) if options.address is None else None
-    # ray.init puts a SIGTERM handler of its own in place, one that exits at once (code 15): the
-    # caller's, which stops the sweep cleanly, is put back.
-    with kept_handler(signal.SIGTERM) as handler:
-        try:
-            context = ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = options.address or "a local cluster"
-            raise ValueError(f"--address {where}: cannot connect to Ray: {exc}") from None
-        except SystemExit as exc:
-            shutdown(ray, others)
-            # Ray's own handler, in place while it starts, turns a SIGTERM into SystemExit(15):
-            # the caller's handler gets the signal instead.
-            if exc.code == signal.SIGTERM and callable(handler):
-                handler(signal.SIGTERM, None)
-            raise
-        except BaseException:  # Ctrl-C while it started: nothing of it stays
-            shutdown(ray, others)
-            raise
-    try:
-        if options.address is None:
-            # A cluster started for one sweep never listens beyond this machine: checked, since
-            # a `ray` imported before `import_ray` set the switch would not have read it.
-            exposed = sorted(
-                {n["NodeManagerAddress"] for n in ray.nodes()} - {"127.0.0.1", "localhost", "::1"}
-            )
-            if exposed:
-                raise ValueError(
-                    f"the local Ray cluster came up on {', '.join(exposed)}, not on loopback; "
-                    f"set {LOOPBACK_SWITCH}=0 before Ray is imported"
-                )
-        info = context.address_info
-        yield Cluster(
-            ray,
-            options,
-            address=info.get("gcs_address") or options.address or "?",
-            dashboard_url=context.dashboard_url or None,
-            started=options.address is None,
-        )
-    finally:
-        shutdown(ray, others)
-
-
 # The ``backends.Options`` fields this backend takes.
 OPTIONS = frozenset(
     {"workers", "address", "cpus_per_run", "gpus_per_run", "retries", "pack", "dashboard"}
@@ -440,7 +329,7 @@ class RayBackend:
             stop = StopSignals(raise_first=True)
             try:
                 with stop:
-                    cluster = connected.enter_context(connect(self.options))
+                    cluster = connected.enter_context(connect(self.options, Cluster))
                     cluster.check_storage(sweep.out)
                     cluster.preflight(sweep)
             except KeyboardInterrupt:

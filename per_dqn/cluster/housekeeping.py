@@ -1,7 +1,8 @@
-"""Ray's cluster housekeeping for the Ray backend (``backends/ray.py``): ``--backend ray``'s options
-checked before anything starts, Ray imported so that a cluster started here stays on loopback,
-an address probed before it is joined, and a cluster this process started shut down with every
-process of it that outlives ``ray.shutdown`` (found through ``/proc``).
+"""Ray's cluster housekeeping, for a sweep's Ray backend (``sweeps/backends/ray.py``) and a
+distributed run (``per_dqn.distributed``): the options checked before anything starts, Ray
+imported so that a cluster started here stays on loopback, an address probed before it is
+joined, and a cluster this process started shut down with every process of it that outlives
+``ray.shutdown`` (found through ``/proc``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 
 # What a user without the extra is told, in full.
 MISSING_RAY = (
-    "--backend ray needs Ray, which is the optional `ray` extra: pip install 'per-dqn[ray]' "
-    "(or ray[default]>=2.60)"
+    "--backend ray and --actors need Ray, which is the optional `ray` extra: "
+    "pip install 'per-dqn[ray]' (or ray[default]>=2.60)"
 )
 
 
