@@ -45,6 +45,7 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
+from per_dqn.distributed import ActorLostError
 from per_dqn.logs.console import EvalDisplay
 from per_dqn.logs.tracking import TrackingError
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # imported on first use, by `__getattr__` below
     from per_dqn.training.loop import DivergedError
 
 __all__ = [
+    "ActorLostError",
     "CheckpointError",
     "ConfigError",
     "DivergedError",
@@ -77,6 +79,7 @@ __all__ = [
     "check_name_lengths",
     "check_run_code",
     "describe_memory_plan",
+    "distributed_loop",
     "evaluate_run",
     "list_checkpoints",
     "load",
@@ -280,8 +283,9 @@ def check_memory_fits(config: Config) -> None:
         raise ValueError(plan.refusal())
 
 
-def build_trainer(config: Config, name: str) -> Any:
-    """The run's ``Trainer``, once its replay memory is known to fit.
+def build_trainer(config: Config, name: str, make_loop: Callable[..., Any] | None = None) -> Any:
+    """The run's ``Trainer``, once its replay memory is known to fit; ``make_loop`` as the
+    ``Trainer`` takes it (a distributed run's, from ``distributed_loop``).
 
     Raises:
         ValueError: an env, device or network that cannot be had, or memory that cannot be
@@ -291,12 +295,27 @@ def build_trainer(config: Config, name: str) -> Any:
     from per_dqn.training.run import Trainer
 
     try:
-        return Trainer(config, name)  # it asks the memory planner before it allocates
+        # It asks the memory planner before it allocates.
+        return Trainer(config, name) if make_loop is None else Trainer(config, name, make_loop)
     except (MemoryError, RuntimeError) as exc:
         line = allocation_failure(exc, config, None)
         if line is None:
             raise
         raise ValueError(line) from None
+
+
+def distributed_loop(config: Config, address: str | None = None) -> Any:
+    """A context manager for an Ape-X run of ``config`` (``run.actors`` actors): it connects to
+    the Ray cluster at ``address`` (None: starts one on loopback with a CPU per actor) and
+    yields the ``make_loop`` to build its trainer with (``build_trainer``); on the way out it
+    ends the actors and disconnects.
+
+    Raises:
+        ValueError: Ray is not installed, or no cluster answers at ``address`` (one line).
+    """
+    from per_dqn.distributed.remote import ray_loop
+
+    return ray_loop(config, address)
 
 
 def run_trainer(

@@ -4,7 +4,9 @@ exit code and one line saying what is left and how to resume."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -93,12 +95,27 @@ def train(
         ),
     ] = None,
     trust_code: TrustCodeOption = False,
+    actors: Annotated[
+        int | None,
+        typer.Option(
+            help="An Ape-X run: this many actor processes on a Ray cluster (the optional ray "
+            "extra) feed this process's learner; overrides run.actors.",
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="With --actors: the Ray cluster's HOST:PORT or auto; default: one started on "
+            "127.0.0.1 for the run, a CPU per actor.",
+        ),
+    ] = None,
 ) -> None:
     """Train an agent; write config.yaml, TensorBoard events, checkpoints and summary.json to the
     run dir."""
     if resume is not None:
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
-                 "--set": set_, "--device": device}  # fmt: skip
+                 "--set": set_, "--device": device, "--actors": actors,
+                 "--address": address}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
         _resume(resume, steps, quiet, trust_code, track.value if track else None)
         return
@@ -113,9 +130,12 @@ def train(
         ("train.total_env_steps", steps, "--steps"),
         ("run.device", device.value if device else None, "--device"),
         ("run.track", track.value if track else None, "--track"),
+        ("run.actors", actors, "--actors"),
     ):
         if value is not None:
             overrides.append(Override(path, value, flag))
+    if address is not None and actors is None:
+        fail(["--address: the Ray cluster of a distributed run; it needs --actors N"])
     cfg, name = load_or_fail(config, overrides)
     # The API loads torch, gymnasium and tensorboard (seconds) only once a trainer is built, so
     # bad input never waits for them.
@@ -123,22 +143,38 @@ def train(
         run_dir = api.new_run_dir(cfg, name, run_dir)
     except api.RunDirError as exc:
         fail([str(exc)])
-    trainer = _build_trainer(cfg, name, config)
-    # Checked again under the lock: another command may have started in run_dir meanwhile.
-    with _lock(run_dir, trainer, fresh=True):
-        warning = cfg.train.schedule_warning()  # once nothing can refuse the run any more
-        if warning is not None:
-            typer.echo(f"warning: {warning}", err=True)
-        if not quiet:  # where to look (TensorBoard, the files) before the run's first step
-            typer.echo(f"run dir: {run_dir}", err=True)
-        _run(trainer, run_dir, quiet)
+    with _cluster(cfg, address) as make_loop:
+        trainer = _build_trainer(cfg, name, config, make_loop)
+        # Checked again under the lock: another command may have started in run_dir meanwhile.
+        with _lock(run_dir, trainer, fresh=True):
+            warning = cfg.train.schedule_warning()  # once nothing can refuse the run any more
+            if warning is not None:
+                typer.echo(f"warning: {warning}", err=True)
+            if not quiet:  # where to look (TensorBoard, the files) before the run's first step
+                typer.echo(f"run dir: {run_dir}", err=True)
+            _run(trainer, run_dir, quiet)
 
 
-def _build_trainer(cfg: Config, name: str, label: str) -> Any:
+@contextlib.contextmanager
+def _cluster(cfg: Config, address: str | None) -> Iterator[Any]:
+    """For a distributed run (``run.actors``), the Ray cluster it runs on, connected (exits 2
+    with one line when it cannot be), yielding the trainer's ``make_loop``; else None."""
+    if cfg.run.actors is None:
+        yield None
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            make_loop = stack.enter_context(api.distributed_loop(cfg, address))
+        except ValueError as exc:
+            fail([str(exc)])
+        yield make_loop
+
+
+def _build_trainer(cfg: Config, name: str, label: str, make_loop: Any = None) -> Any:
     """The run's Trainer; exits 2 with one line when its env, device, replay memory or networks
     cannot be had (nothing is on disk yet)."""
     try:
-        return api.build_trainer(cfg, name)
+        return api.build_trainer(cfg, name, make_loop)
     except ValueError as exc:
         fail([f"{label}: {exc}"])
 
@@ -204,6 +240,11 @@ def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
             f"error: {exc.filename or run_dir}: {exc.strerror or exc}; stopped ({then})", err=True
         )
         raise typer.Exit(EXIT_WRITE_FAILED) from None
+    except api.ActorLostError as exc:
+        saved = api.list_checkpoints(run_dir)
+        kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"
+        typer.echo(f"error: {exc}; stopped ({kept})", err=True)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:  # a second signal, during the stop
         typer.echo(
             f"error: stopped again before the run was saved; {_resume_hint(run_dir)}", err=True

@@ -37,6 +37,8 @@ INT64_MAX = 2**63 - 1
 # Threads beyond this are no machine's core count, and they are not harmless: torch segfaults
 # at `set_num_threads(10**6)` and ale-py refuses (with a traceback) a count past 2**31 - 1.
 MAX_THREADS = 1024
+# Actors of one distributed run: Ape-X's largest setup had 360; each is a process of its own.
+MAX_ACTORS = 4096
 # Episodes in one evaluation: their returns are allocated up front, and a million episodes
 # already outlast any training run.
 MAX_EVAL_EPISODES = 1_000_000
@@ -387,6 +389,9 @@ class RunConfig(_Section):
         track: ``none``, or ``wandb`` to send the run's scalars, config and summary to Weights &
             Biases as well (the optional ``wandb`` extra; see ``per_dqn.logs.tracking``).
             TensorBoard is always written.
+        actors: None (the default) for a run in one process; N >= 1 for an Ape-X run
+            (``per_dqn.distributed``, ``train --actors N``): N actor processes on a Ray cluster
+            (the optional ``ray`` extra) feed this process's learner and replay memory.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -394,6 +399,7 @@ class RunConfig(_Section):
     torch_threads: int = Field(1, ge=1, le=MAX_THREADS)
     runs_root: str = "runs"
     track: Literal["none", "wandb"] = "none"
+    actors: int | None = Field(None, ge=1, le=MAX_ACTORS)
 
 
 class CheckpointConfig(_Section):

@@ -101,6 +101,7 @@ class ApexLoop(Loop):
             self.staleness = self.agent.update_steps - max(block.version, 0)
             self.max_staleness = max(self.max_staleness, self.staleness)
             finished.extend(block.episodes)
+            state.recent_returns.extend(ret for ret, _ in block.episodes)
         yield from self.learning()
         return finished
 

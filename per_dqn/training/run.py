@@ -121,9 +121,15 @@ class Trainer:
     def __init__(
         self, config: Config, config_name: str, make_loop: Callable[..., Loop] = Loop
     ) -> None:
+        run = config.run
+        if run.actors is not None and make_loop is Loop:
+            raise ValueError(
+                f"run.actors: {run.actors}: a distributed run's actors start with its learner: "
+                "per-dqn train --actors N (resuming one, or running one in a sweep, is not "
+                "supported yet)"
+            )
         self.config = config
         self.config_name = config_name
-        run = config.run
         tracking.check_available(run.track)  # before seconds of building, and before any write
         self.device = resolve_device(run.device)
         set_torch_threads(self.device, run.torch_threads)

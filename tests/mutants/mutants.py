@@ -58,7 +58,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "reward-clip-off", "per_dqn/training/loop.py",
-        "learn_rewards = np.clip(rewards, -1.0, 1.0) if self.config.env.clip_rewards else rewards",
+        "learn_rewards = np.clip(rewards, -1.0, 1.0) if config.clip_rewards else rewards",
         "learn_rewards = rewards",
         ("tests/test_atari.py",),
         "reward clipping removed from the Atari path",

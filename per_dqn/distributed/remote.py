@@ -1,0 +1,165 @@
+"""Ape-X's actors as Ray actor processes (``RayActors``, a ``BlockSource``): each holds one
+``Actor`` and one CPU of the cluster, on whichever node Ray places it.
+
+The learner drives them: each actor always has ``in_flight`` block requests queued (two: it plays
+its next block while the learner takes its last), and a Ray actor runs its calls in the order they
+were made, so its blocks come back in order. An actor pulls the learner's weights every
+``sync_steps`` of its own vector-env steps: the request that falls due carries the newest weights
+the learner has published (``ray.put`` once per learner update at most, shared by every actor
+that pulls them), as an object-store reference each actor's node fetches once.
+
+Ray is imported through ``per_dqn.cluster`` (the optional ``ray`` extra); the caller connects
+(``per_dqn.cluster.connection.connect``) before building the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from per_dqn.agent import DQNAgent
+from per_dqn.cluster.connection import connect
+from per_dqn.cluster.housekeeping import RayOptions
+from per_dqn.config import Config
+from per_dqn.distributed import ActorLostError
+from per_dqn.distributed.actor import Actor, Block
+from per_dqn.distributed.learner import BLOCK_STEPS, SYNC_STEPS, ApexLoop
+from per_dqn.training.build import set_torch_threads
+from per_dqn.training.schedules import epsilon_ladder
+from per_dqn.training.seeding import RunSeeds
+
+
+class ActorProcess:
+    """What each Ray actor process holds: one ``Actor`` on CPU, one torch thread."""
+
+    def __init__(self, config: Config, index: int, epsilon: float) -> None:
+        set_torch_threads(torch.device("cpu"), 1)
+        seeds = RunSeeds.for_actor(config.run.seed, index)
+        self.actor = Actor(config, index, epsilon, seeds, "cpu")
+
+    def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
+        """The next block; the given weights (``(online, target)``) loaded first, if any."""
+        if weights is not None:
+            self.actor.set_weights(*weights, version=version)
+        return self.actor.collect(steps)
+
+    def close(self) -> None:
+        self.actor.close()
+
+
+class RayActors:
+    """Actors as Ray actor processes (see the module docstring).
+
+    Args:
+        ray: the connected ``ray`` module.
+        config: the run's config.
+        agent: the learner, whose weights the actors pull.
+        actors: how many, each at its epsilon of the ladder (``epsilon_ladder``).
+        block_steps: vector-env steps per block.
+        sync_steps: an actor's vector-env steps between two weight pulls.
+        in_flight: block requests each actor has queued.
+    """
+
+    def __init__(
+        self,
+        ray: Any,
+        config: Config,
+        agent: DQNAgent,
+        actors: int,
+        block_steps: int = BLOCK_STEPS,
+        sync_steps: int = SYNC_STEPS,
+        in_flight: int = 2,
+    ) -> None:
+        for name, value in (("block_steps", block_steps), ("sync_steps", sync_steps),
+                            ("in_flight", in_flight)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
+        self.ray, self.agent = ray, agent
+        self.block_steps, self.sync_steps = block_steps, sync_steps
+        remote = ray.remote(num_cpus=1)(ActorProcess)
+        self.epsilons = epsilon_ladder(actors)
+        self.handles = [remote.remote(config, i, eps) for i, eps in enumerate(self.epsilons)]
+        self._published: tuple[int, Any] | None = None  # (version, object ref)
+        self._since_sync: list[int | None] = [None] * actors
+        self._pending: dict[Any, int] = {}  # object ref -> actor
+        self._order: list[list[Any]] = [[] for _ in range(actors)]  # each actor's refs, in order
+        for i in range(actors):
+            for _ in range(in_flight):
+                self._request(i)
+
+    def _weights(self) -> tuple[int, Any]:
+        """The newest published weights, published anew if the learner has updated since."""
+        version = self.agent.update_steps
+        if self._published is None or self._published[0] != version:
+            online = {k: v.detach().cpu() for k, v in self.agent.online.state_dict().items()}
+            target = {k: v.detach().cpu() for k, v in self.agent.target.state_dict().items()}
+            self._published = (version, self.ray.put((online, target)))
+        return self._published
+
+    def _request(self, i: int) -> None:
+        """Queues actor ``i``'s next block, with the weights if its pull is due."""
+        since = self._since_sync[i]
+        weights, version = None, -1
+        if since is None or since >= self.sync_steps:
+            version, weights = self._weights()
+            since = 0
+        ref = self.handles[i].collect.remote(self.block_steps, weights, version)
+        self._since_sync[i] = since + self.block_steps
+        self._pending[ref] = i
+        self._order[i].append(ref)
+
+    def blocks(self) -> list[Block]:
+        """The blocks done now (waiting for the first), each actor's in order; every actor whose
+        block is taken is asked for its next."""
+        ready, _ = self.ray.wait(list(self._pending), num_returns=1)
+        ready, _ = self.ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        done = set(ready)
+        out = []
+        for i, refs in enumerate(self._order):
+            # An actor's blocks finish in the order they were asked for: take its done prefix.
+            while refs and refs[0] in done:
+                ref = refs.pop(0)
+                del self._pending[ref]
+                try:
+                    out.append(self.ray.get(ref))
+                except self.ray.exceptions.RayActorError as exc:
+                    cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                    raise ActorLostError(
+                        f"actor {i} (epsilon {self.epsilons[i]:.3g}) died: {cause}"
+                    ) from None
+                self._request(i)
+        return out
+
+    def close(self) -> None:
+        """Ends every actor process (their queued blocks dropped)."""
+        for handle in self.handles:
+            self.ray.kill(handle)
+        self.handles = []
+        self._pending.clear()
+
+
+@contextlib.contextmanager
+def ray_loop(config: Config, address: str | None = None) -> Iterator[Callable[..., ApexLoop]]:
+    """Connects to the Ray cluster at ``address`` (None: starts one on loopback with a CPU per
+    actor) and yields a ``Trainer``'s ``make_loop`` whose loop is fed by ``config.run.actors``
+    Ray actors (``RayActors``); ends them and disconnects on the way out."""
+    actors = config.run.actors
+    if actors is None:
+        raise ValueError("run.actors: a distributed run needs actors (train --actors N)")
+    options = RayOptions(address=address, local_cpus=actors if address is None else None)
+    with connect(options) as connection:
+        sources: list[RayActors] = []
+
+        def make_loop(config, agent, memory, envs, seeds) -> ApexLoop:
+            source = RayActors(connection.ray, config, agent, actors)
+            sources.append(source)
+            return ApexLoop(config, agent, memory, envs, seeds, source)
+
+        try:
+            yield make_loop
+        finally:
+            for source in sources:
+                source.close()
