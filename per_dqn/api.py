@@ -28,6 +28,7 @@ The command line calls the same code, and only through this module: beside ``tra
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -183,6 +184,7 @@ def train(
     callbacks: Sequence[Any] = (),
     network: str | Callable[..., Any] | None = None,
     progress: bool = False,
+    address: str | None = None,
 ) -> TrainResult:
     """Trains one run and returns its summary and run dir.
 
@@ -199,6 +201,8 @@ def train(
         network: a Q-network factory ``factory(obs_shape, num_actions) -> nn.Module`` or its
             ``"package.module:factory"`` name; sets ``agent.network``.
         progress: draw the progress display on stderr.
+        address: for an Ape-X run (``run.actors`` set), the Ray cluster's ``HOST:PORT`` or
+            ``auto``; None starts one on 127.0.0.1 for the run (``distributed_loop``).
 
     Raises:
         ConfigError: a bad config or override.
@@ -211,19 +215,23 @@ def train(
         overrides = list(overrides)  # read twice: for the config and for the record
     cfg, name = load_any_config(config, overrides, network)
     run_dir = new_run_dir(cfg, name, run_dir)
-    trainer = build_trainer(cfg, name)
-    # summary.json records this call, never the calling script's command line (issue 23).
-    from per_dqn.agent.networks import network_name
+    with contextlib.ExitStack() as cluster:
+        make_loop = None
+        if cfg.run.actors is not None:  # an Ape-X run: its actors on a Ray cluster
+            make_loop = cluster.enter_context(distributed_loop(cfg, address))
+        trainer = build_trainer(cfg, name, make_loop)
+        # summary.json records this call, never the calling script's command line (issue 23).
+        from per_dqn.agent.networks import network_name
 
-    named = None if network is None else network_name(network)
-    call = provenance.called("per_dqn.train", config=config, overrides=overrides, network=named)
-    try:
-        lock = lock_run_dir(run_dir, fresh=True)
-        assert lock is not None
-        with lock, call:
-            return run_trainer(trainer, run_dir, callbacks=callbacks, progress=progress)
-    finally:
-        trainer.close()
+        named = None if network is None else network_name(network)
+        call = provenance.called("per_dqn.train", config=config, overrides=overrides, network=named)
+        try:
+            lock = lock_run_dir(run_dir, fresh=True)
+            assert lock is not None
+            with lock, call:
+                return run_trainer(trainer, run_dir, callbacks=callbacks, progress=progress)
+        finally:
+            trainer.close()
 
 
 def new_run_dir(config: Config, name: str, run_dir: str | Path | None = None) -> Path:

@@ -6,15 +6,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from support import (
+    CHECKOUT,
     assert_bad_input,
     descendants,
     read_scalars,
-    run_cli,
     runner,
     running,
     sets,
@@ -43,15 +45,23 @@ def ray_env(monkeypatch):
 
 @pytest.mark.ray
 def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_env, tmp_path):
-    """Two actors on a cluster started for the run: the run dir holds what a single run's does
-    (config.yaml with run.actors, events with episode returns and an evaluation, checkpoints,
-    model.pt, summary.json); its env steps reach the budget (a round of blocks past it at
-    most: 2 actors x 50 steps); the learner learned once per replay_period env steps from
+    """Two actors on a cluster started for the run, from the Python API (``per_dqn.train`` with
+    ``run.actors``; the CLI's ``--actors`` is the kill test's): the run dir holds what a single
+    run's does (config.yaml with run.actors, events with episode returns and an evaluation,
+    checkpoints, model.pt, summary.json); its env steps reach the budget (a round of blocks past
+    it at most: 2 actors x 50 steps); the learner learned once per replay_period env steps from
     learning_starts; evaluations fall due at block boundaries."""
     run_dir = tmp_path / "run"
-    done = run_cli(["train", "-c", "cartpole.yaml", "--actors", "2", "--steps", "1500",
-                    "--run-dir", str(run_dir), "--quiet", *SHORT])  # fmt: skip
-    assert done.exit_code == 0, done.stderr
+    overrides = [s for s in SHORT if s != "--set"] + ["run.actors=2", "train.total_env_steps=1500"]
+    script = (
+        "import sys, per_dqn\n"
+        f"per_dqn.train('cartpole', overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
     summary = summary_of(run_dir)
     assert 1500 <= summary["env_steps"] <= 1500 + 2 * 50
     assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
