@@ -104,7 +104,10 @@ def test_every_memory_logs_what_it_has(tmp_path, kind):
         # Pins the tag table promising priority tags for uniform runs (issue 26): every tag a
         # run without priorities does not log says so in its meaning, save the optional two.
         optional = {tags.TRAIN_GRAD_NORM, tags.TRAIN_LEARNING_RATE}
-        only = ("prioritized memories only", *(f"{other} only" for other in KINDS))
+        only = (
+            "prioritized memories only", "distributed runs only",
+            *(f"{other} only" for other in KINDS),
+        )  # fmt: skip
         for tag in set(tags.SCALAR_TAGS) - set(scalars) - optional:
             meaning = tags.SCALAR_TAGS[tag]
             assert any(phrase in meaning for phrase in only), tag

@@ -22,6 +22,7 @@ tests and for a machine without Ray.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ from per_dqn.agent import DQNAgent
 from per_dqn.config import Config
 from per_dqn.distributed.actor import Actor, Block
 from per_dqn.envs.make import Envs
+from per_dqn.logs import tags
 from per_dqn.memory import ReplayMemory
 from per_dqn.training.loop import Loop
 from per_dqn.training.schedules import epsilon_ladder
@@ -46,7 +48,10 @@ class BlockSource(Protocol):
     """Where a distributed run's transitions come from."""
 
     def blocks(self) -> Sequence[Block]:
-        """The blocks sent since the last call, at least one; each actor's in order."""
+        """The blocks sent since the last call; each actor's in order."""
+
+    def restarts(self) -> int:
+        """Actors restarted so far after their process died."""
 
     def close(self) -> None:
         """Stops the actors."""
@@ -81,6 +86,11 @@ class ApexLoop(Loop):
         # Learner updates between a block's weights and the learner's on arrival: the last and
         # the largest.
         self.staleness = self.max_staleness = 0
+        # Since the last log point: (blocks, staleness sum, staleness max), each actor's env
+        # steps, and when it was.
+        self._since_log = (0, 0, 0)
+        self._actor_steps: dict[int, int] = {}
+        self._log_clock = time.perf_counter()
 
     def steps(self):  # type: ignore[override]
         """Stores the source's next blocks, then learns as due; returns their episodes."""
@@ -100,10 +110,38 @@ class ApexLoop(Loop):
                 state.health.record_add(slots, state.env_steps)
             self.staleness = self.agent.update_steps - max(block.version, 0)
             self.max_staleness = max(self.max_staleness, self.staleness)
+            blocks, total, most = self._since_log
+            self._since_log = (blocks + 1, total + self.staleness, max(most, self.staleness))
             finished.extend(block.episodes)
             state.recent_returns.extend(ret for ret, _ in block.episodes)
         yield from self.learning()
         return finished
+
+    def log_values(self, step: int) -> dict[str, float]:
+        """The actors' panel (``apex/*``): blocks/s, the slowest and fastest actor's env
+        steps/s and the weights' staleness, since the last log point. No ``explore/epsilon``:
+        each actor has its own."""
+        now = time.perf_counter()
+        seconds = max(now - self._log_clock, 1e-9)
+        blocks, total, most = self._since_log
+        rates = [
+            (env_steps - self._actor_steps.get(actor, 0)) / seconds
+            for actor, (_, env_steps) in self.received.items()
+        ]
+        values = {
+            tags.APEX_BLOCKS_PER_S: blocks / seconds,
+            tags.APEX_RESTARTS: float(self.source.restarts()),
+        }
+        if rates:
+            values[tags.APEX_ACTOR_SPS_MIN] = min(rates)
+            values[tags.APEX_ACTOR_SPS_MAX] = max(rates)
+        if blocks:
+            values[tags.APEX_STALENESS_MEAN] = total / blocks
+            values[tags.APEX_STALENESS_MAX] = float(most)
+        self._since_log = (0, 0, 0)
+        self._actor_steps = {actor: env_steps for actor, (_, env_steps) in self.received.items()}
+        self._log_clock = now
+        return values
 
     def close(self) -> None:
         """Stops the source's actors."""
@@ -168,6 +206,10 @@ class LocalActors:
             out.append(actor.collect(self.block_steps))
             self._since_sync[i] = since + self.block_steps
         return out
+
+    def restarts(self) -> int:
+        """None: an actor in this process does not die alone."""
+        return 0
 
     def _weights(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The learner's online and target networks' state (an actor loads copies of it)."""

@@ -15,6 +15,10 @@ Ray is imported through ``per_dqn.cluster`` (the optional ``ray`` extra); the ca
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,14 +35,26 @@ from per_dqn.training.build import set_torch_threads
 from per_dqn.training.schedules import epsilon_ladder
 from per_dqn.training.seeding import RunSeeds
 
+# How long the learner waits before asking a restarting actor again.
+RESTART_POLL_SECONDS = 0.2
+
 
 class ActorProcess:
-    """What each Ray actor process holds: one ``Actor`` on CPU, one torch thread."""
+    """What each Ray actor process holds: one ``Actor`` on CPU, one torch thread. Ray builds it
+    again in a new process after the old one died (up to ``RayActors``' ``restarts``); the new
+    one plays on fresh streams (``RunSeeds.for_actor`` of an incarnation drawn from the OS: a
+    distributed run repeats nothing else either), its blocks numbered from 0 again, which is how
+    the learner sees the restart."""
 
     def __init__(self, config: Config, index: int, epsilon: float) -> None:
+        import ray
+
         set_torch_threads(torch.device("cpu"), 1)
-        seeds = RunSeeds.for_actor(config.run.seed, index)
-        self.actor = Actor(config, index, epsilon, seeds, "cpu")
+        incarnation = 0
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            incarnation = 1 + int.from_bytes(os.urandom(4), "little")
+        seeds = RunSeeds.for_actor(config.run.seed, index, incarnation)
+        self.actor = Actor(config, index, epsilon, seeds)
 
     def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
         """The next block; the given weights (``(online, target)``) loaded first, if any."""
@@ -61,6 +77,9 @@ class RayActors:
         block_steps: vector-env steps per block.
         sync_steps: an actor's vector-env steps between two weight pulls.
         in_flight: block requests each actor has queued.
+        restarts: how many times Ray restarts an actor whose process died (the blocks it was
+            playing and its open episodes are lost); one more death stops the run
+            (``ActorLostError``).
     """
 
     def __init__(
@@ -72,6 +91,7 @@ class RayActors:
         block_steps: int = BLOCK_STEPS,
         sync_steps: int = SYNC_STEPS,
         in_flight: int = 2,
+        restarts: int = 3,
     ) -> None:
         for name, value in (("block_steps", block_steps), ("sync_steps", sync_steps),
                             ("in_flight", in_flight)):  # fmt: skip
@@ -79,16 +99,26 @@ class RayActors:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         self.ray, self.agent = ray, agent
         self.block_steps, self.sync_steps = block_steps, sync_steps
-        remote = ray.remote(num_cpus=1)(ActorProcess)
+        remote = ray.remote(num_cpus=1, max_restarts=restarts)(ActorProcess)
         self.epsilons = epsilon_ladder(actors)
         self.handles = [remote.remote(config, i, eps) for i, eps in enumerate(self.epsilons)]
+        self.in_flight, self.max_restarts = in_flight, restarts
         self._published: tuple[int, Any] | None = None  # (version, object ref)
         self._since_sync: list[int | None] = [None] * actors
         self._pending: dict[Any, int] = {}  # object ref -> actor
         self._order: list[list[Any]] = [[] for _ in range(actors)]  # each actor's refs, in order
+        # Each actor's restarts so far (its incarnation), and what its earlier incarnations
+        # delivered (blocks, env steps): a new one counts its blocks and steps from 0 again.
+        self.incarnations = [0] * actors
+        self._delivered = [(0, 0)] * actors
+        self._base = [(0, 0)] * actors
         for i in range(actors):
-            for _ in range(in_flight):
-                self._request(i)
+            self._fill(i)
+
+    def _fill(self, i: int) -> None:
+        """Queues actor ``i``'s requests up to ``in_flight``."""
+        while len(self._order[i]) < self.in_flight:
+            self._request(i)
 
     def _weights(self) -> tuple[int, Any]:
         """The newest published weights, published anew if the learner has updated since."""
@@ -124,14 +154,58 @@ class RayActors:
                 ref = refs.pop(0)
                 del self._pending[ref]
                 try:
-                    out.append(self.ray.get(ref))
+                    block = self.ray.get(ref)
                 except self.ray.exceptions.RayActorError as exc:
-                    cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                    raise ActorLostError(
-                        f"actor {i} (epsilon {self.epsilons[i]:.3g}) died: {cause}"
-                    ) from None
+                    self._unavailable(i, exc)
+                    break
+                if block.serial == 0 and self._delivered[i][0] > self._base[i][0]:
+                    self._restarted(i)
+                blocks, steps = self._base[i]
+                block = dataclasses.replace(
+                    block, serial=blocks + block.serial, env_steps=steps + block.env_steps
+                )
+                self._delivered[i] = (block.serial + 1, block.env_steps)
+                out.append(block)
                 self._request(i)
         return out
+
+    def restarts(self) -> int:
+        """Actors restarted so far (every incarnation past the first)."""
+        return sum(self.incarnations)
+
+    def _unavailable(self, i: int, exc: Exception) -> None:
+        """Actor ``i`` did not answer: its process died, and Ray is restarting it (its queued
+        requests are dropped and asked again shortly; the blocks they would have been are lost)
+        or has given up on it.
+
+        Raises:
+            ActorLostError: Ray will not restart it (it died past ``restarts`` times, or its
+                node is gone).
+        """
+        for ref in self._order[i]:
+            self._pending.pop(ref, None)
+        self._order[i] = []
+        if not isinstance(exc, self.ray.exceptions.ActorUnavailableError):
+            cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise ActorLostError(
+                f"actor {i} (epsilon {self.epsilons[i]:.3g}) died after {self.incarnations[i]} "
+                f"restart(s) of the {self.max_restarts} allowed: {cause}"
+            )
+        time.sleep(RESTART_POLL_SECONDS)
+        self._since_sync[i] = None  # the new process holds no weights yet
+        self._fill(i)
+
+    def _restarted(self, i: int) -> None:
+        """Actor ``i``'s first block from a new process: its blocks and env steps count on from
+        where the last process's delivered ones ended; the restart is counted and shown."""
+        self.incarnations[i] += 1
+        self._base[i] = self._delivered[i]
+        warnings.warn(
+            f"actor {i} (epsilon {self.epsilons[i]:.3g}) died and was restarted "
+            f"({self.incarnations[i]} of {self.max_restarts}); the blocks it was playing and its "
+            "open episodes are lost",
+            stacklevel=3,
+        )
 
     def close(self) -> None:
         """Ends every actor process (their queued blocks dropped)."""

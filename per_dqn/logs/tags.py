@@ -44,6 +44,13 @@ EVAL_RETURN_MEAN = "eval/return_mean"
 EVAL_RETURN_STD = "eval/return_std"
 EVAL_LENGTH_MEAN = "eval/length_mean"
 PERF_SPS = "perf/sps"
+# A distributed run's (``per_dqn.distributed``): its actors, as the learner sees their blocks.
+APEX_BLOCKS_PER_S = "apex/blocks_per_s"
+APEX_ACTOR_SPS_MIN = "apex/actor_sps_min"
+APEX_ACTOR_SPS_MAX = "apex/actor_sps_max"
+APEX_STALENESS_MEAN = "apex/staleness_mean"
+APEX_STALENESS_MAX = "apex/staleness_max"
+APEX_RESTARTS = "apex/actor_restarts"
 # The run's final metrics, written once at the end of a finished run; the HParams tab reads them.
 SUMMARY_FINAL_RETURN = "summary/final_eval_return_mean"
 SUMMARY_AUC = "summary/auc"
@@ -102,6 +109,17 @@ SCALAR_TAGS: dict[str, str] = {
     EVAL_RETURN_STD: "standard deviation of those returns",
     EVAL_LENGTH_MEAN: "mean length of those episodes",
     PERF_SPS: "env steps per second of wall time since the previous write, learning included",
+    APEX_BLOCKS_PER_S: "blocks of transitions the learner took per second since the previous "
+    "write (distributed runs only)",
+    APEX_ACTOR_SPS_MIN: "env steps per second of the slowest actor since the previous write, as "
+    "its blocks' env steps over the learner's wall time (distributed runs only)",
+    APEX_ACTOR_SPS_MAX: "the same, of the fastest actor (distributed runs only)",
+    APEX_STALENESS_MEAN: "learner updates between the weights a block's actor played and "
+    "computed its priorities with and the learner's on its arrival, averaged over the blocks "
+    "since the previous write (distributed runs only)",
+    APEX_STALENESS_MAX: "the largest of those since the previous write (distributed runs only)",
+    APEX_RESTARTS: "actor processes that died and were restarted so far, their queued blocks "
+    "lost (distributed runs only)",
     SUMMARY_FINAL_RETURN: "summary.json's final_eval_return_mean, one point at a finished run's "
     "last step (an HParams metric)",
     SUMMARY_AUC: "summary.json's auc, the normalised area under eval/return_mean, one point at a "

@@ -37,6 +37,7 @@ from per_dqn.agent import DQNAgent
 from per_dqn.agent.result import LearnResult
 from per_dqn.config import Config, EnvConfig
 from per_dqn.envs.make import Envs
+from per_dqn.logs import tags
 from per_dqn.memory import Batch, ReplayMemory
 from per_dqn.rundir.summary import RunRecord
 from per_dqn.training.asking import ACT, LEARN, Request, serve
@@ -470,6 +471,11 @@ class Loop:
                 for _ in range(train.gradient_steps):
                     batch = self._sample()
                     self._learned(batch, (yield LEARN, batch))
+
+    def log_values(self, step: int) -> dict[str, float]:
+        """The loop's own scalars of a log point at env step ``step``, written first: its
+        exploration epsilon."""
+        return {tags.EXPLORE_EPSILON: self.epsilon(step)}
 
     def close(self) -> None:
         """Releases what the loop holds besides the envs (nothing here; a distributed run's

@@ -642,7 +642,8 @@ class _Session:
         now = time.perf_counter()
         sps = (step - steps) / (now - clock) if now > clock else 0.0
         self.clock = (now, step)
-        values = {tags.EXPLORE_EPSILON: loop.epsilon(step), tags.PERF_SPS: sps}
+        values = loop.log_values(step)
+        values[tags.PERF_SPS] = sps
         if loop.learning_rate is not None:
             values[tags.TRAIN_LEARNING_RATE] = loop.learning_rate(step)
         learned = state.learn_means.pop_means()

@@ -69,18 +69,24 @@ class RunSeeds:
         return cls._spawned(np.random.SeedSequence(seed))
 
     @classmethod
-    def for_actor(cls, seed: int, actor: int) -> RunSeeds:
+    def for_actor(cls, seed: int, actor: int, incarnation: int = 0) -> RunSeeds:
         """The streams of actor ``actor`` of a distributed run of ``run.seed = seed`` (issue 47):
         spawned as ``from_seed``'s are, from the run seed's sequence with the spawn key
         ``(ACTOR_SPAWN_KEY, actor)``, so no actor shares a stream with another or with the
-        learner's (``from_seed(seed)``, spawn keys ``(0,)`` to ``(5,)``).
+        learner's (``from_seed(seed)``, spawn keys ``(0,)`` to ``(5,)``); an actor restarted
+        after its process died (``incarnation`` 1, 2, ...) gets new ones, keyed
+        ``(ACTOR_SPAWN_KEY, actor, incarnation)``.
 
         Raises:
-            ValueError: a negative seed or actor.
+            ValueError: a negative seed, actor or incarnation.
         """
-        if seed < 0 or actor < 0:
-            raise ValueError(f"`seed` and `actor` must be >= 0, got {seed} and {actor}")
-        return cls._spawned(np.random.SeedSequence(seed, spawn_key=(ACTOR_SPAWN_KEY, actor)))
+        if seed < 0 or actor < 0 or incarnation < 0:
+            raise ValueError(
+                f"`seed`, `actor` and `incarnation` must be >= 0, got {seed}, {actor} and "
+                f"{incarnation}"
+            )
+        key = (ACTOR_SPAWN_KEY, actor) + ((incarnation,) if incarnation else ())
+        return cls._spawned(np.random.SeedSequence(seed, spawn_key=key))
 
     @classmethod
     def _spawned(cls, sequence: np.random.SeedSequence) -> RunSeeds:

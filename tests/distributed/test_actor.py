@@ -99,9 +99,11 @@ def test_blocks_lose_and_repeat_nothing():
 
 
 def test_each_actor_has_its_own_streams():
-    """Two actors of one run, and an actor and the run's learner, share no stream."""
+    """Two actors of one run, an actor and its restart, and an actor and the run's learner,
+    share no stream."""
     a, b, run = RunSeeds.for_actor(0, 0), RunSeeds.for_actor(0, 1), RunSeeds.from_seed(0)
-    values = [v for seeds in (a, b, run) for v in vars(seeds).values()]
+    again = RunSeeds.for_actor(0, 0, incarnation=1)
+    values = [v for seeds in (a, b, run, again) for v in vars(seeds).values()]
     assert len(set(values)) == len(values)
     assert RunSeeds.for_actor(0, 0) == a
 
@@ -111,7 +113,7 @@ def test_each_actor_has_its_own_streams():
     [
         (lambda c: Actor(c, -1, 0.1, RunSeeds.for_actor(0, 0)), "`index` must be an integer >= 0"),
         (lambda c: Actor(c, 0, 1.5, RunSeeds.for_actor(0, 0)), r"`epsilon` must be in \[0, 1\]"),
-        (lambda c: RunSeeds.for_actor(0, -1), "must be >= 0, got 0 and -1"),
+        (lambda c: RunSeeds.for_actor(0, -1), "must be >= 0, got 0, -1 and 0"),
     ],
 )
 def test_bad_actor_settings_are_one_line(call, message):

@@ -33,6 +33,9 @@ class Recording:
         self.sent.extend(blocks)
         return blocks
 
+    def restarts(self):
+        return self.inner.restarts()
+
     def close(self):
         self.inner.close()
 
@@ -82,6 +85,15 @@ def test_a_trainer_fed_by_two_local_actors_stores_every_transition_once(tmp_path
     returns = [r for b in sent for r, _ in b.episodes]
     assert [v for _, v in scalars[tags.EPISODE_RETURN]] == pytest.approx(returns)
     assert summary_of(tmp_path / "run")["env_steps"] == env_steps
+    # The actors' panel at each log point, and no single exploration epsilon.
+    assert tags.EXPLORE_EPSILON not in scalars
+    steps = [step for step, _ in scalars[tags.APEX_BLOCKS_PER_S]]
+    assert len(steps) >= 3 and steps == [s for s, _ in scalars[tags.PERF_SPS]]
+    assert max(v for _, v in scalars[tags.APEX_STALENESS_MAX]) == loop.max_staleness
+    for (_, low), (_, high) in zip(
+        scalars[tags.APEX_ACTOR_SPS_MIN], scalars[tags.APEX_ACTOR_SPS_MAX], strict=True
+    ):
+        assert 0 < low <= high
 
 
 def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
