@@ -403,3 +403,41 @@ def test_the_profiles_figure_draws_the_arms_after_one_with_no_runs(tmp_path):
     fig = figures.plot_profiles(collected, cells, measure.Normalization("human", bounds, ()))
     for ax in fig.axes:
         assert [line.get_label() for line in ax.get_lines()] == ["proportional"]
+
+
+def test_the_curves_figure_marks_each_point_and_draws_the_arms_after_one_with_no_runs(tmp_path):
+    """Each arm's IQM line marks its evaluations (round markers of size 3); in a panel where the
+    first arm has no runs, the arms after it are still drawn (issue 44's mutation run: the
+    markers left out or resized, and the loop stopping at the arm without runs, survived)."""
+    collected, cells = styled_sweep(tmp_path)
+    fig = figures.plot_curves(collected, cells, {ENV: None, OTHER: None})
+    panels = {ax.get_title().split(" (")[0]: ax for ax in fig.axes}
+    assert [line.get_label() for line in panels[ENV].get_lines()] == ["proportional"]
+    assert sorted(line.get_label() for line in panels[OTHER].get_lines()) == [
+        "proportional", "uniform"
+    ]  # fmt: skip
+    for ax in (panels[ENV], panels[OTHER]):
+        for line in ax.get_lines():
+            assert (line.get_marker(), line.get_markersize()) == ("o", 3)
+
+
+def test_the_profiles_figure_titles_its_games_and_seeds(sweep):
+    """Each panel's title (medium size): the metric, the games it covers and the seeds per arm
+    (runs, not games), in the plural where there are several; its axes' labels and range, and a
+    faint grid (issue 44's mutation run: the title's plural, seed note and size, the labels,
+    the y range and the grid's alpha survived)."""
+    collected, cells = sweep
+    norm = measure.normalization(collected, cells)
+    fig = figures.plot_profiles(collected, cells, norm)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "final score (2 games; 4 seeds per arm)", "AUC (2 games; 4 seeds per arm)"
+    ]  # fmt: skip
+    for ax in fig.axes:
+        assert ax.title.get_fontsize() == pytest.approx(10.0)  # "medium" at matplotlib's 10 pt
+        assert ax.get_xlabel() == f"{norm.scale_name} tau"
+        assert ax.get_ylabel() == "fraction of runs with score > tau"
+        assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
+        assert {line.get_alpha() for line in ax.xaxis.get_gridlines()} == {0.3}
+    one = measure.Normalization("human", {(ENV, m): (0.0, 10.0) for m in measure.METRICS}, ())
+    titles = [ax.get_title() for ax in figures.plot_profiles(collected, cells, one).axes]
+    assert titles == ["final score (1 game; 4 seeds per arm)", "AUC (1 game; 4 seeds per arm)"]
