@@ -22,6 +22,7 @@ tests and for a machine without Ray.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -116,6 +117,10 @@ class ApexLoop(Loop):
             state.recent_returns.extend(ret for ret, _ in block.episodes)
         yield from self.learning()
         return finished
+
+    def exploration(self, step: int) -> float:
+        """None to show (NaN): each actor has its own epsilon."""
+        return math.nan
 
     def log_values(self, step: int) -> dict[str, float]:
         """The actors' panel (``apex/*``): blocks/s, the slowest and fastest actor's env

@@ -472,6 +472,10 @@ class Loop:
                     batch = self._sample()
                     self._learned(batch, (yield LEARN, batch))
 
+    def exploration(self, step: int) -> float:
+        """The exploration epsilon at env step ``step``, as the progress display shows it."""
+        return self.epsilon(step)
+
     def log_values(self, step: int) -> dict[str, float]:
         """The loop's own scalars of a log point at env step ``step``, written first: its
         exploration epsilon."""

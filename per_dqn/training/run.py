@@ -674,7 +674,7 @@ class _Session:
         self.progress.update(
             state.env_steps,
             ret=float(np.mean(recent)) if recent else math.nan,
-            eps=loop.epsilon(state.env_steps),
+            eps=loop.exploration(state.env_steps),
             # An unweighted memory (uniform, LAP, LaBER, PAL) has no beta to show.
             beta=loop.beta(state.env_steps) if loop.memory.weighted else math.nan,
             loss=self.last_loss,

@@ -158,3 +158,12 @@ def test_blocks_enter_the_memory_at_their_actors_priorities():
         )
     finally:
         trainer.close()
+
+
+def test_the_progress_display_shows_no_single_epsilon():
+    """A distributed run's display leaves epsilon out ("-"): each actor has its own."""
+    trainer = Trainer(cartpole_config(*SETTINGS), "cartpole", make_loop=local_loop(2))
+    try:
+        assert np.isnan(trainer.loop.exploration(0))
+    finally:
+        trainer.close()
