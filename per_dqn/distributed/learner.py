@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -84,9 +84,9 @@ class ApexLoop(Loop):
         self.source = source
         # actor -> (its next block's serial, its env steps so far)
         self.received: dict[int, tuple[int, int]] = {}
-        # Learner updates between a block's weights and the learner's on arrival: the last and
-        # the largest.
-        self.staleness = self.max_staleness = 0
+        # The largest number of learner updates between a block's weights and the learner's on
+        # its arrival.
+        self.max_staleness = 0
         # Since the last log point: (blocks, staleness sum, staleness max), each actor's env
         # steps, and when it was.
         self._since_log = (0, 0, 0)
@@ -109,10 +109,10 @@ class ApexLoop(Loop):
             if len(block):
                 slots = memory.add_batch(*block.transitions, td_abs=block.td_abs)
                 state.health.record_add(slots, state.env_steps)
-            self.staleness = self.agent.update_steps - max(block.version, 0)
-            self.max_staleness = max(self.max_staleness, self.staleness)
+            staleness = self.agent.update_steps - max(block.version, 0)
+            self.max_staleness = max(self.max_staleness, staleness)
             blocks, total, most = self._since_log
-            self._since_log = (blocks + 1, total + self.staleness, max(most, self.staleness))
+            self._since_log = (blocks + 1, total + staleness, max(most, staleness))
             finished.extend(block.episodes)
             state.recent_returns.extend(ret for ret, _ in block.episodes)
         yield from self.learning()
@@ -225,8 +225,3 @@ class LocalActors:
         for actor in self.actors:
             actor.close()
 
-    def __enter__(self) -> LocalActors:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -457,7 +457,8 @@ class Loop:
             memory = self.memory
             slots = memory.add(*fresh[0]) if one else memory.add_batch(*stack(fresh))
             state.health.record_add(slots, state.env_steps)
-        yield from self.learning()
+        if state.env_steps >= state.next_update:  # no generator made on the steps between
+            yield from self.learning()
         return finished
 
     def learning(self) -> Generator[Request, Any, None]:
