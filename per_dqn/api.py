@@ -389,6 +389,7 @@ def prepare_resume(
     network: str | Callable[..., Any] | None = None,
     trust_code: bool = False,
     track: str | None = None,
+    distributed: Callable[[Config], Any] | None = None,
 ) -> Resumption:
     """Loads ``run_dir``'s newest checkpoint that passes its checks into a new ``Trainer``.
 
@@ -400,12 +401,16 @@ def prepare_resume(
         network: as ``resume``'s.
         trust_code: as ``resume``'s (``per-dqn train --resume RUN_DIR --trust-code``).
         track: as ``resume``'s (``per-dqn train --resume RUN_DIR --track wandb``).
+        distributed: for an Ape-X run (``run.actors`` in its config): called with the config,
+            returns the ``make_loop`` to build its trainer with (the caller keeps the cluster
+            connected, as ``distributed_loop`` does, until the run ends).
 
     Raises:
         UntrustedCodeError: ``RUN_DIR/config.yaml`` names code, or a tracker (``run.track``),
             that was not allowed.
         ValueError (``ConfigError``, ``CheckpointError``): not a run dir, no usable checkpoint,
-            a run already complete, or a checkpoint that does not fit; one line.
+            a run already complete, a checkpoint that does not fit, or a distributed run with no
+            ``distributed``; one line.
     """
     config_path = inside(run_dir, "config.yaml")
     if not config_path.is_file():
@@ -439,8 +444,16 @@ def prepare_resume(
             f"--steps must be more than the checkpoint's {at:,} env steps, got {steps}"
         )
     name = str(found.manifest.get("config_name", config_path.stem))
+    make_loop = None
+    if cfg.run.actors is not None:
+        if distributed is None:
+            raise ValueError(
+                f"{run_dir}: a distributed run (run.actors: {cfg.run.actors}); it resumes on a "
+                "Ray cluster (per-dqn train --resume RUN_DIR [--address HOST:PORT])"
+            )
+        make_loop = distributed(cfg)
     try:
-        trainer = build_trainer(cfg, name)
+        trainer = build_trainer(cfg, name, make_loop)
     except ValueError as exc:
         raise ValueError(f"{config_path}: {exc}") from None
     try:
@@ -460,9 +473,11 @@ def resume(
     network: str | Callable[..., Any] | None = None,
     trust_code: bool = False,
     track: str | None = None,
+    address: str | None = None,
 ) -> TrainResult:
     """Continues a stopped (or, with ``steps``, a finished) run from its newest usable
-    checkpoint, exactly where it stopped; see ``train`` for the rest. A damaged newer checkpoint
+    checkpoint, exactly where it stopped (a distributed run as near as its actors' timing
+    allows: see docs/guides/distributed.md); see ``train`` for the rest. A damaged newer checkpoint
     passed over is named in a ``RuntimeWarning`` (the line ``train --resume`` prints).
 
     A run dir is data: a ``config.yaml`` that names code (a network factory, a
@@ -477,6 +492,8 @@ def resume(
             dir whose origin you trust. Never stored.
         track: the tracker the run's config names (``"wandb"``): passing it allows that tracker
             to start (and nothing else), as ``network`` does its import.
+        address: for an Ape-X run (``run.actors``), the Ray cluster's ``HOST:PORT`` or
+            ``auto``; None starts one on 127.0.0.1 (``distributed_loop``).
 
     Raises:
         UntrustedCodeError: the config names code, or a tracker, that was not allowed (one
@@ -487,6 +504,7 @@ def resume(
     check_name_lengths(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None
     try:
+        cluster = contextlib.ExitStack()
         resumption = prepare_resume(
             run_dir,
             steps,
@@ -494,6 +512,7 @@ def resume(
             network=network,
             trust_code=trust_code,
             track=track,
+            distributed=lambda cfg: cluster.enter_context(distributed_loop(cfg, address)),
         )
         try:
             if lock is None:
@@ -505,6 +524,7 @@ def resume(
         finally:
             resumption.trainer.close()
     finally:
+        cluster.close()
         if lock is not None:
             lock.release()
 

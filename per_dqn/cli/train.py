@@ -105,8 +105,8 @@ def train(
     address: Annotated[
         str | None,
         typer.Option(
-            help="With --actors: the Ray cluster's HOST:PORT or auto; default: one started on "
-            "127.0.0.1 for the run, a CPU per actor.",
+            help="With --actors, or --resume of a run with actors: the Ray cluster's HOST:PORT "
+            "or auto; default: one started on 127.0.0.1 for the run, a CPU per actor.",
         ),
     ] = None,
 ) -> None:
@@ -114,10 +114,9 @@ def train(
     run dir."""
     if resume is not None:
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
-                 "--set": set_, "--device": device, "--actors": actors,
-                 "--address": address}  # fmt: skip
+                 "--set": set_, "--device": device, "--actors": actors}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
-        _resume(resume, steps, quiet, trust_code, track.value if track else None)
+        _resume(resume, steps, quiet, trust_code, track.value if track else None, address)
         return
     if config is None:
         fail(["--config is required (or --resume RUN_DIR to continue a run)"])
@@ -264,7 +263,12 @@ def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
 
 
 def _resume(
-    run_dir: Path, steps: int | None, quiet: bool, trust_code: bool, track: str | None
+    run_dir: Path,
+    steps: int | None,
+    quiet: bool,
+    trust_code: bool,
+    track: str | None,
+    address: str | None = None,
 ) -> None:
     """``train --resume``: continues ``run_dir`` from its newest checkpoint that passes its
     checksums (a damaged newer one is named in a warning and skipped)."""
@@ -279,26 +283,49 @@ def _resume(
         except api.RunDirError as exc:
             fail([str(exc)])
     try:
-        _resume_locked(run_dir, steps, quiet, lock, trust_code, track)
+        _resume_locked(run_dir, steps, quiet, lock, trust_code, track, address)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _resume_locked(
-    run_dir: Path, steps: int | None, quiet: bool, lock: Any, trust_code: bool, track: str | None
+    run_dir: Path,
+    steps: int | None,
+    quiet: bool,
+    lock: Any,
+    trust_code: bool,
+    track: str | None,
+    address: str | None,
 ) -> None:
     """``_resume`` with the lock held, or with None when the run dir has no lock file yet."""
 
     def warn(line: str) -> None:
         typer.echo(f"warning: {line}", err=True)
 
-    try:
-        resumption = api.prepare_resume(run_dir, steps, warn, trust_code=trust_code, track=track)
-    except ConfigError as exc:
-        fail(exc.problems)
-    except ValueError as exc:  # CheckpointError and FormatError included
-        fail([str(exc)])
+    with contextlib.ExitStack() as cluster:
+        asked: list[int] = []
+
+        def distributed(cfg: Any) -> Any:
+            asked.append(cfg.run.actors)
+            return cluster.enter_context(api.distributed_loop(cfg, address))
+
+        try:
+            resumption = api.prepare_resume(
+                run_dir, steps, warn, trust_code=trust_code, track=track, distributed=distributed
+            )
+        except ConfigError as exc:
+            fail(exc.problems)
+        except ValueError as exc:  # CheckpointError and FormatError included
+            fail([str(exc)])
+        if address is not None and not asked:
+            resumption.trainer.close()
+            fail([f"--address: {run_dir} is not a distributed run (its config has no run.actors)"])
+        _resume_run(run_dir, resumption, quiet, lock)
+
+
+def _resume_run(run_dir: Path, resumption: Any, quiet: bool, lock: Any) -> None:
+    """Runs a loaded resumption under ``run_dir``'s lock (taken here where there was none)."""
     trainer = resumption.trainer
     if lock is None:  # a run dir from before per-dqn locked them
         lock = _lock(run_dir, trainer, fresh=False)

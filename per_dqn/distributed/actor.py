@@ -16,6 +16,7 @@ episode accumulators), whose learning and logging fields are never due here.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,13 @@ import torch
 
 from per_dqn.config import Config
 from per_dqn.envs.make import describe, make_vector_env
+from per_dqn.envs.state import check_env_state, env_state, load_env_state
 from per_dqn.memory import Batch
 from per_dqn.training.asking import serve
 from per_dqn.training.build import make_agent
-from per_dqn.training.loop import LoopState, experience, fresh_state, tracks_lives
+from per_dqn.training.loop import LoopState, experience, fresh_state, restart_play, tracks_lives
 from per_dqn.training.nstep import Transition, Transitions, stack
-from per_dqn.training.seeding import RunSeeds
+from per_dqn.training.seeding import RunSeeds, restart_seed
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,53 @@ class Actor:
         self.life_loss = tracks_lives(config, info)
         # The loop's state; its learning and logging fields are never due here.
         self.state: LoopState = fresh_state(config, obs, info, seeds, capacity=1)
+        self.seeds = seeds
         self.version = -1
         self.blocks = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """What continues this actor after its last block (a distributed run's checkpoint): its
+        loop state, its envs' state (None where they cannot be saved: ale-py's) and its blocks
+        sent, copied. Not its weights: a run syncs every actor at each checkpoint. An actor draws
+        nothing from torch, so torch's generator states are not its own to keep."""
+        loop = self.state.state_dict()
+        loop["torch_rng"] = loop["cuda_rng"] = None
+        # A copy: the loop state's arrays are the ones the next block changes in place.
+        return copy.deepcopy({"loop": loop, "envs": env_state(self.envs), "blocks": self.blocks})
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Continues from ``state_dict()`` output; returns whether exactly: envs that could not
+        be saved restart from a reset seeded from the actor's env stream and its env steps,
+        their open episodes and n-step windows dropped.
+
+        Raises:
+            ValueError: a state of another actor's config (checked before anything changes).
+        """
+        if not isinstance(state, dict) or set(state) != {"loop", "envs", "blocks"}:
+            raise ValueError("an actor's state must hold `loop`, `envs` and `blocks`")
+        # Copied: its arrays stay the caller's (and one that came over Ray is read-only).
+        state = copy.deepcopy(state)
+        blocks, envs = state["blocks"], state["envs"]
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
+            raise ValueError(f"an actor's `blocks` must be an integer >= 0, got {blocks!r}")
+        # torch's generator states are this process's: loading them back changes nothing.
+        loop = {**state["loop"], "torch_rng": torch.get_rng_state().numpy(), "cuda_rng": None}
+        LoopState.check_state_dict(loop)
+        if envs is not None:
+            check_env_state(self.envs, envs)
+        if np.shape(loop["obs"]) != self.state.obs.shape:
+            raise ValueError(
+                f"an actor's observations of shape {np.shape(loop['obs'])}, this actor's are "
+                f"{self.state.obs.shape}"
+            )
+        self.state.load_state_dict(loop)
+        self.blocks = blocks
+        if envs is not None:
+            load_env_state(self.envs, envs)
+            return True
+        seed = restart_seed(self.seeds.env, self.state.env_steps)
+        restart_play(self.state, self.envs, seed, self.config, self.life_loss)
+        return False
 
     def set_weights(self, online: dict[str, torch.Tensor], target: dict[str, torch.Tensor],
                     version: int) -> None:  # fmt: skip

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -48,11 +48,31 @@ SYNC_STEPS = 400
 class BlockSource(Protocol):
     """Where a distributed run's transitions come from."""
 
-    def blocks(self) -> Sequence[Block]:
-        """The blocks sent since the last call; each actor's in order."""
+    def __len__(self) -> int:
+        """How many actors."""
+
+    def blocks(self, wanted: float = math.inf) -> Sequence[Block]:
+        """The blocks sent since the last call, each actor's in order; more are asked for while
+        those in flight can bring fewer than ``wanted`` env steps (the run's budget left)."""
 
     def restarts(self) -> int:
         """Actors restarted so far after their process died."""
+
+    def pause(self) -> tuple[list[Block], list[dict[str, Any] | None]]:
+        """For a checkpoint: every block in flight (each actor's in order) and then each
+        actor's state after its last one (``Actor.state_dict``; None for an actor whose process
+        died meanwhile); no block is asked for until ``blocks`` is called again, and then every
+        actor pulls the learner's weights first."""
+
+    def restore(self, received: dict[int, tuple[int, int]],
+                states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
+        """Before the first ``blocks``: continues each actor from its ``states`` entry (None:
+        from where ``received`` says its blocks and env steps ended, on fresh streams); returns
+        whether every actor's envs were restored exactly.
+
+        Raises:
+            ValueError: a state that does not fit its actor.
+        """
 
     def close(self) -> None:
         """Stops the actors."""
@@ -92,12 +112,25 @@ class ApexLoop(Loop):
         self._since_log = (0, 0, 0)
         self._actor_steps: dict[int, int] = {}
         self._log_clock = time.perf_counter()
+        # The episodes of the blocks a checkpoint took (``settle``), for the next step to return,
+        # and the actors' states it kept (None: none since the last step).
+        self._held_episodes: list[tuple[float, int]] = []
+        self._settled: list[dict[str, Any] | None] | None = None
 
     def steps(self):  # type: ignore[override]
-        """Stores the source's next blocks, then learns as due; returns their episodes."""
+        """Stores the source's next blocks, then learns as due; returns their episodes (and
+        those of the blocks a checkpoint took since the last call)."""
+        wanted = self.config.train.total_env_steps - self.state.env_steps
+        finished, self._settled = self._take(self.source.blocks(wanted)), None
+        yield from self.learning()
+        return finished
+
+    def _take(self, blocks: Sequence[Block]) -> list[tuple[float, int]]:
+        """Stores ``blocks`` with their actors' priorities and counts their env steps and
+        staleness; returns their episodes, after any a checkpoint took before."""
         state, memory = self.state, self.memory
-        finished: list[tuple[float, int]] = []
-        for block in self.source.blocks():
+        finished, self._held_episodes = self._held_episodes, []
+        for block in blocks:
             serial, env_steps = self.received.get(block.actor, (0, 0))
             if block.serial != serial:
                 raise OutOfOrderError(
@@ -115,8 +148,62 @@ class ApexLoop(Loop):
             self._since_log = (blocks + 1, total + staleness, max(most, staleness))
             finished.extend(block.episodes)
             state.recent_returns.extend(ret for ret, _ in block.episodes)
-        yield from self.learning()
         return finished
+
+    def settle(self) -> None:
+        """Before a checkpoint: stores every block in flight (their episodes are logged with the
+        next step's) and keeps each actor's state after it, so that the checkpoint holds the
+        replay, the counters and the actors as of one moment; every actor pulls the learner's
+        weights before its next block. The gradient steps those blocks make due are taken on
+        the next step, as a resumed run takes them."""
+        blocks, states = self.source.pause()
+        self._held_episodes = self._take(blocks)
+        self._settled = states
+
+    def state_dict(self, stored: int | None = None) -> dict[str, Any]:
+        """The checkpoint's ``loop`` part: the learner's ``LoopState``, and under ``apex`` each
+        actor's blocks and env steps received and its state (``settle`` first).
+
+        Raises:
+            RuntimeError: no ``settle`` since the last step.
+        """
+        if self._settled is None:
+            raise RuntimeError("a distributed run's loop state is read after `settle` only")
+        received = sorted(self.received.items())
+        return {
+            **self.state.state_dict(stored),
+            "apex": {
+                "received": [[actor, serial, steps] for actor, (serial, steps) in received],
+                "actors": list(self._settled),
+            },
+        }
+
+    def load_state_dict(self, loop: dict[str, Any], envs: dict[str, Any]) -> bool:
+        """Continues from a checkpoint's ``loop`` and ``envs`` parts: the learner's state as a
+        single run's, and each actor from its state (``BlockSource.restore``); returns whether
+        every env could be restored (the actors' included). Which block arrives first still
+        follows the machine's timing: see the module docstring.
+
+        Raises:
+            ValueError: a loop part without the actors' state, or of another number of actors,
+                or a state that does not fit; the run is left half loaded then, for its caller
+                to close (``Trainer.load_checkpoint``'s does).
+        """
+        apex = loop.get("apex") if isinstance(loop, dict) else None
+        actors = len(self.source)
+        try:
+            received = {int(a): (int(serial), int(steps)) for a, serial, steps in apex["received"]}
+            states = list(apex["actors"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError("its loop state holds no actors' state (`apex`)") from None
+        if len(states) != actors or not set(received) <= set(range(len(states))):
+            raise ValueError(
+                f"its loop state holds {len(states)} actors' state, this run has {actors} actors"
+            )
+        exact = super().load_state_dict(loop, envs)
+        self.received = received
+        self._actor_steps = {actor: steps for actor, (_, steps) in received.items()}
+        return self.source.restore(received, states) and exact
 
     def exploration(self, step: int) -> float:
         """None to show (NaN): each actor has its own epsilon."""
@@ -200,8 +287,12 @@ class LocalActors:
         # Each actor's vector-env steps since it last pulled weights; None: never pulled.
         self._since_sync: list[int | None] = [None] * len(self.actors)
 
-    def blocks(self) -> list[Block]:
-        """One block from each actor, in index order."""
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def blocks(self, wanted: float = math.inf) -> list[Block]:
+        """One block from each actor, in index order (none is in flight: ``wanted`` is always
+        met)."""
         out = []
         for i, actor in enumerate(self.actors):
             since = self._since_sync[i]
@@ -216,6 +307,23 @@ class LocalActors:
         """None: an actor in this process does not die alone."""
         return 0
 
+    def pause(self) -> tuple[list[Block], list[dict[str, Any] | None]]:
+        """No block in flight here; every actor's state, and a pull of weights due for each."""
+        self._since_sync = [None] * len(self.actors)
+        return [], [actor.state_dict() for actor in self.actors]
+
+    def restore(self, received: dict[int, tuple[int, int]],
+                states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
+        """Continues each actor from its state (here none is ever missing: ``pause`` keeps them
+        all); returns whether every actor's envs were restored exactly."""
+        exact = True
+        for actor, state in zip(self.actors, states, strict=True):
+            if state is None:
+                raise ValueError(f"actor {actor.index}'s state is missing from the checkpoint")
+            exact = actor.load_state_dict(state) and exact
+        self._since_sync = [None] * len(self.actors)
+        return exact
+
     def _weights(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The learner's online and target networks' state (an actor loads copies of it)."""
         return self.agent.online.state_dict(), self.agent.target.state_dict()
@@ -224,4 +332,3 @@ class LocalActors:
         """Closes every actor's envs."""
         for actor in self.actors:
             actor.close()
-

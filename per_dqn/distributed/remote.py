@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -62,6 +63,14 @@ class ActorProcess:
             self.actor.set_weights(*weights, version=version)
         return self.actor.collect(steps)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The actor's state after its last block (``Actor.state_dict``)."""
+        return self.actor.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """``Actor.load_state_dict``."""
+        return self.actor.load_state_dict(state)
+
     def close(self) -> None:
         self.actor.close()
 
@@ -99,6 +108,7 @@ class RayActors:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         self.ray, self.agent = ray, agent
         self.block_steps, self.sync_steps = block_steps, sync_steps
+        self.num_envs = config.env.num_envs
         remote = ray.remote(num_cpus=1, max_restarts=restarts)(ActorProcess)
         self.epsilons = epsilon_ladder(actors)
         self.handles = [remote.remote(config, i, eps) for i, eps in enumerate(self.epsilons)]
@@ -112,13 +122,20 @@ class RayActors:
         self.incarnations = [0] * actors
         self._delivered = [(0, 0)] * actors
         self._base = [(0, 0)] * actors
-        for i in range(actors):
-            self._fill(i)
+        # Blocks are asked for from the first ``blocks`` call on (after ``restore``, if any).
 
-    def _fill(self, i: int) -> None:
-        """Queues actor ``i``'s requests up to ``in_flight``."""
-        while len(self._order[i]) < self.in_flight:
+    def __len__(self) -> int:
+        return len(self.epsilons)
+
+    def _fill(self, i: int, wanted: float = math.inf) -> None:
+        """Queues actor ``i``'s requests up to ``in_flight``, while the env steps of all those
+        in flight fall short of ``wanted``."""
+        while len(self._order[i]) < self.in_flight and self._in_flight_steps() < wanted:
             self._request(i)
+
+    def _in_flight_steps(self) -> int:
+        """The most env steps the blocks asked for can bring."""
+        return len(self._pending) * self.block_steps * self.num_envs
 
     def _weights(self) -> tuple[int, Any]:
         """The newest published weights, published anew if the learner has updated since."""
@@ -141,9 +158,12 @@ class RayActors:
         self._pending[ref] = i
         self._order[i].append(ref)
 
-    def blocks(self) -> list[Block]:
+    def blocks(self, wanted: float = math.inf) -> list[Block]:
         """The blocks done now (waiting for the first), each actor's in order; every actor whose
-        block is taken is asked for its next."""
+        block is taken is asked for its next, while the blocks in flight can bring fewer than
+        ``wanted`` env steps (the run's budget left: no actor plays past it for nothing)."""
+        for i in range(len(self.handles)):
+            self._fill(i, wanted)
         ready, _ = self.ray.wait(list(self._pending), num_returns=1)
         ready, _ = self.ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
         done = set(ready)
@@ -151,29 +171,93 @@ class RayActors:
         for i, refs in enumerate(self._order):
             # An actor's blocks finish in the order they were asked for: take its done prefix.
             while refs and refs[0] in done:
-                ref = refs.pop(0)
-                del self._pending[ref]
-                try:
-                    block = self.ray.get(ref)
-                except self.ray.exceptions.RayActorError as exc:
-                    self._unavailable(i, exc)
+                before = self._delivered[i][1]
+                block = self._receive(i)
+                if block is None:
                     break
-                if block.serial == 0 and self._delivered[i][0] > self._base[i][0]:
-                    self._restarted(i)
-                blocks, steps = self._base[i]
-                block = dataclasses.replace(
-                    block, serial=blocks + block.serial, env_steps=steps + block.env_steps
-                )
-                self._delivered[i] = (block.serial + 1, block.env_steps)
                 out.append(block)
-                self._request(i)
+                wanted -= block.env_steps - before
+                self._fill(i, wanted)
         return out
+
+    def _receive(self, i: int, refill: bool = True) -> Block | None:
+        """Actor ``i``'s oldest block asked for, numbered as the run counts it; None where the
+        actor's process died (``_unavailable``: its requests are dropped, and asked again if
+        ``refill``)."""
+        ref = self._order[i].pop(0)
+        del self._pending[ref]
+        try:
+            block = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            self._unavailable(i, exc, refill)
+            return None
+        if block.serial == 0 and self._delivered[i][0] > self._base[i][0]:
+            self._restarted(i)
+        blocks, steps = self._base[i]
+        block = dataclasses.replace(
+            block, serial=blocks + block.serial, env_steps=steps + block.env_steps
+        )
+        self._delivered[i] = (block.serial + 1, block.env_steps)
+        return block
+
+    def pause(self) -> tuple[list[Block], list[dict[str, Any] | None]]:
+        """Every block in flight, each actor's in order, then each actor's state after its last
+        (None for one whose process died meanwhile: it goes on, restarted, from fresh streams);
+        no block is asked for until the next ``blocks``, and each actor then pulls weights."""
+        asked = [handle.state_dict.remote() for handle in self.handles]
+        out: list[Block] = []
+        for i in range(len(self.handles)):
+            while self._order[i]:
+                block = self._receive(i, refill=False)
+                if block is None:
+                    break
+                out.append(block)
+        states: list[dict[str, Any] | None] = []
+        for ref in asked:
+            try:
+                states.append(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError:
+                states.append(None)  # died after its last block: counted when it answers again
+        self._since_sync = [None] * len(self.handles)
+        return out, states
+
+    def restore(self, received: dict[int, tuple[int, int]],
+                states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
+        """Before the first ``blocks``: each actor continues from its state, or, where there is
+        none, from where ``received`` says its blocks and env steps ended, on fresh streams;
+        returns whether every actor's envs were restored exactly.
+
+        Raises:
+            ValueError: a state that does not fit its actor (one line).
+        """
+        if len(states) != len(self.handles):
+            raise ValueError(f"{len(states)} actors' states for {len(self.handles)} actors")
+        loads = [(i, self.handles[i].load_state_dict.remote(state))
+                 for i, state in enumerate(states) if state is not None]  # fmt: skip
+        exact = True
+        for i, ref in loads:
+            try:
+                exact = self.ray.get(ref) and exact
+            except self.ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(exc.cause, ValueError) else exc
+                raise ValueError(f"actor {i}'s state: {cause}") from None
+        for i, state in enumerate(states):
+            # Its blocks and env steps count on from those received: a fresh actor's from 0, a
+            # restored one's from its own counters (behind the received by what the processes
+            # before a restart delivered).
+            blocks, steps = self._delivered[i] = received.get(i, (0, 0))
+            if state is None:
+                exact = False
+            else:
+                blocks, steps = blocks - state["blocks"], steps - state["loop"]["env_steps"]
+            self._base[i] = (blocks, steps)
+        return exact
 
     def restarts(self) -> int:
         """Actors restarted so far (every incarnation past the first)."""
         return sum(self.incarnations)
 
-    def _unavailable(self, i: int, exc: Exception) -> None:
+    def _unavailable(self, i: int, exc: Exception, refill: bool = True) -> None:
         """Actor ``i`` did not answer: its process died, and Ray is restarting it (its queued
         requests are dropped and asked again shortly; the blocks they would have been are lost)
         or has given up on it.
@@ -191,9 +275,10 @@ class RayActors:
                 f"actor {i} (epsilon {self.epsilons[i]:.3g}) died after {self.incarnations[i]} "
                 f"restart(s) of the {self.max_restarts} allowed: {cause}"
             )
-        time.sleep(RESTART_POLL_SECONDS)
         self._since_sync[i] = None  # the new process holds no weights yet
-        self._fill(i)
+        if refill:
+            time.sleep(RESTART_POLL_SECONDS)
+            self._fill(i)
 
     def _restarted(self, i: int) -> None:
         """Actor ``i``'s first block from a new process: its blocks and env steps count on from

@@ -271,6 +271,22 @@ def fresh_state(
     )
 
 
+def restart_play(
+    state: LoopState, env: VectorEnv, seed: int, config: Config, life_loss: bool
+) -> None:
+    """Restarts play in ``state`` from a reset of the training ``env`` seeded ``seed``, for envs
+    whose state could not be saved: every open episode and n-step window is dropped, since none
+    may span the reset."""
+    num_envs = config.env.num_envs
+    obs, info = env.reset(seed=seed)
+    state.obs = obs
+    state.autoreset = np.zeros(num_envs, dtype=np.bool_)
+    state.ep_return = np.zeros(num_envs)
+    state.ep_length = np.zeros(num_envs, dtype=np.int64)
+    state.prev_lives = info.get("lives") if life_loss else None
+    state.nstep = NStepAccumulator(num_envs, config.agent.n_step, config.agent.gamma)
+
+
 def experience(
     state: LoopState,
     env: VectorEnv,
@@ -414,15 +430,17 @@ class Loop:
             self.envs.eval.reset(seed=seed + self.config.env.num_envs)  # past every sub-env
         if envs["train"] is not None:
             return envs["eval"] is not None
-        num_envs = self.config.env.num_envs
-        obs, info = self.envs.train.reset(seed=seed)
-        state.obs = obs
-        state.autoreset = np.zeros(num_envs, dtype=np.bool_)
-        state.ep_return = np.zeros(num_envs)
-        state.ep_length = np.zeros(num_envs, dtype=np.int64)
-        state.prev_lives = info.get("lives") if self.life_loss else None
-        state.nstep = NStepAccumulator(num_envs, self.config.agent.n_step, self.config.agent.gamma)
+        restart_play(state, self.envs.train, seed, self.config, self.life_loss)
         return False
+
+    def state_dict(self, stored: int | None = None) -> dict[str, Any]:
+        """The checkpoint's ``loop`` part: ``LoopState.state_dict(stored)`` (a distributed
+        run's learner adds its actors')."""
+        return self.state.state_dict(stored)
+
+    def settle(self) -> None:
+        """Brings the loop to a state a checkpoint holds whole, before one is written: nothing
+        to do here (a distributed run's learner takes the blocks in flight)."""
 
     # --- the step ------------------------------------------------------------------------------
 

@@ -125,8 +125,8 @@ class Trainer:
         if run.actors is not None and make_loop is Loop:
             raise ValueError(
                 f"run.actors: {run.actors}: a distributed run's actors start with its learner: "
-                "per-dqn train --actors N (resuming one, or running one in a sweep, is not "
-                "supported yet)"
+                "per-dqn train --actors N, or --resume of its run dir (a sweep cannot run one "
+                "yet)"
             )
         self.config = config
         self.config_name = config_name
@@ -258,7 +258,7 @@ class Trainer:
         """
         parts = {
             "agent": self.agent.state_dict(),
-            "loop": self.loop.state.state_dict(len(self.memory)),
+            "loop": self.loop.state_dict(len(self.memory)),
             "envs": self.environments.state_dict(),
         }
         if self.config.checkpoint.replay:
@@ -275,6 +275,7 @@ class Trainer:
     ) -> Path:
         """Writes a checkpoint of every part, shown on ``progress`` as it is written; a stop's
         (``stopping``) says so in a line first, with its size."""
+        self.loop.settle()  # a distributed run's blocks in flight taken first
         cfg, env_steps = self.config.checkpoint, self.loop.state.env_steps
         # Every point logged up to this step reaches the event file before the state that follows
         # it is saved: a resumed run purges only what comes after.

@@ -134,3 +134,55 @@ def test_weights_go_forward_only_and_a_bad_set_leaves_the_held_ones():
             assert torch.equal(value, held[key])
         with pytest.raises(ValueError, match="`steps` must be an integer >= 1, got 0"):
             actor.collect(0)
+
+
+def assert_same_blocks(got, expected):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert (a.actor, a.serial, a.version, a.env_steps) == (
+            b.actor, b.serial, b.version, b.env_steps
+        )  # fmt: skip
+        assert a.episodes == b.episodes
+        for x, y in zip(a.transitions, b.transitions, strict=True):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(a.td_abs, b.td_abs)
+
+
+def test_an_actor_continued_from_its_state_plays_on_as_if_never_stopped():
+    """A distributed run's checkpoint holds each actor's state after its last block: an actor
+    of other streams (another seed, another index's epsilon aside) loaded with it plays the
+    same next blocks, transitions, priorities, episodes and counters, as the actor it came
+    from, given the same weights: CartPole's envs, the open n-step windows and episodes and the
+    exploration stream all carried over."""
+    online, target = known_weights(1), known_weights(2)
+    config = tiny_config()
+    with Actor(config, 1, 0.3, RunSeeds.for_actor(0, 1)) as actor:
+        actor.set_weights(online, target, version=0)
+        for _ in range(3):
+            actor.collect(40)
+        state = actor.state_dict()
+        assert actor.state.nstep.state_dict()  # windows open mid-episode
+        expected = [actor.collect(40) for _ in range(3)]
+    with Actor(config, 1, 0.3, RunSeeds.for_actor(7, 1)) as other:
+        other.set_weights(online, target, version=0)
+        assert other.load_state_dict(state) is True
+        assert_same_blocks([other.collect(40) for _ in range(3)], expected)
+    assert expected[0].serial == 3 and any(b.episodes for b in expected)
+
+
+def test_an_actor_state_of_another_shape_or_form_is_refused_and_changes_nothing():
+    """A state of other observations, or not an actor's, is refused with one line before the
+    actor changes: its next block is the one it would have played."""
+    config = tiny_config()
+    with Actor(config, 0, 0.5, RunSeeds.for_actor(0, 0)) as actor:
+        state = actor.state_dict()
+        bad = {**state, "loop": {**state["loop"], "obs": np.zeros((1, 5), np.float32)}}
+        with pytest.raises(ValueError, match=r"observations of shape \(1, 5\)"):
+            actor.load_state_dict(bad)
+        with pytest.raises(ValueError, match="must hold `loop`, `envs` and `blocks`"):
+            actor.load_state_dict({"loop": state["loop"]})
+        with pytest.raises(ValueError, match="`blocks` must be an integer >= 0, got -1"):
+            actor.load_state_dict({**state, "blocks": -1})
+        got = actor.collect(30)
+    with Actor(config, 0, 0.5, RunSeeds.for_actor(0, 0)) as fresh:
+        assert_same_blocks([got], [fresh.collect(30)])

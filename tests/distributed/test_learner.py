@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from support import cartpole_config, read_scalars, summary_of
 
 from per_dqn.distributed.learner import ApexLoop, LocalActors, OutOfOrderError, local_loop
@@ -28,13 +29,24 @@ class Recording:
     def __init__(self, inner):
         self.inner, self.sent = inner, []
 
-    def blocks(self):
-        blocks = self.inner.blocks()
+    def blocks(self, wanted=float("inf")):
+        blocks = self.inner.blocks(wanted)
         self.sent.extend(blocks)
         return blocks
 
+    def __len__(self):
+        return len(self.inner)
+
     def restarts(self):
         return self.inner.restarts()
+
+    def pause(self):
+        blocks, states = self.inner.pause()
+        self.sent.extend(blocks)
+        return blocks, states
+
+    def restore(self, received, states):
+        return self.inner.restore(received, states)
 
     def close(self):
         self.inner.close()
@@ -100,8 +112,8 @@ def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
     """A lost or repeated block (here: each actor's second block dropped) is refused."""
 
     class Dropping(Recording):
-        def blocks(self):
-            return [b for b in self.inner.blocks() if b.serial != 1]
+        def blocks(self, wanted=float("inf")):
+            return [b for b in self.inner.blocks(wanted) if b.serial != 1]
 
     def make_loop(config, agent, memory, envs, seeds):
         source = Dropping(LocalActors(config, agent, actors=1, block_steps=25))
@@ -165,5 +177,68 @@ def test_the_progress_display_shows_no_single_epsilon():
     trainer = Trainer(cartpole_config(*SETTINGS), "cartpole", make_loop=local_loop(2))
     try:
         assert np.isnan(trainer.loop.exploration(0))
+    finally:
+        trainer.close()
+
+
+class StopAtFirstCheckpoint:
+    """A callback that stops the run once it has written a checkpoint."""
+
+    def on_checkpoint(self, env_steps, path):
+        return True
+
+
+def test_a_run_of_local_actors_resumed_from_its_checkpoint_ends_as_the_run_never_stopped(
+    tmp_path,
+):
+    """The checkpoint of a distributed run holds the learner, the replay and each actor's state
+    after its last block (``settle``: here no block is in flight), and every actor pulls the
+    learner's weights after it. With the actors in this process, where blocks arrive in a fixed
+    order, a run stopped after its first checkpoint and resumed in a new trainer ends with the
+    same weights, memory and counters as the run never stopped, bit for bit."""
+    config = cartpole_config(*SETTINGS, "checkpoint.interval_steps=500")
+
+    def trained(run_dir, stop_first, resume_from=None):
+        trainer = Trainer(config, "cartpole", make_loop=local_loop(2, block_steps=20))
+        try:
+            if resume_from is not None:
+                trainer.load_checkpoint(resume_from)
+            summary = trainer.run(
+                run_dir, callbacks=[StopAtFirstCheckpoint()] if stop_first else ()
+            )
+            return summary, trainer.agent.online.state_dict(), trainer.memory.state_dict()
+        finally:
+            trainer.close()
+
+    whole, weights, memory = trained(tmp_path / "whole", stop_first=False)
+    stopped, _, _ = trained(tmp_path / "run", stop_first=True)
+    assert stopped["interrupted"] and 500 <= stopped["env_steps"] < 1200
+    (checkpoint,) = (tmp_path / "run" / "checkpoints").iterdir()
+    resumed, weights_after, memory_after = trained(tmp_path / "run", False, checkpoint)
+    assert not resumed["interrupted"]
+    for key in ("env_steps", "update_steps", "final_eval_return_mean"):
+        assert resumed[key] == whole[key], key
+    for name, tensor in weights.items():
+        assert torch.equal(weights_after[name], tensor), name
+    for part in ("actions", "rewards", "obs"):
+        np.testing.assert_array_equal(memory_after["storage"][part], memory["storage"][part])
+    np.testing.assert_array_equal(memory_after["priorities"], memory["priorities"])
+
+
+def test_a_checkpoint_without_its_actors_state_is_refused(tmp_path):
+    """A loop state with no ``apex`` part (a single run's), or one of another number of actors,
+    is refused with one line."""
+    trainer = Trainer(cartpole_config(*SETTINGS), "cartpole", make_loop=local_loop(2))
+    try:
+        loop = trainer.loop
+        single = loop.state.state_dict()
+        envs = trainer.environments.state_dict()
+        with pytest.raises(ValueError, match=r"holds no actors' state \(`apex`\)"):
+            loop.load_state_dict(single, envs)
+        loop.settle()
+        three = loop.state_dict()
+        three["apex"]["actors"].append(None)
+        with pytest.raises(ValueError, match="holds 3 actors' state, this run has 2 actors"):
+            loop.load_state_dict(three, envs)
     finally:
         trainer.close()

@@ -20,6 +20,7 @@ from support import (
     assert_bad_input,
     descendants,
     read_scalars,
+    run_cli,
     runner,
     running,
     sets,
@@ -30,6 +31,7 @@ from support import (
 from per_dqn.cli import app
 from per_dqn.cluster import housekeeping
 from per_dqn.logs import tags
+from per_dqn.training.checkpoints import load_run_checkpoint
 
 SHORT = sets(
     "train.learning_starts=300", "train.eval_interval=800", "train.eval_episodes=2",
@@ -123,11 +125,17 @@ def actor_processes(pid: int) -> list[int]:
 
 @pytest.mark.ray
 @pytest.mark.kill
-def test_an_actor_killed_is_restarted_and_ctrl_c_leaves_no_process(ray_env, tmp_path):
+def test_an_actor_killed_is_restarted_ctrl_c_leaves_no_process_and_resume_goes_on(
+    ray_env, tmp_path
+):
     """SIGKILL to one actor's process mid-run, from the CLI: Ray starts it again and the run
     goes on, with a warning naming the actor and what was lost once the new process's first
     block arrives; then Ctrl-C stops the run as a single run's (exit 130, an interrupted
-    summary, a checkpoint to resume from) and none of the cluster's processes outlives it."""
+    summary, a checkpoint to resume from) and none of the cluster's processes outlives it.
+    The stop's checkpoint holds the replay and every actor as of one moment (the blocks in
+    flight taken first: the actors' env steps received add up to the run's), and
+    ``train --resume`` continues it on a new cluster to a finished run whose actors' counters
+    went on from the checkpoint's."""
     run_dir = tmp_path / "run"
     proc = start_cli(["train", "-c", "cartpole.yaml", "--actors", "2", "--steps", "1000000",
                       "--run-dir", str(run_dir), "--quiet", *SHORT,
@@ -136,7 +144,7 @@ def test_an_actor_killed_is_restarted_and_ctrl_c_leaves_no_process(ray_env, tmp_
     reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True)
     reader.start()
     restarted = re.compile(
-        r"actor [01] \(epsilon (?:0\.4|0\.000655)\) died and was restarted \(1 of 3\); the "
+        r"actor ([01]) \(epsilon (?:0\.4|0\.000655)\) died and was restarted \(1 of 3\); the "
         r"blocks it was playing and its open episodes are lost"
     )
     seen: list[str] = []
@@ -171,3 +179,24 @@ def test_an_actor_killed_is_restarted_and_ctrl_c_leaves_no_process(ray_env, tmp_
     while any(running(p) for p in cluster) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [p for p in cluster if running(p)]
+
+    saved = sorted((run_dir / "checkpoints").iterdir())[-1]
+    at = int(saved.name.removeprefix("step_"))
+    before = load_run_checkpoint(saved).parts["loop"]
+    received = {actor: steps for actor, _, steps in before["apex"]["received"]}
+    assert sum(received.values()) == before["env_steps"] == at
+    # The actor never killed: its own env steps are those the learner received from it.
+    killed = int(next(m for m in map(restarted.search, seen) if m).group(1))
+    alive = 1 - killed
+    assert before["apex"]["actors"][alive]["loop"]["env_steps"] == received[alive]
+    ran = run_cli(["train", "--resume", str(run_dir), "--steps", str(at + 800), "--quiet"])
+    assert ran.exit_code == 0, ran.stderr
+    assert f"resuming {run_dir} from {saved.name}" in ran.stderr
+    summary = summary_of(run_dir)
+    assert summary["interrupted"] is False and summary["env_steps"] >= at + 800
+    final = sorted((run_dir / "checkpoints").iterdir())[-1]
+    after = load_run_checkpoint(final).parts["loop"]
+    went_on = {actor: steps for actor, _, steps in after["apex"]["received"]}
+    assert sum(went_on.values()) == after["env_steps"] == summary["env_steps"]
+    assert all(went_on[actor] > received[actor] for actor in (0, 1))
+    assert after["apex"]["actors"][alive]["loop"]["env_steps"] == went_on[alive]
