@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import urllib.request
 from pathlib import Path
@@ -62,6 +63,11 @@ def board_lines(ray) -> list[str]:
     return [line.split("  elapsed")[0] for line in text.getvalue().splitlines()]
 
 
+def niceness() -> int:
+    """This process's niceness (run as a Ray task)."""
+    return os.nice(0)
+
+
 def main(out: Path) -> dict:
     ray = import_ray(loopback=True)
     overrides = [parse_override(t) for t in [*TINY, "run.device=cpu"]]
@@ -75,6 +81,7 @@ def main(out: Path) -> dict:
         nodes = ray.nodes()
         seen["nodes"] = [[n["NodeManagerAddress"], n["NodeID"]] for n in nodes]
         seen["address"] = cluster.address
+        seen["worker_niceness"] = ray.get(ray.remote(num_cpus=0)(niceness).remote())
         seen["started"] = cluster.started
         seen["describe"] = cluster.describe()
         seen["dashboard"] = cluster.dashboard_url

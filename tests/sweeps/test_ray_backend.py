@@ -143,7 +143,11 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     tiny sweep run on it as Ray tasks gives the local backend's summaries and model.pt; its
     progress display, off a terminal, shows runs running with their steps and SPS, as the tasks
     report them, and then all four done; each run's provenance names that node and the task's
-    first attempt. The driver runs in its own process (tests/sweeps/ray_driver.py says why)."""
+    first attempt. Its workers run at niceness 0, as this process does (pins Ray's default of
+    15, under which a distributed run's actors, and a sweep's runs, yielded to any other work on
+    the machine while the learner did not: a CartPole actor ran 20x slower beside two busy
+    processes on 2 cores). The driver runs in its own process (tests/sweeps/ray_driver.py says
+    why)."""
     out = tmp_path / "sweep"
     driver = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("ray_driver.py")), str(out)],
@@ -155,6 +159,7 @@ def test_a_local_cluster_stays_on_loopback_and_matches_the_local_backend(
     ((node_ip, node_id),) = seen["nodes"]
     assert node_ip == "127.0.0.1"
     assert seen["address"].startswith("127.0.0.1:") and seen["started"]
+    assert seen["worker_niceness"] == os.nice(0) == 0
     assert seen["describe"].startswith(f"a local Ray cluster at {seen['address']}: 1 node")
     dashboard = seen["dashboard"]
     assert dashboard.startswith("127.0.0.1:")
