@@ -138,11 +138,14 @@ bench-ray: $(TEST_STAMP)
 bench-variants: $(TEST_STAMP)
 	$(BIN)/python benchmarks/variants.py
 
-# One replay shard's capacity over Ray (issue 47, Ape-X): blocks in, batches of 512 out with
-# their priority updates, on a local 2-CPU cluster; three observation shapes, about 2 minutes.
+# Ape-X (issue 47) on a local 2-CPU Ray cluster: one replay shard's capacity (blocks in, batches
+# of 512 out with their priority updates; three observation shapes), then the actors' env steps
+# a second against a single run's acting-only rate, one Ray actor against two (three envs);
+# about 6 minutes, on a quiet machine.
 .PHONY: bench-apex
 bench-apex: $(TEST_STAMP)
 	$(BIN)/python benchmarks/apex_shard.py
+	$(BIN)/python benchmarks/apex_actors.py
 
 # Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
 bench-smoke: $(STAMP)

@@ -293,6 +293,26 @@ def test_apex_shard_smoke_feeds_samples_and_updates_a_shard_over_ray():
     assert PACKAGE_LINE in out
 
 
+@pytest.mark.ray
+@pytest.mark.bench_smoke
+@pytest.mark.skipif(not HAVE["ray"], reason="needs the ray extra")
+def test_apex_actors_smoke_measures_each_way_of_acting():
+    """A row for CartPole: the single run's acting-only rate, one actor in process and its share
+    of the single run, one and two Ray actors (each one's rate), and the two against one."""
+    proc = run("apex_actors.py", "--smoke")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    row = next(line for line in out.splitlines() if line.startswith("| CartPole"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert all(NUMBER.fullmatch(cells[i]) for i in (1, 2, 4, 5))
+    assert cells[3].endswith("x") and cells[7].endswith("x")
+    each = [float(v.replace(",", "")) for v in cells[6].split(" / ")]
+    assert len(each) == 2 and all(v > 0 for v in each)
+    assert sum(each) == pytest.approx(float(cells[5].replace(",", "")), abs=2)
+    assert 0 < float(cells[8]) < 2
+    assert PACKAGE_LINE in out
+
+
 def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
     """The agreement check of ``ray_overhead.py`` (its smoke run only meets agreeing runs): a score
     that differs, a model that differs and a missing run are each named, against the first local
