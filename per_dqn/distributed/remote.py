@@ -32,6 +32,7 @@ from per_dqn.config import Config
 from per_dqn.distributed import ActorLostError
 from per_dqn.distributed.actor import Actor, Block
 from per_dqn.distributed.learner import BLOCK_STEPS, SYNC_STEPS, ApexLoop
+from per_dqn.rundir import provenance
 from per_dqn.training.build import set_torch_threads
 from per_dqn.training.schedules import epsilon_ladder
 from per_dqn.training.seeding import RunSeeds
@@ -62,6 +63,14 @@ class ActorProcess:
         if weights is not None:
             self.actor.set_weights(*weights, version=version)
         return self.actor.collect(steps)
+
+    def where(self) -> dict[str, str]:
+        """The Ray node this process runs on: ``node_ip`` and ``node_id`` as ``ray.nodes()``
+        names it."""
+        import ray
+
+        return {"node_ip": ray.util.get_node_ip_address(),
+                "node_id": ray.get_runtime_context().get_node_id()}  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """The actor's state after its last block (``Actor.state_dict``)."""
@@ -126,6 +135,13 @@ class RayActors:
 
     def __len__(self) -> int:
         return len(self.epsilons)
+
+    def placement(self) -> list[dict[str, Any]]:
+        """Where each actor runs, once its process is up: ``index``, ``epsilon``, ``node_ip``
+        and ``node_id`` (a run's provenance records it)."""
+        found = self.ray.get([handle.where.remote() for handle in self.handles])
+        pairs = enumerate(zip(self.epsilons, found, strict=True))
+        return [{"index": i, "epsilon": eps, **where} for i, (eps, where) in pairs]
 
     def _fill(self, i: int, wanted: float = math.inf) -> None:
         """Queues actor ``i``'s requests up to ``in_flight``, while the env steps of all those
@@ -309,12 +325,15 @@ def ray_loop(config: Config, address: str | None = None) -> Iterator[Callable[..
     if actors is None:
         raise ValueError("run.actors: a distributed run needs actors (train --actors N)")
     options = RayOptions(address=address, local_cpus=actors if address is None else None)
-    with connect(options) as connection:
+    # Where each actor first ran, for the run's provenance (``actors``), once they are up.
+    placement: list[dict[str, Any]] = []
+    with connect(options) as connection, provenance.recorded(actors=placement):
         sources: list[RayActors] = []
 
         def make_loop(config, agent, memory, envs, seeds) -> ApexLoop:
             source = RayActors(connection.ray, config, agent, actors)
             sources.append(source)
+            placement[:] = source.placement()
             return ApexLoop(config, agent, memory, envs, seeds, source)
 
         try:

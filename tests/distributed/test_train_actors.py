@@ -56,9 +56,10 @@ def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_en
     """Two actors on a cluster started for the run, from the Python API (``per_dqn.train`` with
     ``run.actors``; the CLI's ``--actors`` is the kill test's): the run dir holds what a single
     run's does (config.yaml with run.actors, events with episode returns and an evaluation,
-    checkpoints, model.pt, summary.json); its env steps reach the budget (past it by the blocks
-    in flight at most: 2 actors x 2 blocks x 50 steps); the learner learned once per
-    replay_period env steps from learning_starts; evaluations fall due at block boundaries."""
+    checkpoints, model.pt, summary.json, whose provenance says where each actor ran); its env
+    steps reach the budget (past it by the blocks in flight at most: 2 actors x 2 blocks x 50
+    steps); the learner learned once per replay_period env steps from learning_starts;
+    evaluations fall due at block boundaries."""
     run_dir = tmp_path / "run"
     overrides = [s for s in SHORT if s != "--set"] + ["run.actors=2", "train.total_env_steps=1500"]
     script = (
@@ -81,6 +82,10 @@ def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_en
     # Evaluated when the blocks' env steps pass 800 (the blocks in flight after it at most).
     assert 800 <= scalars[tags.EVAL_RETURN_MEAN][0][0] <= 800 + 2 * 2 * 50
     assert summary["final_eval_return_mean"] is not None
+    # Where each actor ran, at its epsilon of the ladder.
+    actors = summary["provenance"]["actors"]
+    assert [(a["index"], a["node_ip"]) for a in actors] == [(0, "127.0.0.1"), (1, "127.0.0.1")]
+    assert [a["epsilon"] for a in actors] == pytest.approx([0.4, 0.4**8])
 
 
 @pytest.mark.parametrize(
