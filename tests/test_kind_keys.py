@@ -22,12 +22,15 @@ EVERY = {"replay.kind", "replay.capacity", "replay.dedup_frames", "replay.frame_
 BETA = {"replay.beta0", "replay.beta_end", "replay.beta_anneal_steps"}
 PROPORTIONAL = {"replay.alpha", "replay.priority_eps", "replay.td_error_clip",
                 "replay.uniform_mix", "replay.weight_normalization"}  # fmt: skip
+# Read by the kinds that keep a priority per transition (a distributed run's actors may set it).
+KEEPS = {"replay.initial_priority"}
 # What each kind reads, written out by hand from its sampler, its objective and its signal.
 READS = {
     "uniform": EVERY | {"agent.loss"},
-    "proportional": EVERY | PROPORTIONAL | BETA | {"replay.priority_from", "agent.loss"},
+    "proportional": EVERY | PROPORTIONAL | BETA | KEEPS | {"replay.priority_from", "agent.loss"},
     "rank": EVERY
     | BETA
+    | KEEPS
     | {
         "replay.alpha",
         "replay.td_error_clip",
@@ -35,8 +38,8 @@ READS = {
         "replay.priority_from",
         "agent.loss",
     },
-    "relo": EVERY | PROPORTIONAL | BETA | {"agent.loss"},
-    "lap": EVERY | {"replay.alpha", "replay.min_priority"},
+    "relo": EVERY | PROPORTIONAL | BETA | KEEPS | {"agent.loss"},
+    "lap": EVERY | KEEPS | {"replay.alpha", "replay.min_priority"},
     "pal": EVERY | {"replay.alpha", "replay.min_priority"},
     "laber": EVERY | {"replay.large_batch", "agent.loss"},
 }

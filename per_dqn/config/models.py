@@ -250,6 +250,12 @@ class ReplayConfig(_Section):
             sfujim/LAP-PAL's Atari setting 0.01).
         large_batch: LaBER's ``m``: each step draws ``m`` times ``train.batch_size`` transitions
             uniformly and learns from ``train.batch_size`` of them (the authors' Atari agent: 4).
+        initial_priority: how a new transition enters a memory that keeps priorities: ``max``
+            (the paper's: at the largest priority so far, so that it is seen at least once) or
+            ``actor`` (a distributed run's, Ape-X's: at the priority of its ``|delta|`` under the
+            weights its actor played with); null: ``actor`` in a distributed run of a kind that
+            prioritises by ``|delta|``, ``max`` otherwise. With ``max`` a distributed run's
+            actors compute no priorities.
         dedup_frames: keep stacked uint8 image observations one distinct frame at a time
             (about 7 KB a transition for Atari instead of 56 KB); vector observations are always
             stored whole.
@@ -271,6 +277,7 @@ class ReplayConfig(_Section):
     sort_interval: int = Field(1000, ge=1)
     min_priority: float = Field(1.0, gt=0)
     large_batch: int = Field(4, ge=1)
+    initial_priority: Literal["max", "actor"] | None = None
     dedup_frames: bool = True
     frame_slack: float = Field(0.02, gt=0, le=1)
 
@@ -296,6 +303,8 @@ def kind_ignores(kind: str) -> frozenset[str]:
         reads.update(_BETA_KEYS)
     if entry.signal is None:
         reads.add("priority_from")
+    if entry.keeps_priorities:
+        reads.add("initial_priority")
     ignored = {f"replay.{key}" for key in ReplayConfig.model_fields if key not in reads}
     if not learner.reads_loss:
         ignored.add("agent.loss")
@@ -520,9 +529,45 @@ class Config(_Section):
                     ("agent.network",),
                 )
             )
+        if self.replay.initial_priority == "actor":
+            signal = self.priority_signal()
+            if self.run.actors is None:
+                problems.append(
+                    CrossProblem(
+                        "replay.initial_priority",
+                        "must not be 'actor' without actors to compute the priorities (a "
+                        "distributed run: run.actors, train --actors N), got 'actor'",
+                        ("run.actors",),
+                    )
+                )
+            elif signal != "td_error":
+                problems.append(
+                    CrossProblem(
+                        "replay.initial_priority",
+                        f"must not be 'actor' for replay.kind {self.replay.kind!r}, which "
+                        f"prioritises by {signal} (the actors compute |delta|), got 'actor'",
+                        ("replay.kind", "replay.priority_from"),
+                    )
+                )
         if problems:
             raise CrossFieldError(problems)
         return self
+
+    def priority_signal(self) -> str:
+        """The priority signal the learner hands back to the memory (a name in
+        ``per_dqn.agent.signals.PRIORITY_SIGNALS``): the kind's own, or
+        ``replay.priority_from`` where the kind lets the config choose."""
+        return _KIND_ENTRIES[self.replay.kind].signal or self.replay.priority_from
+
+    def actor_priorities(self) -> bool:
+        """Whether, in a distributed run, the transitions enter the memory at their actors'
+        ``|delta|`` (``replay.initial_priority`` resolved): a kind that keeps priorities, one
+        that prioritises by ``|delta|``, and not ``max``."""
+        return (
+            self.replay.initial_priority != "max"
+            and _KIND_ENTRIES[self.replay.kind].keeps_priorities
+            and self.priority_signal() == "td_error"
+        )
 
     def to_yaml(self) -> str:
         """The resolved config as YAML, loadable again by ``load_config``."""

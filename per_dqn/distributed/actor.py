@@ -44,7 +44,9 @@ class Block:
             once.
         transitions: the n-step transitions, oldest first (``memory.add_batch``'s arguments);
             empty fields (length 0) where the steps completed none.
-        td_abs: float64 ``(len,)``, each transition's ``|delta|`` under weights ``version``.
+        td_abs: float64 ``(len,)``, each transition's ``|delta|`` under weights ``version``; None
+            where the actor computes no priorities (``replay.initial_priority: max``, or a kind
+            that keeps none): the memory inserts at its own insertion priority then.
         version: the number of the weights the actions and priorities came from (-1: the
             actor's own initial networks, before any ``set_weights``).
         env_steps: the actor's env steps after the block's last step.
@@ -54,13 +56,13 @@ class Block:
     actor: int
     serial: int
     transitions: Transitions
-    td_abs: np.ndarray
+    td_abs: np.ndarray | None
     version: int
     env_steps: int
     episodes: list[tuple[float, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return int(self.td_abs.shape[0])
+        return int(self.transitions.actions.shape[0])
 
 
 class Actor:
@@ -73,6 +75,8 @@ class Actor:
         seeds: its random streams (``RunSeeds.for_actor``): ``env`` its envs' first reset,
             ``explore`` its epsilon-greedy draws, ``network`` its initial networks.
         device: where its networks run.
+        priorities: whether its blocks carry their transitions' ``|delta|`` (a distributed
+            run's ``Config.actor_priorities()``).
 
     Raises:
         ValueError: a negative index or an epsilon outside [0, 1].
@@ -85,6 +89,7 @@ class Actor:
         epsilon: float,
         seeds: RunSeeds,
         device: torch.device | str = "cpu",
+        priorities: bool = True,
     ) -> None:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise ValueError(f"an actor's `index` must be an integer >= 0, got {index!r}")
@@ -93,6 +98,7 @@ class Actor:
         self.config = config
         self.index = index
         self.epsilon = float(epsilon)
+        self.priorities = priorities
         self.envs = make_vector_env(config.env)
         spec = describe(self.envs)
         torch.manual_seed(seeds.network)
@@ -191,7 +197,7 @@ class Actor:
             fresh.extend(completed)
             episodes.extend(ended)
         transitions = stack(fresh) if fresh else self._empty()
-        td_abs = self._priorities(transitions)
+        td_abs = self._priorities(transitions) if self.priorities else None
         block = Block(
             self.index, self.blocks, transitions, td_abs, self.version, self.state.env_steps,
             episodes,

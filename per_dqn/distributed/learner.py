@@ -4,8 +4,9 @@ loop whose transitions come from actors' blocks instead of its own envs.
 ``ApexLoop`` is the loop a ``Trainer`` is built with for a distributed run (``make_loop``), so the
 run has the single run's run dir, TensorBoard, evaluation (by the learner's weights),
 checkpoints and summary. Each of its steps takes the blocks its ``BlockSource`` has for it: each
-block is stored with its actor's priorities (``ReplayMemory.add_batch(..., td_abs=)``: the
-``actor`` initial priority, beside max-priority insertion), its env steps counted, its episodes
+block is stored with its actor's priorities (``ReplayMemory.add_batch(..., td_abs=)``:
+``replay.initial_priority: actor``; with ``max`` the actors send none and the memory inserts at
+its largest priority, as a single run does), its env steps counted, its episodes
 logged as the run's; then the gradient steps due at the env steps reached are taken as a single
 run takes them (``Loop.learning``: ``gradient_steps`` every ``replay_period`` env steps), so a
 distributed run learns as often per env step as the single run it is compared with.
@@ -107,10 +108,14 @@ class ApexLoop(Loop):
         # The largest number of learner updates between a block's weights and the learner's on
         # its arrival.
         self.max_staleness = 0
-        # Since the last log point: (blocks, staleness sum, staleness max), each actor's env
-        # steps, and when it was.
+        # Since the last log point: (blocks, staleness sum, staleness max), the transitions
+        # stored, each actor's episode returns; each actor's env steps, the learner's updates,
+        # and when it was.
         self._since_log = (0, 0, 0)
+        self._stored = 0
+        self._actor_returns: dict[int, list[float]] = {}
         self._actor_steps: dict[int, int] = {}
+        self._log_updates = agent.update_steps
         self._log_clock = time.perf_counter()
         # The episodes of the blocks a checkpoint took (``settle``), for the next step to return,
         # and the actors' states it kept (None: none since the last step).
@@ -142,12 +147,15 @@ class ApexLoop(Loop):
             if len(block):
                 slots = memory.add_batch(*block.transitions, td_abs=block.td_abs)
                 state.health.record_add(slots, state.env_steps)
+                self._stored += len(slots)
             staleness = self.agent.update_steps - max(block.version, 0)
             self.max_staleness = max(self.max_staleness, staleness)
             blocks, total, most = self._since_log
             self._since_log = (blocks + 1, total + staleness, max(most, staleness))
             finished.extend(block.episodes)
             state.recent_returns.extend(ret for ret, _ in block.episodes)
+            returns = self._actor_returns.setdefault(block.actor, [])
+            returns.extend(ret for ret, _ in block.episodes)
         return finished
 
     def settle(self) -> None:
@@ -203,6 +211,7 @@ class ApexLoop(Loop):
         exact = super().load_state_dict(loop, envs)
         self.received = received
         self._actor_steps = {actor: steps for actor, (_, steps) in received.items()}
+        self._log_updates = self.agent.update_steps  # the agent is loaded first
         return self.source.restore(received, states) and exact
 
     def exploration(self, step: int) -> float:
@@ -210,28 +219,43 @@ class ApexLoop(Loop):
         return math.nan
 
     def log_values(self, step: int) -> dict[str, float]:
-        """The actors' panel (``apex/*``): blocks/s, the slowest and fastest actor's env
-        steps/s and the weights' staleness, since the last log point. No ``explore/epsilon``:
-        each actor has its own."""
+        """The actors' panel (``apex/*``), since the last log point: blocks/s; every actor's env
+        steps/s, together, each, the slowest and the fastest; each actor's mean return at its
+        epsilon; the replay's transitions in and sampled per second; the learner's updates per
+        second; the weights' staleness; the restarts so far. No ``explore/epsilon``: each actor
+        has its own."""
         now = time.perf_counter()
         seconds = max(now - self._log_clock, 1e-9)
         blocks, total, most = self._since_log
-        rates = [
-            (env_steps - self._actor_steps.get(actor, 0)) / seconds
-            for actor, (_, env_steps) in self.received.items()
-        ]
+        rates = {
+            actor: (env_steps - self._actor_steps.get(actor, 0)) / seconds
+            for actor, (_, env_steps) in sorted(self.received.items())
+        }
+        updates = self.agent.update_steps - self._log_updates
         values = {
             tags.APEX_BLOCKS_PER_S: blocks / seconds,
+            tags.APEX_ACTORS_SPS: sum(rates.values()),
+            tags.APEX_INGEST_PER_S: self._stored / seconds,
+            tags.APEX_UPDATES_PER_S: updates / seconds,
+            tags.APEX_SAMPLES_PER_S: updates * self.config.train.batch_size / seconds,
             tags.APEX_RESTARTS: float(self.source.restarts()),
         }
         if rates:
-            values[tags.APEX_ACTOR_SPS_MIN] = min(rates)
-            values[tags.APEX_ACTOR_SPS_MAX] = max(rates)
+            values[tags.APEX_ACTOR_SPS_MIN] = min(rates.values())
+            values[tags.APEX_ACTOR_SPS_MAX] = max(rates.values())
+        for actor, rate in rates.items():
+            values[tags.apex_actor(tags.APEX_ACTOR_SPS, actor)] = rate
+        for actor, returns in sorted(self._actor_returns.items()):
+            if returns:
+                values[tags.apex_actor(tags.APEX_ACTOR_RETURN, actor)] = sum(returns) / len(returns)
         if blocks:
             values[tags.APEX_STALENESS_MEAN] = total / blocks
             values[tags.APEX_STALENESS_MAX] = float(most)
         self._since_log = (0, 0, 0)
+        self._stored = 0
+        self._actor_returns = {}
         self._actor_steps = {actor: env_steps for actor, (_, env_steps) in self.received.items()}
+        self._log_updates = self.agent.update_steps
         self._log_clock = now
         return values
 
@@ -280,9 +304,10 @@ class LocalActors:
         self.agent = agent
         self.block_steps, self.sync_steps = block_steps, sync_steps
         ladder = epsilon_ladder(actors)
+        priorities = config.actor_priorities()
         self.actors = [
-            Actor(config, i, epsilon, RunSeeds.for_actor(config.run.seed, i), agent.device)
-            for i, epsilon in enumerate(ladder)
+            Actor(config, i, eps, RunSeeds.for_actor(config.run.seed, i), agent.device, priorities)
+            for i, eps in enumerate(ladder)
         ]
         # Each actor's vector-env steps since it last pulled weights; None: never pulled.
         self._since_sync: list[int | None] = [None] * len(self.actors)

@@ -56,7 +56,7 @@ class ActorProcess:
         if ray.get_runtime_context().was_current_actor_reconstructed:
             incarnation = 1 + int.from_bytes(os.urandom(4), "little")
         seeds = RunSeeds.for_actor(config.run.seed, index, incarnation)
-        self.actor = Actor(config, index, epsilon, seeds)
+        self.actor = Actor(config, index, epsilon, seeds, priorities=config.actor_priorities())
 
     def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
         """The next block; the given weights (``(online, target)``) loaded first, if any."""

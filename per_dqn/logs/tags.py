@@ -51,6 +51,13 @@ APEX_ACTOR_SPS_MAX = "apex/actor_sps_max"
 APEX_STALENESS_MEAN = "apex/staleness_mean"
 APEX_STALENESS_MAX = "apex/staleness_max"
 APEX_RESTARTS = "apex/actor_restarts"
+APEX_ACTORS_SPS = "apex/actors_sps"
+APEX_INGEST_PER_S = "apex/replay_ingest_per_s"
+APEX_SAMPLES_PER_S = "apex/replay_samples_per_s"
+APEX_UPDATES_PER_S = "apex/learner_updates_per_s"
+# One of each per actor: ``apex_actor(APEX_ACTOR_SPS, i)`` is actor i's.
+APEX_ACTOR_SPS = "apex/actor_<i>/sps"
+APEX_ACTOR_RETURN = "apex/actor_<i>/return"
 # The run's final metrics, written once at the end of a finished run; the HParams tab reads them.
 SUMMARY_FINAL_RETURN = "summary/final_eval_return_mean"
 SUMMARY_AUC = "summary/auc"
@@ -120,6 +127,19 @@ SCALAR_TAGS: dict[str, str] = {
     APEX_STALENESS_MAX: "the largest of those since the previous write (distributed runs only)",
     APEX_RESTARTS: "actor processes that died and were restarted so far, their queued blocks "
     "lost (distributed runs only)",
+    APEX_ACTORS_SPS: "env steps per second of all actors together since the previous write, "
+    "as their blocks' env steps over the learner's wall time (distributed runs only)",
+    APEX_INGEST_PER_S: "transitions the replay memory took per second since the previous write "
+    "(distributed runs only)",
+    APEX_SAMPLES_PER_S: "transitions the learner sampled from the replay memory per second since "
+    "the previous write: updates x batch size (distributed runs only)",
+    APEX_UPDATES_PER_S: "learner updates (gradient steps) per second since the previous write "
+    "(distributed runs only)",
+    APEX_ACTOR_SPS: "env steps per second of one actor since the previous write, one tag per "
+    "actor: apex/actor_0/sps, apex/actor_1/sps, ... (distributed runs only)",
+    APEX_ACTOR_RETURN: "mean return of one actor's episodes that ended since the previous "
+    "write, played at its own epsilon, one tag per actor: apex/actor_0/return, ... (distributed "
+    "runs only; none where none ended)",
     SUMMARY_FINAL_RETURN: "summary.json's final_eval_return_mean, one point at a finished run's "
     "last step (an HParams metric)",
     SUMMARY_AUC: "summary.json's auc, the normalised area under eval/return_mean, one point at a "
@@ -197,6 +217,12 @@ def _tagged(
             f"{what} {name!r} has no TensorBoard tag: add '{prefix}{name}' with its meaning to "
             "SCALAR_TAGS in per_dqn/logs/tags.py"
         ) from None
+
+
+def apex_actor(tag: str, actor: int) -> str:
+    """Actor ``actor``'s own tag of a per-actor ``tag`` (``APEX_ACTOR_SPS``,
+    ``APEX_ACTOR_RETURN``)."""
+    return tag.replace("<i>", str(actor))
 
 
 def learner_scalars(metrics: Mapping[str, float]) -> dict[str, float]:

@@ -42,6 +42,9 @@ class ReplayKind:
         weighted: whether its draws carry IS weights that depend on beta (its sampler's
             ``weighted``; ``ReplayKind.sampler`` checks the two agree): only then does it read
             ``replay.beta0``, ``beta_end`` and ``beta_anneal_steps``.
+        keeps_priorities: whether its sampler keeps a priority per stored transition, set by
+            the learner's signal (and, in a distributed run, by the actors' |delta| on entry):
+            only then does it read ``replay.initial_priority``.
         default_arm: whether ``per-dqn ablate`` runs it when ``--replay`` is not given (the
             three arms of Schaul et al.'s comparison: uniform, proportional and rank).
     """
@@ -53,6 +56,7 @@ class ReplayKind:
     objective: str = "weighted"
     signal: str | None = "td_error"
     weighted: bool = False
+    keeps_priorities: bool = False
     default_arm: bool = False
 
     @property
@@ -112,25 +116,25 @@ REPLAY_KINDS: Mapping[str, ReplayKind] = MappingProxyType({
             "proportional", "per_dqn.memory.proportional:ProportionalSampler",
             ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
             summary="PER, P(i) proportional to p_i^alpha over a sum tree (Schaul et al., 2016)",
-            signal=None, weighted=True, default_arm=True,
+            signal=None, weighted=True, keeps_priorities=True, default_arm=True,
         ),
         ReplayKind(
             "rank", "per_dqn.memory.rank:RankSampler",
             ("alpha", "td_error_clip", "sort_interval"),
             summary="PER, P(i) proportional to rank(i)^-alpha over a heap (Schaul et al., 2016)",
-            signal=None, weighted=True, default_arm=True,
+            signal=None, weighted=True, keeps_priorities=True, default_arm=True,
         ),
         ReplayKind(
             "relo", "per_dqn.memory.relo:ReLoSampler",
             ("alpha", "priority_eps", "td_error_clip", "uniform_mix", "weight_normalization"),
             summary="proportional PER by the reducible loss, ReLo (Sujit et al., 2023)",
-            signal="reducible_loss", weighted=True,
+            signal="reducible_loss", weighted=True, keeps_priorities=True,
         ),
         ReplayKind(
             "lap", "per_dqn.memory.lap:LAPSampler", ("alpha", "min_priority"),
             summary="LAP: P(i) by max(|delta|, k)^alpha, no IS weights, LAP's Huber loss "
             "(Fujimoto et al., 2020)",
-            objective="lap",
+            objective="lap", keeps_priorities=True,
         ),
         ReplayKind(
             "pal", "per_dqn.memory.pal:PALSampler",

@@ -97,6 +97,6 @@ def make_agent(config: Config, spec: EnvSpec, device: torch.device) -> DQNAgent:
         rmsprop_centered=agent.rmsprop_centered,
         init=agent.init,
         conv_padding=agent.conv_padding,
-        priority_signal=kind.signal or config.replay.priority_from,
+        priority_signal=config.priority_signal(),
         objective=objectives.spec_from(kind.objective, agent.loss, vars(config.replay)),
     )

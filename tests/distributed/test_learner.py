@@ -106,6 +106,22 @@ def test_a_trainer_fed_by_two_local_actors_stores_every_transition_once(tmp_path
         scalars[tags.APEX_ACTOR_SPS_MIN], scalars[tags.APEX_ACTOR_SPS_MAX], strict=True
     ):
         assert 0 < low <= high
+    # Each actor's rate, and all of them together; the replay's and the learner's rates.
+    each = [dict(scalars[tags.apex_actor(tags.APEX_ACTOR_SPS, i)]) for i in (0, 1)]
+    for step, together in scalars[tags.APEX_ACTORS_SPS]:
+        assert together == pytest.approx(each[0][step] + each[1][step])
+        low = dict(scalars[tags.APEX_ACTOR_SPS_MIN])[step]
+        assert low == pytest.approx(min(each[0][step], each[1][step]))
+    updates = dict(scalars[tags.APEX_UPDATES_PER_S])
+    for step, samples in scalars[tags.APEX_SAMPLES_PER_S]:
+        assert samples == pytest.approx(updates[step] * config.train.batch_size)
+    assert sum(v > 0 for _, v in scalars[tags.APEX_UPDATES_PER_S]) >= 2
+    assert all(v > 0 for _, v in scalars[tags.APEX_INGEST_PER_S])
+    # Each actor's returns at its epsilon: means of its own episodes, not the other's.
+    for i in (0, 1):
+        own = [r for b in sent if b.actor == i for r, _ in b.episodes]
+        logged = [v for _, v in scalars[tags.apex_actor(tags.APEX_ACTOR_RETURN, i)]]
+        assert logged and all(min(own) <= v <= max(own) for v in logged)
 
 
 def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
@@ -242,3 +258,47 @@ def test_a_checkpoint_without_its_actors_state_is_refused(tmp_path):
             loop.load_state_dict(three, envs)
     finally:
         trainer.close()
+
+
+def test_with_initial_priority_max_the_actors_send_no_priorities_and_blocks_enter_at_the_max():
+    """``replay.initial_priority: max``: the actors compute no |delta| (their blocks carry
+    none), and every transition enters at the memory's largest priority so far, as a single
+    run's do: before any learning, all at the first one's, 1 (|delta| clipped to 1, to the
+    alpha)."""
+    config = cartpole_config(*SETTINGS, "train.learning_starts=1000", "replay.initial_priority=max")
+    assert not config.actor_priorities()
+    recorded = []
+
+    def make_loop(config, agent, memory, envs, seeds):
+        recorded.append(Recording(LocalActors(config, agent, actors=2, block_steps=20)))
+        return ApexLoop(config, agent, memory, envs, seeds, recorded[0])
+
+    trainer = Trainer(config, "cartpole", make_loop=make_loop)
+    try:
+        for _ in range(3):
+            serve(trainer.loop.steps(), trainer.agent)
+        sent, memory = recorded[0].sent, trainer.memory
+        assert sent and all(b.td_abs is None for b in sent)
+        slots = np.arange(len(memory))
+        assert len(slots) == sum(len(b) for b in sent) > 100
+        np.testing.assert_array_equal(memory.sampler.priorities(slots), 1.0)
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "actor_priorities"),
+    [
+        ((), True),  # proportional by |delta|: Ape-X's
+        (("replay.initial_priority=actor", "run.actors=2"), True),
+        (("replay.initial_priority=max",), False),
+        (("replay.kind=rank",), True),
+        (("replay.kind=lap", "replay.alpha=0.4"), True),
+        (("replay.kind=relo",), False),  # by the reducible loss: not the actors' |delta|
+        (("replay.priority_from=loss",), False),
+        (("replay.kind=uniform",), False),  # no priorities kept
+        (("replay.kind=laber",), False),
+    ],
+)
+def test_which_runs_insert_at_their_actors_priorities(settings, actor_priorities):
+    assert cartpole_config(*settings).actor_priorities() is actor_priorities

@@ -205,3 +205,32 @@ def test_an_actor_killed_is_restarted_ctrl_c_leaves_no_process_and_resume_goes_o
     assert sum(went_on.values()) == after["env_steps"] == summary["env_steps"]
     assert all(went_on[actor] > received[actor] for actor in (0, 1))
     assert after["apex"]["actors"][alive]["loop"]["env_steps"] == went_on[alive]
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        (
+            ["replay.initial_priority=actor"],
+            "replay.initial_priority: must not be 'actor' without actors to compute the "
+            "priorities (a distributed run: run.actors, train --actors N), got 'actor'",
+        ),
+        (
+            ["replay.kind=relo", "replay.initial_priority=actor", "run.actors=2"],
+            "replay.initial_priority: must not be 'actor' for replay.kind 'relo', which "
+            "prioritises by reducible_loss (the actors compute |delta|), got 'actor'",
+        ),
+        (
+            ["replay.kind=uniform", "replay.initial_priority=max"],
+            "replay.initial_priority",
+        ),
+    ],
+)
+def test_an_initial_priority_a_run_cannot_honour_is_one_line(settings, line, tmp_path):
+    """``actor`` with no actors, or with a kind whose priorities are not |delta|; any value with
+    a kind that keeps no priorities (a key it does not read)."""
+    result = runner.invoke(app, ["train", "-c", "cartpole.yaml", "--run-dir", str(tmp_path / "r"),
+                                 *sets(*settings)])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert line in result.stderr
+    assert not (tmp_path / "r").exists()
