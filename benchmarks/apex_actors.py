@@ -17,8 +17,8 @@ windows, its priorities: the production code, nothing stubbed):
 Every row explores at epsilon 0.4 (the ladder's first actor), so that the network runs as often
 in each. The table gives env steps a second (all actors together, and per actor) and, for two
 actors, the scaling: their total over one actor's, and the share of a core this process spent
-taking their blocks (what the two actors did not have of the two cores). On a 2-core machine two actors have a core each only if
-nothing else runs: run it on a quiet machine.
+taking their blocks (what the two actors did not have of the two cores). On a 2-core machine
+two actors have a core each only if nothing else runs: run it on a quiet machine.
 
     .venv/bin/python benchmarks/apex_actors.py            # rows of 20 s
     .venv/bin/python benchmarks/apex_actors.py --smoke    # CartPole, rows of 1 s; means nothing

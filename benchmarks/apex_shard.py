@@ -20,11 +20,12 @@ Set-up, on a Ray cluster this script starts on 127.0.0.1 with 2 CPUs:
 
 Each row runs ``--seconds`` after a warm-up that fills the shard, and reads the shard's own
 counters: transitions in, batches out, updates set and dropped (an update whose transitions
-were overwritten meanwhile is dropped: ``Shard``). Three observation shapes: CartPole's (4,)
-float32, MinAtar's (4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks sent whole
-(each frame four times: the frame-store format that sends each frame once is still to come).
+were overwritten meanwhile is dropped: ``Shard``). Four rows: CartPole's (4,) float32,
+MinAtar's (4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks, sent whole (each frame
+about eight times, in the stacks of s and s') and each frame once, as a distributed run's actors
+send them (``per_dqn.distributed.frames``: the shard rebuilds the stacks before it stores them).
 
-    .venv/bin/python benchmarks/apex_shard.py            # 3 rows of 20 s, capacity 100,000
+    .venv/bin/python benchmarks/apex_shard.py            # 4 rows of 20 s, capacity 100,000
     .venv/bin/python benchmarks/apex_shard.py --smoke    # one row of 1 s; the figures mean nothing
 """
 
@@ -57,10 +58,11 @@ from per_dqn.memory import planned_nbytes
 # The paper's rates as its replications quote them (see the module docstring).
 GOAL_IN = 12_500  # transitions/s
 GOAL_BATCHES = 19  # batches of 512 a second
-SHAPES = {
-    "CartPole (4,) float32": ((4,), np.float32),
-    "MinAtar (4, 10, 10) bool": ((4, 10, 10), np.bool_),
-    "Atari (4, 84, 84) uint8, whole stacks": ((4, 84, 84), np.uint8),
+SHAPES = {  # name -> (shape, dtype, each frame once)
+    "CartPole (4,) float32": ((4,), np.float32, False),
+    "MinAtar (4, 10, 10) bool": ((4, 10, 10), np.bool_, False),
+    "Atari (4, 84, 84) uint8, whole stacks": ((4, 84, 84), np.uint8, False),
+    "Atari (4, 84, 84) uint8, each frame once": ((4, 84, 84), np.uint8, True),
 }
 DEFAULTS = {  # (full, quick, smoke)
     "seconds": (20.0, 5.0, 1.0),
@@ -83,6 +85,13 @@ class ShardHost:
         self.shard.add(obs, actions, rewards, next_obs, terminated, n_steps, td_abs)
         return len(self.shard)
 
+    def add_packed(self, transitions: Any, packed: Any, td_abs: np.ndarray) -> int:
+        """A block whose frames come once (``frames.pack``): rebuilt, then stored."""
+        from per_dqn.distributed.frames import unpack
+
+        self.shard.add(*unpack(transitions, packed), td_abs)
+        return len(self.shard)
+
     def sample(self, batch_size: int) -> tuple[Any, np.ndarray]:
         self.batches += 1
         return self.shard.sample(batch_size, beta=0.4)
@@ -96,11 +105,19 @@ class ShardHost:
 
 
 class Feeder:
-    """Sends prebuilt blocks to the shard as fast as it takes them."""
+    """Sends prebuilt blocks to the shard as fast as it takes them; with ``frames_once``, a
+    block of consecutive 4-frame stacks (3-step windows, as an Atari actor's), each frame sent
+    once (``frames.pack``)."""
 
-    def __init__(self, shard: Any, obs_shape: tuple[int, ...], dtype: Any, block: int) -> None:
+    def __init__(self, shard: Any, obs_shape: tuple[int, ...], dtype: Any, block: int,
+                 frames_once: bool = False) -> None:  # fmt: skip
         rng = np.random.default_rng(1)
-        if np.dtype(dtype) == np.float32:
+        if frames_once:  # stacks i = frames i..i+3, next stacks 3 steps on
+            frames = rng.integers(0, 256, size=(block + 6, *obs_shape[1:]), dtype=np.uint8)
+            window = np.arange(obs_shape[0])
+            obs = np.stack([frames[i + window] for i in range(block)])
+            obs = np.stack([obs, np.stack([frames[i + 3 + window] for i in range(block)])])
+        elif np.dtype(dtype) == np.float32:
             obs = rng.normal(size=(2, block, *obs_shape)).astype(np.float32)
         else:
             high = 2 if np.dtype(dtype) == np.bool_ else 256
@@ -109,7 +126,12 @@ class Feeder:
         self.block = (obs[0], rng.integers(0, 4, block), rng.normal(size=block).astype(np.float32),
                       obs[1], rng.random(block) < 0.01, np.full(block, 3, np.uint8),
                       np.abs(rng.normal(size=block)))  # fmt: skip
-        self.running = False
+        self.packed = None
+        if frames_once:
+            from per_dqn.distributed.frames import pack
+            from per_dqn.training.nstep import Transitions
+
+            self.packed = pack(Transitions(*self.block[:6]))
 
     def run(self, seconds: float, inflight: int) -> int:
         import ray
@@ -117,16 +139,20 @@ class Feeder:
         sent, pending, end = 0, [], time.perf_counter() + seconds
         while time.perf_counter() < end:
             while len(pending) < inflight:
-                pending.append(self.shard.add.remote(*self.block))
+                if self.packed is None:
+                    pending.append(self.shard.add.remote(*self.block))
+                else:
+                    pending.append(self.shard.add_packed.remote(*self.packed, self.block[6]))
                 sent += 1
             _, pending = ray.wait(pending, num_returns=1)
         ray.get(pending)
         return sent
 
 
-def measure(ray: Any, args: argparse.Namespace, shape: tuple[int, ...], dtype: Any) -> dict:
+def measure(ray: Any, args: argparse.Namespace, shape: tuple[int, ...], dtype: Any,
+            frames_once: bool) -> dict:  # fmt: skip
     host = ray.remote(num_cpus=1)(ShardHost).remote(args.capacity, shape, dtype)
-    feeder = ray.remote(num_cpus=1)(Feeder).remote(host, shape, dtype, args.block)
+    feeder = ray.remote(num_cpus=1)(Feeder).remote(host, shape, dtype, args.block, frames_once)
     # Warm-up: the shard full, so that its sampling, eviction and dropped updates are the steady
     # state's.
     while ray.get(host.counters.remote())["stored"] < args.capacity:
@@ -185,14 +211,14 @@ def main(argv: list[str] | None = None) -> None:
         ray = cluster.ray
         # A smoke run's one row runs every code path the others do.
         shapes = list(SHAPES.items())[: 1 if args.smoke else None]
-        for name, (shape, dtype) in shapes:
+        for name, (shape, dtype, frames_once) in shapes:
             need = planned_nbytes("proportional", args.capacity, shape, dtype)["total"]
             free = available_bytes()
             if free is not None and need > free // 2:
                 log(f"{name}: skipped, {gb(need)} for the shard against {gb(free)} available")
                 rows.append([name, f"skipped: {gb(need)} > half of {gb(free)}", "", "", "", ""])
                 continue
-            got = measure(ray, args, shape, dtype)
+            got = measure(ray, args, shape, dtype, frames_once)
             log(f"{name}: {got['in']:,.0f} transitions/s in, {got['batches']:.1f} batches/s")
             rows.append([
                 name, f"{got['in']:,.0f}", f"{got['in'] / GOAL_IN:.2f}x",

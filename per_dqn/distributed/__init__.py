@@ -10,6 +10,7 @@ them; one learner samples, learns and sends priority updates back.
 - ``actor.py``: an actor's work, without Ray: its envs, its network, its blocks.
 - ``learner.py``: the learner's side, a ``Trainer``'s loop fed by the actors' blocks, and the
   actors stepped in this process.
+- ``frames.py``: a block's stacked frames, each sent once between processes.
 - ``remote.py``: the actors as Ray actor processes, and a run's connection to its cluster.
 
 The package imports nothing at its top: ``ActorLostError`` is here for the CLI to catch.

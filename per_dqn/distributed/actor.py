@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from per_dqn.config import Config
+from per_dqn.distributed.frames import PackedFrames
 from per_dqn.envs.make import describe, make_vector_env
 from per_dqn.envs.state import check_env_state, env_state, load_env_state
 from per_dqn.memory import Batch
@@ -51,6 +52,8 @@ class Block:
             actor's own initial networks, before any ``set_weights``).
         env_steps: the actor's env steps after the block's last step.
         episodes: ``(return, length)`` of each episode that ended in the block's steps.
+        frames: on its way between processes, the observations' frames, each once
+            (``per_dqn.distributed.frames``); ``transitions`` then holds no observations.
     """
 
     actor: int
@@ -60,6 +63,7 @@ class Block:
     version: int
     env_steps: int
     episodes: list[tuple[float, int]] = field(default_factory=list)
+    frames: PackedFrames | None = None
 
     def __len__(self) -> int:
         return int(self.transitions.actions.shape[0])

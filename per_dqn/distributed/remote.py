@@ -6,7 +6,9 @@ its next block while the learner takes its last), and a Ray actor runs its calls
 were made, so its blocks come back in order. An actor pulls the learner's weights every
 ``sync_steps`` of its own vector-env steps: the request that falls due carries the newest weights
 the learner has published (``ray.put`` once per learner update at most, shared by every actor
-that pulls them), as an object-store reference each actor's node fetches once.
+that pulls them), as an object-store reference each actor's node fetches once. A block of
+stacked image observations travels with each frame once (``per_dqn.distributed.frames``),
+rebuilt on arrival.
 
 Ray is imported through ``per_dqn.cluster`` (the optional ``ray`` extra); the caller connects
 (``per_dqn.cluster.connection.connect``) before building the source.
@@ -31,6 +33,7 @@ from per_dqn.cluster.housekeeping import RayOptions
 from per_dqn.config import Config
 from per_dqn.distributed import ActorLostError
 from per_dqn.distributed.actor import Actor, Block
+from per_dqn.distributed.frames import pack, unpack
 from per_dqn.distributed.learner import BLOCK_STEPS, SYNC_STEPS, ApexLoop
 from per_dqn.rundir import provenance
 from per_dqn.training.build import set_torch_threads
@@ -59,10 +62,13 @@ class ActorProcess:
         self.actor = Actor(config, index, epsilon, seeds, priorities=config.actor_priorities())
 
     def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
-        """The next block; the given weights (``(online, target)``) loaded first, if any."""
+        """The next block, each frame of its stacked images once (``frames.pack``); the given
+        weights (``(online, target)``) loaded first, if any."""
         if weights is not None:
             self.actor.set_weights(*weights, version=version)
-        return self.actor.collect(steps)
+        block = self.actor.collect(steps)
+        transitions, packed = pack(block.transitions)
+        return dataclasses.replace(block, transitions=transitions, frames=packed)
 
     def where(self) -> dict[str, str]:
         """The Ray node this process runs on: ``node_ip`` and ``node_id`` as ``ray.nodes()``
@@ -211,8 +217,9 @@ class RayActors:
             self._restarted(i)
         blocks, steps = self._base[i]
         block = dataclasses.replace(
-            block, serial=blocks + block.serial, env_steps=steps + block.env_steps
-        )
+            block, serial=blocks + block.serial, env_steps=steps + block.env_steps,
+            transitions=unpack(block.transitions, block.frames), frames=None,
+        )  # fmt: skip
         self._delivered[i] = (block.serial + 1, block.env_steps)
         return block
 

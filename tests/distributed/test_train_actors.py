@@ -88,6 +88,38 @@ def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_en
     assert [a["epsilon"] for a in actors] == pytest.approx([0.4, 0.4**8])
 
 
+@pytest.mark.ray
+def test_an_atari_run_with_actors_sends_each_frame_once_and_learns_from_whole_stacks(
+    ray_env, tmp_path
+):
+    """Pong with two actors on a local cluster (the shipped atari.yaml, cut short): its blocks
+    travel with each frame once and are rebuilt into 4-frame stacks on arrival (a block without
+    its stacks could not be stored: the run would stop), the learner updates from them, and the
+    run dir is a single run's, with a checkpoint of the deduplicated memory."""
+    run_dir = tmp_path / "run"
+    settings = [
+        "run.actors=2", "train.total_env_steps=600", "train.learning_starts=300",
+        "train.eval_interval=0", "train.final_eval_episodes=1", "replay.capacity=2000",
+        "train.eval_max_episode_steps=200", "run.device=cpu", "train.log_interval=300",
+    ]  # fmt: skip
+    script = (
+        "import per_dqn\n"
+        f"per_dqn.train('atari', overrides={settings!r}, run_dir={str(run_dir)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = summary_of(run_dir)
+    assert 600 <= summary["env_steps"] <= 600 + 2 * 2 * 50
+    assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
+    (saved,) = (run_dir / "checkpoints").iterdir()
+    memory = load_run_checkpoint(saved).parts["memory"]
+    # 1-step transitions (atari.yaml): one a step, every block in flight taken at the checkpoint.
+    assert int(memory["storage"]["size"]) == summary["env_steps"]
+
+
 @pytest.mark.parametrize(
     ("args", "line"),
     [
