@@ -68,6 +68,36 @@ class Block:
     def __len__(self) -> int:
         return int(self.transitions.actions.shape[0])
 
+    def state_dict(self) -> dict[str, Any]:
+        """The block as a checkpoint holds it (arrays and JSON values; its frames unpacked)."""
+        if self.frames is not None:
+            raise ValueError("a block is saved with its stacks rebuilt (frames.unpack)")
+        return {
+            "actor": self.actor, "serial": self.serial, "transitions": list(self.transitions),
+            "td_abs": self.td_abs, "version": self.version, "env_steps": self.env_steps,
+            "episodes": [[ret, length] for ret, length in self.episodes],
+        }  # fmt: skip
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> Block:
+        """The block ``state_dict`` gave.
+
+        Raises:
+            ValueError: not a block's state (a field missing or of another shape).
+        """
+        try:
+            transitions = Transitions(*(np.asarray(a) for a in state["transitions"]))
+            episodes = [(float(ret), int(length)) for ret, length in state["episodes"]]
+            td_abs = None if state["td_abs"] is None else np.asarray(state["td_abs"], np.float64)
+            block = cls(int(state["actor"]), int(state["serial"]), transitions, td_abs,
+                        int(state["version"]), int(state["env_steps"]), episodes)  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a block's state ({exc})") from None
+        sizes = {len(field) for field in transitions}
+        if len(sizes) != 1 or (td_abs is not None and td_abs.shape != (len(block),)):
+            raise ValueError(f"not a block's state (fields of lengths {sorted(sizes)})")
+        return block
+
 
 class Actor:
     """One actor: its envs, its networks and its loop state.

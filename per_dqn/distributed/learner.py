@@ -67,9 +67,10 @@ class BlockSource(Protocol):
 
     def restore(self, received: dict[int, tuple[int, int]],
                 states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
-        """Before the first ``blocks``: continues each actor from its ``states`` entry (None:
-        from where ``received`` says its blocks and env steps ended, on fresh streams); returns
-        whether every actor's envs were restored exactly.
+        """Before the first ``blocks``: continues each actor from its ``states`` entry (None: on
+        fresh streams), its blocks and env steps counted on from ``received`` (each actor's next
+        serial and env steps); returns whether every actor with a state had its envs restored
+        exactly.
 
         Raises:
             ValueError: a state that does not fit its actor.
@@ -117,24 +118,29 @@ class ApexLoop(Loop):
         self._actor_steps: dict[int, int] = {}
         self._log_updates = agent.update_steps
         self._log_clock = time.perf_counter()
-        # The episodes of the blocks a checkpoint took (``settle``), for the next step to return,
-        # and the actors' states it kept (None: none since the last step).
-        self._held_episodes: list[tuple[float, int]] = []
+        # The blocks a checkpoint took in flight (``settle``), stored by the next step, and the
+        # actors' states it kept (None: none since the last step); the actors restarted before
+        # this session (a resumed run's).
+        self._held: list[Block] = []
         self._settled: list[dict[str, Any] | None] | None = None
+        self._restarts_before = 0
 
     def steps(self):  # type: ignore[override]
-        """Stores the source's next blocks, then learns as due; returns their episodes (and
-        those of the blocks a checkpoint took since the last call)."""
-        wanted = self.config.train.total_env_steps - self.state.env_steps
-        finished, self._settled = self._take(self.source.blocks(wanted)), None
+        """Stores the source's next blocks (first those a checkpoint took in flight, if any),
+        then learns as due; returns their episodes."""
+        if self._held:
+            blocks, self._held = self._held, []
+        else:
+            blocks = self.source.blocks(self.config.train.total_env_steps - self.state.env_steps)
+        finished, self._settled = self._take(blocks), None
         yield from self.learning()
         return finished
 
     def _take(self, blocks: Sequence[Block]) -> list[tuple[float, int]]:
         """Stores ``blocks`` with their actors' priorities and counts their env steps and
-        staleness; returns their episodes, after any a checkpoint took before."""
+        staleness; returns their episodes."""
         state, memory = self.state, self.memory
-        finished, self._held_episodes = self._held_episodes, []
+        finished: list[tuple[float, int]] = []
         for block in blocks:
             serial, env_steps = self.received.get(block.actor, (0, 0))
             if block.serial != serial:
@@ -159,13 +165,13 @@ class ApexLoop(Loop):
         return finished
 
     def settle(self) -> None:
-        """Before a checkpoint: stores every block in flight (their episodes are logged with the
-        next step's) and keeps each actor's state after it, so that the checkpoint holds the
-        replay, the counters and the actors as of one moment; every actor pulls the learner's
-        weights before its next block. The gradient steps those blocks make due are taken on
-        the next step, as a resumed run takes them."""
+        """Before a checkpoint: takes every block in flight and each actor's state after it.
+        The blocks are held, not stored: the checkpoint holds them beside the replay, and the
+        next step (a resumed run's first) stores them, so that the run's env steps, and what
+        falls due at them, are those of the moment the checkpoint was asked for; every actor
+        pulls the learner's weights before its next block."""
         blocks, states = self.source.pause()
-        self._held_episodes = self._take(blocks)
+        self._held.extend(blocks)
         self._settled = states
 
     def state_dict(self, stored: int | None = None) -> dict[str, Any]:
@@ -183,6 +189,8 @@ class ApexLoop(Loop):
             "apex": {
                 "received": [[actor, serial, steps] for actor, (serial, steps) in received],
                 "actors": list(self._settled),
+                "held": [block.state_dict() for block in self._held],
+                "restarts": self._restarts_before + self.source.restarts(),
             },
         }
 
@@ -202,17 +210,26 @@ class ApexLoop(Loop):
         try:
             received = {int(a): (int(serial), int(steps)) for a, serial, steps in apex["received"]}
             states = list(apex["actors"])
-        except (TypeError, KeyError, ValueError):
+            held = [Block.from_state_dict(block) for block in apex["held"]]
+            restarts = int(apex["restarts"])
+        except (TypeError, KeyError, ValueError, AttributeError):
             raise ValueError("its loop state holds no actors' state (`apex`)") from None
         if len(states) != actors or not set(received) <= set(range(len(states))):
             raise ValueError(
                 f"its loop state holds {len(states)} actors' state, this run has {actors} actors"
             )
+        if any(block.actor >= actors for block in held):
+            raise ValueError(f"its loop state holds a block of an actor past its {actors}")
         exact = super().load_state_dict(loop, envs)
-        self.received = received
+        self.received, self._held, self._restarts_before = received, held, restarts
+        # Where each actor's blocks go on from: after those held, else after those received.
+        delivered = dict(received)
+        for block in held:
+            delivered[block.actor] = (block.serial + 1, block.env_steps)
         self._actor_steps = {actor: steps for actor, (_, steps) in received.items()}
         self._log_updates = self.agent.update_steps  # the agent is loaded first
-        return self.source.restore(received, states) and exact
+        self._log_clock = time.perf_counter()  # loading took time that no rate should count
+        return self.source.restore(delivered, states) and exact
 
     def exploration(self, step: int) -> float:
         """None to show (NaN): each actor has its own epsilon."""
@@ -238,7 +255,7 @@ class ApexLoop(Loop):
             tags.APEX_INGEST_PER_S: self._stored / seconds,
             tags.APEX_UPDATES_PER_S: updates / seconds,
             tags.APEX_SAMPLES_PER_S: updates * self.config.train.batch_size / seconds,
-            tags.APEX_RESTARTS: float(self.source.restarts()),
+            tags.APEX_RESTARTS: float(self._restarts_before + self.source.restarts()),
         }
         if rates:
             values[tags.APEX_ACTOR_SPS_MIN] = min(rates.values())

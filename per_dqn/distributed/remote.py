@@ -1,9 +1,10 @@
 """Ape-X's actors as Ray actor processes (``RayActors``, a ``BlockSource``): each holds one
 ``Actor`` and one CPU of the cluster, on whichever node Ray places it.
 
-The learner drives them: each actor always has ``in_flight`` block requests queued (two: it plays
-its next block while the learner takes its last), and a Ray actor runs its calls in the order they
-were made, so its blocks come back in order. An actor pulls the learner's weights every
+The learner drives them: each actor has up to ``in_flight`` block requests queued (two: it plays
+its next block while the learner takes its last; fewer where the run's budget needs no more, and
+none while a checkpoint is written), and a Ray actor runs its calls in the order they were made,
+so its blocks come back in order. An actor pulls the learner's weights every
 ``sync_steps`` of its own vector-env steps: the request that falls due carries the newest weights
 the learner has published (``ray.put`` once per learner update at most, shared by every actor
 that pulls them), as an object-store reference each actor's node fetches once. A block of
@@ -137,6 +138,7 @@ class RayActors:
         self.incarnations = [0] * actors
         self._delivered = [(0, 0)] * actors
         self._base = [(0, 0)] * actors
+        self._wanted = math.inf  # the env steps the run still needs, as the last call said
         # Blocks are asked for from the first ``blocks`` call on (after ``restore``, if any).
 
     def __len__(self) -> int:
@@ -184,6 +186,7 @@ class RayActors:
         """The blocks done now (waiting for the first), each actor's in order; every actor whose
         block is taken is asked for its next, while the blocks in flight can bring fewer than
         ``wanted`` env steps (the run's budget left: no actor plays past it for nothing)."""
+        self._wanted = wanted
         for i in range(len(self.handles)):
             self._fill(i, wanted)
         ready, _ = self.ray.wait(list(self._pending), num_returns=1)
@@ -247,11 +250,13 @@ class RayActors:
     def restore(self, received: dict[int, tuple[int, int]],
                 states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
         """Before the first ``blocks``: each actor continues from its state, or, where there is
-        none, from where ``received`` says its blocks and env steps ended, on fresh streams;
-        returns whether every actor's envs were restored exactly.
+        none (its process died as the checkpoint was taken), on fresh streams; either way its
+        blocks and env steps count on from ``received`` (each actor's next serial and env steps).
+        Returns whether every actor with a state had its envs restored exactly.
 
         Raises:
-            ValueError: a state that does not fit its actor (one line).
+            ValueError: a state that does not fit its actor, or an actor that died as it loaded
+                (one line).
         """
         if len(states) != len(self.handles):
             raise ValueError(f"{len(states)} actors' states for {len(self.handles)} actors")
@@ -264,14 +269,15 @@ class RayActors:
             except self.ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(exc.cause, ValueError) else exc
                 raise ValueError(f"actor {i}'s state: {cause}") from None
+            except self.ray.exceptions.RayActorError as exc:
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                raise ValueError(f"actor {i} died as it loaded its state: {first}") from None
         for i, state in enumerate(states):
             # Its blocks and env steps count on from those received: a fresh actor's from 0, a
             # restored one's from its own counters (behind the received by what the processes
             # before a restart delivered).
             blocks, steps = self._delivered[i] = received.get(i, (0, 0))
-            if state is None:
-                exact = False
-            else:
+            if state is not None:
                 blocks, steps = blocks - state["blocks"], steps - state["loop"]["env_steps"]
             self._base[i] = (blocks, steps)
         return exact
@@ -301,7 +307,7 @@ class RayActors:
         self._since_sync[i] = None  # the new process holds no weights yet
         if refill:
             time.sleep(RESTART_POLL_SECONDS)
-            self._fill(i)
+            self._fill(i, self._wanted)
 
     def _restarted(self, i: int) -> None:
         """Actor ``i``'s first block from a new process: its blocks and env steps count on from

@@ -250,7 +250,8 @@ class Trainer:
 
     def state_dict(self, copy: bool = True) -> dict[str, Any]:
         """The run's state by part: what a checkpoint holds (the memory only when
-        ``checkpoint.replay`` is on).
+        ``checkpoint.replay`` is on). A distributed run's loop must be settled first
+        (``Loop.settle``, as ``_save_checkpoint`` does).
 
         Args:
             copy: False leaves the memory's arrays as views into it (``ReplayMemory.state_dict``),

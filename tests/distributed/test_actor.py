@@ -186,3 +186,19 @@ def test_an_actor_state_of_another_shape_or_form_is_refused_and_changes_nothing(
         got = actor.collect(30)
     with Actor(config, 0, 0.5, RunSeeds.for_actor(0, 0)) as fresh:
         assert_same_blocks([got], [fresh.collect(30)])
+
+
+def test_a_block_saved_and_read_back_is_the_same_block():
+    """A checkpoint holds the blocks in flight (``Block.state_dict``): read back, every field is
+    the same; a state that is not a block's is refused with one line."""
+    from per_dqn.distributed.actor import Block
+
+    with Actor(tiny_config(), 0, 0.5, RunSeeds.for_actor(0, 0)) as actor:
+        block = actor.collect(60)
+    assert block.episodes
+    assert_same_blocks([Block.from_state_dict(block.state_dict())], [block])
+    state = block.state_dict()
+    with pytest.raises(ValueError, match="not a block's state"):
+        Block.from_state_dict({**state, "td_abs": state["td_abs"][:-1]})
+    with pytest.raises(ValueError, match="not a block's state"):
+        Block.from_state_dict({k: v for k, v in state.items() if k != "serial"})
