@@ -157,12 +157,10 @@ def test_local_loop_builds_the_run_s_actors():
     assert all(a.envs.closed for a in actors)
 
 
-def test_blocks_enter_the_memory_at_their_actors_priorities():
-    """Before any learning, each stored transition's priority is what the memory makes of its
-    actor's |delta| (proportional: |delta| + eps, to the alpha), as an update of the
-    same errors gives it in a memory filled without them."""
-    # Learning from env step 1,000: past the 3 rounds; errors unclipped, so that they differ.
-    config = cartpole_config(*SETTINGS, "train.learning_starts=1000", "replay.td_error_clip=null")
+def three_rounds(config):
+    """A trainer fed by two local actors (blocks of 20 steps) after three of its steps, nothing
+    learnt yet where learning starts later: the blocks sent, the memory, and the trainer (to
+    close)."""
     recorded = []
 
     def make_loop(config, agent, memory, envs, seeds):
@@ -173,7 +171,20 @@ def test_blocks_enter_the_memory_at_their_actors_priorities():
     try:
         for _ in range(3):
             serve(trainer.loop.steps(), trainer.agent)
-        sent, memory = recorded[0].sent, trainer.memory
+    except BaseException:
+        trainer.close()
+        raise
+    return recorded[0].sent, trainer.memory, trainer
+
+
+def test_blocks_enter_the_memory_at_their_actors_priorities():
+    """Before any learning, each stored transition's priority is what the memory makes of its
+    actor's |delta| (proportional: |delta| + eps, to the alpha), as an update of the
+    same errors gives it in a memory filled without them."""
+    # Learning from env step 1,000: past the 3 rounds; errors unclipped, so that they differ.
+    config = cartpole_config(*SETTINGS, "train.learning_starts=1000", "replay.td_error_clip=null")
+    sent, memory, trainer = three_rounds(config)
+    try:
         slots = np.arange(len(memory))
         assert len(slots) == sum(len(b) for b in sent) > 100
         reference = make_memory(config.replay, trainer.spec, seed=0)
@@ -267,17 +278,8 @@ def test_with_initial_priority_max_the_actors_send_no_priorities_and_blocks_ente
     alpha)."""
     config = cartpole_config(*SETTINGS, "train.learning_starts=1000", "replay.initial_priority=max")
     assert not config.actor_priorities()
-    recorded = []
-
-    def make_loop(config, agent, memory, envs, seeds):
-        recorded.append(Recording(LocalActors(config, agent, actors=2, block_steps=20)))
-        return ApexLoop(config, agent, memory, envs, seeds, recorded[0])
-
-    trainer = Trainer(config, "cartpole", make_loop=make_loop)
+    sent, memory, trainer = three_rounds(config)
     try:
-        for _ in range(3):
-            serve(trainer.loop.steps(), trainer.agent)
-        sent, memory = recorded[0].sent, trainer.memory
         assert sent and all(b.td_abs is None for b in sent)
         slots = np.arange(len(memory))
         assert len(slots) == sum(len(b) for b in sent) > 100

@@ -51,6 +51,21 @@ def ray_env(monkeypatch):
     monkeypatch.setenv(housekeeping.LOOPBACK_SWITCH, "0")
 
 
+def api_run(config: str, overrides: list[str], run_dir: Path) -> dict:
+    """``per_dqn.train(config, overrides=...)`` in a process of its own (``run_cli`` says why);
+    the run's summary."""
+    script = (
+        "import per_dqn\n"
+        f"per_dqn.train({config!r}, overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return summary_of(run_dir)
+
+
 @pytest.mark.ray
 def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_env, tmp_path):
     """Two actors on a cluster started for the run, from the Python API (``per_dqn.train`` with
@@ -62,16 +77,7 @@ def test_a_run_of_two_actors_on_a_local_cluster_is_a_single_run_s_run_dir(ray_en
     evaluations fall due at block boundaries."""
     run_dir = tmp_path / "run"
     overrides = [s for s in SHORT if s != "--set"] + ["run.actors=2", "train.total_env_steps=1500"]
-    script = (
-        "import sys, per_dqn\n"
-        f"per_dqn.train('cartpole', overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    summary = summary_of(run_dir)
+    summary = api_run("cartpole", overrides, run_dir)
     assert 1500 <= summary["env_steps"] <= 1500 + 2 * 2 * 50
     assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
     assert "actors: 2" in (run_dir / "config.yaml").read_text()
@@ -102,16 +108,7 @@ def test_an_atari_run_with_actors_sends_each_frame_once_and_learns_from_whole_st
         "train.eval_interval=0", "train.final_eval_episodes=1", "replay.capacity=2000",
         "train.eval_max_episode_steps=200", "run.device=cpu", "train.log_interval=300",
     ]  # fmt: skip
-    script = (
-        "import per_dqn\n"
-        f"per_dqn.train('atari', overrides={settings!r}, run_dir={str(run_dir)!r})\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    summary = summary_of(run_dir)
+    summary = api_run("atari", settings, run_dir)
     assert 600 <= summary["env_steps"] <= 600 + 2 * 2 * 50
     assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
     (saved,) = (run_dir / "checkpoints").iterdir()

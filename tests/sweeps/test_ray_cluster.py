@@ -180,17 +180,10 @@ def two_nodes(request):
         assert not {head_ns, worker_ns} & namespaces(), "a namespace of this test was left"
 
 
-def test_a_sweep_lands_runs_on_both_nodes_and_matches_the_local_backend(
-    two_nodes, local_reference, tmp_path
-):
-    """The tiny sweep (4 runs, 1 CPU per node) from a driver beside the head: the driver sees
-    both nodes, the storage check passes on both (the namespaces share the filesystem), runs land
-    on each node (their provenance names the node's address and id), exit 0, and every summary
-    and model.pt equals the local backend's: where a run ran changes nothing it computes."""
-    out = tmp_path / "sweep"
-    args = ray_args(out, "--address", two_nodes.address, *sets("run.device=cpu"))
+def beside_the_head(nodes: TwoNodes, args: list[str]) -> str:
+    """``per-dqn ARGS`` in the head's namespace, waited for; asserts exit 0, returns stdout."""
     driver = in_namespace(
-        two_nodes.head_ns, [sys.executable, "-m", "per_dqn.cli", *args], two_nodes.env,
+        nodes.head_ns, [sys.executable, "-m", "per_dqn.cli", *args], nodes.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -200,6 +193,19 @@ def test_a_sweep_lands_runs_on_both_nodes_and_matches_the_local_backend(
             driver.kill()
             driver.communicate()
     assert driver.returncode == 0, stdout + stderr
+    return stdout
+
+
+def test_a_sweep_lands_runs_on_both_nodes_and_matches_the_local_backend(
+    two_nodes, local_reference, tmp_path
+):
+    """The tiny sweep (4 runs, 1 CPU per node) from a driver beside the head: the driver sees
+    both nodes, the storage check passes on both (the namespaces share the filesystem), runs land
+    on each node (their provenance names the node's address and id), exit 0, and every summary
+    and model.pt equals the local backend's: where a run ran changes nothing it computes."""
+    out = tmp_path / "sweep"
+    args = ray_args(out, "--address", two_nodes.address, *sets("run.device=cpu"))
+    stdout = beside_the_head(two_nodes, args)
     assert f"ray: the Ray cluster at {two_nodes.address}: 2 nodes, 2 CPUs\n" in stdout
     assert "4 runs, 0 finished, 4 to run\n  on Ray\n" in stdout
     runs = assert_same_runs(out, local_reference)
@@ -221,17 +227,7 @@ def test_a_distributed_run_has_an_actor_on_each_node_and_learns(two_nodes, tmp_p
     args = ["train", "-c", "cartpole.yaml", "--actors", "2", "--address", two_nodes.address,
             "--steps", "10000", "--seed", "1", "--run-dir", str(run_dir), "--quiet",
             *settings]  # fmt: skip
-    driver = in_namespace(
-        two_nodes.head_ns, [sys.executable, "-m", "per_dqn.cli", *args], two_nodes.env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        stdout, stderr = driver.communicate(timeout=300)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-    assert driver.returncode == 0, stdout + stderr
+    beside_the_head(two_nodes, args)
     summary = json.loads((run_dir / "summary.json").read_text())
     actors = summary["provenance"]["actors"]
     assert [a["index"] for a in actors] == [0, 1]
