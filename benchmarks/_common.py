@@ -355,3 +355,14 @@ def peak_rss_bytes() -> int:
 
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def local_ray_cluster(cpus: int = 2) -> Any:
+    """A Ray cluster on 127.0.0.1 with ``cpus`` CPUs for an Ape-X benchmark, as a context manager
+    yielding the connection (``per_dqn.cluster.connection.connect``); Ray's files under /tmp
+    unless ``RAY_TMPDIR`` says otherwise."""
+    from per_dqn.cluster.connection import connect
+    from per_dqn.cluster.housekeeping import RayOptions
+
+    os.environ.setdefault("RAY_TMPDIR", "/tmp")
+    return connect(RayOptions(address=None, local_cpus=cpus))

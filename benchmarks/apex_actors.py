@@ -27,7 +27,6 @@ two actors have a core each only if nothing else runs: run it on a quiet machine
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -36,14 +35,13 @@ from _common import (
     add_mode_options,
     command_line,
     fill_defaults,
+    local_ray_cluster,
     machine_line,
     markdown_table,
     package_versions,
     progress_log,
 )
 
-from per_dqn.cluster.connection import connect
-from per_dqn.cluster.housekeeping import RayOptions
 from per_dqn.config import Override, load_config, resolve_config_path
 from per_dqn.distributed.actor import Actor
 from per_dqn.distributed.learner import BLOCK_STEPS
@@ -142,9 +140,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log = progress_log()
-    os.environ.setdefault("RAY_TMPDIR", "/tmp")
     rows = []
-    with connect(RayOptions(address=None, local_cpus=2)) as cluster:
+    with local_ray_cluster() as cluster:
         for name in args.envs:
             config = config_of(name)
             single = single_run(config, args.seconds)

@@ -32,7 +32,6 @@ send them (``per_dqn.distributed.frames``: the shard rebuilds the stacks before 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -44,6 +43,7 @@ from _common import (
     command_line,
     fill_defaults,
     gb,
+    local_ray_cluster,
     machine_line,
     markdown_table,
     package_versions,
@@ -51,8 +51,6 @@ from _common import (
     require_at_least,
 )
 
-from per_dqn.cluster.connection import connect
-from per_dqn.cluster.housekeeping import RayOptions
 from per_dqn.memory import planned_nbytes
 
 # The paper's rates as its replications quote them (see the module docstring).
@@ -205,9 +203,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log = progress_log()
-    os.environ.setdefault("RAY_TMPDIR", "/tmp")
     rows = []
-    with connect(RayOptions(address=None, local_cpus=2)) as cluster:
+    with local_ray_cluster() as cluster:
         ray = cluster.ray
         # A smoke run's one row runs every code path the others do.
         shapes = list(SHAPES.items())[: 1 if args.smoke else None]

@@ -304,10 +304,8 @@ def _resume_locked(
         typer.echo(f"warning: {line}", err=True)
 
     with contextlib.ExitStack() as cluster:
-        asked: list[int] = []
 
         def distributed(cfg: Any) -> Any:
-            asked.append(cfg.run.actors)
             return cluster.enter_context(api.distributed_loop(cfg, address))
 
         try:
@@ -318,7 +316,7 @@ def _resume_locked(
             fail(exc.problems)
         except ValueError as exc:  # CheckpointError and FormatError included
             fail([str(exc)])
-        if address is not None and not asked:
+        if address is not None and resumption.trainer.config.run.actors is None:
             resumption.trainer.close()
             fail([f"--address: {run_dir} is not a distributed run (its config has no run.actors)"])
         _resume_run(run_dir, resumption, quiet, lock)

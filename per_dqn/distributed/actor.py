@@ -93,7 +93,7 @@ class Block:
                         int(state["version"]), int(state["env_steps"]), episodes)  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a block's state ({exc})") from None
-        sizes = {len(field) for field in transitions}
+        sizes = {len(column) for column in transitions}
         if len(sizes) != 1 or (td_abs is not None and td_abs.shape != (len(block),)):
             raise ValueError(f"not a block's state (fields of lengths {sorted(sizes)})")
         return block

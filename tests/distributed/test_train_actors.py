@@ -255,7 +255,8 @@ def test_an_actor_killed_is_restarted_ctrl_c_leaves_no_process_and_resume_goes_o
         ),
         (
             ["replay.kind=uniform", "replay.initial_priority=max"],
-            "replay.initial_priority",
+            "cartpole.yaml: replay.initial_priority: replay kind 'uniform' does not read it (set "
+            "by --set)",
         ),
     ],
 )
@@ -267,3 +268,20 @@ def test_an_initial_priority_a_run_cannot_honour_is_one_line(settings, line, tmp
     assert result.exit_code == 2, result.output
     assert line in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_resume_with_an_address_of_a_run_without_actors_is_one_line(tmp_path):
+    """``--address`` belongs to a distributed run's resume; with a single run's dir it is refused
+    with one line and exit 2, before the run goes on (its checkpoint stays the newest)."""
+    run_dir = tmp_path / "run"
+    first = runner.invoke(app, ["train", "-c", "cartpole.yaml", "--steps", "400", "--quiet",
+                                "--run-dir", str(run_dir), *SHORT,
+                                *sets("train.learning_starts=200")])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    result = runner.invoke(app, ["train", "--resume", str(run_dir), "--steps", "800",
+                                 "--address", "auto"])  # fmt: skip
+    assert_bad_input(
+        result, f"--address: {run_dir} is not a distributed run (its config has no run.actors)"
+    )
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
