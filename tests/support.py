@@ -43,6 +43,21 @@ runner = CliRunner()
 # --- what a run wrote -----------------------------------------------------------------------------
 
 
+def api_run(config: str, overrides: list[str], run_dir: Path) -> dict:
+    """``per_dqn.train(config, overrides=...)`` in a process of its own (``run_cli`` says why);
+    the run's summary."""
+    script = (
+        "import per_dqn\n"
+        f"per_dqn.train({config!r}, overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return summary_of(run_dir)
+
+
 def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of every event file in ``run_dir``, merged as TensorBoard merges them (in name
     order, a later file's ``purge_step`` dropping the earlier points at or after it)."""

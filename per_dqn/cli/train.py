@@ -102,11 +102,20 @@ def train(
             "extra) feed this process's learner; overrides run.actors.",
         ),
     ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            help="With --actors: the replay memory in this many Ray actor processes, each "
+            "holding replay.capacity / N, fed by the actors and sampled ahead by the learner "
+            "(at most --actors); default: in the learner's process; overrides run.shards.",
+        ),
+    ] = None,
     address: Annotated[
         str | None,
         typer.Option(
             help="With --actors, or --resume of a run with actors: the Ray cluster's HOST:PORT "
-            "or auto; default: one started on 127.0.0.1 for the run, a CPU per actor.",
+            "or auto; default: one started on 127.0.0.1 for the run, a CPU per actor and "
+            "shard.",
         ),
     ] = None,
 ) -> None:
@@ -114,7 +123,8 @@ def train(
     run dir."""
     if resume is not None:
         given = {"--config": config, "--replay": replay, "--seed": seed, "--run-dir": run_dir,
-                 "--set": set_, "--device": device, "--actors": actors}  # fmt: skip
+                 "--set": set_, "--device": device, "--actors": actors,
+                 "--shards": shards}  # fmt: skip
         _fail_if_given(given, "--resume: the resumed run's config is RUN_DIR/config.yaml")
         _resume(resume, steps, quiet, trust_code, track.value if track else None, address)
         return
@@ -130,6 +140,7 @@ def train(
         ("run.device", device.value if device else None, "--device"),
         ("run.track", track.value if track else None, "--track"),
         ("run.actors", actors, "--actors"),
+        ("run.shards", shards, "--shards"),
     ):
         if value is not None:
             overrides.append(Override(path, value, flag))

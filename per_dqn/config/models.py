@@ -401,6 +401,10 @@ class RunConfig(_Section):
         actors: None (the default) for a run in one process; N >= 1 for an Ape-X run
             (``per_dqn.distributed``, ``train --actors N``): N actor processes on a Ray cluster
             (the optional ``ray`` extra) feed this process's learner and replay memory.
+        shards: None (the default): a distributed run's replay memory lives in its learner's
+            process; K >= 1 (``train --shards K``, with actors, K at most their number): in K
+            Ray actor processes, each holding ``replay.capacity / K`` transitions, fed by the
+            actors directly (actor ``i`` by shard ``i % K``) and sampled ahead by the learner.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -409,6 +413,7 @@ class RunConfig(_Section):
     runs_root: str = "runs"
     track: Literal["none", "wandb"] = "none"
     actors: int | None = Field(None, ge=1, le=MAX_ACTORS)
+    shards: int | None = Field(None, ge=1, le=MAX_ACTORS)
 
 
 class CheckpointConfig(_Section):
@@ -529,6 +534,35 @@ class Config(_Section):
                     ("agent.network",),
                 )
             )
+        shards = self.run.shards
+        if shards is not None:
+            if self.run.actors is None:
+                problems.append(
+                    CrossProblem(
+                        "run.shards",
+                        f"must be null without actors (the replay shards of a distributed run: "
+                        f"run.actors, train --actors N), got {shards}",
+                        ("run.actors",),
+                    )
+                )
+            elif shards > self.run.actors:
+                problems.append(
+                    CrossProblem(
+                        "run.shards",
+                        f"must be at most run.actors ({self.run.actors}): more shards than "
+                        f"actors leaves a shard that no actor feeds, got {shards}",
+                        ("run.actors",),
+                    )
+                )
+            if self.replay.capacity % shards:
+                problems.append(
+                    CrossProblem(
+                        "run.shards",
+                        f"must divide replay.capacity ({self.replay.capacity:,}) evenly: each "
+                        f"shard holds an equal part, got {shards}",
+                        ("replay.capacity",),
+                    )
+                )
         if self.replay.initial_priority == "actor":
             signal = self.priority_signal()
             if self.run.actors is None:

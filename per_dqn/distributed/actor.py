@@ -17,7 +17,7 @@ episode accumulators), whose learning and logging fields are never due here.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,9 @@ class Block:
         episodes: ``(return, length)`` of each episode that ended in the block's steps.
         frames: on its way between processes, the observations' frames, each once
             (``per_dqn.distributed.frames``); ``transitions`` then holds no observations.
+        stored: where the actor stored the transitions itself (a run with replay shards,
+            ``run.shards``): their global slots; ``transitions`` then holds none of them (its
+            fields are empty) and ``td_abs`` is None. None where the learner stores them.
     """
 
     actor: int
@@ -64,9 +67,18 @@ class Block:
     env_steps: int
     episodes: list[tuple[float, int]] = field(default_factory=list)
     frames: PackedFrames | None = None
+    stored: np.ndarray | None = None
 
     def __len__(self) -> int:
+        """The transitions it carries (none where the actor stored them: ``stored``)."""
         return int(self.transitions.actions.shape[0])
+
+    def emptied(self, stored: np.ndarray) -> Block:
+        """This block once its transitions are stored at the global slots ``stored``: their
+        count and slots, without them."""
+        empty = Transitions(*(column[:0] for column in self.transitions))
+        return replace(self, transitions=empty, td_abs=None, frames=None,
+                       stored=np.asarray(stored, dtype=np.int64))  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """The block as a checkpoint holds it (arrays and JSON values; its frames unpacked)."""
@@ -76,6 +88,7 @@ class Block:
             "actor": self.actor, "serial": self.serial, "transitions": list(self.transitions),
             "td_abs": self.td_abs, "version": self.version, "env_steps": self.env_steps,
             "episodes": [[ret, length] for ret, length in self.episodes],
+            "stored": self.stored,
         }  # fmt: skip
 
     @classmethod
@@ -89,8 +102,11 @@ class Block:
             transitions = Transitions(*(np.asarray(a) for a in state["transitions"]))
             episodes = [(float(ret), int(length)) for ret, length in state["episodes"]]
             td_abs = None if state["td_abs"] is None else np.asarray(state["td_abs"], np.float64)
+            stored = state.get("stored")  # absent from a checkpoint before replay shards
+            stored = None if stored is None else np.asarray(stored, np.int64).reshape(-1)
             block = cls(int(state["actor"]), int(state["serial"]), transitions, td_abs,
-                        int(state["version"]), int(state["env_steps"]), episodes)  # fmt: skip
+                        int(state["version"]), int(state["env_steps"]), episodes,
+                        stored=stored)  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a block's state ({exc})") from None
         sizes = {len(column) for column in transitions}

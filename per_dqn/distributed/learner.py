@@ -150,8 +150,14 @@ class ApexLoop(Loop):
                 )
             self.received[block.actor] = (serial + 1, block.env_steps)
             state.env_steps += block.env_steps - env_steps
-            if len(block):
+            if block.stored is not None:  # stored by its actor in a replay shard
+                memory.stored(block.stored)
+                slots = block.stored
+            elif len(block):
                 slots = memory.add_batch(*block.transitions, td_abs=block.td_abs)
+            else:
+                slots = None
+            if slots is not None and len(slots):
                 state.health.record_add(slots, state.env_steps)
                 self._stored += len(slots)
             staleness = self.agent.update_steps - max(block.version, 0)
@@ -231,6 +237,12 @@ class ApexLoop(Loop):
         self._log_clock = time.perf_counter()  # loading took time that no rate should count
         return self.source.restore(delivered, states) and exact
 
+    def can_sample(self) -> bool:
+        """Whether a batch can be drawn: with replay shards (``ShardedReplay``), whether one
+        shard holds a batch, since each batch comes from one."""
+        ready = getattr(self.memory, "can_sample", None)
+        return super().can_sample() if ready is None else ready(self.config.train.batch_size)
+
     def exploration(self, step: int) -> float:
         """None to show (NaN): each actor has its own epsilon."""
         return math.nan
@@ -257,6 +269,9 @@ class ApexLoop(Loop):
             tags.APEX_SAMPLES_PER_S: updates * self.config.train.batch_size / seconds,
             tags.APEX_RESTARTS: float(self._restarts_before + self.source.restarts()),
         }
+        dropped = getattr(self.memory, "dropped", None)  # replay shards' (``ShardedReplay``)
+        if dropped is not None:
+            values[tags.APEX_UPDATES_DROPPED] = float(dropped)
         if rates:
             values[tags.APEX_ACTOR_SPS_MIN] = min(rates.values())
             values[tags.APEX_ACTOR_SPS_MAX] = max(rates.values())

@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from per_dqn.agent import DQNAgent
@@ -36,6 +37,7 @@ from per_dqn.distributed import ActorLostError
 from per_dqn.distributed.actor import Actor, Block
 from per_dqn.distributed.frames import pack, unpack
 from per_dqn.distributed.learner import BLOCK_STEPS, SYNC_STEPS, ApexLoop
+from per_dqn.distributed.shards import ShardedReplay, ShardLostError, shard_died
 from per_dqn.rundir import provenance
 from per_dqn.training.build import set_torch_threads
 from per_dqn.training.schedules import epsilon_ladder
@@ -52,7 +54,9 @@ class ActorProcess:
     distributed run repeats nothing else either), its blocks numbered from 0 again, which is how
     the learner sees the restart."""
 
-    def __init__(self, config: Config, index: int, epsilon: float) -> None:
+    def __init__(
+        self, config: Config, index: int, epsilon: float, shard: str | None = None
+    ) -> None:
         import ray
 
         set_torch_threads(torch.device("cpu"), 1)
@@ -61,15 +65,34 @@ class ActorProcess:
             incarnation = 1 + int.from_bytes(os.urandom(4), "little")
         seeds = RunSeeds.for_actor(config.run.seed, index, incarnation)
         self.actor = Actor(config, index, epsilon, seeds, priorities=config.actor_priorities())
+        # Its replay shard (``run.shards``), found by name, and the shard's index; or None.
+        self.shard = None if shard is None else ray.get_actor(shard)
+        self.shard_index = None if shard is None else int(shard.rsplit("-", 1)[1])
 
     def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
         """The next block, each frame of its stacked images once (``frames.pack``); the given
-        weights (``(online, target)``) loaded first, if any."""
+        weights (``(online, target)``) loaded first, if any. With a replay shard, the block is
+        stored there first and goes on with its slots only (``Block.emptied``).
+
+        Raises:
+            ShardLostError: the shard's process died.
+        """
+        import ray
+
         if weights is not None:
             self.actor.set_weights(*weights, version=version)
         block = self.actor.collect(steps)
         transitions, packed = pack(block.transitions)
-        return dataclasses.replace(block, transitions=transitions, frames=packed)
+        if self.shard is None:
+            return dataclasses.replace(block, transitions=transitions, frames=packed)
+        if not len(block):
+            return block.emptied(np.empty(0, dtype=np.int64))
+        try:
+            slots = ray.get(self.shard.add.remote(transitions, packed, block.td_abs))
+        except ray.exceptions.RayActorError as exc:
+            what = f"storing actor {self.actor.index}'s block"
+            raise ShardLostError(shard_died(self.shard_index, what, exc)) from None
+        return block.emptied(slots)
 
     def where(self) -> dict[str, str]:
         """The Ray node this process runs on: ``node_ip`` and ``node_id`` as ``ray.nodes()``
@@ -105,6 +128,8 @@ class RayActors:
         restarts: how many times Ray restarts an actor whose process died (the blocks it was
             playing and its open episodes are lost); one more death stops the run
             (``ActorLostError``).
+        shards: the replay shards' Ray actor names (``ShardedReplay.names``), where the run
+            has them: actor ``i`` stores its blocks in shard ``i % len(shards)`` itself.
     """
 
     def __init__(
@@ -117,6 +142,7 @@ class RayActors:
         sync_steps: int = SYNC_STEPS,
         in_flight: int = 2,
         restarts: int = 3,
+        shards: Sequence[str] = (),
     ) -> None:
         for name, value in (("block_steps", block_steps), ("sync_steps", sync_steps),
                             ("in_flight", in_flight)):  # fmt: skip
@@ -127,7 +153,10 @@ class RayActors:
         self.num_envs = config.env.num_envs
         remote = ray.remote(num_cpus=1, max_restarts=restarts)(ActorProcess)
         self.epsilons = epsilon_ladder(actors)
-        self.handles = [remote.remote(config, i, eps) for i, eps in enumerate(self.epsilons)]
+        self.handles = [
+            remote.remote(config, i, eps, shards[i % len(shards)] if shards else None)
+            for i, eps in enumerate(self.epsilons)
+        ]
         self.in_flight, self.max_restarts = in_flight, restarts
         self._published: tuple[int, Any] | None = None  # (version, object ref)
         self._since_sync: list[int | None] = [None] * actors
@@ -216,6 +245,10 @@ class RayActors:
         except self.ray.exceptions.RayActorError as exc:
             self._unavailable(i, exc, refill)
             return None
+        except self.ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, ShardLostError):
+                raise ShardLostError(str(exc.cause)) from None
+            raise
         if block.serial == 0 and self._delivered[i][0] > self._base[i][0]:
             self._restarted(i)
         blocks, steps = self._base[i]
@@ -337,20 +370,30 @@ def ray_loop(config: Config, address: str | None = None) -> Iterator[Callable[..
     actors = config.run.actors
     if actors is None:
         raise ValueError("run.actors: a distributed run needs actors (train --actors N)")
-    options = RayOptions(address=address, local_cpus=actors if address is None else None)
+    shards = config.run.shards or 0
+    cpus = actors + shards if address is None else None
+    options = RayOptions(address=address, local_cpus=cpus)
     # Where each actor first ran, for the run's provenance (``actors``), once they are up.
     placement: list[dict[str, Any]] = []
     with connect(options) as connection, provenance.recorded(actors=placement):
-        sources: list[RayActors] = []
+        opened: list[RayActors | ShardedReplay] = []
 
         def make_loop(config, agent, memory, envs, seeds) -> ApexLoop:
-            source = RayActors(connection.ray, config, agent, actors)
-            sources.append(source)
+            names = memory.names if isinstance(memory, ShardedReplay) else ()
+            source = RayActors(connection.ray, config, agent, actors, shards=names)
+            opened.append(source)
             placement[:] = source.placement()
             return ApexLoop(config, agent, memory, envs, seeds, source)
 
+        def make_memory(config, spec) -> ShardedReplay:
+            replay = ShardedReplay(connection.ray, config, spec)
+            opened.append(replay)
+            return replay
+
+        if shards:
+            make_loop.make_memory = make_memory  # type: ignore[attr-defined]
         try:
             yield make_loop
         finally:
-            for source in sources:
-                source.close()
+            for part in opened:
+                part.close()

@@ -55,6 +55,7 @@ APEX_ACTORS_SPS = "apex/actors_sps"
 APEX_INGEST_PER_S = "apex/replay_ingest_per_s"
 APEX_SAMPLES_PER_S = "apex/replay_samples_per_s"
 APEX_UPDATES_PER_S = "apex/learner_updates_per_s"
+APEX_UPDATES_DROPPED = "apex/priority_updates_dropped"
 # One of each per actor: ``apex_actor(APEX_ACTOR_SPS, i)`` is actor i's.
 APEX_ACTOR_SPS = "apex/actor_<i>/sps"
 APEX_ACTOR_RETURN = "apex/actor_<i>/return"
@@ -135,6 +136,8 @@ SCALAR_TAGS: dict[str, str] = {
     "the previous write: updates x batch size (distributed runs only)",
     APEX_UPDATES_PER_S: "learner updates (gradient steps) per second since the previous write "
     "(distributed runs only)",
+    APEX_UPDATES_DROPPED: "priority updates of transitions overwritten between their draw and "
+    "the update's arrival at their replay shard, dropped so far (runs with run.shards only)",
     APEX_ACTOR_SPS: "env steps per second of one actor since the previous write, one tag per "
     "actor: apex/actor_0/sps, apex/actor_1/sps, ... (distributed runs only)",
     APEX_ACTOR_RETURN: "mean return of one actor's episodes that ended since the previous "

@@ -483,13 +483,17 @@ class Loop:
         """The gradient steps due at the env steps taken so far, each asked for as ``(LEARN,
         batch)`` (see ``steps``): ``gradient_steps`` every ``replay_period`` env steps from
         ``learning_starts`` on, once the memory holds a batch."""
-        state, memory, train = self.state, self.memory, self.config.train
+        state, train = self.state, self.config.train
         while state.env_steps >= state.next_update:
             state.next_update += train.replay_period
-            if len(memory) >= train.batch_size:
+            if self.can_sample():
                 for _ in range(train.gradient_steps):
                     batch = self._sample()
                     self._learned(batch, (yield LEARN, batch))
+
+    def can_sample(self) -> bool:
+        """Whether the memory holds a batch (``train.batch_size`` transitions)."""
+        return len(self.memory) >= self.config.train.batch_size
 
     def exploration(self, step: int) -> float:
         """The exploration epsilon at env step ``step``, as the progress display shows it."""

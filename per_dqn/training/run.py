@@ -111,7 +111,8 @@ class Trainer:
         config_name: the config's name (file stem), recorded in the summary.
         make_loop: builds the loop from ``(config, agent, memory, envs, seeds)``: ``Loop``, or
             a distributed run's learner side (``per_dqn.distributed``), whose transitions come
-            from actors.
+            from actors; one that carries a ``make_memory(config, spec)`` builds the run's
+            replay memory too (replay shards in their own processes, ``run.shards``).
 
     Raises:
         ValueError: an environment, device or tracker the config asks for cannot be had; the
@@ -144,7 +145,13 @@ class Trainer:
         if not plan.fits:
             self.environments.close()
             raise ValueError(plan.refusal())
-        self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
+        # A distributed run whose replay lives in shard processes builds its own (``run.shards``:
+        # ``make_loop.make_memory``, ``per_dqn.distributed.shards``).
+        make_shards = getattr(make_loop, "make_memory", None)
+        if make_shards is None:
+            self.memory = make_memory(config.replay, self.spec, self.seeds.replay)
+        else:
+            self.memory = make_shards(config, self.spec)
         self.agent = make_agent(config, self.spec, self.device)
         self.loop = make_loop(config, self.agent, self.memory, self.environments, self.seeds)
         self._resumed_from: int | None = None

@@ -35,6 +35,8 @@ _ENV_SEED_LIMIT = 2**30
 # The first spawn-key word of a distributed run's actors' sequences: past the run's own streams'
 # keys (0 to 5), never reused.
 ACTOR_SPAWN_KEY = 1_000
+# The first spawn-key word of its replay shards' sampling streams.
+SHARD_SPAWN_KEY = 1_001
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,20 @@ class RunSeeds:
             )
         key = (ACTOR_SPAWN_KEY, actor) + ((incarnation,) if incarnation else ())
         return cls._spawned(np.random.SeedSequence(seed, spawn_key=key))
+
+    @staticmethod
+    def for_shard(seed: int, shard: int) -> int:
+        """The sampling seed of replay shard ``shard`` of a distributed run of ``run.seed =
+        seed`` (``run.shards``), spawn key ``(SHARD_SPAWN_KEY, shard)``: no shard shares its
+        stream with another, an actor or the learner.
+
+        Raises:
+            ValueError: a negative seed or shard.
+        """
+        if seed < 0 or shard < 0:
+            raise ValueError(f"`seed` and `shard` must be >= 0, got {seed} and {shard}")
+        sequence = np.random.SeedSequence(seed, spawn_key=(SHARD_SPAWN_KEY, shard))
+        return int(sequence.generate_state(1, np.uint64)[0])
 
     @classmethod
     def _spawned(cls, sequence: np.random.SeedSequence) -> RunSeeds:

@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import queue
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from support import (
-    CHECKOUT,
+    api_run,
     assert_bad_input,
     descendants,
     read_scalars,
@@ -29,7 +26,6 @@ from support import (
 )
 
 from per_dqn.cli import app
-from per_dqn.cluster import housekeeping
 from per_dqn.logs import tags
 from per_dqn.training.checkpoints import load_run_checkpoint
 
@@ -38,32 +34,6 @@ SHORT = sets(
     "train.final_eval_episodes=3", "train.log_interval=400", "run.device=cpu",
     "agent.hidden_sizes=[32]",
 )  # fmt: skip
-
-
-@pytest.fixture
-def ray_env(monkeypatch):
-    """Loopback clusters without token files, for the processes this test starts. Ray is not
-    imported here: imported in the test process without the loopback switch, it would refuse
-    a later test's local cluster in the same process."""
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("needs the ray extra")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv(housekeeping.LOOPBACK_SWITCH, "0")
-
-
-def api_run(config: str, overrides: list[str], run_dir: Path) -> dict:
-    """``per_dqn.train(config, overrides=...)`` in a process of its own (``run_cli`` says why);
-    the run's summary."""
-    script = (
-        "import per_dqn\n"
-        f"per_dqn.train({config!r}, overrides={overrides!r}, run_dir={str(run_dir)!r})\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return summary_of(run_dir)
 
 
 @pytest.mark.ray
