@@ -263,6 +263,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_trust.py",),
         "a run dir's run.track starts wandb with the user's key on resume (issue 43, E2)",
     ),
+    Mutant(
+        "shard-slots-local", "per_dqn/distributed/shards.py",
+        "return self.offset + serials % self.shard.memory.capacity",
+        "return serials % self.shard.memory.capacity",
+        ("tests/distributed/test_replay_shards.py::test_the_learner_s_view_of_two_shards_by_hand",),
+        "a replay shard hands back its own slots, not the run's: two shards' transitions share "
+        "the health panel's slots and the learner counts them in the wrong shard (issue 47)",
+    ),
 )  # fmt: skip
 
 
