@@ -34,6 +34,18 @@ def wrong_width(obs_shape, num_actions):
     return nn.Linear(int(np.prod(obs_shape)), num_actions + 1)
 
 
+class _WithExtraState(nn.Linear):
+    def get_extra_state(self):
+        return {"note": "not a tensor"}
+
+    def set_extra_state(self, state):
+        pass
+
+
+def extra_state(obs_shape, num_actions):
+    return _WithExtraState(int(np.prod(obs_shape)), num_actions)
+
+
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "model.pt", weights_only=True)
 
@@ -135,9 +147,18 @@ def test_custom_network_trains_evaluates_and_loads(tmp_path):
                                        "got (2, 3)"),
         ("not a name", "agent.network: must be 'auto', 'mlp', 'nature_cnn', 'minatar_cnn' or "
                        "'package.module:factory', got 'not a name' (set by --set)"),
+        ("tests.test_api:extra_state", "agent.network: tests.test_api:extra_state's module holds "
+                                       "'_extra_state' (a dict) in its state_dict: a checkpoint, "
+                                       "and the weights a distributed run's actors pull, carry "
+                                       "tensors only (move it into a buffer, or leave it out of "
+                                       "the state)"),
     ],
 )  # fmt: skip
 def test_cli_names_a_bad_network_in_one_line(tmp_path, network, message):
+    """A network the run cannot build or use, refused before the run dir is made. The last
+    pins a bug: a module with extra state in its ``state_dict`` (``get_extra_state``) trained
+    to the end, then its run died with a traceback writing the final checkpoint (and a
+    distributed run's, publishing its first weights)."""
     done = subprocess.run(
         [sys.executable, "-m", "per_dqn.cli", "train", "--config", "cartpole.yaml",
          "--set", f"agent.network={network}", "--run-dir", str(tmp_path / "run"), "-q"],

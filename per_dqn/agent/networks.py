@@ -332,6 +332,15 @@ def _custom(spec: str, obs_shape: Sequence[int], num_actions: int) -> CustomQNet
         )
     if not any(True for _ in module.parameters()):
         raise ValueError(f"agent.network: {spec} returned a module without parameters")
+    for key, value in module.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            # Checkpoints are read back with torch.load(weights_only=True), and a distributed
+            # run's actors load the learner's weights: tensors only, nothing unpickled.
+            raise ValueError(
+                f"agent.network: {spec}'s module holds {key!r} (a {type(value).__name__}) in its "
+                "state_dict: a checkpoint, and the weights a distributed run's actors pull, "
+                "carry tensors only (move it into a buffer, or leave it out of the state)"
+            )
     network = CustomQNetwork(module)
     try:
         with torch.no_grad():
