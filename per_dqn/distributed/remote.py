@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,15 @@ from per_dqn.rundir import provenance
 from per_dqn.training.build import set_torch_threads
 from per_dqn.training.schedules import epsilon_ladder
 from per_dqn.training.seeding import RunSeeds
+
+
+def raised(exc: Exception) -> str:
+    """What a Ray actor's process raised as it started, from the traceback Ray's error carries:
+    its last ``SomeError: message`` line (else the error's first line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+    return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
+
 
 # How long the learner waits before asking a restarting actor again.
 RESTART_POLL_SECONDS = 0.2
@@ -175,8 +185,19 @@ class RayActors:
 
     def placement(self) -> list[dict[str, Any]]:
         """Where each actor runs, once its process is up: ``index``, ``epsilon``, ``node_ip``
-        and ``node_id`` (a run's provenance records it)."""
-        found = self.ray.get([handle.where.remote() for handle in self.handles])
+        and ``node_id`` (a run's provenance records it).
+
+        Raises:
+            ValueError: an actor that could not start on its node (the config names a network
+                its node cannot import, for one), with the error its process raised.
+        """
+        refs = [handle.where.remote() for handle in self.handles]
+        found = []
+        for i, ref in enumerate(refs):
+            try:
+                found.append(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError as exc:
+                raise ValueError(f"actor {i} could not start: {raised(exc)}") from None
         pairs = enumerate(zip(self.epsilons, found, strict=True))
         return [{"index": i, "epsilon": eps, **where} for i, (eps, where) in pairs]
 

@@ -255,3 +255,19 @@ def test_resume_with_an_address_of_a_run_without_actors_is_one_line(tmp_path):
         result, f"--address: {run_dir} is not a distributed run (its config has no run.actors)"
     )
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+
+
+@pytest.mark.ray
+def test_an_actor_that_cannot_build_the_network_is_one_line(ray_env, tmp_path):
+    """Pins a bug: a config whose network an actor's process cannot import (a module missing
+    from its node) stopped the run with Ray's traceback. It is one line naming the actor and
+    what its process raised, exit 2, and no run dir."""
+    network = "tests.distributed.actorless_network:make"
+    result = run_cli(["train", "-c", "cartpole.yaml", "--actors", "2", "--quiet", "--run-dir",
+                      str(tmp_path / "r"), *sets(f"agent.network={network}")])  # fmt: skip
+    assert_bad_input(
+        result,
+        f"cartpole.yaml: actor 0 could not start: ValueError: agent.network: cannot import "
+        f"'{network}' (ImportError: no such module on this node)",
+    )
+    assert not (tmp_path / "r").exists()
