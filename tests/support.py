@@ -275,6 +275,19 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def ray_processes(pid: int, cls: str) -> list[int]:
+    """The Ray actor processes of class ``cls`` (``ray::CLS...`` in their command line) below
+    ``pid``."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if f"ray::{cls}".encode() in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def running(pid: int) -> bool:
     """True unless ``pid`` is gone or a zombie (dead, waiting to be reaped)."""
     try:

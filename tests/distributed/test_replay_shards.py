@@ -11,14 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from support import (
     CHECKOUT,
     api_run,
     assert_bad_input,
-    descendants,
+    ray_processes,
     read_scalars,
     run_cli,
     runner,
@@ -167,18 +166,6 @@ def test_a_run_whose_actors_feed_two_shards_stores_each_transition_once(ray_env,
     assert summary["final_eval_return_mean"] is not None
 
 
-def shard_processes(pid: int) -> list[int]:
-    """The replay shard processes (``ray::ShardProcess``) below ``pid``."""
-    found = []
-    for child in descendants(pid):
-        try:
-            if b"ray::ShardProcess" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
-        except OSError:
-            continue
-    return sorted(found)
-
-
 @pytest.mark.ray
 @pytest.mark.kill
 def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(ray_env, tmp_path):
@@ -193,12 +180,13 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
     try:
         deadline = time.monotonic() + 240
         while (
-            not list((run_dir / "checkpoints").glob("step_*")) or len(shard_processes(proc.pid)) < 2
+            not list((run_dir / "checkpoints").glob("step_*"))
+            or len(ray_processes(proc.pid, "ShardProcess")) < 2
         ):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no checkpoint"
             time.sleep(0.5)
-        os.kill(shard_processes(proc.pid)[1], signal.SIGKILL)
+        os.kill(ray_processes(proc.pid, "ShardProcess")[1], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -9,13 +9,13 @@ import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from support import (
     api_run,
     assert_bad_input,
     descendants,
+    ray_processes,
     read_scalars,
     run_cli,
     runner,
@@ -115,18 +115,6 @@ def test_a_distributed_config_outside_train_actors_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "s" / "CartPole-v1")
 
 
-def actor_processes(pid: int) -> list[int]:
-    """The Ray actor processes (``ray::ActorProcess...``) below ``pid``."""
-    found = []
-    for child in descendants(pid):
-        try:
-            if b"ray::ActorProcess" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
-        except OSError:
-            continue
-    return sorted(found)
-
-
 @pytest.mark.ray
 @pytest.mark.kill
 def test_an_actor_killed_is_restarted_ctrl_c_leaves_no_process_and_resume_goes_on(
@@ -154,10 +142,10 @@ def test_an_actor_killed_is_restarted_ctrl_c_leaves_no_process_and_resume_goes_o
     seen: list[str] = []
     try:
         deadline = time.monotonic() + 300
-        while len(actor_processes(proc.pid)) < 2 and time.monotonic() < deadline:
+        while len(ray_processes(proc.pid, "ActorProcess")) < 2 and time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.5)
-        actors = actor_processes(proc.pid)
+        actors = ray_processes(proc.pid, "ActorProcess")
         assert len(actors) == 2
         time.sleep(2)  # blocks under way
         os.kill(actors[0], signal.SIGKILL)
