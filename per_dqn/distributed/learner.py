@@ -129,16 +129,18 @@ class ApexLoop(Loop):
         """Stores the source's next blocks (first those a checkpoint took in flight, if any),
         then learns as due; returns their episodes."""
         if self._held:
-            blocks, self._held = self._held, []
+            blocks, self._held, counted = self._held, [], True
         else:
             blocks = self.source.blocks(self.config.train.total_env_steps - self.state.env_steps)
-        finished, self._settled = self._take(blocks), None
+            counted = False
+        finished, self._settled = self._take(blocks, counted), None
         yield from self.learning()
         return finished
 
-    def _take(self, blocks: Sequence[Block]) -> list[tuple[float, int]]:
+    def _take(self, blocks: Sequence[Block], counted: bool = False) -> list[tuple[float, int]]:
         """Stores ``blocks`` with their actors' priorities and counts their env steps and
-        staleness; returns their episodes."""
+        staleness; returns their episodes. ``counted``: blocks a checkpoint held, which their
+        actors stored in replay shards themselves and ``settle`` already counted there."""
         state, memory = self.state, self.memory
         finished: list[tuple[float, int]] = []
         for block in blocks:
@@ -151,7 +153,8 @@ class ApexLoop(Loop):
             self.received[block.actor] = (serial + 1, block.env_steps)
             state.env_steps += block.env_steps - env_steps
             if block.stored is not None:  # stored by its actor in a replay shard
-                memory.stored(block.stored)
+                if not counted:
+                    memory.stored(block.stored)
                 slots = block.stored
             elif len(block):
                 slots = memory.add_batch(*block.transitions, td_abs=block.td_abs)
@@ -177,6 +180,11 @@ class ApexLoop(Loop):
         falls due at them, are those of the moment the checkpoint was asked for; every actor
         pulls the learner's weights before its next block."""
         blocks, states = self.source.pause()
+        for block in blocks:
+            # Already in its shard, and so in the shard's state the checkpoint saves: counted
+            # now, so that the learner's count of each shard is that state's on resume too.
+            if block.stored is not None:
+                self.memory.stored(block.stored)
         self._held.extend(blocks)
         self._settled = states
 
@@ -189,6 +197,8 @@ class ApexLoop(Loop):
         """
         if self._settled is None:
             raise RuntimeError("a distributed run's loop state is read after `settle` only")
+        # Replay shards fill each its own range of slots (``ShardedReplay.slots_in_use``).
+        stored = getattr(self.memory, "slots_in_use", stored)
         received = sorted(self.received.items())
         return {
             **self.state.state_dict(stored),

@@ -163,6 +163,14 @@ class ShardedReplay:
     def __len__(self) -> int:
         return sum(self.sizes())
 
+    @property
+    def slots_in_use(self) -> int:
+        """One past the highest global slot holding a transition: each shard fills its own
+        range from its start, so the slots below ``len`` are not the ones in use (a checkpoint
+        keeps the health panel's per-slot history up to here)."""
+        used = [j * self.capacity_each + size for j, size in enumerate(self.sizes()) if size]
+        return max(used, default=0)
+
     def can_sample(self, batch_size: int) -> bool:
         """Whether a shard holds a whole batch (each batch comes from one)."""
         return max(self.sizes()) >= batch_size

@@ -66,6 +66,7 @@ with connect(RayOptions(local_cpus=2)) as connection:
     replay.stored(second)
     out["slots"] = [first.tolist(), second.tolist()]
     out["len"], out["capacity"] = len(replay), replay.capacity
+    out["slots_in_use"] = replay.slots_in_use
     out["can_sample"] = [replay.can_sample(3), replay.can_sample(4), replay.can_sample(6)]
     batch = replay.sample(4, beta=1.0)
     out["batch"] = batch.indices.tolist()
@@ -113,6 +114,7 @@ def test_the_learner_s_view_of_two_shards_by_hand(ray_env):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["slots"] == [[0, 1, 2, 3, 4], [8, 9, 10]]
     assert (out["len"], out["capacity"]) == (8, 16)
+    assert out["slots_in_use"] == 8 + 3  # shard 1's range starts at 8
     assert out["can_sample"] == [True, True, False]
     assert all(0 <= i < 5 for i in out["batch"])
     assert out["batch_obs"] == [float(i) for i in out["batch"]]  # each slot's own transition
@@ -194,11 +196,12 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
     assert proc.returncode == 1, err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
-    # The learner or an actor meets the dead shard first: either names it and what it did.
+    # The learner or an actor meets the dead shard first, at whichever call: the line names
+    # the shard and what the call was.
     assert re.match(
-        r"error: replay shard [01] died \((sampling a batch|storing actor [01]'s block|updating "
-        r"priorities)\); its transitions are gone: .*; stopped \(the last checkpoint, .*, is "
-        r"untouched\)$",
+        r"error: replay shard [01] died \((sampling a batch|storing actor [01]'s block|"
+        r"(updating|reading) priorities|saving a checkpoint)\); its transitions are gone: .*; "
+        r"stopped \(the last checkpoint, .*, is untouched\)$",
         errors[0],
     ), errors[0]
     resumed = run_cli(["train", "--resume", str(run_dir), "--steps", "4000", "--quiet"])
@@ -206,6 +209,19 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= 4000 and not summary["interrupted"]
     assert summary["resumed_from_env_steps"] >= 1000
+    # Pins a bug: the blocks a checkpoint held were counted into their shards again on resume
+    # (they were already in the shards' saved state), so the learner's count of each shard ran
+    # ahead of the shard. The final checkpoint's health panel covers exactly the slots in use:
+    # shard 1's range starts at capacity / 2, and ends where what it holds ends.
+    final = load_run_checkpoint(sorted((run_dir / "checkpoints").iterdir())[-1])
+    written = [int(s["written"]) for s in final.parts["memory"]["shards"]]
+    each = 50_000 // 2
+    assert len(final.parts["loop"]["health"]["added_at"]) == each + min(written[1], each)
+    # Every transition once (1-step: one an env step), those of the blocks held at the end
+    # included (in their shards, not yet counted as received).
+    apex = final.parts["loop"]["apex"]
+    held = sum(len(block["stored"]) for block in apex["held"])
+    assert sum(written) == sum(steps for _, _, steps in apex["received"]) + held
 
 
 @pytest.mark.parametrize(
