@@ -240,7 +240,8 @@ class ReplayConfig(_Section):
         td_error_clip: clip ``|delta|`` before prioritising (None: no clip).
         uniform_mix: share of each batch drawn uniformly.
         weight_normalization: how proportional PER scales its IS weights: ``global`` (the
-            paper's max over the memory) or ``batch`` (the max over the batch). Rank-based PER
+            paper's max over the memory; over the batch's shard, with ``run.shards``) or
+            ``batch`` (the max over the batch). Rank-based PER
             has no such choice to make: every batch holds one draw from the segment with the
             most ranks, whose weight is the largest any rank can get, so its batch maximum is
             always the global one.
@@ -561,6 +562,17 @@ class Config(_Section):
                         f"must divide replay.capacity ({self.replay.capacity:,}) evenly: each "
                         f"shard holds an equal part, got {shards}",
                         ("replay.capacity",),
+                    )
+                )
+            elif self.replay.capacity // shards < self.train.batch_size:
+                problems.append(
+                    CrossProblem(
+                        "run.shards",
+                        f"must leave each shard a batch: replay.capacity "
+                        f"({self.replay.capacity:,}) / {shards} holds fewer than "
+                        f"train.batch_size ({self.train.batch_size}), and each batch comes "
+                        f"from one shard, got {shards}",
+                        ("replay.capacity", "train.batch_size"),
                     )
                 )
         if self.replay.initial_priority == "actor":

@@ -57,6 +57,7 @@ class Block:
         stored: where the actor stored the transitions itself (a run with replay shards,
             ``run.shards``): their global slots; ``transitions`` then holds none of them (its
             fields are empty) and ``td_abs`` is None. None where the learner stores them.
+        written: with ``stored``, the transitions written to that shard once they were.
     """
 
     actor: int
@@ -68,17 +69,18 @@ class Block:
     episodes: list[tuple[float, int]] = field(default_factory=list)
     frames: PackedFrames | None = None
     stored: np.ndarray | None = None
+    written: int = 0
 
     def __len__(self) -> int:
         """The transitions it carries (none where the actor stored them: ``stored``)."""
         return int(self.transitions.actions.shape[0])
 
-    def emptied(self, stored: np.ndarray) -> Block:
-        """This block once its transitions are stored at the global slots ``stored``: their
-        count and slots, without them."""
+    def emptied(self, stored: np.ndarray, written: int) -> Block:
+        """This block once its transitions are stored at the global slots ``stored``, its
+        shard holding ``written`` then: their slots, without them."""
         empty = Transitions(*(column[:0] for column in self.transitions))
         return replace(self, transitions=empty, td_abs=None, frames=None,
-                       stored=np.asarray(stored, dtype=np.int64))  # fmt: skip
+                       stored=np.asarray(stored, dtype=np.int64), written=int(written))  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """The block as a checkpoint holds it (arrays and JSON values; its frames unpacked)."""
@@ -88,7 +90,7 @@ class Block:
             "actor": self.actor, "serial": self.serial, "transitions": list(self.transitions),
             "td_abs": self.td_abs, "version": self.version, "env_steps": self.env_steps,
             "episodes": [[ret, length] for ret, length in self.episodes],
-            "stored": self.stored,
+            "stored": self.stored, "written": self.written,
         }  # fmt: skip
 
     @classmethod
@@ -106,7 +108,7 @@ class Block:
             stored = None if stored is None else np.asarray(stored, np.int64).reshape(-1)
             block = cls(int(state["actor"]), int(state["serial"]), transitions, td_abs,
                         int(state["version"]), int(state["env_steps"]), episodes,
-                        stored=stored)  # fmt: skip
+                        stored=stored, written=int(state.get("written", 0)))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a block's state ({exc})") from None
         sizes = {len(column) for column in transitions}

@@ -129,18 +129,17 @@ class ApexLoop(Loop):
         """Stores the source's next blocks (first those a checkpoint took in flight, if any),
         then learns as due; returns their episodes."""
         if self._held:
-            blocks, self._held, counted = self._held, [], True
+            blocks, self._held = self._held, []
         else:
             blocks = self.source.blocks(self.config.train.total_env_steps - self.state.env_steps)
-            counted = False
-        finished, self._settled = self._take(blocks, counted), None
+        finished, self._settled = self._take(blocks), None
         yield from self.learning()
         return finished
 
-    def _take(self, blocks: Sequence[Block], counted: bool = False) -> list[tuple[float, int]]:
-        """Stores ``blocks`` with their actors' priorities and counts their env steps and
-        staleness; returns their episodes. ``counted``: blocks a checkpoint held, which their
-        actors stored in replay shards themselves and ``settle`` already counted there."""
+    def _take(self, blocks: Sequence[Block]) -> list[tuple[float, int]]:
+        """Stores ``blocks`` with their actors' priorities (or notes where their actors stored
+        them, in replay shards) and counts their env steps and staleness; returns their
+        episodes."""
         state, memory = self.state, self.memory
         finished: list[tuple[float, int]] = []
         for block in blocks:
@@ -153,8 +152,7 @@ class ApexLoop(Loop):
             self.received[block.actor] = (serial + 1, block.env_steps)
             state.env_steps += block.env_steps - env_steps
             if block.stored is not None:  # stored by its actor in a replay shard
-                if not counted:
-                    memory.stored(block.stored)
+                memory.stored(block.stored, block.written)
                 slots = block.stored
             elif len(block):
                 slots = memory.add_batch(*block.transitions, td_abs=block.td_abs)
@@ -181,10 +179,10 @@ class ApexLoop(Loop):
         pulls the learner's weights before its next block."""
         blocks, states = self.source.pause()
         for block in blocks:
-            # Already in its shard, and so in the shard's state the checkpoint saves: counted
-            # now, so that the learner's count of each shard is that state's on resume too.
+            # Already in its shard, and so in the shard's state the checkpoint saves: noted
+            # now, so that the checkpoint's count of the slots in use includes it.
             if block.stored is not None:
-                self.memory.stored(block.stored)
+                self.memory.stored(block.stored, block.written)
         self._held.extend(blocks)
         self._settled = states
 

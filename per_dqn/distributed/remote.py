@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -38,20 +37,11 @@ from per_dqn.distributed import ActorLostError
 from per_dqn.distributed.actor import Actor, Block
 from per_dqn.distributed.frames import pack, unpack
 from per_dqn.distributed.learner import BLOCK_STEPS, SYNC_STEPS, ApexLoop
-from per_dqn.distributed.shards import ShardedReplay, ShardLostError, shard_died
+from per_dqn.distributed.shards import ShardedReplay, ShardLostError, raised, shard_died
 from per_dqn.rundir import provenance
 from per_dqn.training.build import set_torch_threads
 from per_dqn.training.schedules import epsilon_ladder
 from per_dqn.training.seeding import RunSeeds
-
-
-def raised(exc: Exception) -> str:
-    """What a Ray actor's process raised as it started, from the traceback Ray's error carries:
-    its last ``SomeError: message`` line (else the error's first line)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    errors = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
-    return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
-
 
 # How long the learner waits before asking a restarting actor again.
 RESTART_POLL_SECONDS = 0.2
@@ -96,13 +86,13 @@ class ActorProcess:
         if self.shard is None:
             return dataclasses.replace(block, transitions=transitions, frames=packed)
         if not len(block):
-            return block.emptied(np.empty(0, dtype=np.int64))
+            return block.emptied(np.empty(0, dtype=np.int64), 0)
         try:
-            slots = ray.get(self.shard.add.remote(transitions, packed, block.td_abs))
+            slots, written = ray.get(self.shard.add.remote(transitions, packed, block.td_abs))
         except ray.exceptions.RayActorError as exc:
             what = f"storing actor {self.actor.index}'s block"
             raise ShardLostError(shard_died(self.shard_index, what, exc)) from None
-        return block.emptied(slots)
+        return block.emptied(slots, written)
 
     def where(self) -> dict[str, str]:
         """The Ray node this process runs on: ``node_ip`` and ``node_id`` as ``ray.nodes()``

@@ -12,8 +12,8 @@ loop and ``Trainer`` use (``sample``, ``update``, ``diagnostics``, ``state_dict`
 slots are global: shard ``j``'s slot ``s`` is ``j * capacity_each + s``, so the health panel and
 every batch name one transition each. Each batch comes from one shard, picked with probability
 in proportion to what it holds among those that hold a batch (as RLlib's multi-shard Ape-X
-replay picks one per batch), and every shard has ``prefetch`` batches asked for ahead, so the
-learner takes a batch that is already drawn and never waits on a shard while it has one. A
+replay picks one per batch), and a shard once picked keeps ``prefetch`` batches asked for
+ahead, so the learner takes a batch that is already drawn rather than wait for one. A
 priority update goes back keyed by write serials (``Shard.update``): one whose transition was
 overwritten since it was drawn is dropped, as in the paper.
 
@@ -23,6 +23,7 @@ are gone, and the run's checkpoints, which hold every shard's, are as they were.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -43,6 +44,14 @@ PREFETCH = 2
 
 class ShardLostError(ActorLostError):
     """A replay shard's process died: the run stops with one line."""
+
+
+def raised(exc: Exception) -> str:
+    """What a Ray actor's process raised as it started, from the traceback Ray's error carries:
+    its last ``SomeError: message`` line (else the error's first line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+    return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
 
 
 def shard_died(shard: int | None, what: str, exc: Exception) -> str:
@@ -75,16 +84,19 @@ class ShardProcess:
         self.offset = index * replay.capacity
         self.shard = Shard(make_memory(replay, spec, seed))
 
-    def add(self, transitions: Any, frames: PackedFrames | None, td_abs: Any) -> np.ndarray:
+    def add(
+        self, transitions: Any, frames: PackedFrames | None, td_abs: Any
+    ) -> tuple[np.ndarray, int]:
         """Stores a block (its frames rebuilt first, ``frames.unpack``); returns its
-        transitions' global slots."""
+        transitions' global slots and the transitions written to the shard so far."""
         serials = self.shard.add(*unpack(transitions, frames), td_abs=td_abs)
-        return self.offset + serials % self.shard.memory.capacity
+        return self.offset + serials % self.shard.memory.capacity, self.shard.written
 
-    def sample(self, batch_size: int, beta: float) -> tuple[Batch, np.ndarray]:
-        """A batch, its slots made global, and its transitions' write serials."""
+    def sample(self, batch_size: int, beta: float) -> tuple[Batch, np.ndarray, int]:
+        """A batch, its slots made global, its transitions' write serials, and the
+        transitions written to the shard so far."""
         batch, serials = self.shard.sample(batch_size, beta)
-        return batch._replace(indices=batch.indices + self.offset), serials
+        return batch._replace(indices=batch.indices + self.offset), serials, self.shard.written
 
     def update(self, serials: np.ndarray, td_abs: np.ndarray) -> int:
         """``Shard.update``: the priorities set."""
@@ -99,8 +111,9 @@ class ShardProcess:
         return self.shard.memory.diagnostics(full)
 
     def state_dict(self) -> dict[str, Any]:
-        """``Shard.state_dict``: the memory's contents and the write counters."""
-        return self.shard.state_dict()
+        """``Shard.state_dict``: the memory's contents and the write counters (views into
+        the memory's arrays: Ray copies them out as it sends them)."""
+        return self.shard.state_dict(copy=False)
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
         """``Shard.load_state_dict``; returns the transitions held then."""
@@ -131,9 +144,18 @@ class ShardedReplay:
         self.handles = [
             remote.options(name=name).remote(config, spec, j) for j, name in enumerate(self.names)
         ]
+        # Each shard up before the run starts: one that cannot start (its part of the memory
+        # too large for its node, for one) is one line, with what its process raised.
+        for j, ref in enumerate([handle.size.remote() for handle in self.handles]):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                self.close()
+                raise ValueError(f"replay shard {j} could not start: {raised(exc)}") from None
         self.prefetch = prefetch
         self._kind = config.replay.kind
         self._weighted = REPLAY_KINDS[config.replay.kind].weighted
+        self._keeps = REPLAY_KINDS[config.replay.kind].keeps_priorities
         self._written = [0] * shards  # transitions each shard was given, by the blocks counted
         self._ahead: list[list[Any]] = [[] for _ in range(shards)]  # sample refs, oldest first
         self._rng = np.random.default_rng(RunSeeds.from_seed(config.run.seed).replay)
@@ -175,11 +197,18 @@ class ShardedReplay:
         """Whether a shard holds a whole batch (each batch comes from one)."""
         return max(self.sizes()) >= batch_size
 
-    def stored(self, slots: np.ndarray) -> None:
-        """Counts a block an actor stored in its shard (its global ``slots``)."""
-        shards = np.asarray(slots, dtype=np.int64) // self.capacity_each
-        for j, count in zip(*np.unique(shards, return_counts=True), strict=True):
-            self._written[int(j)] += int(count)
+    def stored(self, slots: np.ndarray, written: int) -> None:
+        """Notes a block an actor stored in its shard: its global ``slots`` (all in one
+        shard) and the transitions ``written`` to that shard then. A shard's count is the
+        largest it was told, so a block noted twice (held by a checkpoint, then taken) or out
+        of order counts once, and one whose actor died before the learner saw it is counted
+        by the next."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.size:
+            self._note(int(slots[0]) // self.capacity_each, written)
+
+    def _note(self, shard: int, written: int) -> None:
+        self._written[shard] = max(self._written[shard], int(written))
 
     def _get(self, ref: Any, shard: int, what: str) -> Any:
         """``ray.get`` of one call to shard ``shard``; a shard that died raises
@@ -211,7 +240,8 @@ class ShardedReplay:
         ahead = self._ahead[j]
         while len(ahead) < self.prefetch + 1:
             ahead.append(self.handles[j].sample.remote(batch_size, beta))
-        batch, serials = self._get(ahead.pop(0), j, "sampling a batch")
+        batch, serials, written = self._get(ahead.pop(0), j, "sampling a batch")
+        self._note(j, written)
         self._last = (j, batch.indices, serials)
         self._check_updates()
         return batch
@@ -223,6 +253,8 @@ class ShardedReplay:
         Raises:
             ValueError: indices that are not the last batch's.
         """
+        if not self._keeps:
+            return  # a kind that keeps no priorities: nothing to send
         if self._last is None:
             raise ValueError("a priority update before any batch was drawn")
         j, slots, serials = self._last
@@ -265,8 +297,12 @@ class ShardedReplay:
         """Every shard's state (``Shard.state_dict``), after every update sent (a shard runs
         its calls in order)."""
         self._check_updates(wait=True)
-        states = self._each([h.state_dict.remote() for h in self.handles], "saving a checkpoint")
-        return {"kind": self._kind, "shards": states}
+        # One shard at a time, so that one shard's state at most is on its way at once.
+        states = [
+            self._get(handle.state_dict.remote(), j, "saving a checkpoint")
+            for j, handle in enumerate(self.handles)
+        ]
+        return {"kind": self._kind, "shards": states, "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Loads each shard's state; the batches drawn ahead are dropped.
@@ -285,11 +321,17 @@ class ShardedReplay:
                 f"its memory holds {len(shards)} replay shards, this run has {len(self.handles)}"
             )
         refs = [h.load_state_dict.remote(s) for h, s in zip(self.handles, shards, strict=True)]
-        try:
-            self.ray.get(refs)
-        except self.ray.exceptions.RayTaskError as exc:
-            raise ValueError(f"a replay shard's state: {exc.cause}") from None
+        for j, ref in enumerate(refs):
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayTaskError as exc:
+                raise ValueError(f"replay shard {j}'s state: {exc.cause}") from None
+            except self.ray.exceptions.RayActorError as exc:
+                raise ValueError(shard_died(j, "loading its state", exc)) from None
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]
         self._written = [int(s["written"]) for s in shards]
+        self.dropped = sum(int(s["dropped"]) for s in shards)
         self._ahead = [[] for _ in self.handles]
         self._last = None
 

@@ -62,9 +62,11 @@ with connect(RayOptions(local_cpus=2)) as connection:
     replay = ShardedReplay(ray, config, spec)
     first = ray.get(replay.handles[0].add.remote(block(5, 0), None, [0.1, 0.2, 0.3, 0.4, 0.5]))
     second = ray.get(replay.handles[1].add.remote(block(3, 100), None, [0.6, 0.7, 0.8]))
-    replay.stored(first)
-    replay.stored(second)
-    out["slots"] = [first.tolist(), second.tolist()]
+    replay.stored(*first)
+    replay.stored(*second)
+    replay.stored(*first)  # a block noted twice (held by a checkpoint, then taken) counts once
+    out["slots"] = [first[0].tolist(), second[0].tolist()]
+    out["written_told"] = [first[1], second[1]]
     out["len"], out["capacity"] = len(replay), replay.capacity
     out["slots_in_use"] = replay.slots_in_use
     out["can_sample"] = [replay.can_sample(3), replay.can_sample(4), replay.can_sample(6)]
@@ -81,7 +83,7 @@ with connect(RayOptions(local_cpus=2)) as connection:
     # A batch drawn, then every slot of its shard overwritten: its update is dropped.
     batch = replay.sample(4, beta=1.0)
     shard = int(batch.indices[0]) // 8
-    replay.stored(ray.get(replay.handles[shard].add.remote(block(8, 200), None, [0.5] * 8)))
+    replay.stored(*ray.get(replay.handles[shard].add.remote(block(8, 200), None, [0.5] * 8)))
     replay.update(PriorityUpdate(batch.indices, np.full(4, 0.09)))
     state = replay.state_dict()
     out["dropped"] = replay.dropped
@@ -91,7 +93,18 @@ with connect(RayOptions(local_cpus=2)) as connection:
             replay.load_state_dict(bad)
         except ValueError as exc:
             out.setdefault("refused", []).append(str(exc))
+    # A new view of new shards, loaded from that state: the counts and the dropped updates go
+    # on from it.
     replay.close()
+    again = ShardedReplay(ray, config, spec)
+    again.load_state_dict(state)
+    out["loaded"] = [again.sizes(), again.dropped]
+    again.close()
+    # Shards that cannot start (here: an observation shape no memory takes) are one line.
+    try:
+        ShardedReplay(ray, config, EnvSpec((0,), np.dtype(np.float32), 2))
+    except ValueError as exc:
+        out["unstarted"] = str(exc)
 print(json.dumps(out))
 """
 
@@ -113,6 +126,7 @@ def test_the_learner_s_view_of_two_shards_by_hand(ray_env):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["slots"] == [[0, 1, 2, 3, 4], [8, 9, 10]]
+    assert out["written_told"] == [5, 3]
     assert (out["len"], out["capacity"]) == (8, 16)
     assert out["slots_in_use"] == 8 + 3  # shard 1's range starts at 8
     assert out["can_sample"] == [True, True, False]
@@ -131,6 +145,10 @@ def test_the_learner_s_view_of_two_shards_by_hand(ray_env):
     assert out["foreign"] == "a priority update for slot 7, not in the last batch drawn"
     assert out["dropped"] == 4
     assert out["written"] == [13, 3]
+    assert out["loaded"] == [[8, 3], 4]
+    assert out["unstarted"] == (
+        "replay shard 0 could not start: ValueError: `obs_shape` dimensions must be >= 1, got (0,)"
+    )
     assert out["refused"] == [
         "its memory holds 1 replay shards, this run has 2",
         "its memory is not the 2 proportional replay shards this run has (a run with "
@@ -245,6 +263,12 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
         ),
         (["--actors", "2", "--shards", "0"], "cartpole.yaml: run.shards: must be >= 1, got 0 "
                                              "(set by --shards)"),
+        (
+            ["--actors", "8", "--shards", "8", "--set", "replay.capacity=256"],
+            "cartpole.yaml: run.shards: must leave each shard a batch: replay.capacity (256) / 8 "
+            "holds fewer than train.batch_size (64), and each batch comes from one shard, got 8 "
+            "(set by --shards) (replay.capacity set by --set)",
+        ),
     ],
 )  # fmt: skip
 def test_shards_a_run_cannot_have_are_one_line(args, line, tmp_path):
