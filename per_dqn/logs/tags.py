@@ -137,7 +137,8 @@ SCALAR_TAGS: dict[str, str] = {
     APEX_UPDATES_PER_S: "learner updates (gradient steps) per second since the previous write "
     "(distributed runs only)",
     APEX_UPDATES_DROPPED: "priority updates of transitions overwritten between their draw and "
-    "the update's arrival at their replay shard, dropped so far (runs with run.shards only)",
+    "the update's arrival at their replay shard, dropped so far (distributed runs only, with "
+    "run.shards)",
     APEX_ACTOR_SPS: "env steps per second of one actor since the previous write, one tag per "
     "actor: apex/actor_0/sps, apex/actor_1/sps, ... (distributed runs only)",
     APEX_ACTOR_RETURN: "mean return of one actor's episodes that ended since the previous "
