@@ -7,23 +7,27 @@ of 50 transitions; at a frame skip of 4 and about 50,000 env frames a second, ab
 transitions a second come in. Goal: one shard, on one core, sustains that whole rate: about
 12,500 transitions/s in while serving 19 batches of 512/s and their priority updates.
 
-Set-up, on a Ray cluster this script starts on 127.0.0.1 with 2 CPUs:
+Set-up, on a Ray cluster this script starts on 127.0.0.1 with 2 CPUs, with the parts a run with
+``--shards 1`` uses (``per_dqn.distributed.shards``):
 
-* the shard: a Ray actor holding one CPU, ``per_dqn.memory.Shard`` over the project's
-  proportional memory (``make_memory``), sized ``--capacity``;
-* the feeder: a second Ray actor that sends blocks of ``--block`` transitions with their errors
-  (``Shard.add(..., td_abs=)``) as fast as the shard takes them, ``--inflight`` calls in flight
-  (the actors' side, in one process: what reaches the shard is the same);
-* the learner: this process, sampling batches of ``--batch`` with ``--prefetch`` calls ahead and
-  sending each batch's priority update back (``Shard.update`` by write serial), at most
-  ``--batches-per-s`` a second (the paper's 19; 0: as fast as it can).
+* the shard: the shipped ``ShardProcess``, a Ray actor holding one CPU, built from
+  ``cartpole.yaml`` made proportional (alpha 0.6) with ``replay.capacity`` ``--capacity`` for the
+  row's observations, as a run's shard is built (Atari's stacks in the frame store, as in a run);
+* the feeder: a second Ray actor that finds the shard by name and sends blocks of ``--block``
+  transitions with their errors (``ShardProcess.add``) as fast as the shard takes them,
+  ``--inflight`` calls in flight (the actors' side, in one process: what reaches the shard is
+  the same);
+* the learner: this process's ``ShardedReplay``, drawing batches of ``--batch`` with
+  ``--prefetch`` batches ahead and sending each batch's priority update back (keyed by write
+  serial), at most ``--batches-per-s`` a second (the paper's 19; 0: as fast as it can).
 
-Each row runs ``--seconds`` after a warm-up that fills the shard, and reads the shard's own
-counters: transitions in, batches out, updates set and dropped (an update whose transitions
-were overwritten meanwhile is dropped: ``Shard``). Four rows: CartPole's (4,) float32,
-MinAtar's (4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks, sent whole (each frame
-about eight times, in the stacks of s and s') and each frame once, as a distributed run's actors
-send them (``per_dqn.distributed.frames``: the shard rebuilds the stacks before it stores them).
+Each row runs ``--seconds`` after a warm-up that fills the shard, and reads the transitions the
+shard reports written, the batches drawn and the updates dropped (an update whose transitions
+were overwritten meanwhile is dropped). Four rows: CartPole's (4,) float32, MinAtar's
+(4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks of consecutive frames (3-step
+windows, as an Atari actor's), sent whole (each frame about eight times, in the stacks of s and
+s') and each frame once, as a distributed run's actors send them (``per_dqn.distributed.frames``:
+the shard rebuilds the stacks before it stores them).
 
     .venv/bin/python benchmarks/apex_shard.py            # 4 rows of 20 s, capacity 100,000
     .venv/bin/python benchmarks/apex_shard.py --smoke    # one row of 1 s; the figures mean nothing
@@ -68,49 +72,30 @@ DEFAULTS = {  # (full, quick, smoke)
 }
 
 
-class ShardHost:
-    """The shard inside its Ray actor, with the counters the table reads."""
+def shard_config(args: argparse.Namespace) -> Any:
+    """The run config the shard is built from: cartpole.yaml, proportional at alpha 0.6, one
+    actor and one shard of ``--capacity``, batches of ``--batch``."""
+    from per_dqn.config import load_config, parse_override, resolve_config_path
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], dtype: Any) -> None:
-        from per_dqn.memory import Shard, make_memory
-
-        memory = make_memory("proportional", capacity=capacity, obs_shape=obs_shape,
-                             obs_dtype=dtype, alpha=0.6, seed=0)  # fmt: skip
-        self.shard = Shard(memory)
-        self.batches = 0
-
-    def add(self, obs, actions, rewards, next_obs, terminated, n_steps, td_abs) -> int:
-        self.shard.add(obs, actions, rewards, next_obs, terminated, n_steps, td_abs)
-        return len(self.shard)
-
-    def add_packed(self, transitions: Any, packed: Any, td_abs: np.ndarray) -> int:
-        """A block whose frames come once (``frames.pack``): rebuilt, then stored."""
-        from per_dqn.distributed.frames import unpack
-
-        self.shard.add(*unpack(transitions, packed), td_abs)
-        return len(self.shard)
-
-    def sample(self, batch_size: int) -> tuple[Any, np.ndarray]:
-        self.batches += 1
-        return self.shard.sample(batch_size, beta=0.4)
-
-    def update(self, serials: np.ndarray, td_abs: np.ndarray) -> int:
-        return self.shard.update(serials, td_abs)
-
-    def counters(self) -> dict[str, int]:
-        return {"written": self.shard.written, "batches": self.batches,
-                "dropped": self.shard.dropped, "stored": len(self.shard)}  # fmt: skip
+    settings = ["replay.kind=proportional", "replay.alpha=0.6", f"replay.capacity={args.capacity}",
+                f"train.batch_size={args.batch}", "run.actors=1", "run.shards=1"]  # fmt: skip
+    return load_config(resolve_config_path("cartpole.yaml"), [parse_override(s) for s in settings])
 
 
 class Feeder:
-    """Sends prebuilt blocks to the shard as fast as it takes them; with ``frames_once``, a
-    block of consecutive 4-frame stacks (3-step windows, as an Atari actor's), each frame sent
-    once (``frames.pack``)."""
+    """Sends prebuilt blocks to the shard named ``name`` as fast as it takes them; Atari's
+    (``(4, 84, 84)`` uint8) are stacks of consecutive frames, 3-step windows as an Atari
+    actor's, each frame sent once with ``frames_once`` (``frames.pack``)."""
 
-    def __init__(self, shard: Any, obs_shape: tuple[int, ...], dtype: Any, block: int,
+    def __init__(self, name: str, obs_shape: tuple[int, ...], dtype: Any, block: int,
                  frames_once: bool = False) -> None:  # fmt: skip
+        import ray
+
+        from per_dqn.distributed.frames import pack
+        from per_dqn.training.nstep import Transitions
+
         rng = np.random.default_rng(1)
-        if frames_once:  # stacks i = frames i..i+3, next stacks 3 steps on
+        if np.dtype(dtype) == np.uint8:  # stacks i = frames i..i+3, next stacks 3 steps on
             frames = rng.integers(0, 256, size=(block + 6, *obs_shape[1:]), dtype=np.uint8)
             window = np.arange(obs_shape[0])
             obs = np.stack([frames[i + window] for i in range(block)])
@@ -118,66 +103,69 @@ class Feeder:
         elif np.dtype(dtype) == np.float32:
             obs = rng.normal(size=(2, block, *obs_shape)).astype(np.float32)
         else:
-            high = 2 if np.dtype(dtype) == np.bool_ else 256
-            obs = rng.integers(0, high, size=(2, block, *obs_shape)).astype(dtype)
-        self.shard = shard
-        self.block = (obs[0], rng.integers(0, 4, block), rng.normal(size=block).astype(np.float32),
-                      obs[1], rng.random(block) < 0.01, np.full(block, 3, np.uint8),
-                      np.abs(rng.normal(size=block)))  # fmt: skip
-        self.packed = None
-        if frames_once:
-            from per_dqn.distributed.frames import pack
-            from per_dqn.training.nstep import Transitions
+            obs = rng.integers(0, 2, size=(2, block, *obs_shape)).astype(dtype)
+        self.shard = ray.get_actor(name)
+        transitions = Transitions(
+            obs[0], rng.integers(0, 4, block), rng.normal(size=block).astype(np.float32), obs[1],
+            rng.random(block) < 0.01, np.full(block, 3, np.uint8),
+        )  # fmt: skip
+        self.block = pack(transitions) if frames_once else (transitions, None)
+        self.td_abs = np.abs(rng.normal(size=block))
+        self.last: Any = None  # the last block's (slots, written)
 
-            self.packed = pack(Transitions(*self.block[:6]))
-
-    def run(self, seconds: float, inflight: int) -> int:
+    def run(self, seconds: float, inflight: int) -> Any:
+        """Sends for ``seconds``; returns the last block's slots and the shard's written."""
         import ray
 
-        sent, pending, end = 0, [], time.perf_counter() + seconds
+        pending, end = [], time.perf_counter() + seconds
         while time.perf_counter() < end:
             while len(pending) < inflight:
-                if self.packed is None:
-                    pending.append(self.shard.add.remote(*self.block))
-                else:
-                    pending.append(self.shard.add_packed.remote(*self.packed, self.block[6]))
-                sent += 1
-            _, pending = ray.wait(pending, num_returns=1)
-        ray.get(pending)
-        return sent
+                pending.append(self.shard.add.remote(*self.block, self.td_abs))
+            done, pending = ray.wait(pending, num_returns=1)
+            self.last = ray.get(done[0])
+        for ref in pending:
+            self.last = ray.get(ref)
+        return self.last
 
 
 def measure(ray: Any, args: argparse.Namespace, shape: tuple[int, ...], dtype: Any,
             frames_once: bool) -> dict:  # fmt: skip
-    host = ray.remote(num_cpus=1)(ShardHost).remote(args.capacity, shape, dtype)
-    feeder = ray.remote(num_cpus=1)(Feeder).remote(host, shape, dtype, args.block, frames_once)
+    from per_dqn.distributed.shards import ShardedReplay
+    from per_dqn.envs.make import EnvSpec
+    from per_dqn.memory.types import PriorityUpdate
+
+    replay = ShardedReplay(ray, shard_config(args), EnvSpec(shape, np.dtype(dtype), 4),
+                           prefetch=args.prefetch)  # fmt: skip
+    feeder = ray.remote(num_cpus=1)(Feeder).remote(
+        replay.names[0], shape, dtype, args.block, frames_once
+    )
     # Warm-up: the shard full, so that its sampling, eviction and dropped updates are the steady
     # state's.
-    while ray.get(host.counters.remote())["stored"] < args.capacity:
-        ray.get(feeder.run.remote(0.5, args.inflight))
-    start = ray.get(host.counters.remote())
+    slots, written = ray.get(feeder.run.remote(0.5, args.inflight))
+    while written < args.capacity:
+        slots, written = ray.get(feeder.run.remote(0.5, args.inflight))
+    replay.stored(slots, written)
+    start, dropped_before = written, replay.dropped
     began = time.perf_counter()
     feeding = feeder.run.remote(args.seconds, args.inflight)
-    ahead = [host.sample.remote(args.batch) for _ in range(args.prefetch)]
-    updates, period, next_at = [], 1.0 / args.batches_per_s if args.batches_per_s else 0.0, began
+    rng = np.random.default_rng(0)
+    batches, period = 0, 1.0 / args.batches_per_s if args.batches_per_s else 0.0
+    next_at = began
     while time.perf_counter() - began < args.seconds:
-        _, serials = ray.get(ahead[0])
-        ahead = [*ahead[1:], host.sample.remote(args.batch)]
-        td = np.abs(np.random.default_rng(len(updates)).normal(size=len(serials)))
-        updates.append(host.update.remote(serials, td))
+        batch = replay.sample(args.batch, beta=0.4)
+        replay.update(PriorityUpdate(batch.indices, np.abs(rng.normal(size=len(batch.indices)))))
+        batches += 1
         if period:
             next_at += period
             time.sleep(max(0.0, next_at - time.perf_counter()))
-    ray.get(feeding)
+    _, end = ray.get(feeding)
     wall = time.perf_counter() - began  # the feeder's last blocks are in
-    end = ray.get(host.counters.remote())
-    set_ = sum(ray.get(updates))
-    ray.get(ahead)
+    replay.flush()  # every update answered
+    dropped = replay.dropped - dropped_before
     ray.kill(feeder)
-    ray.kill(host)
-    batches = len(updates)
-    return {"in": (end["written"] - start["written"]) / wall, "batches": batches / wall,
-            "set": set_, "dropped": end["dropped"] - start["dropped"]}  # fmt: skip
+    replay.close()
+    return {"in": (end - start) / wall, "batches": batches / wall,
+            "set": batches * args.batch - dropped, "dropped": dropped}  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

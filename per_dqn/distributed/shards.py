@@ -279,6 +279,10 @@ class ShardedReplay:
             j, count = self._updates.pop(ref)
             self.dropped += count - int(self._get(ref, j, "updating priorities"))
 
+    def flush(self) -> None:
+        """Waits for every priority update sent to be applied (or dropped, and counted)."""
+        self._check_updates(wait=True)
+
     def diagnostics(self, full: bool = False) -> dict[str, float]:
         """The shards' diagnostics together: a ``mean_*`` value as their mean weighted by what
         each holds, any other the largest of theirs."""
@@ -296,7 +300,7 @@ class ShardedReplay:
     def state_dict(self, copy: bool = True) -> dict[str, Any]:
         """Every shard's state (``Shard.state_dict``), after every update sent (a shard runs
         its calls in order)."""
-        self._check_updates(wait=True)
+        self.flush()
         # One shard at a time, so that one shard's state at most is on its way at once.
         states = [
             self._get(handle.state_dict.remote(), j, "saving a checkpoint")
