@@ -99,9 +99,15 @@ def test_the_curves_figure_draws_each_arm_s_iqm_and_its_bootstrap_band(sweep):
     # Four equal seeds: the band is the line itself.
     low, high = band_edges(panels[ENV], styles["proportional"][0], STEPS)
     assert list(low) == list(high) == [2.0, 2.0, 2.0]
-    # The threshold, dashed, on its env's panel only.
+    # Every band a light fill without an edge, as the training figure's and the profiles'.
+    for ax in panels.values():
+        for band in ax.collections:
+            assert band.get_alpha() == 0.2 and list(band.get_linewidths()) == [0.0]
+    # The threshold, a thin black dashed line, on its env's panel only.
     (threshold,) = [ln for ln in panels[ENV].get_lines() if ln.get_label() == "threshold"]
     assert list(threshold.get_ydata()) == [12.0, 12.0] and threshold.get_linestyle() == "--"
+    assert to_rgb(threshold.get_color()) == (0.0, 0.0, 0.0)
+    assert threshold.get_linewidth() == 0.8
     assert not [ln for ln in panels[OTHER].get_lines() if ln.get_label() == "threshold"]
 
 
