@@ -15,11 +15,9 @@ import time
 import pytest
 from support import (
     CHECKOUT,
-    api_run,
     assert_bad_input,
     ray_processes,
     read_scalars,
-    run_cli,
     runner,
     sets,
     start_cli,
@@ -164,34 +162,15 @@ SHORT = [
 
 
 @pytest.mark.ray
-def test_a_run_whose_actors_feed_two_shards_stores_each_transition_once(ray_env, tmp_path):
-    """Two actors, each feeding its own shard (``run.shards=2``), from the Python API: the run
-    learns as a single run does (once per replay_period env steps from learning_starts); its
-    checkpoint holds both shards, and each shard was written exactly one transition per env
-    step of the actor that feeds it (1-step transitions), so every transition landed once,
-    in its actor's shard; the dropped-update count is logged."""
-    run_dir = tmp_path / "run"
-    overrides = [*SHORT, "run.actors=2", "run.shards=2", "train.total_env_steps=1500"]
-    summary = api_run("cartpole", overrides, run_dir)
-    assert 1500 <= summary["env_steps"] <= 1500 + 2 * 2 * 50
-    assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
-    (saved,) = (run_dir / "checkpoints").iterdir()
-    checkpoint = load_run_checkpoint(saved)
-    shards = checkpoint.parts["memory"]["shards"]
-    received = {a: steps for a, _, steps in checkpoint.parts["loop"]["apex"]["received"]}
-    assert [int(s["written"]) for s in shards] == [received[0], received[1]]
-    assert sum(received.values()) == summary["env_steps"]
-    scalars = read_scalars(run_dir)
-    assert tags.APEX_UPDATES_DROPPED in scalars
-    assert summary["final_eval_return_mean"] is not None
-
-
-@pytest.mark.ray
 @pytest.mark.kill
 def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(ray_env, tmp_path):
-    """SIGKILL to a shard's process once the run has a checkpoint: its transitions are gone, so
-    the run stops with one ``error:`` line naming the shard (exit 1), the checkpoint untouched;
-    ``train --resume`` starts new shards from it and finishes the run."""
+    """Two actors, each feeding its own shard, from the CLI; SIGKILL to a shard's process once
+    the run has a checkpoint: its transitions are gone, so the run stops with one ``error:``
+    line naming the shard (exit 1), the checkpoint untouched. The Python API's ``resume`` starts
+    new shards from it and finishes the run, which learned as a single run does (once per
+    replay_period env steps from learning_starts), and whose last checkpoint holds both shards,
+    each written exactly one transition per env step of the actor that feeds it (1-step
+    transitions): every transition landed once, in its actor's shard."""
     run_dir = tmp_path / "run"
     args = ["train", "-c", "cartpole.yaml", "--actors", "2", "--shards", "2", "--quiet",
             "--run-dir", str(run_dir), "--steps", "40000",
@@ -222,11 +201,17 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
         r"stopped \(the last checkpoint, .*, is untouched\)$",
         errors[0],
     ), errors[0]
-    resumed = run_cli(["train", "--resume", str(run_dir), "--steps", "4000", "--quiet"])
-    assert resumed.exit_code == 0, resumed.stderr
+    script = f"import per_dqn\nper_dqn.resume({str(run_dir)!r}, steps=4000)\n"
+    resumed = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] >= 4000 and not summary["interrupted"]
+    assert 4000 <= summary["env_steps"] <= 4000 + 2 * 2 * 50 and not summary["interrupted"]
     assert summary["resumed_from_env_steps"] >= 1000
+    assert summary["update_steps"] == (summary["env_steps"] - 300) // 4 + 1
+    assert tags.APEX_UPDATES_DROPPED in read_scalars(run_dir)
     # Pins a bug: the blocks a checkpoint held were counted into their shards again on resume
     # (they were already in the shards' saved state), so the learner's count of each shard ran
     # ahead of the shard. The final checkpoint's health panel covers exactly the slots in use:
@@ -235,11 +220,13 @@ def test_a_shard_killed_stops_the_run_with_one_line_and_its_checkpoint_resumes(r
     written = [int(s["written"]) for s in final.parts["memory"]["shards"]]
     each = 50_000 // 2
     assert len(final.parts["loop"]["health"]["added_at"]) == each + min(written[1], each)
-    # Every transition once (1-step: one an env step), those of the blocks held at the end
-    # included (in their shards, not yet counted as received).
+    # Every transition once, in its actor's shard (1-step: one an env step), those of the
+    # blocks held at the end included (in their shards, not yet counted as received).
     apex = final.parts["loop"]["apex"]
-    held = sum(len(block["stored"]) for block in apex["held"])
-    assert sum(written) == sum(steps for _, _, steps in apex["received"]) + held
+    received = {actor: steps for actor, _, steps in apex["received"]}
+    for i in (0, 1):
+        held = sum(len(b["stored"]) for b in apex["held"] if int(b["actor"]) == i)
+        assert written[i] == received[i] + held, (i, written, received)
 
 
 @pytest.mark.parametrize(
