@@ -84,6 +84,9 @@ def test_the_curves_figure_draws_each_arm_s_iqm_and_its_bootstrap_band(sweep):
     panels = {ax.get_title().split(" (")[0]: ax for ax in fig.axes}
     assert list(panels) == [ENV, OTHER]
     assert tuple(fig.get_size_inches()) == pytest.approx((2 * 6.4, 4.6))  # one row of two
+    for ax in panels.values():
+        assert ax.get_ylabel() == "evaluation return (IQM over seeds, 95% CI)"
+        assert ax.get_xlabel() == "env steps"
     for (env, arm), curves in CURVES.items():
         ax, (color, style) = panels[env], styles[arm]
         line = arm_line(ax, arm)
