@@ -306,9 +306,14 @@ class ApexLoop(Loop):
 
 def local_loop(actors: int, block_steps: int = BLOCK_STEPS, sync_steps: int = SYNC_STEPS):
     """A ``Trainer``'s ``make_loop`` for an Ape-X run with ``actors`` actors in this process
-    (``LocalActors``)."""
+    (``LocalActors``); a config with ``run.shards`` is refused (shards are Ray processes)."""
 
     def make_loop(config, agent, memory, envs, seeds) -> ApexLoop:
+        if config.run.shards is not None:
+            raise ValueError(
+                f"run.shards: {config.run.shards}: replay shards are Ray actor processes; actors "
+                "stepped in this process keep the replay memory in it"
+            )
         source = LocalActors(config, agent, actors, block_steps, sync_steps)
         return ApexLoop(config, agent, memory, envs, seeds, source)
 

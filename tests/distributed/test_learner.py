@@ -304,3 +304,11 @@ def test_with_initial_priority_max_the_actors_send_no_priorities_and_blocks_ente
 )
 def test_which_runs_insert_at_their_actors_priorities(settings, actor_priorities):
     assert cartpole_config(*settings).actor_priorities() is actor_priorities
+
+
+def test_actors_in_this_process_refuse_replay_shards():
+    """Shards are Ray actor processes: a config asking for them with the in-process actors is
+    refused, not run with the memory in this process unsaid."""
+    config = cartpole_config("run.actors=2", "run.shards=2")
+    with pytest.raises(ValueError, match=r"^run\.shards: 2: replay shards are Ray actor processes"):
+        Trainer(config, "cartpole", make_loop=local_loop(2))
