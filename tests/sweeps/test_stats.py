@@ -486,3 +486,44 @@ def test_the_profile_bands_are_the_bootstrap_written_out_with_their_own_seed_and
     _, low_1, high_1 = stats.performance_profile_bands(scores, taus, reps=300, seed=1)
     _, low_3, high_3 = stats.performance_profile_bands(scores, taus, reps=300, seed=3)
     assert not (np.array_equal(low_1, low_3) and np.array_equal(high_1, high_3))
+
+
+def test_aggregates_and_intervals_compute_in_float64_and_return_floats():
+    """Issue 44's mutation run: these survived. A stack of float32 score matrices aggregated in
+    float32 (the stack's dtype left to numpy), a bootstrap's replicates or an interval kept in
+    a statistic's float32, one matrix's aggregate returned as a numpy scalar rather than a
+    float, and a 2-D matrix with a NaN let through unchecked."""
+    rng = np.random.default_rng(3)
+    stack32 = rng.normal(size=(4, 9, 3)).astype(np.float32)
+    for aggregate in (stats.iqm, stats.mean, stats.median):
+        got = aggregate(stack32)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, aggregate(stack32.astype(np.float64)))
+        assert type(aggregate(stack32[0])) is float
+    with pytest.raises(ValueError, match="scores must be finite"):
+        stats.iqm([[1.0, np.nan], [2.0, 3.0]])
+    values32 = rng.normal(size=(500, 2)).astype(np.float32)
+    low, high = stats.percentile_interval(values32)
+    assert low.dtype == high.dtype == np.float64
+    exact = stats.percentile_interval(values32.astype(np.float64))
+    np.testing.assert_array_equal(np.stack([low, high]), np.stack(exact))
+    replicates = stats.stratified_bootstrap(
+        stack32[0], lambda s: s.mean(axis=(-2, -1)).astype(np.float32)
+    )
+    assert replicates.dtype == np.float64
+
+
+def test_the_bootstraps_defaults_are_2000_replicates_at_seed_0_and_95_percent():
+    """Issue 44's mutation run: the defaults changed (2001 replicates, seed 1, a confidence of
+    1.95) survived, every caller passing its own. A report that leans on them gets these."""
+    scores = np.random.default_rng(4).normal(size=(6, 2))
+    replicates = stats.stratified_bootstrap(scores, stats.mean)
+    assert replicates.shape == (2000,)
+    np.testing.assert_array_equal(
+        replicates, stats.stratified_bootstrap(scores, stats.mean, 2000, 0)
+    )
+    assert stats.stratified_bootstrap_ci(scores, stats.iqm) == stats.stratified_bootstrap_ci(
+        scores, stats.iqm, reps=2000, confidence=0.95, seed=0
+    )
+    values = np.random.default_rng(5).normal(size=(300,))
+    assert stats.percentile_interval(values) == stats.percentile_interval(values, 0.95)
