@@ -499,7 +499,8 @@ def test_aggregates_and_intervals_compute_in_float64_and_return_floats():
         got = aggregate(stack32)
         assert got.dtype == np.float64
         np.testing.assert_array_equal(got, aggregate(stack32.astype(np.float64)))
-        assert type(aggregate(stack32[0])) is float
+        one = aggregate(stack32[0])
+        assert type(one) is float and one == aggregate(stack32[0].astype(np.float64))
     with pytest.raises(ValueError, match="scores must be finite"):
         stats.iqm([[1.0, np.nan], [2.0, 3.0]])
     values32 = rng.normal(size=(500, 2)).astype(np.float32)
@@ -511,6 +512,12 @@ def test_aggregates_and_intervals_compute_in_float64_and_return_floats():
         stack32[0], lambda s: s.mean(axis=(-2, -1)).astype(np.float32)
     )
     assert replicates.dtype == np.float64
+    # The resampled scores a statistic gets are float64 whatever the scores' dtype.
+    total = lambda s: s.sum(axis=(-2, -1))  # noqa: E731
+    np.testing.assert_array_equal(
+        stats.stratified_bootstrap(stack32[0], total),
+        stats.stratified_bootstrap(stack32[0].astype(np.float64), total),
+    )
 
 
 def test_the_bootstraps_defaults_are_2000_replicates_at_seed_0_and_95_percent():
@@ -527,3 +534,5 @@ def test_the_bootstraps_defaults_are_2000_replicates_at_seed_0_and_95_percent():
     )
     values = np.random.default_rng(5).normal(size=(300,))
     assert stats.percentile_interval(values) == stats.percentile_interval(values, 0.95)
+    # One replicate is the least a bootstrap may have.
+    assert stats.stratified_bootstrap(scores, stats.mean, reps=1).shape == (1,)
