@@ -513,7 +513,10 @@ def test_aggregates_and_intervals_compute_in_float64_and_return_floats():
     )
     assert replicates.dtype == np.float64
     # The resampled scores a statistic gets are float64 whatever the scores' dtype.
-    total = lambda s: s.sum(axis=(-2, -1))  # noqa: E731
+
+    def total(resampled):
+        return resampled.sum(axis=(-2, -1))
+
     np.testing.assert_array_equal(
         stats.stratified_bootstrap(stack32[0], total),
         stats.stratified_bootstrap(stack32[0].astype(np.float64), total),
