@@ -55,7 +55,7 @@ class ActorProcess:
     the learner sees the restart."""
 
     def __init__(
-        self, config: Config, index: int, epsilon: float, shard: str | None = None
+        self, config: Config, index: int, epsilon: float, shard: tuple[str, int] | None = None
     ) -> None:
         import ray
 
@@ -65,9 +65,9 @@ class ActorProcess:
             incarnation = 1 + int.from_bytes(os.urandom(4), "little")
         seeds = RunSeeds.for_actor(config.run.seed, index, incarnation)
         self.actor = Actor(config, index, epsilon, seeds, priorities=config.actor_priorities())
-        # Its replay shard (``run.shards``), found by name, and the shard's index; or None.
-        self.shard = None if shard is None else ray.get_actor(shard)
-        self.shard_index = None if shard is None else int(shard.rsplit("-", 1)[1])
+        # Its replay shard (``run.shards``: its Ray actor name and index), found by name; or None.
+        self.shard = None if shard is None else ray.get_actor(shard[0])
+        self.shard_index = None if shard is None else shard[1]
 
     def collect(self, steps: int, weights: Any = None, version: int = -1) -> Block:
         """The next block, each frame of its stacked images once (``frames.pack``); the given
@@ -153,9 +153,10 @@ class RayActors:
         self.num_envs = config.env.num_envs
         remote = ray.remote(num_cpus=1, max_restarts=restarts)(ActorProcess)
         self.epsilons = epsilon_ladder(actors)
+        mine = [(shards[i % len(shards)], i % len(shards)) if shards else None
+                for i in range(actors)]  # fmt: skip
         self.handles = [
-            remote.remote(config, i, eps, shards[i % len(shards)] if shards else None)
-            for i, eps in enumerate(self.epsilons)
+            remote.remote(config, i, eps, mine[i]) for i, eps in enumerate(self.epsilons)
         ]
         self.in_flight, self.max_restarts = in_flight, restarts
         self._published: tuple[int, Any] | None = None  # (version, object ref)

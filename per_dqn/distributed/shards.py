@@ -80,7 +80,6 @@ class ShardProcess:
     def __init__(self, config: Config, spec: EnvSpec, index: int) -> None:
         replay = config.replay.model_copy(update={"capacity": capacity_each(config)})
         seed = RunSeeds.for_shard(config.run.seed, index)
-        self.index = index
         self.offset = index * replay.capacity
         self.shard = Shard(make_memory(replay, spec, seed))
 
