@@ -94,7 +94,9 @@ ONLY = {
     "per_dqn.agent.signals": {"numpy"},
     # torch inside the functions that compute an objective, and for annotations: importing the
     # table loads none (test_config_and_families_load_neither_torch_nor_an_env_library).
-    "per_dqn.agent.objectives": {"torch", "torch.nn"},
+    "per_dqn.agent.objectives": {"torch", "torch.nn", "per_dqn.agent.fused_losses"},
+    # LAP's and PAL's losses as single autograd nodes: torch alone.
+    "per_dqn.agent.fused_losses": {"torch"},
     "per_dqn.logs.video": {"numpy", "PIL", "per_dqn.rundir.fileio"},
 }
 # Tables any layer may ask, though they live in a package it may not import: the priority signals

@@ -6,6 +6,10 @@ Each arm's seed-0 Breakout run is made again from its archived ``config.yaml`` f
 10,000 env steps (9,000 of them learning: 2,250 updates, with their priorities and IS weights),
 and every point it logs there must equal the archive's, bit for bit: each episode's return at
 its step (about 1,000 episodes) and, for the PER arms, the mean IS weight of each log interval.
+
+The grown study's LAP arm (``minatar-study-six-arms.tar.xz``) is checked the same way: LAP's
+loss and draws were rewritten as fused steps (``agent/fused_losses.py``, ``SumTree.sample``)
+after its runs were made, and the rewrite keeps their bits.
 """
 
 from __future__ import annotations
@@ -22,9 +26,16 @@ from per_dqn.logs.tags import EPISODE_RETURN, PER_IS_WEIGHT_MEAN
 from per_dqn.sweeps import runs
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "docs" / "results" / "data" / "minatar-study.tar.xz"
+DATA = ROOT / "docs" / "results" / "data"
+STUDY = DATA / "minatar-study.tar.xz"
+GROWN = DATA / "minatar-study-six-arms.tar.xz"
 PREFIX_STEPS = 10_000
-ARMS = ("uniform", "proportional/alpha=0.6,beta0=0.4", "rank/alpha=0.7,beta0=0.5")
+ARMS = (
+    (STUDY, "uniform"),
+    (STUDY, "proportional/alpha=0.6,beta0=0.4"),
+    (STUDY, "rank/alpha=0.7,beta0=0.5"),
+    (GROWN, "lap/alpha=0.4"),
+)
 TAGS = (EPISODE_RETURN, PER_IS_WEIGHT_MEAN)
 
 
@@ -38,13 +49,13 @@ class StopAt:
         return env_steps >= self.steps
 
 
-def archived_run(arm: str, into: Path) -> dict[str, list[tuple[int, float]]]:
-    """Writes the arm's seed-0 Breakout ``config.yaml`` from the archive into ``into``; returns
+def archived_run(archive: Path, arm: str, into: Path) -> dict[str, list[tuple[int, float]]]:
+    """Writes the arm's seed-0 Breakout ``config.yaml`` from ``archive`` into ``into``; returns
     its archived points of ``TAGS`` up to ``PREFIX_STEPS``, as ``read_curves`` gives them.
     No skip under another torch: the pinned one (constraints.txt) made these runs, and where
     its floats differ the archive's runs are not this per-dqn's to reuse."""
     run = f"MinAtar-Breakout-v1/{arm}/s0"
-    with tarfile.open(STUDY) as tar:
+    with tarfile.open(archive) as tar:
         config = tar.extractfile(f"{run}/config.yaml").read()
         scalars = tar.extractfile(f"{run}/scalars.csv").read().decode()
 
@@ -57,9 +68,9 @@ def archived_run(arm: str, into: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arm", ARMS)
-def test_an_archived_study_run_is_made_again_bit_for_bit(arm, tmp_path):
-    want = archived_run(arm, tmp_path)
+@pytest.mark.parametrize(("archive", "arm"), ARMS, ids=[arm for _, arm in ARMS])
+def test_an_archived_study_run_is_made_again_bit_for_bit(archive, arm, tmp_path):
+    want = archived_run(archive, arm, tmp_path)
     assert len(want[EPISODE_RETURN]) > 500
     if arm != "uniform":
         assert len(want[PER_IS_WEIGHT_MEAN]) == PREFIX_STEPS // 5000

@@ -164,43 +164,17 @@ def _weighted(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput
     return ObjectiveOutput((weights * per_sample).mean(dim=-1), per_sample, {})
 
 
-def lap_losses(td_abs: torch.Tensor, kappa: float) -> torch.Tensor:
-    """LAP's ``H_k(d)``: ``0.5 d^2`` where ``d < k``, else ``k d`` (``d = |delta|``)."""
-    import torch
-
-    return torch.where(td_abs < kappa, 0.5 * td_abs * td_abs, kappa * td_abs)
-
-
 def _lap(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput:
-    per_sample = lap_losses((q_taken - targets).abs(), spec.min_priority)
+    from per_dqn.agent.fused_losses import LAPLoss
+
+    per_sample = LAPLoss.apply(q_taken, targets, spec.min_priority)
     return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, {})
 
 
-def rowwise_pow(x: torch.Tensor, exponent: float) -> torch.Tensor:
-    """``x ** exponent``, one call per row of the last dimension: torch computes a power with
-    vector instructions over the bulk of a tensor and in scalar code over its tail, which can
-    differ in the last bit, so a pack's member gets the bits it gets alone only if its row is
-    computed alone."""
-    import torch
-
-    if x.dim() == 1 or x.numel() == x.shape[-1]:
-        return x.pow(exponent)
-    rows = x.reshape(-1, x.shape[-1])
-    return torch.stack([row.pow(exponent) for row in rows.unbind(0)]).reshape(x.shape)
-
-
 def _pal(q_taken, targets, weights, spec: ObjectiveSpec) -> ObjectiveOutput:
-    import torch
+    from per_dqn.agent.fused_losses import PALLoss
 
-    kappa, alpha = spec.min_priority, spec.alpha
-    td_abs = (q_taken - targets).abs()
-    # max(d, k) ** alpha: lambda's terms, and from k on d ** alpha, so that d ** (1 + alpha) is
-    # d times it (one power, not two).
-    floored = rowwise_pow(td_abs.clamp(min=kappa), alpha)
-    inside = kappa**alpha * 0.5 * td_abs * td_abs
-    outside = kappa * td_abs * floored / (1.0 + alpha)
-    lam = floored.detach().mean(dim=-1)
-    per_sample = torch.where(td_abs < kappa, inside, outside) / lam.unsqueeze(-1)
+    per_sample, lam = PALLoss.apply(q_taken, targets, spec.min_priority, spec.alpha)
     return ObjectiveOutput(per_sample.mean(dim=-1), per_sample, {"pal_lambda": lam})
 
 

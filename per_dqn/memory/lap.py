@@ -85,11 +85,9 @@ class LAPSampler(Sampler):
         self, batch_size: int, beta: float, size: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``batch_size`` independent draws in proportion to ``p_i``; weights 1, beta ignored."""
-        # Each mass is below the total: ``random()`` is at most ``1 - 2**-53``, and any positive
-        # double times that rounds below it (no clamp needed, unlike stratified draws).
-        masses = self.rng.random(batch_size) * self.sums.total
-        indices = self.sums.find_prefix_sum(masses)
-        return indices, np.ones(batch_size), self.sums[indices]
+        # Each mass ``u * total`` is below the total (no clamp needed, unlike stratified draws).
+        indices, priorities = self.sums.sample(self.rng.random(batch_size))
+        return indices, np.ones(batch_size), priorities
 
     def update(self, update: PriorityUpdate) -> None:
         """Sets ``p_i = max(|delta_i|, min_priority) ** alpha``; the last of a repeated index

@@ -25,8 +25,8 @@ methods below, so the methods the tests pin are the code training runs. Two kind
 
 - checked (``update``, ``find_prefix_sum``, ``set_leaves``, ``[]``): validate their input and
   raise ``ValueError`` naming the bad value, changing nothing;
-- trusted (``write``, ``write_one``, ``write_both``, ``write_both_one``, ``sample_proportional``,
-  ``update_proportional``): the hot
+- trusted (``write``, ``write_one``, ``write_both``, ``write_both_one``, ``sample``,
+  ``sample_proportional``, ``update_proportional``): the hot
   path of a replay memory, whose slots come from its storage and whose errors it has already
   validated. They skip the checks (which would cost a measurable share of a 32-item call) and say
   so in their docstrings; an out-of-range slot there is undefined behaviour, not an error.
@@ -159,6 +159,20 @@ def _descend(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
 def sum_find(nodes, leaf_offset, masses, out):  # pragma: no cover - compiled
     """For each mass, the leaf whose prefix-sum interval ``[c_{i-1}, c_i)`` contains it."""
     _descend(nodes, leaf_offset, masses.copy(), out)
+
+
+@_jit
+def sum_sample(nodes, leaf_offset, uniforms, out_idx, out_p):  # pragma: no cover - compiled
+    """Independent draws: draw ``k`` takes the leaf holding mass ``uniforms[k] * total``; writes
+    the leaves and their values."""
+    total = nodes[1]
+    batch = uniforms.shape[0]
+    masses = np.empty(batch)
+    for k in range(batch):
+        masses[k] = uniforms[k] * total
+    _descend(nodes, leaf_offset, masses, out_idx)
+    for k in range(batch):
+        out_p[k] = nodes[leaf_offset + out_idx[k]]
 
 
 @_jit
@@ -440,6 +454,23 @@ class SumTree(_SegmentTree):
         out = np.empty(masses.shape[0], dtype=np.int64)
         sum_find(self._nodes, self._offset, masses, out)
         return out
+
+    def sample(self, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Independent draws in proportion to the leaves, in one pass: draw ``k`` takes the leaf
+        holding mass ``uniforms[k] * total`` (``find_prefix_sum``'s descent).
+
+        Trusts its input: the tree is not empty and ``uniforms`` is a float64 array in [0, 1)
+        (every mass is then below the total: ``u`` is at most ``1 - 2**-53``, and any positive
+        double times that rounds below it).
+
+        Returns:
+            ``(indices, priorities)``: int64 leaves and their float64 values.
+        """
+        batch = uniforms.shape[0]
+        indices = np.empty(batch, dtype=np.int64)
+        priorities = np.empty(batch)
+        sum_sample(self._nodes, self._offset, uniforms, indices, priorities)
+        return indices, priorities
 
     def write_both(self, mins: MinTree, slots: np.ndarray, values: np.ndarray) -> None:
         """``write`` of the same leaves into this tree and ``mins``, in one kernel call.

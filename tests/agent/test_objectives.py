@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 import torch
 from agent_helpers import random_batch, tiny_agent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from per_dqn.agent import DQNAgent
+from per_dqn.agent.fused_losses import rowwise_pow
 from per_dqn.agent.objectives import (
     OBJECTIVE_NAMES,
     OBJECTIVES,
     ObjectiveSpec,
     laber_pick,
-    lap_losses,
     objective,
-    rowwise_pow,
     spec_from,
 )
 from per_dqn.agent.pack import Pack
@@ -27,6 +28,24 @@ from per_dqn.memory import REPLAY_KINDS, Batch
 Q = torch.tensor([1.0, 2.0, 0.0, -1.0])
 Y = torch.tensor([1.5, 0.0, 0.005, 2.0])  # |delta| = 0.5, 2, 0.005, 3
 W = torch.tensor([1.0, 0.5, 0.25, 0.125])
+
+
+def lap_losses(td_abs: torch.Tensor, kappa: float) -> torch.Tensor:
+    """The reference: LAP's ``H_k(d)`` as sfujim/LAP-PAL ``discrete/LAP_DDQN.py`` writes it,
+    ``torch.where(x < min_priority, 0.5 * x.pow(2), min_priority * x)``, differentiated by
+    autograd (the fused node, ``fused_losses.LAPLoss``, writes its gradient out)."""
+    return torch.where(td_abs < kappa, 0.5 * td_abs * td_abs, kappa * td_abs)
+
+
+def pal_reference(q, targets, kappa: float, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference: PAL's per-sample loss over lambda, and lambda, as ``discrete/PAL_DDQN.py``
+    computes them, differentiated by autograd (lambda detached, as there)."""
+    td_abs = (q - targets).abs()
+    floored = rowwise_pow(td_abs.clamp(min=kappa), alpha)
+    inside = kappa**alpha * 0.5 * td_abs * td_abs
+    outside = kappa * td_abs * floored / (1.0 + alpha)
+    lam = floored.detach().mean(dim=-1)
+    return torch.where(td_abs < kappa, inside, outside) / lam.unsqueeze(-1), lam
 
 
 def test_every_kind_names_a_registered_objective_and_the_registry_is_whole():
@@ -67,7 +86,7 @@ def test_lap_s_gradient_is_delta_inside_and_kappa_sign_outside():
     """The source's Huber without its constant: d/dQ of H_k(|Q - y|) is (Q - y) below k and
     k sign(Q - y) from k on."""
     q = Q.clone().requires_grad_(True)
-    lap_losses((q - Y).abs(), 1.0).sum().backward()
+    ObjectiveSpec("lap")(q, Y, W).per_sample.sum().backward()
     np.testing.assert_allclose(q.grad, [-0.5, 1.0, -0.005, -1.0], rtol=1e-6)
 
 
@@ -279,8 +298,8 @@ def test_lap_s_loss_at_exactly_kappa_is_the_linear_branch():
     """LAP's H_k(d) switches at d = k to k d (the source's `torch.where(x < min_priority,
     0.5 x^2, min_priority x)`), a jump from 0.5 k^2: at d = k = 1 the loss is 1, not 0.5
     (issue 44's mutation run: `<` -> `<=` survived)."""
-    losses = lap_losses(torch.tensor([0.5, 1.0, 2.0]), 1.0)
-    np.testing.assert_allclose(losses, [0.125, 1.0, 2.0])
+    losses = ObjectiveSpec("lap")(torch.tensor([0.5, 1.0, 2.0]), torch.zeros(3), torch.ones(3))
+    np.testing.assert_allclose(losses.per_sample, [0.125, 1.0, 2.0])
 
 
 def test_laber_s_rounding_fallback_is_the_last_position_with_mass_below_1_too():
@@ -304,3 +323,64 @@ def test_rowwise_pow_gives_each_row_the_bits_it_gets_alone(shape):
     assert torch.equal(rowwise_pow(x, 0.6), want)
     if shape in {(64, 37), (64, 1)}:
         assert not torch.equal(x.pow(0.6), want)
+
+
+def _grid_or_any(data, size: int) -> torch.Tensor:
+    """``size`` float32 values: on a grid of eighths (so that ``|q - y|`` hits ``k`` and 0
+    exactly) or any float in [-50, 50] that is 0 or at least 2^-60 in size (so that no gradient
+    term falls below float32's normal range, where halving is inexact: hypothesis found that
+    ``d`` of 2^-126 gives autograd's halves another last bit)."""
+    grid = st.integers(-400, 400).map(lambda k: k / 8)
+    anything = st.floats(-50, 50, width=32).filter(lambda v: v == 0 or abs(v) >= 2**-60)
+    values = data.draw(st.lists(st.one_of(grid, anything), min_size=size, max_size=size))
+    return torch.tensor(values, dtype=torch.float32)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    members=st.sampled_from([None, 1, 3]),
+    batch=st.integers(1, 70),
+    kappa=st.sampled_from([1.0, 0.5, 2.0, 0.01]),
+)
+def test_lap_s_fused_node_gives_autograd_s_bits(data, members, batch, kappa):
+    """``LAPLoss`` writes out ``dH_k/dq = clamp(q - y, -k, k)``: its losses and its gradient
+    must be autograd's over the source's formula bit for bit (the LAP runs made before it, the
+    study's arm among them, are then what this per-dqn makes), for any batch size, alone or
+    packed, ``|q - y|`` at exactly 0 and ``k`` included."""
+    shape = (batch,) if members is None else (members, batch)
+    q = _grid_or_any(data, int(np.prod(shape))).reshape(shape)
+    y = _grid_or_any(data, int(np.prod(shape))).reshape(shape)
+    fused, ref = q.clone().requires_grad_(True), q.clone().requires_grad_(True)
+    out = ObjectiveSpec("lap", min_priority=kappa)(fused, y, torch.ones(shape))
+    out.loss.sum().backward()
+    want = lap_losses((ref - y).abs(), kappa)
+    want.mean(dim=-1).sum().backward()
+    assert torch.equal(out.per_sample, want)
+    assert torch.equal(fused.grad, ref.grad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.data(),
+    members=st.sampled_from([None, 1, 3]),
+    batch=st.integers(1, 70),
+    kappa=st.sampled_from([1.0, 0.5, 0.01]),
+    alpha=st.sampled_from([0.0, 0.4, 0.6, 1.0]),
+)
+def test_pal_s_fused_node_matches_autograd(data, members, batch, kappa, alpha):
+    """``PALLoss`` writes out ``dL/dq = clamp(d, -k, k) max(|d|, k)^alpha / lambda``: lambda is
+    the source formula's bits, and its losses and gradient the source's and autograd's to
+    float32 rounding (both multiply in another order), for any batch size, alone or packed."""
+    shape = (batch,) if members is None else (members, batch)
+    q = _grid_or_any(data, int(np.prod(shape))).reshape(shape)
+    y = _grid_or_any(data, int(np.prod(shape))).reshape(shape)
+    fused, ref = q.clone().requires_grad_(True), q.clone().requires_grad_(True)
+    out = ObjectiveSpec("pal", min_priority=kappa, alpha=alpha)(fused, y, torch.ones(shape))
+    out.loss.sum().backward()
+    want, lam = pal_reference(ref, y, kappa, alpha)
+    want.mean(dim=-1).sum().backward()
+    np.testing.assert_allclose(out.per_sample.detach(), want.detach(), rtol=2e-6, atol=1e-30)
+    assert torch.equal(out.metrics["pal_lambda"], lam)
+    assert not out.metrics["pal_lambda"].requires_grad
+    np.testing.assert_allclose(fused.grad, ref.grad, rtol=2e-6, atol=1e-12)

@@ -340,6 +340,25 @@ def test_fused_sample_matches_find_prefix_sum_and_the_formula(data, capacity):
 
 
 @settings(max_examples=100, deadline=None)
+@given(data=st.data(), capacity=st.integers(min_value=1, max_value=70))
+def test_independent_sample_is_the_checked_descent_of_u_times_the_total(data, capacity):
+    """``sample`` (LAP's draws) against ``find_prefix_sum`` of ``u * total`` computed in numpy,
+    and the drawn leaves' values, for any leaves (zeros among them) and any uniforms in [0, 1),
+    the largest double below 1 included."""
+    filled = data.draw(st.integers(1, capacity))
+    values = data.draw(st.lists(st.floats(0, 1e6, allow_subnormal=False), min_size=filled,
+                                max_size=filled).filter(lambda v: sum(v) > 0))  # fmt: skip
+    tree = SumTree(capacity)
+    tree.update(np.arange(filled), values)
+    u = data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=16))
+    u = np.array([*u, np.nextafter(1.0, 0.0)])
+    idx, p = tree.sample(u)
+    np.testing.assert_array_equal(idx, tree.find_prefix_sum(u * tree.total))
+    np.testing.assert_array_equal(p, np.asarray(values)[idx])
+    assert (p > 0).all()
+
+
+@settings(max_examples=100, deadline=None)
 @given(data=st.data(), capacity=st.integers(min_value=1, max_value=40))
 def test_fused_update_matches_checked_updates(data, capacity):
     """``update_proportional`` leaves both trees exactly as ``update`` with the leaves computed

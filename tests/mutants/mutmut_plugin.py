@@ -104,6 +104,10 @@ FOCUS: dict[str, tuple[str, ...]] = {
         "tests/agent/test_objectives.py", "tests/agent/test_dqn.py", "tests/agent/test_pack.py",
         "tests/memory/test_laber.py", "tests/memory/test_relo_pal.py", "tests/test_packs.py",
     ),
+    "per_dqn.agent.fused_losses": (
+        "tests/agent/test_objectives.py", "tests/agent/test_dqn.py", "tests/agent/test_pack.py",
+        "tests/memory/test_relo_pal.py", "tests/test_packs.py",
+    ),
     "per_dqn.agent.signals": (
         "tests/agent/test_signals.py", "tests/agent/test_relo.py", "tests/agent/test_pack.py",
         "tests/agent/test_dqn.py",
