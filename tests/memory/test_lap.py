@@ -166,3 +166,11 @@ def test_a_partly_filled_memory_s_state_round_trips_sized_to_its_contents():
         np.testing.assert_array_equal(
             target.sample(4, beta=0.5).indices, source.sample(4, beta=0.5).indices
         )
+
+
+def test_the_defaults_are_the_ones_documented():
+    """A sampler built without settings (the Python API's ``LAPSampler(capacity)``) has the
+    alpha and floor its docstring names: 0.6 and the paper's 1 (issue 44's mutation run:
+    the default alpha -> 1.6 survived, since every built-in path passes ``replay.alpha``)."""
+    sampler = LAPSampler(4)
+    assert (sampler.alpha, sampler.min_priority) == (0.6, 1.0)
