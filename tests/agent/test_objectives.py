@@ -309,7 +309,7 @@ def test_laber_s_rounding_fallback_is_the_last_position_with_mass_below_1_too():
     assert laber_pick(torch.tensor([0.5, 0.25, 0.0]), torch.tensor([1.0])).tolist() == [1]
 
 
-@pytest.mark.parametrize("shape", [(64, 37), (64, 1), (1, 37), (37,)])
+@pytest.mark.parametrize("shape", [(64, 37), (64, 1), (1, 37), (37,), (2, 3, 37), (1, 64, 1)])
 def test_rowwise_pow_gives_each_row_the_bits_it_gets_alone(shape):
     """Pins ``rowwise_pow`` against each row's own ``pow``, the bits a pack's member gets alone:
     torch computes a power over a tensor's bulk with vector instructions and over its tail in
@@ -321,7 +321,7 @@ def test_rowwise_pow_gives_each_row_the_bits_it_gets_alone(shape):
     rows = x.reshape(-1, shape[-1])
     want = torch.stack([row.pow(0.6) for row in rows.unbind(0)]).reshape(shape)
     assert torch.equal(rowwise_pow(x, 0.6), want)
-    if shape in {(64, 37), (64, 1)}:
+    if shape in {(64, 37), (64, 1), (1, 64, 1)}:
         assert not torch.equal(x.pow(0.6), want)
 
 
@@ -384,3 +384,31 @@ def test_pal_s_fused_node_matches_autograd(data, members, batch, kappa, alpha):
     assert torch.equal(out.metrics["pal_lambda"], lam)
     assert not out.metrics["pal_lambda"].requires_grad
     np.testing.assert_allclose(fused.grad, ref.grad, rtol=2e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["lap", "pal"])
+@pytest.mark.parametrize("grads", ["q", "y", "both"])
+def test_the_fused_nodes_give_the_targets_their_gradient_too(name, grads):
+    """The fused losses differentiate in ``y`` as autograd does over the source's formula
+    (``-dL/dq``), whichever of ``q`` and ``y`` asks for a gradient: the learner's targets never
+    do, but a caller's may (issue 44's mutation run: the targets' gradient dropped, its sign
+    flipped or given by the wrong input's flag survived)."""
+    torch.manual_seed(0)
+    q, y = torch.randn(3, 20) * 2, torch.randn(3, 20) * 2
+    spec = ObjectiveSpec(name, min_priority=0.5, alpha=0.4)
+    fused = [
+        t.clone().requires_grad_(grads in (which, "both")) for t, which in ((q, "q"), (y, "y"))
+    ]
+    ref = [t.clone().requires_grad_(grads in (which, "both")) for t, which in ((q, "q"), (y, "y"))]
+    spec(*fused, torch.ones(3, 20)).loss.sum().backward()
+    if name == "lap":
+        want = lap_losses((ref[0] - ref[1]).abs(), 0.5)
+    else:
+        want = pal_reference(ref[0], ref[1], 0.5, 0.4)[0]
+    want.mean(dim=-1).sum().backward()
+    for got, expected in zip(fused, ref, strict=True):
+        if expected.grad is None:
+            assert got.grad is None
+        else:
+            np.testing.assert_allclose(got.grad, expected.grad, rtol=2e-6, atol=1e-12)
+            assert got.grad.abs().max() > 0

@@ -41,3 +41,10 @@ def test_a_factor_below_one_is_refused(bad):
         LaBERSampler(8, large_batch=bad)
     with pytest.raises(TypeError, match=r"`large_batch` must be an int, got float 1\.5"):
         LaBERSampler(8, large_batch=1.5)
+
+
+def test_the_default_factor_is_the_documented_4():
+    """A sampler built without settings (the Python API's ``LaBERSampler(capacity)``) draws
+    4 B, the authors' factor (issue 44's mutation run: the default -> 5 survived, since every
+    built-in path passes ``replay.large_batch``)."""
+    assert LaBERSampler(8).rows(32) == 128
