@@ -31,12 +31,13 @@ tensorboard: $(STAMP)
 
 # The tests cover every optional part, so the extras they need are installed first: in the same
 # one pip call as the rest on a fresh machine (a second call resolved and built it all again).
+# mutmut (the mutation extra) too: the test of `make mutation`'s resume uses its function hashes.
 TEST_STAMP := $(VENV)/.installed-test
 LEGACY_MINATAR := .minatar-1.0.10/minatar/__init__.py
 $(TEST_STAMP): pyproject.toml constraints.txt $(LEGACY_MINATAR)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX_URL),$(PIP) torch --index-url '$(TORCH_INDEX_URL)')
-	$(PIP) -e '.[dev,minatar,wandb,reference,ray,docs]'
+	$(PIP) -e '.[dev,minatar,wandb,reference,ray,docs,mutation]'
 	touch $(STAMP) $(TEST_STAMP)
 
 # MinAtar 1.0.10, the release before Seaquest's oxygen fix (1.0.11) that the published MinAtar

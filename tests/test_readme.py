@@ -5,6 +5,7 @@ tag reference, which the site generates from the code."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -140,3 +141,33 @@ def test_the_readme_s_first_sweep_draws_curves():
     overrides = [parse_override(t) for t in [*sets, f"train.total_env_steps={steps}"]]
     train = load_config(resolve_config_path(args[args.index("-c") + 1]), overrides).train
     assert train.evaluations == 10 and train.schedule_warning() is None
+
+
+def test_a_second_mutation_run_runs_new_modules_changed_functions_and_what_is_left(tmp_path):
+    """Pins `make mutation`'s resume (``run_args``): a module new to the run gets its mutants
+    alone (the first version gave mutmut every module's whole pattern, and mutmut runs again
+    every mutant it is named: seen when the fused losses joined issue 44's run), a function whose
+    code changed since its results gets all its mutants (the first version ran none of them),
+    and the rest only what was not run or not caught, documented equivalents once run aside."""
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    table = load_mutation_table()
+    old = "def kept(x):\n    return x + 1\n\n\ndef changed(x):\n    return x - 1\n"
+    (tmp_path / "per_dqn").mkdir()
+    (tmp_path / "per_dqn" / "m.py").write_text(old.replace("x - 1", "x - 2"))
+    (tmp_path / "mutants" / "per_dqn").mkdir(parents=True)
+    codes = {"per_dqn.m.x_kept__mutmut_1": 1, "per_dqn.m.x_kept__mutmut_2": 0,
+             "per_dqn.m.x_kept__mutmut_3": None, "per_dqn.m.x_kept__mutmut_4": 0,
+             "per_dqn.m.x_changed__mutmut_1": 1}  # fmt: skip
+    meta = {"exit_code_by_key": codes, "hash_by_function_name": compute_function_hashes(old)}
+    (tmp_path / "mutants" / "per_dqn" / "m.py.meta").write_text(json.dumps(meta))
+    equivalent = {"per_dqn.m.x_kept__mutmut_4": "a documented equivalent"}
+    paths = ["per_dqn/m.py", "per_dqn/fresh.py"]
+    assert table.run_args(paths, equivalent, root=tmp_path) == [
+        "per_dqn.m.x_changed__mutmut_*", "per_dqn.m.x_kept__mutmut_2",
+        "per_dqn.m.x_kept__mutmut_3", "per_dqn.fresh.*",
+    ]  # fmt: skip
+    (tmp_path / "per_dqn" / "m.py").write_text(old + "# a comment changes no function\n")
+    assert table.run_args(paths[:1], equivalent, root=tmp_path) == [
+        "per_dqn.m.x_kept__mutmut_2", "per_dqn.m.x_kept__mutmut_3",
+    ]  # fmt: skip

@@ -179,24 +179,47 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def run_args(paths: list[str], equivalent: dict[str, str]) -> list[str]:
-    """What `make mutation` gives ``mutmut run``: without results in ``mutants/``, every mutant
-    (``run_patterns``); with them, every one in scope that was not run (a long run stopped part
-    way) or not caught (a survivor, or one without tests: tests may have been added since), but
-    the documented equivalents once run (a documented one not yet run is run, to confirm that it
-    survives); nothing when none is left."""
+def run_args(paths: list[str], equivalent: dict[str, str], root: Path = ROOT) -> list[str]:
+    """What `make mutation` gives ``mutmut run``: every mutant of a module without results in
+    ``mutants/`` (``run_patterns``: a module new to the run, or a first run); of a module with
+    results, every one in scope that was not run (a long run stopped part way) or not caught (a
+    survivor, or one without tests: tests may have been added since), but the documented
+    equivalents once run (a documented one not yet run is run, to confirm that it survives),
+    and every mutant of a function whose code changed since its results (mutmut forgets those
+    results when it next generates the module's mutants, and runs a name it is given again);
+    nothing when none is left. A function new to a module with results is not seen: delete the
+    module's ``.meta`` to run it."""
     names = []
     for path in paths:
-        meta = ROOT / "mutants" / f"{path}.meta"
+        meta = root / "mutants" / f"{path}.meta"
         if not meta.exists():
-            return run_patterns(paths)
-        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
-        for key, code in codes.items():
+            names += run_patterns([path])
+            continue
+        results = json.loads(meta.read_text(encoding="utf-8"))
+        changed = changed_functions((root / path).read_text(encoding="utf-8"),
+                                    results.get("hash_by_function_name", {}))  # fmt: skip
+        name = module_name(path)
+        names += [f"{name}.{function}__mutmut_*" for function in changed
+                  if in_scope(path, f"{name}.{function}__mutmut_1")]  # fmt: skip
+        for key, code in results["exit_code_by_key"].items():
+            if key.rpartition("__mutmut_")[0].rpartition(".")[2] in changed:
+                continue
             caught = code in KILLED or code in TIMEOUT
             explained = key in equivalent and code is not None
             if in_scope(path, key) and not caught and not explained:
                 names.append(key)
     return names
+
+
+def changed_functions(source: str, hashes: dict[str, str]) -> list[str]:
+    """The functions of ``hashes`` (mutmut's mangled name -> the hash of its code when its
+    mutants were made) whose code in ``source`` differs now (mutmut's own hash of a function's
+    syntax tree, so a comment or a blank line changes nothing; a function gone has no mutants
+    left to run)."""
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    now = compute_function_hashes(source)
+    return [f for f, digest in hashes.items() if f in now and now[f] != digest]
 
 
 def mutated_paths() -> list[str]:
