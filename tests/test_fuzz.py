@@ -501,8 +501,8 @@ def test_a_key_or_env_id_with_a_line_break_or_an_escape_is_one_printable_line(wo
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
         "error: c.yaml: run.'se\\ned': unknown key; did you mean `seed`?",
-        "error: c.yaml: run.'\\x1b[31mx': unknown key; valid keys: actors, device, runs_root, "
-        "seed, shards, torch_threads, track",
+        "error: c.yaml: run.'\\x1b[31mx': unknown key; valid keys: actor_epsilon, "
+        "actor_epsilon_alpha, actors, device, runs_root, seed, shards, torch_threads, track",
     ]
     with pytest.raises(ConfigError) as caught:
         api.load_any_config("c.yaml")

@@ -406,6 +406,11 @@ class RunConfig(_Section):
             process; K >= 1 (``train --shards K``, with actors, K at most their number): in K
             Ray actor processes, each holding ``replay.capacity / K`` transitions, fed by the
             actors directly (actor ``i`` by shard ``i % K``) and sampled ahead by the learner.
+        actor_epsilon: the top of a distributed run's epsilon ladder, where actor ``i`` of ``N``
+            explores at ``actor_epsilon ** (1 + actor_epsilon_alpha * i / (N - 1))``; None (the
+            default): Ape-X's 0.4 (Horgan et al., 2018). With actors only.
+        actor_epsilon_alpha: the ladder's exponent; None (the default): Ape-X's 7, which with
+            two actors leaves only the ladder's ends, 0.4 and 0.4 ** 8. With actors only.
     """
 
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -415,6 +420,8 @@ class RunConfig(_Section):
     track: Literal["none", "wandb"] = "none"
     actors: int | None = Field(None, ge=1, le=MAX_ACTORS)
     shards: int | None = Field(None, ge=1, le=MAX_ACTORS)
+    actor_epsilon: float | None = Field(None, gt=0.0, le=1.0)
+    actor_epsilon_alpha: float | None = Field(None, ge=0.0, le=100.0)
 
 
 class CheckpointConfig(_Section):
@@ -535,6 +542,17 @@ class Config(_Section):
                     ("agent.network",),
                 )
             )
+        for key in ("actor_epsilon", "actor_epsilon_alpha"):
+            value = getattr(self.run, key)
+            if value is not None and self.run.actors is None:
+                problems.append(
+                    CrossProblem(
+                        f"run.{key}",
+                        f"must be null without actors (the epsilon ladder of a distributed run: "
+                        f"run.actors, train --actors N), got {value}",
+                        ("run.actors",),
+                    )
+                )
         shards = self.run.shards
         if shards is not None:
             if self.run.actors is None:

@@ -326,7 +326,8 @@ class LocalActors:
     Args:
         config: the run's config.
         agent: the learner, whose weights the actors pull.
-        actors: how many, each at its epsilon of the ladder (``epsilon_ladder``).
+        actors: how many, each at its epsilon of the ladder (``epsilon_ladder`` of
+            ``run.actor_epsilon`` and ``run.actor_epsilon_alpha``).
         block_steps: vector-env steps per block.
         sync_steps: an actor pulls the learner's weights once this many of its vector-env steps
             have passed since it last did (and before its first block).
@@ -348,7 +349,7 @@ class LocalActors:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         self.agent = agent
         self.block_steps, self.sync_steps = block_steps, sync_steps
-        ladder = epsilon_ladder(actors)
+        ladder = epsilon_ladder(actors, config.run.actor_epsilon, config.run.actor_epsilon_alpha)
         priorities = config.actor_priorities()
         self.actors = [
             Actor(config, i, eps, RunSeeds.for_actor(config.run.seed, i), agent.device, priorities)

@@ -121,7 +121,8 @@ class RayActors:
         ray: the connected ``ray`` module.
         config: the run's config.
         agent: the learner, whose weights the actors pull.
-        actors: how many, each at its epsilon of the ladder (``epsilon_ladder``).
+        actors: how many, each at its epsilon of the ladder (``epsilon_ladder`` of
+            ``run.actor_epsilon`` and ``run.actor_epsilon_alpha``).
         block_steps: vector-env steps per block.
         sync_steps: an actor's vector-env steps between two weight pulls.
         in_flight: block requests each actor has queued.
@@ -152,7 +153,9 @@ class RayActors:
         self.block_steps, self.sync_steps = block_steps, sync_steps
         self.num_envs = config.env.num_envs
         remote = ray.remote(num_cpus=1, max_restarts=restarts)(ActorProcess)
-        self.epsilons = epsilon_ladder(actors)
+        self.epsilons = epsilon_ladder(
+            actors, config.run.actor_epsilon, config.run.actor_epsilon_alpha
+        )
         mine = [(shards[i % len(shards)], i % len(shards)) if shards else None
                 for i in range(actors)]  # fmt: skip
         self.handles = [

@@ -47,11 +47,12 @@ APEX_ALPHA = 7.0
 
 
 def epsilon_ladder(
-    actors: int, epsilon: float = APEX_EPSILON, alpha: float = APEX_ALPHA
+    actors: int, epsilon: float | None = APEX_EPSILON, alpha: float | None = APEX_ALPHA
 ) -> list[float]:
     """Each of ``actors`` actors' exploration epsilon, ``epsilon ** (1 + alpha * i / (N - 1))``
     for actor ``i`` of ``N``: from ``epsilon`` down to ``epsilon ** (1 + alpha)`` (0.4 to about
-    6.6e-4 by default); one actor explores at ``epsilon``.
+    6.6e-4 by default); one actor explores at ``epsilon``. None for either is Ape-X's (a
+    config's ``run.actor_epsilon`` and ``run.actor_epsilon_alpha`` left null).
 
     Raises:
         ValueError: fewer than one actor, ``epsilon`` outside (0, 1] or a negative ``alpha``.
@@ -59,6 +60,8 @@ def epsilon_ladder(
     if isinstance(actors, bool) or not isinstance(actors, numbers.Integral) or actors < 1:
         raise ValueError(f"`actors` must be an integer >= 1, got {actors!r}")
     actors = int(actors)
+    epsilon = APEX_EPSILON if epsilon is None else epsilon
+    alpha = APEX_ALPHA if alpha is None else alpha
     if not isinstance(epsilon, numbers.Real) or not 0.0 < epsilon <= 1.0:
         raise ValueError(f"`epsilon` must be in (0, 1], got {epsilon}")
     if not isinstance(alpha, numbers.Real) or not alpha >= 0.0:
