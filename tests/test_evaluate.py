@@ -622,6 +622,25 @@ def test_a_videos_link_out_of_the_run_dir_stops_only_a_filmed_evaluation(run_dir
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_a_checkpoint_named_through_a_checkpoints_link_out_of_its_run_dir_is_refused(
+    run_dir, tmp_path
+):
+    """Pins the fuzz harness's find: ``eval RUN/checkpoints/step_N`` where ``RUN/checkpoints``
+    is a link to another dir's (here a twin of the run, the same run id and intact files) read
+    the checkpoint outside the run dir without a word; it is one line and exit 2, as the run dir
+    itself (``eval RUN``) and a step dir link already were."""
+    copy = Path(shutil.copytree(run_dir, tmp_path / "run", symlinks=True))
+    twin = Path(shutil.copytree(run_dir, tmp_path / "outside" / "twin", symlinks=True))
+    shutil.rmtree(copy / "checkpoints")
+    (copy / "checkpoints").symlink_to(twin / "checkpoints", target_is_directory=True)
+    step = sorted(p.name for p in (twin / "checkpoints").iterdir())[-1]
+    for target in (copy / "checkpoints" / step, copy):
+        result = evaluate(str(target), "--episodes", "1")
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {copy / 'checkpoints'}") and "leads outside" in line, line
+
+
 def test_eval_command_warns_when_its_step_budget_cut_it(run_dir, tmp_path):
     """Pins ``train.eval_max_total_steps`` in ``per-dqn eval`` (not only in training's
     evaluations): 2 episodes asked, a budget of 5 agent steps, one episode played and cut."""

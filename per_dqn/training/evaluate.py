@@ -160,6 +160,9 @@ def resolve_source(target: Path) -> Source:
         raise ValueError(f"{target}: not a directory (a run dir or a checkpoint dir)")
     wanted = (run_ckpt.AGENT_FILE, run_ckpt.CONFIG_FILE)
     if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
+        owner = run_ckpt.run_dir_of(target)
+        if owner is not None:  # named in its run dir: its path stays inside it, links and all
+            inside(owner, Path(target.parent.name) / target.name, ckpt.CheckpointError)
         manifest, files = ckpt.read_verified(target, wanted, only=run_ckpt.TRAINING_FILES)
         return _checkpoint_source(target, manifest, files, [])
     if not inside(target, RUN_CONFIG_FILE).is_file():
