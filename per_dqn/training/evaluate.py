@@ -162,7 +162,7 @@ def resolve_source(target: Path) -> Source:
     if os.path.lexists(target / ckpt.MANIFEST_FILE):  # even a FIFO: refused, as a checkpoint
         owner = run_ckpt.run_dir_of(target)
         if owner is not None:  # named in its run dir: its path stays inside it, links and all
-            inside(owner, Path(target.parent.name) / target.name, ckpt.CheckpointError)
+            inside(owner, Path(ckpt.CHECKPOINTS_DIR) / target.name, ckpt.CheckpointError)
         manifest, files = ckpt.read_verified(target, wanted, only=run_ckpt.TRAINING_FILES)
         return _checkpoint_source(target, manifest, files, [])
     if not inside(target, RUN_CONFIG_FILE).is_file():

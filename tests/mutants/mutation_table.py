@@ -91,9 +91,13 @@ def run_patterns(paths: list[str]) -> list[str]:
     return patterns
 
 
+def function_of(key: str) -> str:
+    """The mangled function a mutant's name belongs to (``x_f``, ``xǁCǁm``)."""
+    return key.rpartition("__mutmut_")[0].rpartition(".")[2]
+
+
 def in_scope(path: str, key: str) -> bool:
-    function = key.rpartition("__mutmut_")[0].rpartition(".")[2]
-    return path not in SCOPE or function in SCOPE[path]
+    return path not in SCOPE or function_of(key) in SCOPE[path]
 
 
 def equivalents(doc: Path = DOC) -> dict[str, str]:
@@ -200,9 +204,9 @@ def run_args(paths: list[str], equivalent: dict[str, str], root: Path = ROOT) ->
                                     results.get("hash_by_function_name", {}))  # fmt: skip
         name = module_name(path)
         names += [f"{name}.{function}__mutmut_*" for function in changed
-                  if in_scope(path, f"{name}.{function}__mutmut_1")]  # fmt: skip
+                  if path not in SCOPE or function in SCOPE[path]]  # fmt: skip
         for key, code in results["exit_code_by_key"].items():
-            if key.rpartition("__mutmut_")[0].rpartition(".")[2] in changed:
+            if function_of(key) in changed:
                 continue
             caught = code in KILLED or code in TIMEOUT
             explained = key in equivalent and code is not None
