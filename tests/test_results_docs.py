@@ -33,6 +33,8 @@ GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 # A figure: an estimate with its interval, or a mean with its sd.
 NUMBER = r"-?\d+\.\d+"
 FIGURE = re.compile(rf"{NUMBER} \[{NUMBER}, {NUMBER}\]|{NUMBER} \(\d+\.\d+\)")
+# The study's proportional arm, as its reports name it.
+PROPORTIONAL_ARM = "proportional/alpha=0.6,beta0=0.4"
 
 runner = CliRunner()
 
@@ -176,6 +178,66 @@ def test_the_minatar_study_section_quotes_its_archive(tmp_path):
         ]
         assert len(theirs) == 1, (row, theirs)
         assert FIGURE.findall(row) == FIGURE.findall(theirs[0]), (row, theirs[0])
+
+
+@pytest.mark.slow
+def test_the_six_arm_study_section_quotes_its_archive(tmp_path):
+    """docs/results/minatar.md, "Which prioritization helps": its count of finished runs, the
+    report's ``Compute:`` line, every row of its tables and every figure it quotes, against the
+    two reports its commands make of ``docs/results/data/minatar-study-six-arms.tar.xz``: paired
+    against uniform, and against proportional PER (``--baseline``)."""
+    archive = RESULTS / "data" / "minatar-study-six-arms.tar.xz"
+    against_uniform = rebuilt_report(archive, tmp_path / "uniform")
+    against_per = rebuilt_report(archive, tmp_path / "per", "--baseline", PROPORTIONAL_ARM)
+    page = section((RESULTS / "minatar.md").read_text(), "## Which prioritization helps")
+    flat = " ".join(page.split())
+
+    used = re.search(r"- Runs used: (\d+) of (\d+) planned", against_uniform)
+    assert used and used[1] == used[2], "the archive does not hold every planned run"
+    assert f"All {used[1]} runs are finished" in flat
+    check_compute_quoted(against_uniform, flat)
+
+    # Each table row: a game's row of an arm has the figures of that arm's row under that game in
+    # the report against uniform (its IQMs and P(> uniform)), then those of its row in the report
+    # against proportional past the IQMs (P(> proportional)); a row of an arm alone, the same
+    # across the games.
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert len(rows) == 6 * len(GAMES) + 6, "the section's tables are not whole"
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        if cells[0] in GAMES:
+            heading, arm = f"## MinAtar/{cells[0]}-v1", cells[1]
+        else:
+            heading, arm = "## Across games", cells[0]
+        theirs = []
+        for report in (against_uniform, against_per):
+            lines = [
+                line
+                for line in section(report, heading).splitlines()
+                if line.startswith("| ") and line.split("|")[1].strip().split("/")[0] == arm
+            ]
+            assert len(lines) == 1, (row, lines)
+            theirs.append(FIGURE.findall(lines[0]))
+        assert FIGURE.findall(row) == theirs[0] + theirs[1][2:], (row, theirs)
+
+    # Its per-game bullets: each figure in the two reports' lines about the bullet's game.
+    marker = "What 10 paired seeds resolve"
+    assert page.count(marker) == 1
+    listed = page.split(marker, 1)[1].split("\n\n", 1)[0]
+    bullets = [" ".join(b.split()) for b in re.split(r"^- ", listed, flags=re.M)[1:]]
+    assert sorted(game_of(b) for b in bullets) == sorted(GAMES), listed
+    for bullet in bullets:
+        about = lines_about(against_uniform, game_of(bullet))
+        about += lines_about(against_per, game_of(bullet))
+        missing = [f for f in FIGURE.findall(bullet) if f not in about]
+        assert missing == [], (game_of(bullet), missing)
+
+    # Its reading: each figure across the games, in one of the two reports' tables across them.
+    reading = page.split("**Reading.**", 1)[1]
+    across = section(against_uniform, "## Across games") + section(against_per, "## Across games")
+    quoted = FIGURE.findall(" ".join(reading.split()))
+    assert len(quoted) >= 8, reading
+    assert [f for f in quoted if f not in across] == []
 
 
 @pytest.mark.slow
