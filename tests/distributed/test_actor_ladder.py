@@ -14,7 +14,7 @@ from per_dqn.training.schedules import epsilon_ladder
 
 
 def ladder(actors: int, **run: float) -> list[float]:
-    """The ladder the actors are given (``LocalActors`` and ``RemoteActors`` alike) for a config
+    """The ladder the actors are given (``LocalActors`` and ``RayActors`` alike) for a config
     with ``run`` set."""
     overrides = [Override("run.actors", actors)]
     overrides += [Override(f"run.{key}", value) for key, value in run.items()]

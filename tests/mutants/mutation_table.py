@@ -96,8 +96,13 @@ def function_of(key: str) -> str:
     return key.rpartition("__mutmut_")[0].rpartition(".")[2]
 
 
+def function_in_scope(path: str, function: str) -> bool:
+    """Whether ``function`` (mangled) of ``path`` is in the mutation run's scope."""
+    return path not in SCOPE or function in SCOPE[path]
+
+
 def in_scope(path: str, key: str) -> bool:
-    return path not in SCOPE or function_of(key) in SCOPE[path]
+    return function_in_scope(path, function_of(key))
 
 
 def equivalents(doc: Path = DOC) -> dict[str, str]:
@@ -204,7 +209,7 @@ def run_args(paths: list[str], equivalent: dict[str, str], root: Path = ROOT) ->
                                     results.get("hash_by_function_name", {}))  # fmt: skip
         name = module_name(path)
         names += [f"{name}.{function}__mutmut_*" for function in changed
-                  if path not in SCOPE or function in SCOPE[path]]  # fmt: skip
+                  if function_in_scope(path, function)]  # fmt: skip
         for key, code in results["exit_code_by_key"].items():
             if function_of(key) in changed:
                 continue
