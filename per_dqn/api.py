@@ -46,7 +46,7 @@ from per_dqn.config import (
     parse_override,
     resolve_config_path,
 )
-from per_dqn.distributed import ActorLostError
+from per_dqn.distributed import ActorLostError, RunStoppedError
 from per_dqn.logs.console import EvalDisplay
 from per_dqn.logs.tracking import TrackingError
 from per_dqn.policy import Policy, check_run_code, evaluate_run, load
@@ -72,6 +72,7 @@ __all__ = [
     "Resumption",
     "RunDirError",
     "RunDirInUse",
+    "RunStoppedError",
     "TrackingError",
     "TrainResult",
     "UntrustedCodeError",

@@ -226,7 +226,8 @@ def _resume_hint(run_dir: Path, env_steps: int | None = None) -> str:
 
 def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
     """Runs ``trainer`` into ``run_dir``, closes it, prints the summary; exits 130 on Ctrl-C, 143
-    on SIGTERM, 1 when a file cannot be written and 3 on a non-finite loss."""
+    on SIGTERM, 1 when a file cannot be written or a run with actors cannot go on, and 3 on a
+    non-finite loss."""
     stop = StopSignals()
     try:
         with stop:
@@ -250,7 +251,7 @@ def _run(trainer: Any, run_dir: Path, quiet: bool) -> None:
             f"error: {exc.filename or run_dir}: {exc.strerror or exc}; stopped ({then})", err=True
         )
         raise typer.Exit(EXIT_WRITE_FAILED) from None
-    except api.ActorLostError as exc:
+    except api.RunStoppedError as exc:  # an actor, a shard or a block lost
         saved = api.list_checkpoints(run_dir)
         kept = f"the last checkpoint, {saved[-1]}, is untouched" if saved else "no checkpoint"
         typer.echo(f"error: {exc}; stopped ({kept})", err=True)

@@ -13,10 +13,16 @@ them; one learner samples, learns and sends priority updates back.
 - ``frames.py``: a block's stacked frames, each sent once between processes.
 - ``remote.py``: the actors as Ray actor processes, and a run's connection to its cluster.
 
-The package imports nothing at its top: ``ActorLostError`` is here for the CLI to catch.
+The package imports nothing at its top: ``RunStoppedError`` and ``ActorLostError`` are here for
+the CLI to catch.
 """
 
 
-class ActorLostError(RuntimeError):
+class RunStoppedError(RuntimeError):
+    """A run with actors cannot go on (an actor or replay shard lost, a block lost or repeated on
+    the way): the run stops with one line, its checkpoints as they were."""
+
+
+class ActorLostError(RunStoppedError):
     """An actor's process died (killed, out of memory, its node gone): the run stops, with its
     checkpoints as they were."""

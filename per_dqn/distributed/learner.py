@@ -32,6 +32,7 @@ import torch
 
 from per_dqn.agent import DQNAgent
 from per_dqn.config import Config
+from per_dqn.distributed import RunStoppedError
 from per_dqn.distributed.actor import Actor, Block
 from per_dqn.envs.make import Envs
 from per_dqn.logs import tags
@@ -80,7 +81,7 @@ class BlockSource(Protocol):
         """Stops the actors."""
 
 
-class OutOfOrderError(RuntimeError):
+class OutOfOrderError(RunStoppedError):
     """A block arrived that is not its actor's next: one was lost or repeated on the way."""
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import typer
 from support import cartpole_config, read_scalars, summary_of
 
+from per_dqn.api import list_checkpoints
+from per_dqn.cli.train import _run
 from per_dqn.distributed.learner import ApexLoop, LocalActors, OutOfOrderError, local_loop
 from per_dqn.logs import tags
 from per_dqn.training.asking import serve
@@ -124,18 +127,28 @@ def test_a_trainer_fed_by_two_local_actors_stores_every_transition_once(tmp_path
         assert logged and all(min(own) <= v <= max(own) for v in logged)
 
 
-def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
-    """A lost or repeated block (here: each actor's second block dropped) is refused."""
+class Dropping(Recording):
+    """A source that loses each actor's block ``lost`` (a serial) on the way."""
 
-    class Dropping(Recording):
-        def blocks(self, wanted=float("inf")):
-            return [b for b in self.inner.blocks(wanted) if b.serial != 1]
+    def __init__(self, inner, lost):
+        super().__init__(inner)
+        self.lost = lost
 
+    def blocks(self, wanted=float("inf")):
+        return [b for b in self.inner.blocks(wanted) if b.serial != self.lost]
+
+
+def dropping_trainer(lost: int, *settings: str) -> Trainer:
     def make_loop(config, agent, memory, envs, seeds):
-        source = Dropping(LocalActors(config, agent, actors=1, block_steps=25))
+        source = Dropping(LocalActors(config, agent, actors=1, block_steps=25), lost)
         return ApexLoop(config, agent, memory, envs, seeds, source)
 
-    trainer = Trainer(cartpole_config(*SETTINGS), "cartpole", make_loop=make_loop)
+    return Trainer(cartpole_config(*SETTINGS, *settings), "cartpole", make_loop=make_loop)
+
+
+def test_a_block_out_of_order_is_refused(tmp_path):
+    """A lost or repeated block (here: each actor's second block dropped) is refused."""
+    trainer = dropping_trainer(1)
     try:
         with pytest.raises(
             OutOfOrderError, match=r"^actor 0's block 2 arrived where its block 1 was due"
@@ -143,6 +156,25 @@ def test_a_block_out_of_order_stops_the_run_with_one_line(tmp_path):
             trainer.run(tmp_path / "run")
     finally:
         trainer.close()
+
+
+def test_a_block_out_of_order_stops_the_cli_run_with_one_line(tmp_path, capsys):
+    """Pins a bug: ``train --actors`` caught a lost actor or shard, but a block lost or repeated
+    on the way (``OutOfOrderError``) reached the user as a traceback, where the guide promises
+    one line. Through the CLI's run: one ``error:`` line naming the block, exit 1, and the
+    checkpoint written before it untouched."""
+    trainer = dropping_trainer(4, "checkpoint.interval_steps=50")
+    run_dir = tmp_path / "run"
+    with pytest.raises(typer.Exit) as stopped:
+        _run(trainer, run_dir, quiet=True)
+    assert stopped.value.exit_code == 1
+    saved = list_checkpoints(run_dir)
+    assert saved, "no checkpoint was written before the lost block"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: actor 0's block 5 arrived where its block 4 was due: a block was lost or "
+        f"repeated on the way; stopped (the last checkpoint, {saved[-1]}, is untouched)"
+    ]
 
 
 def test_local_loop_builds_the_run_s_actors():
