@@ -498,6 +498,14 @@ def test_resume_refuses_what_it_cannot_continue(reference, tmp_path):
         "--config cannot be used with --resume: the resumed run's config is RUN_DIR/config.yaml",
         "--seed cannot be used with --resume: the resumed run's config is RUN_DIR/config.yaml",
     )
+    # Pins a bug: a flag given the value 0 counted as not given, so `--resume RUN --seed 0`
+    # resumed the run under its own seed and said nothing.
+    assert_refused(
+        resume(reference, "--seed", "0", "--actors", "0", "--shards", "0"),
+        "--seed cannot be used with --resume: the resumed run's config is RUN_DIR/config.yaml",
+        "--actors cannot be used with --resume: the resumed run's config is RUN_DIR/config.yaml",
+        "--shards cannot be used with --resume: the resumed run's config is RUN_DIR/config.yaml",
+    )
     assert_refused(
         resume(reference),
         f"{reference}: the run is complete (1,500 of 1,500 env steps); pass --steps N to extend it",

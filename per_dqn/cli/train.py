@@ -190,8 +190,13 @@ def _build_trainer(cfg: Config, name: str, label: str, make_loop: Any = None) ->
 
 
 def _fail_if_given(given: dict[str, object], why: str) -> None:
-    """Exits 2 with one line per flag in ``given`` that has a value."""
-    problems = [f"{flag} cannot be used with {why}" for flag, value in given.items() if value]
+    """Exits 2 with one line per flag in ``given`` that was given (``--seed 0`` and ``--actors 0``
+    too: a value that is 0 was still given)."""
+    problems = [
+        f"{flag} cannot be used with {why}"
+        for flag, value in given.items()
+        if value is not None and value != []
+    ]
     if problems:
         fail(problems)
 
