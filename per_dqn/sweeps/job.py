@@ -3,7 +3,8 @@
 A job runs exactly as ``per-dqn train --quiet --run-dir ...`` would, holding its run dir's writer
 lock (``rundir.RunDirLock``) so that no other command writes there meanwhile: a run with a usable
 checkpoint is resumed from it (``train --resume``), any other unfinished run dir is cleared and the
-run starts from zero. A local worker process and a Ray task both call ``run_job``, so skipping
+run starts from zero. A local worker process and a Ray task both call ``run_jobs`` (a pack of
+jobs; ``run_job`` is a pack of one), so skipping
 finished runs, resuming and the run dir's contents are one code path, and a run on CPU gives the
 same summary and ``model.pt`` under either backend.
 

@@ -2,7 +2,8 @@
 
 The digests below were computed by ``stream_digest`` on commit dcc030f (the memory as one class per
 kind, before it became storage plus sampler) and pin the random draws and floating-point results
-of every kind on flat and frame storage. A change here means runs (and checkpoints written
+of every kind that existed then (uniform, proportional and rank; the later kinds were written on
+storage plus sampler) on flat and frame storage. A change here means runs (and checkpoints written
 before the change) no longer replay exactly: if it is intended, say so in the commit and
 recompute the digests. They hold for numpy's PCG64 streams and IEEE float64 as numba compiles
 this repository's kernels; a numpy or numba upgrade that changes them is worth knowing about too.

@@ -11,7 +11,7 @@
    check storage, preflight where the runs will be; a ``ValueError`` (or ``Interrupted``)
    refuses the sweep, and the CLI removes the dir it created. ``lines`` are printed;
 5. ``backend.run(sweep, on_outcome)``: writes ``sweep.json`` (``plan.start_sweep``), runs the
-   unfinished runs, each through ``job.run_job``, and returns a ``job.SweepResult``; Ctrl-C or
+   unfinished runs, each pack through ``job.run_jobs``, and returns a ``job.SweepResult``; Ctrl-C or
    SIGTERM arrive as ``KeyboardInterrupt`` (``stopping.StopSignals(raise_first=True)``), after
    which it stops the runs in progress cleanly and returns the result marked ``interrupted``.
 
