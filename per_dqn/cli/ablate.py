@@ -210,7 +210,7 @@ def _schedule_warnings(todo: list[Job]) -> None:
 def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
     """``ablate`` once the sweep dir is locked and the backend prepared: runs the sweep, prints
     its progress, reports."""
-    from per_dqn.cli.report import warning
+    from per_dqn.cli.report import not_written, warning
     from per_dqn.sweeps import report as reports
     from per_dqn.sweeps.job import SweepResult
     from per_dqn.sweeps.plan import start_sweep
@@ -249,12 +249,18 @@ def _ablate_locked(sweep: Sweep, todo: list[Job], runner: SweepBackend) -> None:
     if result.interrupted:
         typer.echo(f"interrupted; re-run the same command to finish the sweep in {sweep.out}")
         raise typer.Exit(EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED)
+    reported = False
     try:
         files = reports.write_report(sweep.out, warn=warning)  # its warnings as `report`'s
         typer.echo("\n".join(files.lines()))
-    except ValueError as exc:  # every run failed: nothing to report
+        reported = True
+    except ValueError as exc:  # every run failed or cannot be read: nothing to report
         typer.echo(f"error: {exc}", err=True)
+    except OSError as exc:  # a report file could not be written
+        typer.echo(f"error: {not_written(exc, sweep.out)}", err=True)
     if result.failed:
         for outcome in result.failed:
             typer.echo(f"error: run {outcome.job.run_dir} failed: {outcome.error}", err=True)
+        raise typer.Exit(1)
+    if not reported:
         raise typer.Exit(1)

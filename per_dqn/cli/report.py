@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from per_dqn.cli.common import fail, printable
+from per_dqn.cli.common import EXIT_WRITE_FAILED, fail, printable
 
 app = typer.Typer()
 
@@ -69,7 +69,21 @@ def report(
             )
     except ValueError as exc:
         fail([str(exc)])
+    except OSError as exc:  # a report file could not be written (a full disk, a read-only dir)
+        typer.echo(f"error: {not_written(exc, sweep_dir)}", err=True)
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
     typer.echo("\n".join(files.lines()))
+
+
+def not_written(exc: OSError, sweep_dir: Path) -> str:
+    """One line for a report file that could not be written: the file, the reason, and that
+    the files written before it are whole (each is written atomically) and the runs untouched."""
+    # A failed os.replace names its temporary file first and the file it was to be second.
+    where = printable(str(exc.filename2 or exc.filename or sweep_dir))
+    return (
+        f"{where}: {exc.strerror or exc}; the report was not finished (the runs are untouched; "
+        f"`per-dqn report {printable(str(sweep_dir))}` writes it once it can)"
+    )
 
 
 def warning(line: str) -> None:

@@ -937,6 +937,59 @@ def test_ablate_prints_the_report_s_warnings_escaped_as_report_does(workdir):
     assert line.endswith("; run skipped")
 
 
+def finished_sweep(seed_field=0) -> plan.Sweep:
+    """A planned two-run CartPole sweep in ``sw`` (the cwd's) whose runs are finished (fake run
+    dirs, as ``Trainer.run`` leaves them); ``seed_field`` None damages both summaries."""
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), [0, 1], 3000, [], Path("sw"))
+    sweep.out.mkdir()
+    curve = [(1000, 1.0), (2000, 2.0), (3000, 3.0)]
+    for job in sweep.jobs:
+        fake_run(sweep.out, job.run_dir, "CartPole-v1", "uniform", job.seed, 100.0, curve)
+        if seed_field is None:
+            edit_summary(sweep.out / job.run_dir, seed=None)
+    fileio.write_json(sweep.out / "sweep.json", sweep.record)
+    return sweep
+
+
+ABLATE_SW = ["ablate", "-c", "cartpole.yaml", "--replay", "uniform", "--seeds", "2", "--steps",
+             "3000", "--out", "sw"]  # fmt: skip
+
+
+def test_a_report_file_that_cannot_be_written_is_one_line_not_a_traceback(workdir):
+    """Pins a bug: a report file that could not be written (a read-only sweep dir, a full disk;
+    here ``scores.csv`` is a directory) reached the user of ``report`` and of ``ablate`` as an
+    ``OSError`` traceback. Now each prints one ``error:`` line naming the file, exit 1, and the
+    runs are as they were."""
+    sweep = finished_sweep()
+    (sweep.out / "scores.csv").mkdir()
+    before = tree(sweep.out)
+    for args in (["report", "sw"], ABLATE_SW):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("error: sw/scores.csv: Is a directory; the report was not "
+                               "finished (the runs are untouched; `per-dqn report sw` writes it "
+                               "once it can)"), line  # fmt: skip
+        assert not list(sweep.out.glob(".tmp-*")), "a temp file was left behind"
+        for rel in ("uniform/s0", "uniform/s1"):
+            assert {k: v for k, v in tree(sweep.out).items() if k.startswith(rel)} == {
+                k: v for k, v in before.items() if k.startswith(rel)
+            }
+
+
+def test_ablate_exits_non_zero_when_no_run_can_be_reported(workdir):
+    """Pins a bug: an ``ablate`` re-run of a finished sweep none of whose runs can be read printed
+    ``error: ... no run could be reported`` and exited 0. Now it exits 1 (``report`` on the
+    same dir exits 2: there the dir is the input)."""
+    finished_sweep(seed_field=None)
+    result = runner.invoke(app, ABLATE_SW)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "error: sweep dir sw: no run could be reported (2 skipped, 0 not finished)"
+    )
+
+
 # --- a real sweep ---------------------------------------------------------------------------------
 
 
