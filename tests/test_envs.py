@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from per_dqn.cli import app
 from per_dqn.config import EnvConfig
 from per_dqn.envs import common
 from per_dqn.envs.families import classic
@@ -75,6 +78,27 @@ def test_unusable_envs_name_the_key(env_id, message):
     with pytest.raises(ValueError, match=message) as info:
         make_vector_env(EnvConfig(id=env_id))
     assert str(info.value).startswith("env.id: ")
+
+
+def test_an_env_whose_own_dependency_is_missing_is_one_line(workdir):
+    """Pins a bug: an id gymnasium has registered but cannot import the code of (its own
+    dependency missing: ``phys2d/CartPole-v1`` without jax, ``Reacher-v2`` without mujoco) raised
+    ``ImportError`` past the check that names ``env.id``, so ``train``, ``plan``, ``config
+    validate`` and ``ablate`` showed a traceback. Here a throwaway env whose entry point's package
+    is absent: ``train`` gives one line naming the key and the package, exit 2, and makes no run
+    dir."""
+    gym.register("Throwaway/NeedsMissing-v0", entry_point="no_such_package_for_per_dqn.envs:Env")
+    try:
+        result = CliRunner().invoke(app, ["train", "--config", "cartpole.yaml", "--set",
+                                          "env.id=Throwaway/NeedsMissing-v0"])  # fmt: skip
+    finally:
+        del gym.registry["Throwaway/NeedsMissing-v0"]
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: cartpole.yaml: env.id: cannot make 'Throwaway/NeedsMissing-v0': it needs a "
+        "package that is not installed: No module named 'no_such_package_for_per_dqn'"
+    ]
+    assert list(workdir.iterdir()) == []
 
 
 def test_an_unversioned_id_a_family_prefixes_is_named_as_the_config_wrote_it():

@@ -54,8 +54,9 @@ def make_gym(
         extra: keywords for the env's constructor.
 
     Raises:
-        ValueError: one line naming ``env.id``: an id gymnasium cannot make, one without its
-            version, or a ``module:`` whose import fails.
+        ValueError: one line naming ``env.id``: an id gymnasium cannot make (its own
+            dependency missing included), one without its version, or a ``module:`` whose
+            import fails.
     """
     env_id = config.id if gym_id is None else gym_id
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
@@ -73,6 +74,11 @@ def make_gym(
         # One line: gymnasium's message repeats the id as given, line breaks included.
         raise ValueError(
             f"env.id: cannot make {config.id!r}: {' '.join(str(exc).split())}"
+        ) from None
+    except ImportError as exc:  # a registered env whose own dependency is missing (jax, mujoco)
+        raise ValueError(
+            f"env.id: cannot make {config.id!r}: it needs a package that is not installed: "
+            f"{' '.join(str(exc).split())}"
         ) from None
 
 
