@@ -47,8 +47,8 @@ def plan(
         typer.echo(line)
     if not memory.fits:
         fail([f"{config}: {memory.refusal()}"])
-    from per_dqn.training.memory_plan import pack_refusal
+    from per_dqn.training.memory_plan import same_pack_refusal
 
-    refused = pack_refusal([memory] * pack) if pack is not None and pack > 1 else None
+    refused = same_pack_refusal(memory, pack) if pack is not None and pack > 1 else None
     if refused is not None:
         fail([f"{config}: {refused}"])

@@ -130,13 +130,26 @@ def pack_refusal(plans: Sequence[MemoryPlan]) -> str | None:
     """The one line that refuses a pack whose replay memories (one per run, all held at once by
     its process) do not fit in the available RAM, naming the largest pack that fits; None when
     it fits (or the RAM is unknown)."""
-    available = plans[0].available_bytes if plans else None
+    if not plans:
+        return None
+    totals = [plan.parts["total"] for plan in plans]
+    return _refusal(plans[0].available_bytes, len(plans), sum(totals), max(totals))
+
+
+def same_pack_refusal(plan: MemoryPlan, runs: int) -> str | None:
+    """``pack_refusal`` of ``runs`` runs that each hold ``plan``'s memory (``plan --pack``),
+    counted without making a list of them: any count is answered at once."""
+    total = plan.parts["total"]
+    return _refusal(plan.available_bytes, runs, total * runs, total)
+
+
+def _refusal(available: int | None, runs: int, memories: int, largest: int) -> str | None:
+    """The refusal of a pack of ``runs`` memories of ``memories`` bytes together, the largest
+    ``largest``; None when it fits in ``available`` (or that is unknown)."""
     if available is None:
         return None
-    memories = sum(plan.parts["total"] for plan in plans)
     if memories + PROCESS_OVERHEAD_BYTES <= available:
         return None
-    largest = max(plan.parts["total"] for plan in plans)
     fits = max(0, (available - PROCESS_OVERHEAD_BYTES) // max(largest, 1))
     advice = (
         f"the largest pack that fits is {fits} (--pack {fits})"
@@ -144,7 +157,7 @@ def pack_refusal(plans: Sequence[MemoryPlan]) -> str | None:
         else "not one run fits; lower replay.capacity (see `per-dqn plan`)"
     )
     return (
-        f"--pack {len(plans)}: {len(plans)} replay memories need {gib(memories)} "
+        f"--pack {runs}: {runs} replay memories need {gib(memories)} "
         f"(+{gib(PROCESS_OVERHEAD_BYTES)} for the rest of the process) but only {gib(available)} "
         f"of RAM is available; {advice}"
     )
@@ -196,7 +209,7 @@ def describe_plan(plan: MemoryPlan, pack: int | None = None) -> list[str]:
         verdict = "fits" if plan.fits else "DOES NOT FIT"
         lines.append(f"available RAM      {gib(plan.available_bytes)}: {verdict}")
     if pack is not None and pack > 1:
-        verdict = "fits" if pack_refusal([plan] * pack) is None else "DOES NOT FIT"
+        verdict = "fits" if same_pack_refusal(plan, pack) is None else "DOES NOT FIT"
         lines.append(
             f"pack of {pack:<10} {pack} x {gib(plan.parts['total'])} = "
             f"{gib(plan.parts['total'] * pack)} (+{gib(PROCESS_OVERHEAD_BYTES)}): {verdict}"
