@@ -332,8 +332,15 @@ def test_bad_input_is_one_line_each(tmp_path):
     result = evaluate(str(tmp_path), "--episodes", "0", "--epsilon", "1.5")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: --episodes must be >= 1, got 0",
+        "error: --episodes must be in [1, 1,000,000], got 0",
         "error: --epsilon must be in [0, 1], got 1.5",
+    ]
+    # Pins a bug: --episodes had no upper bound, and 10**12 died of a MemoryError traceback
+    # allocating its returns; the bound is the config's on its own evaluations.
+    result = evaluate(str(tmp_path), "--episodes", "1000000000000")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --episodes must be in [1, 1,000,000], got 1000000000000"
     ]
     result = evaluate(str(tmp_path))
     assert result.exit_code == 2
@@ -847,6 +854,20 @@ def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_
     (run_dir / "summary.json").write_text(text + " " * (SUMMARY_MAX_BYTES - len(text)))
     assert resolve_source(run_dir).env_steps == 400
     (run_dir / "summary.json").write_text(text + " " * (SUMMARY_MAX_BYTES + 1 - len(text)))
+    source = resolve_source(run_dir)
+    assert source.env_steps is None and source.label == str(run_dir / "model.pt")
+
+
+@pytest.mark.parametrize("steps", ["Infinity", "1e400", "-Infinity"])
+def test_a_summary_whose_step_is_infinite_leaves_the_step_unknown(model_only, tmp_path, steps):
+    """Pins a bug: a summary.json (a run dir from elsewhere) whose ``env_steps`` is ``Infinity``
+    (or ``1e400``, which JSON reads as infinity) made ``eval`` die of an ``OverflowError``
+    traceback converting it to an int. It is read as any unreadable step is: unknown, and the
+    weights are still played."""
+    from per_dqn.training.evaluate import resolve_source
+
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    (run_dir / "summary.json").write_text(f'{{"env_steps": {steps}}}')
     source = resolve_source(run_dir)
     assert source.env_steps is None and source.label == str(run_dir / "model.pt")
 

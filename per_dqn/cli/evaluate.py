@@ -11,7 +11,7 @@ import typer
 
 from per_dqn import api
 from per_dqn.cli.common import EXIT_WRITE_FAILED, TrustCodeOption, fail
-from per_dqn.config import ConfigError
+from per_dqn.config import MAX_EVAL_EPISODES, ConfigError
 
 app = typer.Typer()
 
@@ -66,8 +66,8 @@ def eval_(
     problems = []
     if video_view is not None and not video:
         problems.append(f"--video-view {video_view.value} needs --video")
-    if episodes < 1:
-        problems.append(f"--episodes must be >= 1, got {episodes}")
+    if not 1 <= episodes <= MAX_EVAL_EPISODES:  # the config's bound on its evaluations too
+        problems.append(f"--episodes must be in [1, {MAX_EVAL_EPISODES:,}], got {episodes}")
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:
         problems.append(f"--epsilon must be in [0, 1], got {epsilon}")
     if seed is not None and seed < 0:

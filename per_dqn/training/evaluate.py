@@ -192,7 +192,7 @@ def resolve_source(target: Path) -> Source:
     try:
         summary = readback.read_json(target, SUMMARY_FILE, readback.KINDS["summary"])
         steps = int(summary["env_steps"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: Infinity
         pass  # a run killed before its summary: the step is unknown, the weights are still fine
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
     config = _config(target / RUN_CONFIG_FILE)
