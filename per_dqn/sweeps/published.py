@@ -70,9 +70,13 @@ def read_published(path: Path) -> tuple[Point, ...]:
     """
     where = f"--published {path}"
     try:
-        if path.stat().st_size > MAX_BYTES:
+        # Read at most one byte past the limit: a device or a pipe reports no size
+        # (``--published /dev/zero`` read on until the machine ran out of memory).
+        with path.open("rb") as file:
+            data = file.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
             raise ValueError(f"{where}: larger than {MAX_BYTES // (1024 * 1024)} MB")
-        text = path.read_text(encoding="utf-8")
+        text = data.decode()  # UTF-8, whatever the locale
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

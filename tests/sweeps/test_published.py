@@ -525,12 +525,21 @@ HEADER = "env_id,label,step,mean,sd,seeds\n"
 
 def test_a_published_file_past_the_cap_is_refused_in_megabytes(tmp_path):
     """Issue 44's mutation run: the refusal's size (`MAX_BYTES // (1024 * 1024)`) survived any
-    change. A sparse file one byte past the cap is refused unread, naming its 10 MB."""
+    change. A sparse file one byte past the cap is refused, naming its 10 MB."""
     path = tmp_path / "huge.csv"
     with open(path, "wb") as file:
         file.truncate(published.MAX_BYTES + 1)
     with pytest.raises(ValueError, match=rf"^--published {path}: larger than 10 MB$"):
         published.read_published(path)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_published_file_with_no_size_is_read_no_further_than_the_cap():
+    """Pins a bug: the cap was checked against the file's size, which a device or a pipe reports
+    as 0, so ``--published /dev/zero`` read on until the machine ran out of memory. Now at most
+    one byte past the cap is read, and it is refused as a file past the cap is."""
+    with pytest.raises(ValueError, match=r"^--published /dev/zero: larger than 10 MB$"):
+        published.read_published(Path("/dev/zero"))
 
 
 def test_an_indented_comment_line_and_a_negative_seed_count(tmp_path):
