@@ -41,6 +41,8 @@ from per_dqn.sweeps import events, runs
 ARCHIVED_TAGS = (EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN, EPISODE_RETURN)
 RUN_FILES = ("config.yaml", runs.SUMMARY_FILE, "run.json")
 SCALARS_FILE = "scalars.csv"
+# The largest step an event holds (a signed 64-bit integer); archived steps are env steps, >= 0.
+MAX_STEP = 2**63 - 1
 # The most a member, and all of them, may unpack to, and the most members: a run's scalars are
 # tens of kB; this refuses a bomb.
 MAX_MEMBER_BYTES = 256 * 2**20
@@ -188,6 +190,8 @@ def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
             raise ValueError(f"{where}: line {number}: expected tag,step,value") from None
         if tag not in ARCHIVED_TAGS:
             raise ValueError(f"{where}: line {number}: unknown tag {tag!r}")
+        if not 0 <= points[-1][1] <= MAX_STEP:  # an event's step is a signed 64-bit integer
+            raise ValueError(f"{where}: line {number}: step {step} is out of range")
     return points
 
 

@@ -114,6 +114,10 @@ def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
         {**run, "r/scalars.csv": b"tag,step,value\neval/return_mean,x,1\n"},
     )
     _tar(workdir / "badtag.tar.xz", {**run, "r/scalars.csv": b"tag,step,value\nloss,1,1\n"})
+    # Pins a bug: a step past int64 reached protobuf, whose "Value out of range" named no file.
+    huge = b"tag,step,value\neval/return_mean,9223372036854775808,1\n"
+    _tar(workdir / "bigstep.tar.xz", {**run, "r/scalars.csv": huge})
+    _tar(workdir / "negstep.tar.xz", {**run, "r/scalars.csv": huge.replace(b"9223", b"-1")})
     _tar(workdir / "both.tar.xz", {"r": b"", "r/scalars.csv": scalars})
     _tar(workdir / "bare.tar.xz", {"r/scalars.csv": scalars})
     _tar(workdir / "latin.tar.xz", {**run, "r/scalars.csv": b"tag,step,value\n\xff\n"})
@@ -137,6 +141,10 @@ def test_bad_archive_commands_are_one_line_and_leave_nothing(workdir):
          "badrow.tar.xz: r/scalars.csv: line 2: expected tag,step,value"),
         (["unarchive", "badtag.tar.xz", "new"],
          "badtag.tar.xz: r/scalars.csv: line 2: unknown tag 'loss'"),
+        (["unarchive", "bigstep.tar.xz", "new"],
+         "bigstep.tar.xz: r/scalars.csv: line 2: step 9223372036854775808 is out of range"),
+        (["unarchive", "negstep.tar.xz", "new"],
+         "negstep.tar.xz: r/scalars.csv: line 2: step -1372036854775808 is out of range"),
         (["unarchive", "both.tar.xz", "new"], "both.tar.xz: member 'r' is a file and a directory"),
         (["unarchive", "bare.tar.xz", "new"], "bare.tar.xz: run r has no config.yaml"),
     ]  # fmt: skip
