@@ -144,9 +144,9 @@ def train(
     ):
         if value is not None:
             overrides.append(Override(path, value, flag))
-    if address is not None and actors is None:
-        fail(["--address: the Ray cluster of a distributed run; it needs --actors N"])
     cfg, name = load_or_fail(config, overrides)
+    if address is not None and cfg.run.actors is None:  # --actors N, or run.actors in the config
+        fail(["--address: the Ray cluster of a distributed run; it needs --actors N"])
     # The API loads torch, gymnasium and tensorboard (seconds) only once a trainer is built, so
     # bad input never waits for them.
     try:
