@@ -96,14 +96,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/atari.py
 
-# Whole-loop SPS on CartPole, uniform vs proportional vs rank. With AGAINST=PATH (another
-# checkout, e.g. `git worktree add /tmp/old dcc030f`): this checkout against PATH, in one run.
 # The report's event reader and unarchive's writer against TensorBoard's, on the MinAtar study's
 # archive (about 2 minutes).
 .PHONY: bench-events
 bench-events: $(STAMP)
 	$(BIN)/python benchmarks/events.py
 
+# Whole-loop SPS on CartPole, every replay kind. With AGAINST=PATH (another checkout, e.g.
+# `git worktree add /tmp/old dcc030f`): this checkout against PATH, in one run.
 bench-train: $(STAMP)
 	$(BIN)/python benchmarks/train_loop.py $(if $(AGAINST),--against $(AGAINST))
 
@@ -148,8 +148,9 @@ bench-apex: $(TEST_STAMP)
 	$(BIN)/python benchmarks/apex_shard.py
 	$(BIN)/python benchmarks/apex_actors.py
 
-# Every benchmark script at tiny sizes (seconds each; `make test` runs these too).
-bench-smoke: $(STAMP)
+# Every benchmark script at tiny sizes (seconds each; `make test` runs these too). MinAtar's
+# scripts need the minatar extra, so it installs what `make test` does.
+bench-smoke: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m bench_smoke tests/test_benchmarks.py
 
 # Atari-scale env, replay at 1M (vs cpprb and Tianshou), learner and whole-loop SPS (vs SB3),

@@ -1,4 +1,4 @@
-"""Whole-loop speed on CartPole: uniform vs proportional vs rank-based replay, in one run; or this
+"""Whole-loop speed on CartPole: every replay kind (``per_dqn.memory.KINDS``), in one run; or this
 checkout's loop against another checkout's (``--against``), in one run.
 
 Each repeat trains the same config (same seed, same hyperparameters) once per memory kind, in
