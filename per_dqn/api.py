@@ -140,15 +140,30 @@ def _overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> list[Over
         return []
     if isinstance(overrides, Mapping):
         return [Override(str(key), value, "overrides") for key, value in overrides.items()]
-    if isinstance(overrides, str):
-        raise ConfigError(
-            [f"overrides: expected a mapping or a list of 'key=value', got {overrides!r}"]
-        )
+    expected = f"overrides: expected a mapping or a list of 'key=value', got {overrides!r}"
+    if isinstance(overrides, str) or not isinstance(overrides, Iterable):
+        raise ConfigError([expected])
     out = []
     for text in overrides:
+        if not isinstance(text, str):
+            raise ConfigError([f"overrides: expected 'key=value' texts, got {text!r}"])
         override = parse_override(text)
         out.append(Override(override.path, override.value, "overrides"))
     return out
+
+
+def check_callbacks(callbacks: Any) -> list[Any]:
+    """``callbacks`` as a list (None: none), refused before anything is written when it is not
+    a list of objects (a string, a number, a single callback).
+
+    Raises:
+        ValueError: one line naming what was given.
+    """
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
+        raise ValueError(f"callbacks: expected a list of callback objects, got {callbacks!r}")
+    return list(callbacks)
 
 
 def load_any_config(
@@ -208,11 +223,13 @@ def train(
     Raises:
         ConfigError: a bad config or override.
         RunDirError: ``run_dir`` is not empty, cannot be created, or another process writes it.
-        ValueError: an env, device, network or replay memory the config asks for cannot be had.
+        ValueError: ``callbacks`` that are not a list, or an env, device, network or replay
+            memory the config asks for cannot be had (before anything is written).
         DivergedError: the loss or the weights diverged (the run stops; see ``loop``).
         WriteError: a file could not be written.
     """
-    if overrides is not None and not isinstance(overrides, Mapping | str):
+    callbacks = check_callbacks(callbacks)  # before the run dir is made
+    if isinstance(overrides, Iterable) and not isinstance(overrides, Mapping | str):
         overrides = list(overrides)  # read twice: for the config and for the record
     cfg, name = load_any_config(config, overrides, network)
     run_dir = new_run_dir(cfg, name, run_dir)
@@ -499,8 +516,10 @@ def resume(
     Raises:
         UntrustedCodeError: the config names code, or a tracker, that was not allowed (one
             line per key).
-        ValueError: as ``prepare_resume``; ``RunDirInUse`` when another process writes it.
+        ValueError: ``callbacks`` that are not a list (before anything is written); as
+            ``prepare_resume``; ``RunDirInUse`` when another process writes it.
     """
+    callbacks = check_callbacks(callbacks)  # before --steps is written into config.yaml
     run_dir = Path(run_dir)
     check_name_lengths(run_dir)
     lock = lock_run_dir(run_dir, create=False) if run_dir.is_dir() else None

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from per_dqn.config import Config, refuse_untrusted_code
+from per_dqn.config import MAX_EVAL_EPISODES, Config, refuse_untrusted_code
 from per_dqn.config.messages import one_line
 from per_dqn.rundir.dirs import check_name_lengths
 from per_dqn.rundir.fileio import WriteError
@@ -58,8 +58,7 @@ class Policy:
             raise ValueError(
                 f"obs: expected a batch of shape (B, {', '.join(map(str, shape))}), got {obs.shape}"
             )
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon: must be in [0, 1], got {epsilon}")
+        check_play(epsilon=epsilon)
         actions = self.agent.greedy_actions(obs)
         if epsilon > 0:
             explore = self._rng.random(len(obs)) < epsilon
@@ -88,13 +87,13 @@ class Policy:
             ``evaluate.Episodes``: ``returns`` and ``lengths`` arrays.
 
         Raises:
-            ValueError: an env that cannot be made or whose spaces differ from the run's.
+            ValueError: ``episodes``, ``epsilon`` or ``seed`` out of range (``check_play``), or
+                an env that cannot be made or whose spaces differ from the run's.
         """
         from per_dqn.envs.make import describe, make_eval_env
         from per_dqn.training import evaluate
 
-        if episodes < 1:
-            raise ValueError(f"episodes: must be >= 1, got {episodes}")
+        check_play(episodes, epsilon, seed)
         env_config = self.config.env
         if env_id is not None:
             env_config = env_config.model_copy(update={"id": env_id})
@@ -159,6 +158,36 @@ def check_run_code(
     refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed, trains=trains)
 
 
+def _is_int(value: Any) -> bool:
+    """An integer, a numpy one too, and not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def check_play(
+    episodes: Any = 1, epsilon: Any = None, seed: Any = None, *, what: str = "episodes"
+) -> None:
+    """Refuses, one line each, what no evaluation can play: ``episodes`` that is not an integer
+    in [1, ``MAX_EVAL_EPISODES``] (the config's bound on its own evaluations), an ``epsilon``
+    that is not a number in [0, 1] (None: the run's), or a ``seed`` that is not a non-negative
+    integer (None: the run's).
+
+    Raises:
+        ValueError: the first such argument, named, with its value.
+    """
+    if not _is_int(episodes) or not 1 <= episodes <= MAX_EVAL_EPISODES:
+        raise ValueError(
+            f"{what}: must be an integer in [1, {MAX_EVAL_EPISODES:,}], got {episodes!r}"
+        )
+    if epsilon is not None and (
+        not isinstance(epsilon, int | float | np.integer | np.floating)
+        or isinstance(epsilon, bool | np.bool_)
+        or not 0.0 <= epsilon <= 1.0  # NaN fails it too
+    ):
+        raise ValueError(f"epsilon: must be in [0, 1], got {epsilon!r}")
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+
+
 def _config_file(source: Any) -> Path:
     """The ``config.yaml`` a ``Source``'s config was read from: beside its weights (a
     checkpoint's ``agent.pt``, a run dir's ``model.pt``)."""
@@ -194,13 +223,15 @@ def load(
 
     Raises:
         UntrustedCodeError: the config names code that was not allowed (one line per key).
-        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit,
-            a checkpoint of another run than its run dir's, or a path that leaves the run dir.
+        ValueError: a ``seed`` that is not a non-negative integer; not a run or checkpoint dir,
+            weights that fail their checks or do not fit, a checkpoint of another run than its
+            run dir's, or a path that leaves the run dir.
     """
     from per_dqn.envs.make import describe, make_eval_env
     from per_dqn.training import evaluate
     from per_dqn.training.build import make_agent, resolve_device
 
+    check_play(seed=seed)
     check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))
     for line in source.warnings:
@@ -265,13 +296,15 @@ def evaluate_run(
 
     Raises:
         UntrustedCodeError: the config names code that was not allowed (one line per key).
-        ValueError: not a run or checkpoint dir, weights that fail their checks or do not fit, or
-            an env that cannot be made or rendered (one line).
+        ValueError: ``episodes``, ``epsilon`` or ``seed`` out of range (``check_play``); not a
+            run or checkpoint dir, weights that fail their checks or do not fit, or an env that
+            cannot be made or rendered (one line).
         WriteError: the video could not be written (names the file).
     """
     from per_dqn.training import evaluate
     from per_dqn.training.build import make_agent
 
+    check_play(episodes, epsilon, seed)
     check_name_lengths(Path(target))  # before any stat of it: one line, not an OSError
     source = evaluate.resolve_source(Path(target))
     for line in source.warnings:

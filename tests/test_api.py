@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import per_dqn
+from per_dqn import api
 from per_dqn.config import ConfigError
 from per_dqn.rundir.dirs import RunDirError
 
@@ -107,6 +108,97 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     with pytest.raises(RunDirError, match="exists and is not empty"):
         per_dqn.train("cartpole", overrides=SHORT, run_dir=tmp_path / "d")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+INSIDE_OUT = "cannot name a run dir inside out (<out>/<arm>/s<seed>)"
+KEY_VALUE = "expected a mapping or a list of 'key=value', got"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        # train_many's arguments (each reached numpy, a TypeError or an IndexError, or wrote
+        # where it should not).
+        (dict(seeds=5), ValueError, "seeds: expected a list of non-negative integers, got 5"),
+        (dict(seeds=[None]), ValueError, "seeds: expected non-negative integers, got None"),
+        (dict(seeds=[1.7]), ValueError, "seeds: expected non-negative integers, got 1.7"),
+        (dict(seeds=[0, 0]), ValueError, "seeds: 0 is given twice (its runs would share a "),
+        (dict(pack="2"), ValueError, "pack must be an integer >= 1, got '2'"),
+        (dict(arms=[]), ValueError, "arms: no arm given (None trains the config as it is)"),
+        (dict(arms={"a": 5}), ValueError, f"arms: 'a': {KEY_VALUE} 5"),
+        (dict(arms={"..": {}}), ValueError, f"arms: '..' {INSIDE_OUT}"),
+        (dict(arms={"/tmp/x": {}}), ValueError, f"arms: '/tmp/x' {INSIDE_OUT}"),
+        (dict(arms={"a": {"agent.gamma": object()}}), ValueError, "arms: 'a': agent.gamma: <"),
+        (dict(callbacks=5), ValueError, "callbacks: expected a list of callback objects, got 5"),
+        # train's.
+        (dict(train=True, overrides=[5]), ConfigError, "overrides: expected 'key=value' texts"),
+        (dict(train=True, overrides=5), ConfigError, f"overrides: {KEY_VALUE} 5"),
+        (dict(train=True, callbacks=5), ValueError, "callbacks: expected a list of callback"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_anything_is_written(tmp_path, call, error, message):
+    """Pins bugs found by calling the API with bad arguments: each raised a TypeError,
+    AttributeError or IndexError from deep inside, or (``train_many``'s arm ``..``) wrote its runs
+    outside ``out``, or (a seed twice) claimed another process held the run dir. Each is now the
+    documented error, one line naming the argument, and nothing is written."""
+    call = dict(call)
+    with pytest.raises(error) as caught:
+        if call.pop("train", False):
+            per_dqn.train(
+                "cartpole", run_dir=tmp_path / "out" / "run", **{"overrides": SHORT, **call}
+            )
+        else:
+            per_dqn.train_many("cartpole", out=tmp_path / "out", **{"overrides": SHORT, **call})
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_refuses_bad_callbacks_before_it_changes_the_run(tmp_path):
+    """Pins a bug: ``resume(run, steps=N, callbacks=...)`` with callbacks that are not a list (None
+    or 5) wrote ``steps`` into the run's config.yaml and then failed with a TypeError, so a later
+    plain ``resume`` trained to N. Now 5 is refused first, and the run is as it was; None means
+    no callbacks."""
+    from support import tree
+
+    run = per_dqn.train("cartpole", overrides={**SHORT, "train.total_env_steps": 500},
+                        run_dir=tmp_path / "run")  # fmt: skip
+    before = tree(run.run_dir)
+    with pytest.raises(
+        ValueError, match=r"^callbacks: expected a list of callback objects, got 5$"
+    ):
+        per_dqn.resume(run.run_dir, steps=1000, callbacks=5)
+    assert tree(run.run_dir) == before
+    assert per_dqn.resume(run.run_dir, steps=1000, callbacks=None).summary["env_steps"] == 1000
+
+
+EPISODES = "episodes: must be an integer in [1, 1,000,000], got"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(episodes=0), f"{EPISODES} 0"),
+        (dict(episodes=1.5), f"{EPISODES} 1.5"),
+        (dict(episodes=10**30), f"{EPISODES} {10**30}"),
+        (dict(epsilon=2.0), "epsilon: must be in [0, 1], got 2.0"),
+        (dict(epsilon=float("nan")), "epsilon: must be in [0, 1], got nan"),
+        (dict(epsilon="x"), "epsilon: must be in [0, 1], got 'x'"),
+        (dict(seed=-1), "seed: must be a non-negative integer, got -1"),
+        (dict(seed=1.5), "seed: must be a non-negative integer, got 1.5"),
+    ],
+)
+def test_evaluation_arguments_are_checked_before_anything_is_played(kwargs, message, tmp_path):
+    """Pins bugs: ``evaluate_run(episodes=0)`` returned an empty report whose lines then failed
+    in numpy, a negative or huge count or a float reached numpy, and an epsilon of 2 or NaN was
+    played without a word, though ``Policy.act`` refuses it. ``evaluate_run``, ``Policy.evaluate``
+    and ``load``'s seed now refuse them in one line (the bound on episodes is the config's)."""
+    with pytest.raises(ValueError) as caught:
+        api.evaluate_run(tmp_path / "no-run", **kwargs)
+    assert str(caught.value) == message
+    if "seed" in kwargs:
+        with pytest.raises(ValueError, match=r"^seed: must be a non-negative integer"):
+            per_dqn.load(tmp_path / "no-run", **kwargs)
 
 
 def test_a_name_too_long_for_the_filesystem_is_a_run_dir_error(tmp_path):

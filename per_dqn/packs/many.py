@@ -12,10 +12,18 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from per_dqn.api import ConfigLike, TrainResult, build_trainer, load_any_config
+import numpy as np
+
+from per_dqn.api import (
+    ConfigLike,
+    TrainResult,
+    build_trainer,
+    check_callbacks,
+    load_any_config,
+)
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import provenance
 from per_dqn.rundir.dirs import lock_run_dir
@@ -47,26 +55,91 @@ class ManyResult:
         return None if self.result is None else self.result.final_return
 
 
-def _texts(overrides: Mapping[str, Any] | Iterable[str] | None) -> list[str]:
+def _json(key: str, value: Any, where: str) -> str:
+    """``value`` as JSON, which YAML reads back as the same value (a numpy scalar as its Python
+    value).
+
+    Raises:
+        ValueError: one line naming ``where`` and the key, for a value no config holds.
+    """
+    try:
+        return json.dumps(value, default=_plain)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {key}: {value!r} is not a config value") from None
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as its Python value, for ``json.dumps``; anything else is refused."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(type(value).__name__)
+
+
+def _texts(overrides: Mapping[str, Any] | Iterable[str] | None, where: str) -> list[str]:
     """Overrides as ``key=value`` texts (a mapping's values written as JSON, which YAML reads
-    back as the same value; a string as it is)."""
+    back as the same value; a string as it is).
+
+    Raises:
+        ValueError: one line naming ``where``: neither a mapping nor ``key=value`` texts.
+    """
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
-        return [f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+        return [f"{key}={value if isinstance(value, str) else _json(key, value, where)}"
                 for key, value in overrides.items()]  # fmt: skip
     if isinstance(overrides, str):
         return [overrides]
-    return [str(text) for text in overrides]
+    if not isinstance(overrides, Iterable) or not all(isinstance(t, str) for t in overrides):
+        raise ValueError(f"{where}: expected a mapping or a list of 'key=value', got {overrides!r}")
+    return list(overrides)
 
 
 def _arms(arms: Mapping[str, Any] | Iterable[str] | None) -> dict[str, list[str]]:
-    """``{name: ["key=value", ...]}``: a list names replay kinds (as ``ablate --replay``)."""
+    """``{name: ["key=value", ...]}``: a list names replay kinds (as ``ablate --replay``).
+
+    Raises:
+        ValueError: no arm, or an arm whose name is no relative path inside ``out`` (empty,
+            absolute, or with a ``.`` or ``..`` part: its runs would be written elsewhere).
+    """
     if arms is None:
         return {"": []}
-    if isinstance(arms, Mapping):
-        return {str(name): _texts(overrides) for name, overrides in arms.items()}
-    return {str(kind): [f"replay.kind={kind}"] for kind in arms}
+    if isinstance(arms, str) or not isinstance(arms, Iterable):
+        raise ValueError(f"arms: expected replay kinds or {{name: overrides}}, got {arms!r}")
+    named = (
+        {str(name): _texts(overrides, f"arms: {name!r}") for name, overrides in arms.items()}
+        if isinstance(arms, Mapping)
+        else {str(kind): [f"replay.kind={kind}"] for kind in arms}
+    )
+    if not named:
+        raise ValueError("arms: no arm given (None trains the config as it is)")
+    for name in named:
+        parts = PurePosixPath(name.replace("\\", "/")).parts
+        if not parts or name.startswith(("/", "\\")) or any(p in (".", "..") for p in parts):
+            raise ValueError(
+                f"arms: {name!r} cannot name a run dir inside out (<out>/<arm>/s<seed>)"
+            )
+    return named
+
+
+def _seeds(seeds: Any) -> list[int]:
+    """The seeds as ints.
+
+    Raises:
+        ValueError: none, one that is not a non-negative integer, or one given twice (its runs
+            would share a run dir).
+    """
+    if isinstance(seeds, str) or not isinstance(seeds, Iterable):
+        raise ValueError(f"seeds: expected a list of non-negative integers, got {seeds!r}")
+    out = []
+    for seed in seeds:
+        if isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"seeds: expected non-negative integers, got {seed!r}")
+        if int(seed) in out:
+            raise ValueError(f"seeds: {int(seed)} is given twice (its runs would share a run dir)")
+        out.append(int(seed))
+    if not out:
+        raise ValueError("train_many needs at least one seed")
+    return out
 
 
 def train_many(
@@ -102,17 +175,19 @@ def train_many(
     Raises:
         ConfigError: a bad config, override or arm (before anything is written).
         RunDirError: a run dir that is not empty or that another process writes.
-        ValueError: a pack size below 1, or an env, device or memory that cannot be had.
+        ValueError: seeds that are not distinct non-negative integers, no arm or an arm name
+            that leaves ``out``, a pack size that is not an integer >= 1, callbacks that are not
+            a list, an override value no config holds, or an env, device or memory that cannot
+            be had (each before anything is written).
     """
     from per_dqn.packs.grouping import group_into_packs
     from per_dqn.packs.lockstep import run_pack
 
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("train_many needs at least one seed")
-    if pack is not None and pack < 1:
-        raise ValueError(f"pack must be >= 1, got {pack}")
-    base = _texts(overrides)
+    seeds = _seeds(seeds)
+    if pack is not None and (isinstance(pack, bool) or not isinstance(pack, int) or pack < 1):
+        raise ValueError(f"pack must be an integer >= 1, got {pack!r}")
+    callbacks = check_callbacks(callbacks)
+    base = _texts(overrides, "overrides")
     plans = []  # (arm, seed, config, name)
     for arm, texts in _arms(arms).items():
         for seed in seeds:
