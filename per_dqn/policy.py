@@ -41,8 +41,22 @@ class Policy:
         self._rng = np.random.default_rng(seed)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values ``(B, num_actions)`` for a batch of observations ``(B, *obs_shape)``."""
-        return self.agent.q_values(np.asarray(obs))
+        """Q-values ``(B, num_actions)`` for a batch of observations ``(B, *obs_shape)``.
+
+        Raises:
+            ValueError: observations of another shape than the run's env gives.
+        """
+        return self.agent.q_values(self._batch(obs))
+
+    def _batch(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` as an array, refused unless it is a batch of the run's observations."""
+        obs = np.asarray(obs)
+        shape = tuple(self.agent.obs_shape)
+        if obs.shape[1:] != shape:
+            raise ValueError(
+                f"obs: expected a batch of shape (B, {', '.join(map(str, shape))}), got {obs.shape}"
+            )
+        return obs
 
     def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
         """Actions for a batch of observations ``(B, *obs_shape)``: greedy, or uniformly random
@@ -52,12 +66,7 @@ class Policy:
             ValueError: observations of another shape than the run's env gives, or ``epsilon``
                 outside [0, 1].
         """
-        obs = np.asarray(obs)
-        shape = tuple(self.agent.obs_shape)
-        if obs.shape[1:] != shape:
-            raise ValueError(
-                f"obs: expected a batch of shape (B, {', '.join(map(str, shape))}), got {obs.shape}"
-            )
+        obs = self._batch(obs)
         check_play(epsilon=epsilon)
         actions = self.agent.greedy_actions(obs)
         if epsilon > 0:

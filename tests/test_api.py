@@ -273,6 +273,9 @@ def test_policy_acts_on_batches_and_checks_its_input(tmp_path):
     assert not np.array_equal(explored, greedy)  # uniformly random, not greedy
     with pytest.raises(ValueError, match=r"obs: expected a batch of shape \(B, 4\), got \(4,\)"):
         policy.act(obs[0])
+    # Pins a bug: q_values had no shape check, so one observation reached torch (IndexError).
+    with pytest.raises(ValueError, match=r"obs: expected a batch of shape \(B, 4\), got \(2, 5\)"):
+        policy.q_values(np.zeros((2, 5), np.float32))
     with pytest.raises(ValueError, match="epsilon: must be in"):
         policy.act(obs, epsilon=2.0)
     played = policy.evaluate(episodes=2)

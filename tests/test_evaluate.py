@@ -858,12 +858,13 @@ def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_
     assert source.env_steps is None and source.label == str(run_dir / "model.pt")
 
 
-@pytest.mark.parametrize("steps", ["Infinity", "1e400", "-Infinity"])
-def test_a_summary_whose_step_is_infinite_leaves_the_step_unknown(model_only, tmp_path, steps):
-    """Pins a bug: a summary.json (a run dir from elsewhere) whose ``env_steps`` is ``Infinity``
+@pytest.mark.parametrize("steps", ["Infinity", "1e400", "-Infinity", '"12"', "1e30", "true", "-5"])
+def test_a_summary_whose_step_no_run_records_leaves_the_step_unknown(model_only, tmp_path, steps):
+    """Pins bugs: a summary.json (a run dir from elsewhere) whose ``env_steps`` is ``Infinity``
     (or ``1e400``, which JSON reads as infinity) made ``eval`` die of an ``OverflowError``
-    traceback converting it to an int. It is read as any unreadable step is: unknown, and the
-    weights are still played."""
+    traceback converting it to an int, and ``"12"``, ``1e30``, ``true`` or ``-5`` became the
+    policy's ``env_steps``. Each is read as any unreadable step is: unknown, and the weights are
+    still played."""
     from per_dqn.training.evaluate import resolve_source
 
     run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))

@@ -188,12 +188,14 @@ def resolve_source(target: Path) -> Source:
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
     ]
-    steps = None
     try:
         summary = readback.read_json(target, SUMMARY_FILE, readback.KINDS["summary"])
-        steps = int(summary["env_steps"])
-    except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: Infinity
-        pass  # a run killed before its summary: the step is unknown, the weights are still fine
+        recorded = summary["env_steps"]
+    except (ValueError, KeyError, TypeError):
+        recorded = None  # a run killed before its summary: the step is unknown, the weights fine
+    # A step no run records ("12", 1e30, Infinity, True, -5) is unknown too.
+    usable = isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0
+    steps = recorded if usable else None
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
     config = _config(target / RUN_CONFIG_FILE)
     return Source(model, weights, config, target, steps, label, warnings)
