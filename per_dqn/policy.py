@@ -67,6 +67,8 @@ class Policy:
                 outside [0, 1].
         """
         obs = self._batch(obs)
+        if epsilon is None:  # act has no run's epsilon to fall back on
+            raise ValueError("epsilon: must be in [0, 1], got None")
         check_play(epsilon=epsilon)
         actions = self.agent.greedy_actions(obs)
         if epsilon > 0:
@@ -172,9 +174,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
-def check_play(
-    episodes: Any = 1, epsilon: Any = None, seed: Any = None, *, what: str = "episodes"
-) -> None:
+def check_play(episodes: Any = 1, epsilon: Any = None, seed: Any = None) -> None:
     """Refuses, one line each, what no evaluation can play: ``episodes`` that is not an integer
     in [1, ``MAX_EVAL_EPISODES``] (the config's bound on its own evaluations), an ``epsilon``
     that is not a number in [0, 1] (None: the run's), or a ``seed`` that is not a non-negative
@@ -185,7 +185,7 @@ def check_play(
     """
     if not _is_int(episodes) or not 1 <= episodes <= MAX_EVAL_EPISODES:
         raise ValueError(
-            f"{what}: must be an integer in [1, {MAX_EVAL_EPISODES:,}], got {episodes!r}"
+            f"episodes: must be an integer in [1, {MAX_EVAL_EPISODES:,}], got {episodes!r}"
         )
     if epsilon is not None and (
         not isinstance(epsilon, int | float | np.integer | np.floating)

@@ -125,10 +125,17 @@ KEY_VALUE = "expected a mapping or a list of 'key=value', got"
         (dict(seeds=[0, 0]), ValueError, "seeds: 0 is given twice (its runs would share a "),
         (dict(pack="2"), ValueError, "pack must be an integer >= 1, got '2'"),
         (dict(arms=[]), ValueError, "arms: no arm given (None trains the config as it is)"),
-        (dict(arms={"a": 5}), ValueError, f"arms: 'a': {KEY_VALUE} 5"),
+        (dict(arms={"a": 5}), ConfigError, f"arms: 'a': {KEY_VALUE} 5"),
         (dict(arms={"..": {}}), ValueError, f"arms: '..' {INSIDE_OUT}"),
         (dict(arms={"/tmp/x": {}}), ValueError, f"arms: '/tmp/x' {INSIDE_OUT}"),
-        (dict(arms={"a": {"agent.gamma": object()}}), ValueError, "arms: 'a': agent.gamma: <"),
+        (dict(arms={"a": {}, "a/s0": {}}), ValueError, "arms: 'a' and 'a/s0' would put their "),
+        (dict(arms={"a": {}, "a/": {}}), ValueError, "arms: 'a' and 'a/' would put their runs "),
+        (dict(arms={"a": {"agent.gamma": object()}}), ConfigError, "arms: 'a': agent.gamma: <"),
+        (dict(overrides=5), ConfigError, f"overrides: {KEY_VALUE} 5"),
+        # A generator is read once, not emptied by the check (the review of this change found
+        # it dropped), and a numpy integer is a pack size: each gets as far as the config.
+        (dict(overrides=(t for t in ["replay.capacty=5"])), ConfigError, "cartpole: replay.capa"),
+        (dict(pack=np.int64(2), arms={"a": ["replay.capacty=5"]}), ConfigError, "cartpole: re"),
         (dict(callbacks=5), ValueError, "callbacks: expected a list of callback objects, got 5"),
         # train's.
         (dict(train=True, overrides=[5]), ConfigError, "overrides: expected 'key=value' texts"),
@@ -278,6 +285,8 @@ def test_policy_acts_on_batches_and_checks_its_input(tmp_path):
         policy.q_values(np.zeros((2, 5), np.float32))
     with pytest.raises(ValueError, match="epsilon: must be in"):
         policy.act(obs, epsilon=2.0)
+    with pytest.raises(ValueError, match=r"^epsilon: must be in \[0, 1\], got None$"):
+        policy.act(obs, epsilon=None)
     played = policy.evaluate(episodes=2)
     assert played.returns.shape == (2,) and played.lengths.min() >= 8
     with pytest.raises(ValueError, match="env_id: Acrobot-v1 has observations"):

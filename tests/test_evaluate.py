@@ -858,7 +858,9 @@ def test_a_summary_too_large_to_be_one_is_not_read_for_its_step(model_only, tmp_
     assert source.env_steps is None and source.label == str(run_dir / "model.pt")
 
 
-@pytest.mark.parametrize("steps", ["Infinity", "1e400", "-Infinity", '"12"', "1e30", "true", "-5"])
+@pytest.mark.parametrize(
+    "steps", ["Infinity", "1e400", "-Infinity", '"12"', "1e30", "true", "-5", str(2**63)]
+)
 def test_a_summary_whose_step_no_run_records_leaves_the_step_unknown(model_only, tmp_path, steps):
     """Pins bugs: a summary.json (a run dir from elsewhere) whose ``env_steps`` is ``Infinity``
     (or ``1e400``, which JSON reads as infinity) made ``eval`` die of an ``OverflowError``

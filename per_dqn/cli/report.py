@@ -38,7 +38,7 @@ def report(
         typer.Option(
             metavar="FILE",
             help="A CSV of published training curves (env_id,label,step,mean[,sd,seeds,"
-            "exploration]), "
+            "exploration,logged_every]), "
             "repeatable: report.md sets them beside the runs' training-return EMA at the last "
             "published step and training.png draws them; docs/results/published/ holds one.",
         ),
@@ -48,7 +48,8 @@ def report(
     into a sweep dir, from its run dirs alone.
 
     A run with a damaged file is skipped with a warning naming the file, and listed in
-    report.md; exit 0 if any run was reported, 2 if none could be."""
+    report.md; exit 0 if any run was reported, 2 if none could be, 1 if a report file could not
+    be written."""
     from per_dqn.sweeps import report as reports
     from per_dqn.sweeps.progress import ReportProgress
     from per_dqn.sweeps.published import read_published

@@ -113,7 +113,8 @@ def train(
     address: Annotated[
         str | None,
         typer.Option(
-            help="With --actors, or --resume of a run with actors: the Ray cluster's HOST:PORT "
+            help="With --actors (or run.actors), or --resume of a run with actors: the Ray "
+            "cluster's HOST:PORT "
             "or auto; default: one started on 127.0.0.1 for the run, a CPU per actor and "
             "shard.",
         ),

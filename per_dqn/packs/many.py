@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from per_dqn.api import (
+    ConfigError,
     ConfigLike,
     TrainResult,
     build_trainer,
@@ -60,12 +62,12 @@ def _json(key: str, value: Any, where: str) -> str:
     value).
 
     Raises:
-        ValueError: one line naming ``where`` and the key, for a value no config holds.
+        ConfigError: one line naming ``where`` and the key, for a value no config holds.
     """
     try:
         return json.dumps(value, default=_plain)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: {key}: {value!r} is not a config value") from None
+        raise ConfigError([f"{where}: {key}: {value!r} is not a config value"]) from None
 
 
 def _plain(value: Any) -> Any:
@@ -80,7 +82,7 @@ def _texts(overrides: Mapping[str, Any] | Iterable[str] | None, where: str) -> l
     back as the same value; a string as it is).
 
     Raises:
-        ValueError: one line naming ``where``: neither a mapping nor ``key=value`` texts.
+        ConfigError: one line naming ``where``: neither a mapping nor ``key=value`` texts.
     """
     if overrides is None:
         return []
@@ -89,9 +91,12 @@ def _texts(overrides: Mapping[str, Any] | Iterable[str] | None, where: str) -> l
                 for key, value in overrides.items()]  # fmt: skip
     if isinstance(overrides, str):
         return [overrides]
-    if not isinstance(overrides, Iterable) or not all(isinstance(t, str) for t in overrides):
-        raise ValueError(f"{where}: expected a mapping or a list of 'key=value', got {overrides!r}")
-    return list(overrides)
+    texts = list(overrides) if isinstance(overrides, Iterable) else None  # once: a generator
+    if texts is None or not all(isinstance(t, str) for t in texts):
+        raise ConfigError(
+            [f"{where}: expected a mapping or a list of 'key=value', got {overrides!r}"]
+        )
+    return texts
 
 
 def _arms(arms: Mapping[str, Any] | Iterable[str] | None) -> dict[str, list[str]]:
@@ -112,13 +117,35 @@ def _arms(arms: Mapping[str, Any] | Iterable[str] | None) -> dict[str, list[str]
     )
     if not named:
         raise ValueError("arms: no arm given (None trains the config as it is)")
+    paths: dict[tuple[str, ...], str] = {}
     for name in named:
         parts = PurePosixPath(name.replace("\\", "/")).parts
         if not parts or name.startswith(("/", "\\")) or any(p in (".", "..") for p in parts):
             raise ValueError(
                 f"arms: {name!r} cannot name a run dir inside out (<out>/<arm>/s<seed>)"
             )
+        for other, other_name in paths.items():
+            if _shared(parts, other) or _shared(other, parts):
+                raise ValueError(
+                    f"arms: {other_name!r} and {name!r} would put their runs in one dir"
+                )
+        paths[parts] = name
     return named
+
+
+def _shared(parts: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether the arm at ``parts`` writes where the arm at ``other`` does: the same dir, or one
+    of ``other``'s run dirs (``other/s<seed>``) or a dir inside one. (An arm inside another's
+    dir beside its run dirs, ``a/lr3`` by ``a``, is fine, as ``ablate`` nests its arms.)"""
+    if parts == other:
+        return True
+    n = len(other)
+    return len(parts) > n and parts[:n] == other and re.fullmatch(r"s\d+", parts[n]) is not None
+
+
+def _is_int(value: Any) -> bool:
+    """An integer, a numpy one too, and not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def _seeds(seeds: Any) -> list[int]:
@@ -132,7 +159,7 @@ def _seeds(seeds: Any) -> list[int]:
         raise ValueError(f"seeds: expected a list of non-negative integers, got {seeds!r}")
     out = []
     for seed in seeds:
-        if isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer) or seed < 0:
+        if not _is_int(seed) or seed < 0:
             raise ValueError(f"seeds: expected non-negative integers, got {seed!r}")
         if int(seed) in out:
             raise ValueError(f"seeds: {int(seed)} is given twice (its runs would share a run dir)")
@@ -184,8 +211,10 @@ def train_many(
     from per_dqn.packs.lockstep import run_pack
 
     seeds = _seeds(seeds)
-    if pack is not None and (isinstance(pack, bool) or not isinstance(pack, int) or pack < 1):
-        raise ValueError(f"pack must be an integer >= 1, got {pack!r}")
+    if pack is not None:
+        if not _is_int(pack) or pack < 1:
+            raise ValueError(f"pack must be an integer >= 1, got {pack!r}")
+        pack = int(pack)
     callbacks = check_callbacks(callbacks)
     base = _texts(overrides, "overrides")
     plans = []  # (arm, seed, config, name)

@@ -193,8 +193,9 @@ def resolve_source(target: Path) -> Source:
         recorded = summary["env_steps"]
     except (ValueError, KeyError, TypeError):
         recorded = None  # a run killed before its summary: the step is unknown, the weights fine
-    # A step no run records ("12", 1e30, Infinity, True, -5) is unknown too.
-    usable = isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0
+    # A step no run records ("12", 1e30, Infinity, True, -5, past an event's int64) is unknown.
+    usable = isinstance(recorded, int) and not isinstance(recorded, bool)
+    usable = usable and 0 <= recorded < 2**63
     steps = recorded if usable else None
     label = f"{model}" + ("" if steps is None else f" (env step {steps:,})")
     config = _config(target / RUN_CONFIG_FILE)
