@@ -169,8 +169,8 @@ def check_run_code(
     refuse_untrusted_code(config, label, trust_code=trust_code, allowed=allowed, trains=trains)
 
 
-def _is_int(value: Any) -> bool:
-    """An integer, a numpy one too, and not a bool."""
+def is_integer(value: Any) -> bool:
+    """An integer, a numpy one too, and not a bool: what an argument that counts takes."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
@@ -183,7 +183,7 @@ def check_play(episodes: Any = 1, epsilon: Any = None, seed: Any = None) -> None
     Raises:
         ValueError: the first such argument, named, with its value.
     """
-    if not _is_int(episodes) or not 1 <= episodes <= MAX_EVAL_EPISODES:
+    if not is_integer(episodes) or not 1 <= episodes <= MAX_EVAL_EPISODES:
         raise ValueError(
             f"episodes: must be an integer in [1, {MAX_EVAL_EPISODES:,}], got {episodes!r}"
         )
@@ -193,7 +193,7 @@ def check_play(episodes: Any = 1, epsilon: Any = None, seed: Any = None) -> None
         or not 0.0 <= epsilon <= 1.0  # NaN fails it too
     ):
         raise ValueError(f"epsilon: must be in [0, 1], got {epsilon!r}")
-    if seed is not None and (not _is_int(seed) or seed < 0):
+    if seed is not None and (not is_integer(seed) or seed < 0):
         raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
 
 

@@ -26,6 +26,7 @@ from per_dqn.api import (
     check_callbacks,
     load_any_config,
 )
+from per_dqn.policy import is_integer
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import provenance
 from per_dqn.rundir.dirs import lock_run_dir
@@ -143,11 +144,6 @@ def _shared(parts: tuple[str, ...], other: tuple[str, ...]) -> bool:
     return len(parts) > n and parts[:n] == other and re.fullmatch(r"s\d+", parts[n]) is not None
 
 
-def _is_int(value: Any) -> bool:
-    """An integer, a numpy one too, and not a bool."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
-
-
 def _seeds(seeds: Any) -> list[int]:
     """The seeds as ints.
 
@@ -159,7 +155,7 @@ def _seeds(seeds: Any) -> list[int]:
         raise ValueError(f"seeds: expected a list of non-negative integers, got {seeds!r}")
     out = []
     for seed in seeds:
-        if not _is_int(seed) or seed < 0:
+        if not is_integer(seed) or seed < 0:
             raise ValueError(f"seeds: expected non-negative integers, got {seed!r}")
         if int(seed) in out:
             raise ValueError(f"seeds: {int(seed)} is given twice (its runs would share a run dir)")
@@ -212,7 +208,7 @@ def train_many(
 
     seeds = _seeds(seeds)
     if pack is not None:
-        if not _is_int(pack) or pack < 1:
+        if not is_integer(pack) or pack < 1:
             raise ValueError(f"pack must be an integer >= 1, got {pack!r}")
         pack = int(pack)
     callbacks = check_callbacks(callbacks)
