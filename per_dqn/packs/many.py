@@ -104,8 +104,11 @@ def _arms(arms: Mapping[str, Any] | Iterable[str] | None) -> dict[str, list[str]
     """``{name: ["key=value", ...]}``: a list names replay kinds (as ``ablate --replay``).
 
     Raises:
-        ValueError: no arm, or an arm whose name is no relative path inside ``out`` (empty,
-            absolute, or with a ``.`` or ``..`` part: its runs would be written elsewhere).
+        ValueError: no arm, an arm whose name is no relative path inside ``out`` (empty,
+            absolute, or with a ``.`` or ``..`` part: its runs would be written elsewhere), or
+            two arms whose runs would share a dir (``a`` and ``a/``, ``a`` and ``a/s0``).
+        ConfigError: an arm's overrides that are neither a mapping nor ``key=value`` texts, or
+            hold a value no config holds.
     """
     if arms is None:
         return {"": []}
@@ -198,10 +201,10 @@ def train_many(
     Raises:
         ConfigError: a bad config, override or arm (before anything is written).
         RunDirError: a run dir that is not empty or that another process writes.
-        ValueError: seeds that are not distinct non-negative integers, no arm or an arm name
-            that leaves ``out``, a pack size that is not an integer >= 1, callbacks that are not
-            a list, an override value no config holds, or an env, device or memory that cannot
-            be had (each before anything is written).
+        ValueError: seeds that are not distinct non-negative integers, no arm, an arm name
+            that leaves ``out`` or two that share a dir, a pack size that is not an integer >= 1,
+            callbacks that are not a list, or an env, device or memory that cannot be had (each
+            before anything is written).
     """
     from per_dqn.packs.grouping import group_into_packs
     from per_dqn.packs.lockstep import run_pack
