@@ -80,6 +80,19 @@ def problems(tmp_path, text: str, overrides=()) -> list[str]:
     [
         ("replay:\n  alpha: -1\n", ["exp.yaml: replay.alpha: must be >= 0, got -1"]),
         ("replay:\n  beta0: 1.5\n", ["exp.yaml: replay.beta0: must be <= 1, got 1.5"]),
+        # Pins bugs found by running what the config check accepted: each of these was
+        # accepted and then stopped a run with an OverflowError (alpha 1000 without a clip,
+        # priority_eps 1e200 with alpha 2), a float32 overflow in LAP's loss (min_priority
+        # 1e200), a 466 TiB allocation (large_batch 10**12), or a loop no signal could stop
+        # (gradient_steps 10**12).
+        ("replay:\n  alpha: 1.5\n", ["exp.yaml: replay.alpha: must be <= 1, got 1.5"]),
+        ("replay:\n  priority_eps: 2\n", ["exp.yaml: replay.priority_eps: must be <= 1, got 2"]),
+        ("replay:\n  kind: lap\n  min_priority: 1.0e+7\n",
+         ["exp.yaml: replay.min_priority: must be <= 1000000, got 10000000.0"]),
+        ("replay:\n  kind: laber\n  large_batch: 1025\n",
+         ["exp.yaml: replay.large_batch: must be <= 1024, got 1025"]),
+        ("train:\n  gradient_steps: 1001\n",
+         ["exp.yaml: train.gradient_steps: must be <= 1000, got 1001"]),
         ("replay:\n  beta_anneal_steps: 0\n",
          ["exp.yaml: replay.beta_anneal_steps: must be >= 1, got 0"]),
         ("agent:\n  gamma: 0\n", ["exp.yaml: agent.gamma: must be > 0, got 0"]),

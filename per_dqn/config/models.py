@@ -266,18 +266,22 @@ class ReplayConfig(_Section):
 
     kind: Literal[REPLAY_KINDS] = "proportional"  # type: ignore[valid-type]
     capacity: int = Field(100_000, ge=1)
-    alpha: float = Field(0.6, ge=0)
+    # The PER paper's range: 0 is uniform, 1 full prioritization (past 1, priorities of a few
+    # powers of ten over- and underflow: a run stopped by OverflowError, or IS weights of 0).
+    alpha: float = Field(0.6, ge=0, le=1)
     beta0: float = Field(0.4, ge=0, le=1)
     beta_end: float = Field(1.0, ge=0, le=1)
     beta_anneal_steps: int | None = Field(None, ge=1)
     priority_from: Literal[PRIORITY_FROM] = "td_error"  # type: ignore[valid-type]
-    priority_eps: float = Field(1e-6, gt=0)
+    priority_eps: float = Field(1e-6, gt=0, le=1)
     td_error_clip: float | None = Field(None, gt=0)
     uniform_mix: float = Field(0.0, ge=0, lt=1)
     weight_normalization: Literal["global", "batch"] = "global"
     sort_interval: int = Field(1000, ge=1)
-    min_priority: float = Field(1.0, gt=0)
-    large_batch: int = Field(4, ge=1)
+    # LAP's and PAL's floor; its square must stay inside float32 in their losses.
+    min_priority: float = Field(1.0, gt=0, le=1e6)
+    # LaBER's m: the learner scores m x batch_size transitions an update (the paper's up to 32).
+    large_batch: int = Field(4, ge=1, le=1024)
     initial_priority: Literal["max", "actor"] | None = None
     dedup_frames: bool = True
     frame_slack: float = Field(0.02, gt=0, le=1)
@@ -349,7 +353,8 @@ class TrainConfig(_Section):
     learning_starts: int = Field(1_000, ge=0)
     batch_size: int = Field(64, ge=1)
     replay_period: int = Field(4, ge=1)
-    gradient_steps: int = Field(1, ge=1)
+    # Per replay period; a stop is honoured between env steps, so a huge count could not stop.
+    gradient_steps: int = Field(1, ge=1, le=1000)
     epsilon_start: float = Field(1.0, ge=0, le=1)
     epsilon_end: float = Field(0.05, ge=0, le=1)
     epsilon_decay_steps: int = Field(10_000, ge=0)
