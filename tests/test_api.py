@@ -251,13 +251,17 @@ def test_custom_network_trains_evaluates_and_loads(tmp_path):
                                        "and the weights a distributed run's actors pull, carry "
                                        "tensors only (move it into a buffer, or leave it out of "
                                        "the state)"),
+        ("nature_cnn", "agent.network 'nature_cnn': `obs_shape` must be (stack, height, width) "
+                       "for the CNN, got (4,)"),
     ],
 )  # fmt: skip
 def test_cli_names_a_bad_network_in_one_line(tmp_path, network, message):
-    """A network the run cannot build or use, refused before the run dir is made. The last
+    """A network the run cannot build or use, refused before the run dir is made. The fourth
     pins a bug: a module with extra state in its ``state_dict`` (``get_extra_state``) trained
     to the end, then its run died with a traceback writing the final checkpoint (and a
-    distributed run's, publishing its first weights)."""
+    distributed run's, publishing its first weights). The last pins another: a built-in network
+    that cannot take the env's observations (a CNN on CartPole) was refused without naming
+    ``agent.network``."""
     done = subprocess.run(
         [sys.executable, "-m", "per_dqn.cli", "train", "--config", "cartpole.yaml",
          "--set", f"agent.network={network}", "--run-dir", str(tmp_path / "run"), "-q"],

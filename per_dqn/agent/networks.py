@@ -418,8 +418,15 @@ def make_q_network(
             f"agent.conv_padding: must be 'valid' for network {network!r} (only 'minatar_cnn' "
             f"takes 'same'), got {conv_padding!r}"
         )
-    if network == "minatar_cnn":
-        return NETWORKS[network](obs_shape, num_actions, hidden_sizes, dueling, False, conv_padding)
-    if network in NETWORKS:
+    if network not in NETWORKS:
+        return _custom(network, obs_shape, num_actions)
+    # Which observations an env gives is known only once it is made, so a built-in network that
+    # cannot take them is refused here, naming the key that chose it.
+    try:
+        if network == "minatar_cnn":
+            return NETWORKS[network](
+                obs_shape, num_actions, hidden_sizes, dueling, False, conv_padding
+            )
         return NETWORKS[network](obs_shape, num_actions, hidden_sizes, dueling, channels_last)
-    return _custom(network, obs_shape, num_actions)
+    except ValueError as exc:
+        raise ValueError(f"agent.network {network!r}: {exc}") from None
