@@ -319,6 +319,27 @@ def test_atari_frame_caps_keep_the_episode_limit_in_an_int32():
     assert cap["max_episode_steps"] * cap["frame_skip"] <= 2**31 - 1
 
 
+@pytest.mark.parametrize(("num_envs", "ok"), [(119, True), (120, False), (256, False)])
+def test_a_budget_too_short_for_one_n_step_window_is_refused(tmp_path, num_envs, ok):
+    """Pins a bug: 600 env steps over 256 envs at n_step 5 is 3 steps an env, so no 5-step
+    window filled, no transition was stored and the run exited 0 with update steps 0, as a run
+    whose learning_starts is past its budget would (which was refused). At 600 steps and n_step
+    5, 119 envs take 6 steps each and pass; 120 take 5 and are refused."""
+    text = (
+        f"env:\n  num_envs: {num_envs}\nagent:\n  n_step: 5\n"
+        "train:\n  total_env_steps: 600\n  learning_starts: 100\n  batch_size: 32\n"
+    )
+    if ok:
+        load_config(write(tmp_path, text))
+        return
+    steps = -(-600 // num_envs)
+    assert problems(tmp_path, text) == [
+        f"exp.yaml: train.total_env_steps: must give each of env.num_envs ({num_envs}) envs more "
+        f"than agent.n_step (5) steps, got 600 ({steps} each): no n-step window would fill; raise "
+        "train.total_env_steps or lower env.num_envs"
+    ]
+
+
 @pytest.mark.parametrize(("total", "starts"), [(1000, 1000), (1000, 5000)], ids=["at", "beyond"])
 def test_learning_starts_at_or_beyond_the_budget_is_refused(tmp_path, total, starts):
     """Issue item 7: such a run used to spend its whole budget collecting and exit 0 with an

@@ -518,6 +518,20 @@ class Config(_Section):
                     ("train.total_env_steps",),
                 )
             )
+        vector_steps = -(-budget // self.env.num_envs)  # the loop steps all envs at once
+        if vector_steps <= self.agent.n_step:
+            # No n-step window fills before the budget ends (only an episode that ends sooner
+            # stores anything): such a run exits 0 with an untrained network.
+            problems.append(
+                CrossProblem(
+                    "train.total_env_steps",
+                    f"must give each of env.num_envs ({self.env.num_envs}) envs more than "
+                    f"agent.n_step ({self.agent.n_step}) steps, got {budget} "
+                    f"({vector_steps} each): no n-step window would fill; raise "
+                    "train.total_env_steps or lower env.num_envs",
+                    ("env.num_envs", "agent.n_step"),
+                )
+            )
         if self.replay.capacity < batch:
             problems.append(
                 CrossProblem(
