@@ -369,13 +369,13 @@ def test_growing_a_sweep_with_a_value_spelled_another_way_is_refused(workdir):
     for job in first.jobs:
         finish(first.out, job.run_dir)
         (first.out / job.run_dir / "config.yaml").write_text(job.config_yaml)
-    wider = axes.parse_grid(["replay.alpha=0.5,1.0,2"])
+    wider = axes.parse_grid(["replay.alpha=0.5,1.0,0.8"])
     refused = "run dirs proportional/alpha=1/s0 and proportional/alpha=1.0/s0 would hold the same"
     with pytest.raises(ValueError, match=re.escape(refused)):
         plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), wider)
-    same = axes.parse_grid(["replay.alpha=0.5,1,2"])
+    same = axes.parse_grid(["replay.alpha=0.5,1,0.8"])
     grown = plan.plan_sweep("cartpole.yaml", ("proportional",), [0], 1500, [], Path("sw"), same)
-    assert [j.run_dir for j in grown.pending()] == ["proportional/alpha=2/s0"]
+    assert [j.run_dir for j in grown.pending()] == ["proportional/alpha=0.8/s0"]
 
 
 def test_a_config_key_added_since_is_not_a_difference(workdir):
