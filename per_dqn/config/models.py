@@ -280,7 +280,7 @@ class ReplayConfig(_Section):
     sort_interval: int = Field(1000, ge=1)
     # LAP's and PAL's floor; its square must stay inside float32 in their losses.
     min_priority: float = Field(1.0, gt=0, le=1e6)
-    # LaBER's m: the learner scores m x batch_size transitions an update (the paper's up to 32).
+    # LaBER's m: the learner scores m x batch_size transitions an update.
     large_batch: int = Field(4, ge=1, le=1024)
     initial_priority: Literal["max", "actor"] | None = None
     dedup_frames: bool = True
