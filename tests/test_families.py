@@ -261,7 +261,7 @@ def test_a_family_s_own_frame_skip_and_time_limit_reach_the_config_and_its_envs(
     throwaway = dataclasses.replace(
         classic.FAMILY, name="skip2", title="Skip2", namespace="Skip2/",
         example_id="Skip2/CartPole-v1", frame_skip=2, max_episode_frames=1000,
-        eval_episode_frames=600, eval_total_frames=None,
+        eval_episode_frames=600, eval_total_frames=None, env_keys=frozenset({"frame_skip"}),
     )  # fmt: skip
     monkeypatch.setattr(families, "FAMILIES", (*families.FAMILIES, throwaway))
     config = load_config(resolve_config_path("cartpole.yaml"), [Override("env.id", "Skip2/X")])

@@ -1,7 +1,8 @@
 """Keys a replay kind does not read (``per_dqn.config.kind_ignores``): each kind's list by hand,
 an override of one refused with one line and exit 2 (``train``, ``ablate``'s arms, the API),
 and the cases that are not refusals (a file written for another kind, a sweep-wide ``--set``
-beside an arm that does not read it)."""
+beside an arm that does not read it). The same for an ``env`` key its env's family does not
+read (``families.ignored_env_keys``)."""
 
 from __future__ import annotations
 
@@ -119,4 +120,68 @@ def test_the_api_refuses_it_in_one_line():
                                              "replay.sort_interval": 5})  # fmt: skip
     assert info.value.problems == [
         "cartpole: replay.sort_interval: replay kind 'pal' does not read it (set by overrides)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["-c", "cartpole.yaml", "--set", "env.frame_skip=2"],
+         "cartpole.yaml: env.frame_skip: CartPole-like envs do not read it (set by --set)"),
+        (["-c", "minatar.yaml", "--set", "env.noop_max=0"],
+         "minatar.yaml: env.noop_max: MinAtar envs do not read it (set by --set)"),
+        (["-c", "atari.yaml", "--set", "env.id=CartPole-v1", "--set", "train.learning_starts=100",
+          "--set",
+          "env.sticky_action_prob=0"],
+         "atari.yaml: env.sticky_action_prob: CartPole-like envs do not read it (set by --set)"),
+    ],
+)  # fmt: skip
+def test_train_refuses_an_env_key_its_env_s_family_does_not_read(workdir, args, line):
+    """Pins a silent no-op: ``--set env.frame_skip=2`` on CartPole, or Atari's ``noop_max`` on
+    MinAtar, ran as if it were not given, exit 0. The family is the one of the env the run
+    plays, after every override (an Atari file run on CartPole is judged as CartPole)."""
+    result = runner.invoke(app, ["train", "--steps", "2000", *args])
+    assert_bad_input(result, line)
+    assert list(workdir.iterdir()) == []
+
+
+def test_a_file_s_own_env_keys_are_not_checked():
+    """``atari.yaml`` sets Atari's keys; run on CartPole (``--set env.id``), it loads."""
+    config = load_config(
+        per_dqn.config.resolve_config_path("atari.yaml"),
+        [parse_override("env.id=CartPole-v1")],
+    )
+    assert config.env.id == "CartPole-v1" and config.env.noop_max == 30
+
+
+def test_a_sweep_wide_env_key_reaches_only_the_envs_that_read_it(tmp_path):
+    """``--set env.frame_skip=2`` over Pong and MinAtar Breakout: Pong's runs skip 2 frames,
+    Breakout's keep the config's value (MinAtar does not read it)."""
+    sweep = plan.plan_sweep(
+        "minatar.yaml", ("uniform",), range(1), 2000,
+        [parse_override("env.id=ALE/Pong-v5,MinAtar/Breakout-v1"),
+         parse_override("env.frame_skip=2")], tmp_path / "sw",
+    )  # fmt: skip
+    skip = {job.env_id: yaml.safe_load(job.config_yaml)["env"]["frame_skip"] for job in sweep.jobs}
+    default = load_config(per_dqn.config.resolve_config_path("minatar.yaml")).env.frame_skip
+    assert skip == {"ALE/Pong-v5": 2, "MinAtar/Breakout-v1": default}
+    assert default != 2
+
+
+def test_a_sweep_wide_env_key_none_of_its_envs_reads_is_refused(workdir):
+    result = runner.invoke(
+        app, ["ablate", "-c", "cartpole.yaml", "--grid", "env.id=CartPole-v1,MinAtar/Breakout-v1",
+              "--set", "env.frame_skip=2", "--seeds", "1", "--steps", "2000"],
+    )  # fmt: skip
+    assert_bad_input(
+        result, "cartpole.yaml: env.frame_skip: none of the sweep's envs reads it (set by --set)"
+    )
+    assert list(workdir.iterdir()) == []
+
+
+def test_the_api_refuses_an_env_key_in_one_line():
+    with pytest.raises(ConfigError) as info:
+        per_dqn.train("cartpole", overrides={"env.frame_skip": 2})
+    assert info.value.problems == [
+        "cartpole: env.frame_skip: CartPole-like envs do not read it (set by overrides)"
     ]

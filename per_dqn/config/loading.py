@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from per_dqn.config.messages import ConfigError, NonFiniteFloat, describe, one_line
 from per_dqn.config.models import Config, kind_ignores
+from per_dqn.envs import families
 
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
 SHIPPED_CONFIG_DIR = "configs"
@@ -123,8 +124,8 @@ def load_config(
         overrides: changes applied to the parsed YAML before validation, so they are validated
             exactly like the file's own values.
         display_name: how to name the file in error messages (defaults to ``path``).
-        check_unread: refuse an override of a key the replay kind does not read (see
-            ``config_from_data``).
+        check_unread: refuse an override of a key the replay kind or the env's family does not
+            read (see ``config_from_data``).
 
     Raises:
         ConfigError: unreadable file, YAML syntax, unknown keys, wrong types, out-of-range or
@@ -153,8 +154,8 @@ def config_from_data(
 ) -> Config:
     """Applies ``overrides`` to parsed sections (a dict, changed in place) and validates the
     result, exactly as ``load_config`` does a file's; ``label`` names it in errors. With
-    ``check_unread``, an override of a key the run's replay kind does not read is refused
-    (``--replay laber --set replay.alpha=0.5`` would change nothing).
+    ``check_unread``, an override of a key the run's replay kind or env family does not read is
+    refused (``--replay laber --set replay.alpha=0.5`` would change nothing).
 
     Raises:
         ConfigError: see ``load_config``.
@@ -170,20 +171,27 @@ def config_from_data(
 
 
 def _refuse_unread(config: Config, label: str, overrides: Sequence[Override]) -> None:
-    """Refuses an override of a key the run's replay kind does not read (``kind_ignores``): a
-    ``--set replay.alpha=0.5`` beside ``--replay laber`` would change nothing, silently. A file's
-    own keys are not checked: a run dir's ``config.yaml`` holds every key, and a file written for
-    one kind may be run with another (``--replay``).
+    """Refuses an override of a key the run's replay kind does not read (``kind_ignores``), or
+    of an ``env`` key its env's family does not read (``families.ignored_env_keys``): a
+    ``--set replay.alpha=0.5`` beside ``--replay laber``, or ``--set env.frame_skip=2`` on
+    CartPole, would change nothing, silently. A file's own keys are not checked: a run dir's
+    ``config.yaml`` holds every key, and a file written for one kind or env may be run with
+    another (``--replay``, ``--set env.id``).
 
     Raises:
-        ConfigError: one line per such override, naming the key, the kind and the flag.
+        ConfigError: one line per such override, naming the key, the kind or family, and the
+            flag.
     """
     kind = config.replay.kind
     ignored = kind_ignores(kind)
+    env_ignored = {f"env.{key}" for key in families.ignored_env_keys(config.env.id)}
+    family = families.of(config.env.id).title
     problems = [
         f"{label}: {o.path}: replay kind {kind!r} does not read it (set by {o.source})"
-        for o in overrides
         if o.path in ignored
+        else f"{label}: {o.path}: {family} envs do not read it (set by {o.source})"
+        for o in overrides
+        if o.path in ignored or o.path in env_ignored
     ]
     if problems:
         raise ConfigError(problems)

@@ -56,6 +56,7 @@ from per_dqn.config import (
     parse_yaml,
     resolve_config_path,
 )
+from per_dqn.envs import families
 from per_dqn.rundir import dirs as rundir
 from per_dqn.rundir import readback
 from per_dqn.rundir.fileio import write_json
@@ -203,12 +204,22 @@ def plan_sweep(
     jobs, problems = [], []
     base: dict[str, Any] | None = None
     runs_root, envs = "runs", list(env_list or [])
+    # A sweep-wide env key that some of its envs' families do not read (`--set env.frame_skip`
+    # over Atari and MinAtar) is left out of their runs, as a kind's are below; one that none
+    # of them reads is refused (on one env, by the config's own check).
+    env_ignored = {env: env_ignores(env) for env in (env_list or []) if several}
+    for override in rest:
+        if env_ignored and all(override.path in keys for keys in env_ignored.values()):
+            raise ConfigError(
+                [f"{config}: {override.path}: none of the sweep's envs reads it (set by "
+                 f"{override.source})"]
+            )  # fmt: skip
     for seed in seeds:
         for env in env_list or [None]:  # None: the config's own env
             for arm in arm_list:
                 # A sweep-wide key the arm's kind does not read (`--set replay.alpha` beside a
                 # uniform arm) is left out of that arm's runs; its own settings are checked.
-                ignored = kind_ignores(arm.kind)
+                ignored = kind_ignores(arm.kind) | env_ignored.get(env, frozenset())
                 shared = [o for o in rest if o.path not in ignored]
                 for point in points:
                     extra = [
@@ -275,6 +286,11 @@ def plan_sweep(
     sweep = check_out_dir(Sweep(out, record, tuple(jobs)))
     found = reuse_runs.match(sweep.jobs, out, sources)
     return replace(sweep, reuse=tuple(found.items()))
+
+
+def env_ignores(env_id: str) -> frozenset[str]:
+    """The dotted ``env.*`` keys ``env_id``'s family does not read."""
+    return frozenset(f"env.{key}" for key in families.ignored_env_keys(env_id))
 
 
 def _run_entry(job: Job) -> dict[str, Any]:
