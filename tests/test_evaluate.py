@@ -269,6 +269,48 @@ def test_a_truncated_or_corrupt_model_pt_is_one_line_naming_it(
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_model_pt_holding_nan_or_inf_is_one_line_naming_its_tensor(model_only, tmp_path, value):
+    """Pins the silent play of non-finite weights: a model.pt with one NaN (or inf) weight, a
+    whole torch file that passes its CRC-32s, loaded and played, every Q-value NaN. ``eval`` now
+    refuses it with one line naming the file and the tensor, exit 2, and ``per_dqn.load``
+    raises the same line."""
+    run_dir = Path(shutil.copytree(model_only, tmp_path / "run"))
+    model = run_dir / "model.pt"
+    weights = torch.load(model, weights_only=True)
+    name = sorted(weights)[-1]
+    weights[name].view(-1)[0] = value
+    torch.save(weights, model)
+    line = f"{model}: its tensor {name!r} holds NaN or infinite values; these weights cannot act"
+    result = evaluate(str(run_dir), "--episodes", "1")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: {line}"]
+    with pytest.raises(ValueError) as caught:
+        per_dqn.load(run_dir, device="cpu")
+    assert str(caught.value) == line
+
+
+def test_a_checkpoint_whose_online_network_holds_nan_is_one_line(run_dir, tmp_path):
+    """The same for a checkpoint's ``agent.pt`` (an edited file that passes its checksums)."""
+    import io
+
+    from per_dqn.training.evaluate import resolve_source
+
+    source = ckpt.checkpoints_dir(run_dir) / "step_000000500" / run_ckpt.AGENT_FILE
+    agent = torch.load(source, weights_only=True)
+    name = sorted(agent["online"])[0]
+    agent["online"][name].view(-1)[-1] = float("nan")
+    buffer = io.BytesIO()
+    torch.save(agent, buffer)
+    step = edited_checkpoint(run_dir, tmp_path, run_ckpt.AGENT_FILE, buffer.getvalue())
+    with pytest.raises(ValueError) as caught:
+        resolve_source(step)
+    assert str(caught.value) == (
+        f"{step / run_ckpt.AGENT_FILE}: its tensor {name!r} holds NaN or infinite values; these "
+        "weights cannot act"
+    )
+
+
 def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):
     """``eval`` keeps ``weights_only=True``: a model.pt whose pickle would create a marker (shown
     live with a plain ``torch.load`` first) is refused with one line, and no marker appears."""

@@ -134,6 +134,7 @@ def _checkpoint_source(
     agent = load_weights(files[run_ckpt.AGENT_FILE], str(path / run_ckpt.AGENT_FILE))
     if not isinstance(agent, dict) or not isinstance(agent.get("online"), dict):
         raise ValueError(f"{path / run_ckpt.AGENT_FILE}: holds no online network (key 'online')")
+    check_finite(agent["online"], path / run_ckpt.AGENT_FILE)
     return Source(
         weights_file=path / run_ckpt.AGENT_FILE,
         weights=agent["online"],
@@ -143,6 +144,25 @@ def _checkpoint_source(
         label=f"{path} (env step {steps:,})",
         warnings=warnings,
     )
+
+
+def check_finite(weights: Any, file: Path) -> None:
+    """Refuses weights holding a NaN or an infinity: every Q-value they give is NaN, so they
+    cannot act, and no run writes them (a non-finite loss or weight stops a run before
+    ``model.pt`` or a checkpoint, ``loop.DivergedError``).
+
+    Raises:
+        ValueError: one line naming the file and the first such tensor.
+    """
+    import torch
+
+    for name, tensor in weights.items() if isinstance(weights, dict) else ():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+            if not bool(torch.isfinite(tensor).all()):
+                raise ValueError(
+                    f"{file}: its tensor {one_line(str(name))[:100]!r} holds NaN or infinite "
+                    "values; these weights cannot act"
+                )
 
 
 def resolve_source(target: Path) -> Source:
@@ -184,6 +204,7 @@ def resolve_source(target: Path) -> Source:
             ) from None
         raise ValueError(f"{model}: cannot read ({exc.problem})") from None
     weights = load_weights(data, str(model))
+    check_finite(weights, model)
     fallback = f"using {MODEL_FILE}"
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
