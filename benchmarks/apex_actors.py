@@ -14,10 +14,11 @@ windows, its priorities: the production code, nothing stubbed):
   on 127.0.0.1 with 2 CPUs; this process takes their blocks and learns nothing (the learner
   paused), so what is measured is what the actors deliver.
 
-Every row explores at epsilon 0.4 (the ladder's first actor), so that the network runs as often
-in each. The table gives env steps a second (all actors together, and per actor) and, for two
-actors, the scaling: their total over one actor's, and the share of a core this process spent
-taking their blocks (what the two actors did not have of the two cores). On a 2-core machine
+Every row explores at epsilon 0.4 (the ladder's first actor; the two Ray actors both, their
+ladder flat), so that the network runs as often in each. The table gives env steps a second (all
+actors together, and per actor) and, for two actors, the scaling: their total over one actor's,
+and the share of a core this process spent taking their blocks (what the two actors did not have
+of the two cores). On a 2-core machine
 two actors have a core each only if nothing else runs: run it on a quiet machine.
 
     .venv/bin/python benchmarks/apex_actors.py            # rows of 20 s
@@ -59,14 +60,20 @@ DEFAULTS = {"seconds": (20.0, 5.0, 1.0)}  # (full, quick, smoke)
 EPSILON = 0.4
 
 
-def config_of(name: str) -> Any:
+def config_of(name: str, actors: int | None = None) -> Any:
     """The shipped config, on CPU, learning never due, exploring at ``EPSILON`` throughout (an
-    actor's, so that the network runs as often in each row), with a memory just large enough."""
+    actor's, so that the network runs as often in each row), with a memory just large enough.
+    With ``actors``, a distributed run's, its ladder flat at ``EPSILON`` (exponent 0): the
+    paper's ladder would put the second of two actors at 0.4 ** 8, acting greedily, so running
+    the network on nearly every step."""
     path, _ = CONFIGS[name]
     overrides = {"run.device": "cpu", "train.total_env_steps": 10**9 + 1,
                  "train.learning_starts": 10**9, "replay.capacity": 100_000,
                  "train.epsilon_start": EPSILON, "train.epsilon_end": EPSILON,
                  "train.eval_interval": 0, "run.torch_threads": 1}  # fmt: skip
+    if actors is not None:
+        overrides.update({"run.actors": actors, "run.actor_epsilon": EPSILON,
+                          "run.actor_epsilon_alpha": 0.0})  # fmt: skip
     return load_config(resolve_config_path(path), [Override(k, v) for k, v in overrides.items()])
 
 
@@ -96,12 +103,12 @@ def in_process(config: Any, seconds: float) -> float:
         return (actor.state.env_steps - start) / (time.perf_counter() - began)
 
 
-def on_ray(ray: Any, config: Any, actors: int, seconds: float) -> tuple[list[float], float]:
-    """``actors`` Ray actors delivering blocks to this process: each one's env steps a second,
-    counted from its first block (its start-up left out), and the share of a core this process
-    spent taking their blocks meanwhile."""
-    trainer = Trainer(config, "bench")  # the learner whose weights the actors pull, paused
-    source = RayActors(ray, config, trainer.agent, actors)
+def on_ray(ray: Any, name: str, actors: int, seconds: float) -> tuple[list[float], float]:
+    """``actors`` Ray actors of ``name``'s config, each at ``EPSILON``, delivering blocks to this
+    process: each one's env steps a second, counted from its first block (its start-up left
+    out), and the share of a core this process spent taking their blocks meanwhile."""
+    trainer = Trainer(config_of(name), "bench")  # the learner whose weights they pull, paused
+    source = RayActors(ray, config_of(name, actors), trainer.agent, actors)
     try:
         first: dict[int, tuple[float, int]] = {}
         last: dict[int, tuple[float, int]] = {}
@@ -146,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
             config = config_of(name)
             single = single_run(config, args.seconds)
             alone = in_process(config, args.seconds)
-            one, _ = on_ray(cluster.ray, config, 1, args.seconds)
-            two, share = on_ray(cluster.ray, config, 2, args.seconds)
+            one, _ = on_ray(cluster.ray, name, 1, args.seconds)
+            two, share = on_ray(cluster.ray, name, 2, args.seconds)
             log(f"{name}: single {single:,.0f}, in process {alone:,.0f}, Ray 1 {one[0]:,.0f}, "
                 f"Ray 2 {sum(two):,.0f} steps/s")  # fmt: skip
             rows.append([

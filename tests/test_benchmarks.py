@@ -313,6 +313,24 @@ def test_apex_actors_smoke_measures_each_way_of_acting():
     assert PACKAGE_LINE in out
 
 
+def test_apex_actors_plays_every_row_at_one_epsilon(monkeypatch):
+    """Pins the benchmark's claim "every row explores at epsilon 0.4": its Ray rows took the
+    paper's ladder, so the second of two actors explored at 0.4 ** 8 and ran the network on
+    nearly every step, the first on about 60% of them. Every actor of its Ray rows is at 0.4,
+    as the single run and the in-process actor are."""
+    from per_dqn.training.schedules import epsilon_ladder
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    script = importlib.import_module("apex_actors")
+    for name in script.CONFIGS:
+        single = script.config_of(name)
+        assert single.train.epsilon_start == single.train.epsilon_end == script.EPSILON == 0.4
+        for actors in (1, 2):
+            run = script.config_of(name, actors).run
+            ladder = epsilon_ladder(actors, run.actor_epsilon, run.actor_epsilon_alpha)
+            assert ladder == [0.4] * actors, (name, ladder)
+
+
 def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
     """The agreement check of ``ray_overhead.py`` (its smoke run only meets agreeing runs): a score
     that differs, a model that differs and a missing run are each named, against the first local
