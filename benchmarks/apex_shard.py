@@ -25,9 +25,10 @@ Each row runs ``--seconds`` after a warm-up that fills the shard, and reads the 
 shard reports written, the batches drawn and the updates dropped (an update whose transitions
 were overwritten meanwhile is dropped). Four rows: CartPole's (4,) float32, MinAtar's
 (4, 10, 10) bool layers, and Atari's (4, 84, 84) uint8 stacks of consecutive frames (3-step
-windows, as an Atari actor's), sent whole (each frame about eight times, in the stacks of s and
-s') and each frame once, as a distributed run's actors send them (``per_dqn.distributed.frames``:
-the shard rebuilds the stacks before it stores them).
+windows; atari.yaml's actors send 1-step transitions, 3 fewer distinct frames a block), sent
+whole (each frame about eight times, in the stacks of s and s') and each frame once, as a
+distributed run's actors send them (``per_dqn.distributed.frames``: the shard rebuilds the stacks
+before it stores them).
 
     .venv/bin/python benchmarks/apex_shard.py            # 4 rows of 20 s, capacity 100,000
     .venv/bin/python benchmarks/apex_shard.py --smoke    # one row of 1 s; the figures mean nothing
@@ -84,8 +85,8 @@ def shard_config(args: argparse.Namespace) -> Any:
 
 class Feeder:
     """Sends prebuilt blocks to the shard named ``name`` as fast as it takes them; Atari's
-    (``(4, 84, 84)`` uint8) are stacks of consecutive frames, 3-step windows as an Atari
-    actor's, each frame sent once with ``frames_once`` (``frames.pack``)."""
+    (``(4, 84, 84)`` uint8) are stacks of consecutive frames in 3-step windows (atari.yaml's
+    actors send 1-step ones), each frame sent once with ``frames_once`` (``frames.pack``)."""
 
     def __init__(self, name: str, obs_shape: tuple[int, ...], dtype: Any, block: int,
                  frames_once: bool = False) -> None:  # fmt: skip

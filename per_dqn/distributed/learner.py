@@ -68,10 +68,10 @@ class BlockSource(Protocol):
 
     def restore(self, received: dict[int, tuple[int, int]],
                 states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
-        """Before the first ``blocks``: continues each actor from its ``states`` entry (None: on
-        fresh streams), its blocks and env steps counted on from ``received`` (each actor's next
-        serial and env steps); returns whether every actor with a state had its envs restored
-        exactly.
+        """Before the first ``blocks``: continues each actor from its ``states`` entry (None: from
+        a reset, on the streams it began the run with), its blocks and env steps counted on from
+        ``received`` (each actor's next serial and env steps); returns whether every actor with a
+        state had its envs restored exactly.
 
         Raises:
             ValueError: a state that does not fit its actor.

@@ -298,9 +298,11 @@ class RayActors:
     def restore(self, received: dict[int, tuple[int, int]],
                 states: Sequence[dict[str, Any] | None]) -> bool:  # fmt: skip
         """Before the first ``blocks``: each actor continues from its state, or, where there is
-        none (its process died as the checkpoint was taken), on fresh streams; either way its
-        blocks and env steps count on from ``received`` (each actor's next serial and env steps).
-        Returns whether every actor with a state had its envs restored exactly.
+        none (its process died as the checkpoint was taken), from a reset on the streams it began
+        the run with (a new cluster's actor is no restart: ``RunSeeds.for_actor`` of incarnation
+        0); either way its blocks and env steps count on from ``received`` (each actor's next
+        serial and env steps). Returns whether every actor with a state had its envs restored
+        exactly.
 
         Raises:
             ValueError: a state that does not fit its actor, or an actor that died as it loaded

@@ -75,7 +75,7 @@ def test_other_observations_travel_as_they_are(obs):
 
 
 def test_a_real_atari_block_travels_in_about_an_eighth_of_its_bytes():
-    """50 steps of Pong by an actor (the shipped atari.yaml, 3-step windows, 4-frame stacks):
+    """50 steps of Pong by an actor (the shipped atari.yaml, 1-step transitions, 4-frame stacks):
     the packed block rebuilds its stacks exactly, and weighs under a sixth of the stacks (each
     step brings one new frame; a block's stacks hold each about 8 times)."""
     overrides = {"replay.capacity": 1000, "train.learning_starts": 64, "run.device": "cpu"}

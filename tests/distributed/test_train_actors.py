@@ -122,14 +122,17 @@ def test_bad_distributed_input_is_one_line(args, line, tmp_path):
 
 
 def test_a_distributed_config_outside_train_actors_is_refused(tmp_path):
-    """A config naming run.actors, trained without its actors (here: a sweep of it, and the
-    Python API's train), is refused with one line rather than run in one process."""
+    """A config naming run.actors, trained without its actors (a sweep of it), is refused with
+    one line rather than run in one process, before the sweep dir is made."""
     result = runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--seeds", "1", "--steps", "1500",
                                  "--replay", "uniform", "--out", str(tmp_path / "s"),
                                  *sets("run.actors=2")])  # fmt: skip
-    assert result.exit_code == 2, result.output
-    assert "run.actors: 2: a distributed run's actors start with its learner" in result.stderr
-    assert not os.path.exists(tmp_path / "s" / "CartPole-v1")
+    assert_bad_input(
+        result,
+        "cartpole.yaml: run.actors: 2: a distributed run's actors start with its learner: per-dqn "
+        "train --actors N, or --resume of its run dir (a sweep cannot run one yet)",
+    )
+    assert not os.path.exists(tmp_path / "s")
 
 
 @pytest.mark.ray
