@@ -225,14 +225,24 @@ def test_a_name_too_long_for_the_filesystem_is_a_run_dir_error(tmp_path):
 
 @pytest.mark.slow
 def test_custom_network_trains_evaluates_and_loads(tmp_path):
-    run = per_dqn.train("cartpole", overrides=SHORT, network=tiny_net, run_dir=tmp_path / "run")
+    """A user's network trains, loads with the run's own weights (every tensor of model.pt,
+    bit for bit), acts by its Q-values, and plays back the run's final evaluation (no periodic
+    one, so the run seed's first evaluation episodes are the final's)."""
+    overrides = {**SHORT, "train.eval_interval": 0}
+    run = per_dqn.train("cartpole", overrides=overrides, network=tiny_net, run_dir=tmp_path / "run")
     # Passing the factory again is the user's consent to the import the run's config names.
     policy = per_dqn.load(run.run_dir, network=tiny_net)
     assert policy.config.agent.network == f"{tiny_net.__module__}:tiny_net"
     assert isinstance(policy.agent.online.module, nn.Sequential)
+    saved = torch.load(run.run_dir / "model.pt", weights_only=True)
+    loaded = policy.agent.online.state_dict()
+    assert saved.keys() == loaded.keys()
+    assert all(torch.equal(saved[key], loaded[key]) for key in saved)
     obs = np.zeros((3, 4), dtype=np.float32)
     expected = policy.agent.online.module(torch.as_tensor(obs)).argmax(1).numpy()
     np.testing.assert_array_equal(policy.act(obs), expected)
+    episodes = policy.evaluate(episodes=SHORT["train.final_eval_episodes"])
+    assert float(np.mean(episodes.returns)) == run.final_return
 
 
 @pytest.mark.slow

@@ -61,9 +61,16 @@ def test_every_kind_built_from_a_config_gets_each_of_its_keys(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_frame_storage_keys_arrive_for_every_kind(kind):
-    """``dedup_frames`` and ``frame_slack`` reach the storage of stacked uint8 frames."""
+    """``dedup_frames`` and ``frame_slack`` reach the storage of stacked uint8 frames: with
+    ``dedup_frames`` (the default) each frame is kept once, with slack for the stacks' frames;
+    without it, whole stacks."""
     config = Config.model_validate({"replay": {"kind": kind, "capacity": 1000, "frame_slack": 0.5}})
     frames = EnvSpec(obs_shape=(4, 8, 8), obs_dtype=np.dtype(np.uint8), num_actions=2)
     memory = make_memory(config.replay, frames, seed=3)
     assert isinstance(memory.storage, FrameStorage)
     assert memory.storage.observations.frames.shape[0] == 1000 + 500
+    whole = Config.model_validate(
+        {"replay": {"kind": kind, "capacity": 1000, "dedup_frames": False}}
+    )
+    memory = make_memory(whole.replay, frames, seed=3)
+    assert not isinstance(memory.storage, FrameStorage)

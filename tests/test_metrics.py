@@ -492,8 +492,9 @@ def test_normalized_auc_is_the_trapezoid_area_over_the_span_by_hand():
     assert normalized_auc([(5, 3.5)]) == 3.5
     # a flat curve's AUC is its value, whatever the spacing
     assert normalized_auc([(0, 2.0), (1, 2.0), (100, 2.0)]) == pytest.approx(2.0)
-    for bad in ([], [(0, 1.0), (0, 2.0)], [(0, 1.0), (5, float("nan"))]):
-        with pytest.raises(ValueError):
+    for bad, why in (([], "got none"), ([(0, 1.0), (0, 2.0)], "two points at one env step"),
+                     ([(0, 1.0), (5, float("nan"))], "every value must be finite")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
             normalized_auc(bad)
 
 

@@ -310,13 +310,16 @@ def test_a_deeply_nested_manifest_falls_back_to_the_checkpoint_before(copy):
     assert f"{newest(copy)}: unreadable manifest.json (nested 700 levels deep" in warning
     read = latest.read_latest(ckpt.checkpoints_dir(copy), (run_ckpt.AGENT_FILE,))
     assert read.path == found.path
-    policy = per_dqn.load(copy)
-    assert policy is not None
+    with pytest.warns(RuntimeWarning, match="step_000001500: unreadable manifest.json"):
+        policy = per_dqn.load(copy)
+    assert policy.env_steps == 1200
     result = runner.invoke(app, ["eval", str(copy), "--episodes", "1"])
     assert result.exit_code == 0, result.output
     assert "using the previous one, step_000001200" in result.stderr
     result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
     assert result.exit_code == 0, result.output
+    assert "using the previous one, step_000001200" in result.stderr
+    assert json.loads((copy / "summary.json").read_text())["env_steps"] == 1800
 
 
 def test_deep_json_in_run_json_and_summary_json_is_no_traceback(copy):
@@ -499,10 +502,12 @@ def test_a_checkpoint_stripped_of_its_run_id_and_re_signed_is_refused(copy, how)
         run_ckpt.check_owner(path, ckpt.read_manifest(path), copy)
     result = runner.invoke(app, ["eval", str(path), "--episodes", "1"])
     assert result.exit_code == 2, result.output
-    assert "stripped of its run id is not this run's" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "stripped of its run id is not this run's" in line
     result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
     assert result.exit_code == 2, result.output
-    assert "a checkpoint without a run id" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "a checkpoint without a run id" in line
 
 
 def test_an_event_file_stamped_in_the_future_does_not_hold_a_resume(copy):
@@ -572,8 +577,15 @@ def test_a_re_signed_manifest_listing_a_foreign_file_is_skipped_by_every_reader(
         f"warning: checkpoint {path}: its manifest.json lists model.pt, not a training "
         "checkpoint's file; refused; using the previous one, step_000001200"
     ) in result.stderr
+    with pytest.warns(RuntimeWarning, match="lists model.pt, not a training checkpoint's file"):
+        policy = per_dqn.load(copy)
+    assert policy.env_steps == 1200
     result = runner.invoke(app, ["eval", str(path), "--episodes", "1"])
     assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {path}: its manifest.json lists model.pt, not a training "
+        "checkpoint's file; refused"
+    ]
     result = runner.invoke(app, ["train", "--resume", str(copy), "-q", "--steps", "1800"])
     assert result.exit_code == 0, result.output
     assert "using the previous one, step_000001200" in result.stderr

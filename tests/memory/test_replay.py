@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from replay_helpers import filled
 from support import assert_same_state
 
-from per_dqn.memory import KINDS, make_memory
+from per_dqn.memory import KINDS, REPLAY_KINDS, make_memory
 
 
 def test_importing_memory_pulls_in_neither_torch_nor_gymnasium():
@@ -152,19 +152,18 @@ def test_state_dict_for_another_kind_is_refused(saved, kind):
         filled(kind).load_state_dict(filled(saved).state_dict())
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k for k in KINDS if REPLAY_KINDS[k].keeps_priorities])
 def test_repeated_index_in_one_update_keeps_the_last_error(kind):
     """Pins the documented rule on the path training runs (``update_priorities``, not the tree
     classes): a batch that sampled slot 3 three times leaves what its last error alone leaves,
-    for every kind (the priority's value is pinned in each prioritized kind's file)."""
+    for every kind that keeps a priority per transition (the priority's value is pinned in each
+    kind's file)."""
     mem = filled(kind, capacity=8)
     last = copy.deepcopy(mem)
     mem.update_priorities([3, 5, 3, 3], [5.0, 1.0, 7.0, 2.0])
     last.update_priorities([5, 3], [1.0, 2.0])
-    priorities = getattr(mem.sampler, "priorities", None)
-    if priorities is not None:
-        slots = np.arange(8)
-        np.testing.assert_array_equal(priorities(slots), last.sampler.priorities(slots))
+    slots = np.arange(8)
+    np.testing.assert_array_equal(mem.sampler.priorities(slots), last.sampler.priorities(slots))
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -152,12 +152,16 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def ci_text(scores, digits=1) -> str:
+    """A cell "IQM [low, high]": the bounds from ``stats`` (its bootstrap is checked against
+    rliable's in ``test_stats``), at the report's reps and seed; the tests that use it pin the
+    IQM itself by hand."""
     scores = np.array(scores)
     low, high = stats.stratified_bootstrap_ci(scores, stats.iqm, reps=2000, seed=0)
     return f"{stats.iqm(scores):,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"
 
 
 def p_text(x, y) -> str:
+    """A cell "P [low, high] (n pairs)", its bounds from ``stats`` as ``ci_text``'s."""
     low, high = stats.paired_bootstrap_ci(np.array(x), np.array(y), reps=2000, seed=0)
     p = stats.paired_probability_of_improvement(x, y)
     return f"{p:.2f} [{low:.2f}, {high:.2f}] ({len(x)} pairs)"
