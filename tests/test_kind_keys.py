@@ -185,3 +185,59 @@ def test_the_api_refuses_an_env_key_in_one_line():
     assert info.value.problems == [
         "cartpole: env.frame_skip: CartPole-like envs do not read it (set by overrides)"
     ]
+
+
+def test_a_re_run_naming_one_env_keeps_the_sweep_s_env_key(tmp_path):
+    """A re-run that names only MinAtar of a sweep over Pong and MinAtar, with the sweep's own
+    ``--set env.frame_skip=2``, plans MinAtar's runs (the key left out of them), not "none of
+    the sweep's envs reads it": Pong, of the sweep it re-runs, reads it."""
+    out = tmp_path / "sw"
+    sets = [parse_override("env.frame_skip=2")]
+    both = plan.plan_sweep(
+        "minatar.yaml", ("uniform",), range(1), 2000,
+        [parse_override("env.id=ALE/Pong-v5,MinAtar/Breakout-v1"), *sets], out,
+    )  # fmt: skip
+    plan.start_sweep(both)
+    again = plan.plan_sweep(
+        "minatar.yaml", ("uniform",), range(1), 2000,
+        [parse_override("env.id=MinAtar/Breakout-v1"), *sets], out,
+    )  # fmt: skip
+    assert [job.env_id for job in again.jobs] == ["MinAtar/Breakout-v1"]
+
+
+def test_a_grid_over_an_env_key_some_envs_do_not_read_is_refused(tmp_path):
+    """Pins run dirs named ``frame_skip=2`` whose configs held the config's 4: a --grid point was
+    left out of the runs of an env that does not read its key, as a --set is."""
+    with pytest.raises(ConfigError) as info:
+        plan.plan_sweep(
+            "minatar.yaml", ("uniform",), range(1), 2000,
+            [parse_override("env.id=ALE/Pong-v5,MinAtar/Breakout-v1")], tmp_path / "sw",
+            grid=[("env.frame_skip", (2, 3))],
+        )  # fmt: skip
+    assert info.value.problems == [
+        "minatar.yaml: env.frame_skip: MinAtar envs do not read it (set by --grid)"
+    ]
+
+
+def test_a_run_dir_differing_only_in_a_key_its_run_does_not_read_is_its_run(tmp_path):
+    """A sweep made before a sweep-wide ``--set`` was left out of the envs that ignore it wrote
+    it into their runs' configs: MinAtar's ``frame_skip: 2`` differs from the plan's 4 only in a
+    key MinAtar does not read, so the re-run plans that run dir as its own, not "holds a run of
+    another config"; a difference in a key it reads is still refused."""
+    out = tmp_path / "sw"
+    overrides = [parse_override("env.id=ALE/Pong-v5,MinAtar/Breakout-v1"),
+                 parse_override("env.frame_skip=2")]  # fmt: skip
+    sweep = plan.plan_sweep("minatar.yaml", ("uniform",), range(1), 2000, overrides, out)
+    plan.start_sweep(sweep)
+    (job,) = [j for j in sweep.jobs if j.env_id == "MinAtar/Breakout-v1"]
+    run_dir = out / job.run_dir
+    run_dir.mkdir(parents=True)
+    held = yaml.safe_load(job.config_yaml)
+    held["env"]["frame_skip"] = 2
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(held))
+    again = plan.plan_sweep("minatar.yaml", ("uniform",), range(1), 2000, overrides, out)
+    assert sorted(j.run_dir for j in again.jobs) == sorted(j.run_dir for j in sweep.jobs)
+    held["agent"]["gamma"] = 0.9
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(held))
+    with pytest.raises(ValueError, match=r"holds a run of another config \(agent.gamma: 0.9 -> "):
+        plan.plan_sweep("minatar.yaml", ("uniform",), range(1), 2000, overrides, out)

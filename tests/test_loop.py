@@ -12,8 +12,8 @@ import copy
 import numpy as np
 import pytest
 import torch
+from support import cartpole_config
 
-from per_dqn.config import load_config, parse_override, resolve_config_path
 from per_dqn.envs.make import EnvSpec
 from per_dqn.training.asking import ACT, serve
 from per_dqn.training.build import make_agent, make_memory
@@ -113,16 +113,11 @@ class ScriptedEnvs:
 
 def make_loop(rows, *settings, num_envs=2, lives=None) -> Loop:
     """A loop over ``rows`` with CartPole's agent and a uniform memory of one-step transitions;
-    no learning unless ``settings`` bring it forward. The scripted envs may report lives, as
-    Atari's do, so an Atari-only key (``env.terminal_on_life_loss``, which the loop reads) is
-    let through on this CartPole config."""
-    settings = (
+    no learning unless ``settings`` bring it forward."""
+    config = cartpole_config(
         f"env.num_envs={num_envs}", "agent.n_step=1", "agent.hidden_sizes=[8]",
         "replay.kind=uniform", "replay.capacity=64", "train.learning_starts=1000", *settings,
     )  # fmt: skip
-    config = load_config(
-        resolve_config_path("cartpole.yaml"), map(parse_override, settings), check_unread=False
-    )
     spec = EnvSpec((4,), np.dtype(np.float32), 2)
     memory = make_memory(config.replay, spec, 0)
     agent = make_agent(config, spec, torch.device("cpu"))

@@ -75,7 +75,8 @@ class EnvConfig(_Section):
     An ``ALE/<Game>-v5`` id is an Atari game run by ale-py's native vector env with the standard
     protocol (Machado et al., 2018; Mnih et al., 2015): up to ``noop_max`` no-op starts, frame
     skip with max-pooling of the last two frames, 84x84 grayscale, ``frame_stack`` frames per
-    observation. The ``atari``-only keys below are ignored by other envs.
+    observation. The ``atari``-only keys below are ignored by other envs (``config show`` marks
+    them, and a ``--set`` of one is refused: ``families.ignored_env_keys``).
 
     Attributes:
         id: gymnasium id with its version, e.g. ``CartPole-v1`` or ``ALE/Pong-v5`` (``CartPole``
@@ -85,8 +86,9 @@ class EnvConfig(_Section):
             keeps it; Atari: 27,000, i.e. 108,000 frames).
         clip_rewards: learn from ``sign``-like rewards clipped to [-1, 1]; ``episode/return`` and
             evaluation always report the raw score.
-        terminal_on_life_loss: (Atari) a lost life ends the learning transition (no bootstrap)
-            while the game plays on; returns stay full-game scores.
+        terminal_on_life_loss: (Atari, and a gymnasium id whose info reports lives) a lost life
+            ends the learning transition (no bootstrap) while the game plays on; returns stay
+            full-game scores.
         sticky_action_prob: (Atari) probability that the emulator repeats the previous action.
         noop_max: (Atari) up to this many no-op actions after each reset.
         frame_skip: (Atari) emulator frames per agent step; left out, the env family's

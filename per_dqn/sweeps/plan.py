@@ -205,15 +205,27 @@ def plan_sweep(
     base: dict[str, Any] | None = None
     runs_root, envs = "runs", list(env_list or [])
     # A sweep-wide env key that some of its envs' families do not read (`--set env.frame_skip`
-    # over Atari and MinAtar) is left out of their runs, as a kind's are below; one that none
-    # of them reads is refused (on one env, by the config's own check).
+    # over Atari and MinAtar) is left out of their runs, as a kind's are below. One that none of
+    # the sweep's envs reads (those of the sweep it re-runs too) is refused, and so is a --grid
+    # of one that some of them do not read: its points would name settings their runs lack. On
+    # one env, the config's own check refuses both.
+    recorded = before.get("envs") if before is not None else None
+    listed = [e for e in recorded if isinstance(e, str)] if isinstance(recorded, list) else []
+    first_env = listed[0] if several and listed else None
     env_ignored = {env: env_ignores(env) for env in (env_list or []) if several}
-    for override in rest:
-        if env_ignored and all(override.path in keys for keys in env_ignored.values()):
-            raise ConfigError(
-                [f"{config}: {override.path}: none of the sweep's envs reads it (set by "
-                 f"{override.source})"]
-            )  # fmt: skip
+    if env_ignored:
+        every = {*env_ignored, *listed}
+        for override in rest:
+            if all(override.path in env_ignores(env) for env in every):
+                raise ConfigError(
+                    [f"{config}: {override.path}: none of the sweep's envs reads it (set by "
+                     f"{override.source})"]
+                )  # fmt: skip
+        for key in grid_keys:
+            unread = [env for env, keys in env_ignored.items() if key in keys]
+            if unread:
+                title = families.of(unread[0]).title
+                raise ConfigError([f"{config}: {key}: {title} envs do not read it (set by --grid)"])
     for seed in seeds:
         for env in env_list or [None]:  # None: the config's own env
             for arm in arm_list:
@@ -238,7 +250,11 @@ def plan_sweep(
                         problems += [p for p in exc.problems if p not in problems]
                         continue
                     if base is None:  # every sweep-wide key, those this arm leaves out too
-                        whole = load_config(path, [*rest, *extra], config, check_unread=False)
+                        # Read on the first env of the sweep this re-runs, as its record was:
+                        # an env's family sets some keys (evaluation caps, the frame skip), so
+                        # a re-run naming another of its envs would differ there.
+                        on = [Override("env.id", first_env, "--set")] if first_env else []
+                        whole = load_config(path, [*rest, *extra, *on], config, check_unread=False)
                         base = _normalised(whole, axes)
                     runs_root, env_id = cfg.run.runs_root, cfg.env.id
                     if env_id not in envs:
@@ -468,7 +484,10 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
             held = parse_yaml(_read_config(out, job.run_dir), str(config_file))
         except (readback.ReadBackError, ConfigError):
             return  # unreadable: run_job clears an unfinished run dir; a finished one is kept
-        diffs = config_differences(held, parse_yaml(job.config_yaml, job.run_dir))
+        # A key the run does not read (its kind's, its env family's) may differ: a sweep made
+        # before such a --set was left out of the runs that ignore it wrote it there.
+        unread = kind_ignores(job.kind) | env_ignores(job.env_id)
+        diffs = config_differences(held, parse_yaml(job.config_yaml, job.run_dir), unread)
         if diffs:
             raise ValueError(
                 f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "

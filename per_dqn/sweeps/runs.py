@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -48,17 +48,19 @@ RUN_DIR_FILES = ("config.yaml", SUMMARY_FILE)
 ARMS = KINDS  # the replay kinds, in report order (per_dqn.memory.KINDS: the one list)
 
 
-def config_differences(old: Any, new: Any) -> list[str]:
-    """``key: old -> new`` for each config key both have with different values.
+def config_differences(old: Any, new: Any, unread: Iterable[str] = ()) -> list[str]:
+    """``key: old -> new`` for each config key both have with different values, but the dotted
+    keys in ``unread`` (keys the run does not read: a difference there changes nothing).
 
     A config key only one side has is not a difference: a newer per-dqn added it with a default
     that keeps the old behaviour, and refusing would strand every sweep across upgrades.
     """
     old_cfg, new_cfg = flatten_config(old or {}), flatten_config(new or {})
+    skip = set(unread)
     return [
         f"{key}: {old_cfg[key]} -> {new_cfg[key]}"
         for key in sorted(set(old_cfg) & set(new_cfg))
-        if old_cfg[key] != new_cfg[key]
+        if old_cfg[key] != new_cfg[key] and key not in skip
     ]
 
 

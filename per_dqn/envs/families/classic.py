@@ -54,7 +54,8 @@ FAMILY = Family(
     max_episode_frames=None,
     eval_episode_frames=None,  # CartPole's time limit already ends an episode at 500
     eval_total_frames=None,
-    env_keys=frozenset(),
+    # A gymnasium id whose info reports lives (Breakout-v4) loses them as Atari's do.
+    env_keys=frozenset({"terminal_on_life_loss"}),
     game_package=None,  # gymnasium's, recorded for every run
     make_vector=make_vector,
     make_eval=make_eval,

@@ -68,7 +68,8 @@ class Family:
         eval_total_frames: the default ``train.eval_max_total_steps``, in emulator frames; None:
             no budget.
         env_keys: the family-specific ``env.*`` keys it reads (``FAMILY_ENV_KEYS``); the others
-            of those are ignored by its envs (``config show`` marks them).
+            of those are ignored by its envs (``config show`` marks them, and a ``--set`` of one
+            is refused).
         game_package: the distribution whose code is the game (``ale-py``, ``minatar``): a
             release can change the game itself (MinAtar 1.0.11 fixed Seaquest's oxygen bar;
             ale-py's releases bring the ROMs and the emulator), so a run's provenance records its
