@@ -257,6 +257,7 @@ def load(
     except (RuntimeError, TypeError, AttributeError) as exc:
         reason = one_line(exc)[:300]
         raise ValueError(f"{source.weights_file}: does not fit the network ({reason})") from None
+    evaluate.check_finite(agent.online, source.weights_file)
     agent.online.eval()
     return Policy(source, agent, seed)
 

@@ -31,6 +31,22 @@ def tiny_net(obs_shape, num_actions):
                          nn.Linear(16, num_actions))  # fmt: skip
 
 
+class _Floored(nn.Module):
+    """Q-values floored at a buffer of -inf: a mask a user's network may keep."""
+
+    def __init__(self, obs_shape, num_actions):
+        super().__init__()
+        self.body = tiny_net(obs_shape, num_actions)
+        self.register_buffer("floor", torch.tensor(float("-inf")))
+
+    def forward(self, x):
+        return torch.maximum(self.body(x), self.floor)
+
+
+def floored_net(obs_shape, num_actions):
+    return _Floored(obs_shape, num_actions)
+
+
 def wrong_width(obs_shape, num_actions):
     return nn.Linear(int(np.prod(obs_shape)), num_actions + 1)
 
@@ -221,6 +237,16 @@ def test_a_name_too_long_for_the_filesystem_is_a_run_dir_error(tmp_path):
         with pytest.raises(RunDirError, match=r"is 300 bytes long, more than the filesystem's"):
             call()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_network_with_an_infinite_buffer_loads_and_plays(tmp_path):
+    """The load's refusal of non-finite weights looks at parameters only: a buffer of -inf
+    (trained with, as training's divergence check allows it) loads and plays."""
+    run = per_dqn.train("cartpole", overrides=SHORT, network=floored_net, run_dir=tmp_path / "run")
+    policy = per_dqn.load(run.run_dir, network=floored_net)
+    assert policy.agent.online.module.floor.item() == float("-inf")
+    assert len(policy.evaluate(episodes=1).returns) == 1
 
 
 @pytest.mark.slow

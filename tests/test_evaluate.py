@@ -281,7 +281,7 @@ def test_a_model_pt_holding_nan_or_inf_is_one_line_naming_its_tensor(model_only,
     name = sorted(weights)[-1]
     weights[name].view(-1)[0] = value
     torch.save(weights, model)
-    line = f"{model}: its tensor {name!r} holds NaN or infinite values; these weights cannot act"
+    line = f"{model}: its parameter {name!r} holds NaN or infinite values; these weights cannot act"
     result = evaluate(str(run_dir), "--episodes", "1")
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [f"error: {line}"]
@@ -291,10 +291,9 @@ def test_a_model_pt_holding_nan_or_inf_is_one_line_naming_its_tensor(model_only,
 
 
 def test_a_checkpoint_whose_online_network_holds_nan_is_one_line(run_dir, tmp_path):
-    """The same for a checkpoint's ``agent.pt`` (an edited file that passes its checksums)."""
+    """The same for a checkpoint's ``agent.pt`` (an edited file that passes its checksums),
+    played by ``eval``."""
     import io
-
-    from per_dqn.training.evaluate import resolve_source
 
     source = ckpt.checkpoints_dir(run_dir) / "step_000000500" / run_ckpt.AGENT_FILE
     agent = torch.load(source, weights_only=True)
@@ -303,12 +302,12 @@ def test_a_checkpoint_whose_online_network_holds_nan_is_one_line(run_dir, tmp_pa
     buffer = io.BytesIO()
     torch.save(agent, buffer)
     step = edited_checkpoint(run_dir, tmp_path, run_ckpt.AGENT_FILE, buffer.getvalue())
-    with pytest.raises(ValueError) as caught:
-        resolve_source(step)
-    assert str(caught.value) == (
-        f"{step / run_ckpt.AGENT_FILE}: its tensor {name!r} holds NaN or infinite values; these "
-        "weights cannot act"
-    )
+    result = evaluate(str(step), "--episodes", "1")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {step / run_ckpt.AGENT_FILE}: its parameter {name!r} holds NaN or infinite "
+        "values; these weights cannot act"
+    ]
 
 
 def test_a_planted_model_pt_runs_no_code(model_only, tmp_path):

@@ -134,7 +134,6 @@ def _checkpoint_source(
     agent = load_weights(files[run_ckpt.AGENT_FILE], str(path / run_ckpt.AGENT_FILE))
     if not isinstance(agent, dict) or not isinstance(agent.get("online"), dict):
         raise ValueError(f"{path / run_ckpt.AGENT_FILE}: holds no online network (key 'online')")
-    check_finite(agent["online"], path / run_ckpt.AGENT_FILE)
     return Source(
         weights_file=path / run_ckpt.AGENT_FILE,
         weights=agent["online"],
@@ -146,23 +145,23 @@ def _checkpoint_source(
     )
 
 
-def check_finite(weights: Any, file: Path) -> None:
-    """Refuses weights holding a NaN or an infinity: every Q-value they give is NaN, so they
-    cannot act, and no run writes them (a non-finite loss or weight stops a run before
-    ``model.pt`` or a checkpoint, ``loop.DivergedError``).
+def check_finite(network: Any, file: Path) -> None:
+    """Refuses a network whose parameters, loaded from ``file``, hold a NaN or an infinity: its
+    Q-values are NaN, so it cannot act, and no run writes one (a non-finite loss or weight stops
+    a run before ``model.pt`` or a checkpoint: ``loop.DivergedError`` checks the parameters). A
+    buffer may hold an infinity (a user's network's mask or floor), as in training.
 
     Raises:
-        ValueError: one line naming the file and the first such tensor.
+        ValueError: one line naming the file and the first such parameter.
     """
     import torch
 
-    for name, tensor in weights.items() if isinstance(weights, dict) else ():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-            if not bool(torch.isfinite(tensor).all()):
-                raise ValueError(
-                    f"{file}: its tensor {one_line(str(name))[:100]!r} holds NaN or infinite "
-                    "values; these weights cannot act"
-                )
+    for name, parameter in network.named_parameters():
+        if not bool(torch.isfinite(parameter).all()):
+            raise ValueError(
+                f"{file}: its parameter {name!r} holds NaN or infinite values; these weights "
+                "cannot act"
+            )
 
 
 def resolve_source(target: Path) -> Source:
@@ -204,7 +203,6 @@ def resolve_source(target: Path) -> Source:
             ) from None
         raise ValueError(f"{model}: cannot read ({exc.problem})") from None
     weights = load_weights(data, str(model))
-    check_finite(weights, model)
     fallback = f"using {MODEL_FILE}"
     warnings = [
         line.replace("no earlier checkpoint is usable", fallback) for line in found.warnings
@@ -520,6 +518,7 @@ def evaluate_source(
             raise ValueError(
                 f"{source.weights_file}: does not fit the network ({reason})"
             ) from None
+        check_finite(agent.online, source.weights_file)
         if on_start is not None:
             on_start(
                 f"playing {source.label} on {config.env.id}: {episodes} episodes, epsilon "
