@@ -108,7 +108,11 @@ def on_ray(ray: Any, name: str, actors: int, seconds: float) -> tuple[list[float
     process: each one's env steps a second, counted from its first block (its start-up left
     out), and the share of a core this process spent taking their blocks meanwhile."""
     trainer = Trainer(config_of(name), "bench")  # the learner whose weights they pull, paused
-    source = RayActors(ray, config_of(name, actors), trainer.agent, actors)
+    try:
+        source = RayActors(ray, config_of(name, actors), trainer.agent, actors)
+    except BaseException:
+        trainer.close()
+        raise
     try:
         first: dict[int, tuple[float, int]] = {}
         last: dict[int, tuple[float, int]] = {}

@@ -322,13 +322,24 @@ def test_apex_actors_plays_every_row_at_one_epsilon(monkeypatch):
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     script = importlib.import_module("apex_actors")
+
+    class Given(Exception):
+        """What ``on_ray`` handed the run's source of blocks."""
+
+    def source(ray, config, agent, actors):
+        raise Given(config, actors)
+
+    monkeypatch.setattr(script, "RayActors", source)
     for name in script.CONFIGS:
         single = script.config_of(name)
         assert single.train.epsilon_start == single.train.epsilon_end == script.EPSILON == 0.4
         for actors in (1, 2):
-            run = script.config_of(name, actors).run
-            ladder = epsilon_ladder(actors, run.actor_epsilon, run.actor_epsilon_alpha)
-            assert ladder == [0.4] * actors, (name, ladder)
+            with pytest.raises(Given) as given:
+                script.on_ray(None, name, actors, 0.0)
+            config, count = given.value.args
+            run = config.run
+            ladder = epsilon_ladder(count, run.actor_epsilon, run.actor_epsilon_alpha)
+            assert (count, ladder) == (actors, [0.4] * actors), name
 
 
 def test_ray_overhead_names_every_run_where_the_backends_differ(monkeypatch):
