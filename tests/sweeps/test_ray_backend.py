@@ -72,11 +72,7 @@ def test_without_the_extra_the_ray_backend_is_one_line(workdir, monkeypatch):
     assert "per-dqn[ray]" in ray_cluster.MISSING_RAY
 
 
-@pytest.mark.slow
-def test_the_local_backend_never_imports_ray(tmp_path):
-    """Importing the CLI and the planner loads no Ray module; and a whole local sweep runs, its
-    report written, in processes where ``import ray`` fails (a ``ray`` package first on the
-    path, inherited by its workers, that raises on import)."""
+def test_importing_the_cli_and_the_local_backend_loads_no_ray_module():
     code = (
         "import sys; from per_dqn.sweeps import plan; from per_dqn.sweeps.backends import local; "
         "from per_dqn import cli; "
@@ -86,9 +82,19 @@ def test_the_local_backend_never_imports_ray(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=CHECKOUT
     )
     assert found.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_local_backend_never_imports_ray(tmp_path):
+    """A whole local sweep runs, its report written, with a ``ray`` package first on the path of
+    every process it starts (its workers inherit it) that leaves a marker when imported: no
+    marker, so no ``import ray``, not even one guarded by an ``except``."""
     shadow = tmp_path / "shadow" / "ray"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('the local backend imported ray')\n")
+    marker = tmp_path / "ray-imported"
+    (shadow / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise ImportError('the local backend imported ray')\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(CHECKOUT)])}
     sweep = subprocess.run(
         [sys.executable, "-m", "per_dqn.cli", "ablate", "-c", "cartpole.yaml", "--replay",
@@ -97,6 +103,7 @@ def test_the_local_backend_never_imports_ray(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-2000:]
+    assert not marker.exists()
     assert (tmp_path / "sw" / "report.md").is_file()
     assert (tmp_path / "sw" / "uniform" / "s0" / "summary.json").is_file()
 
