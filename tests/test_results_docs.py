@@ -445,16 +445,17 @@ def test_the_literature_comparison_rows_quote_their_archive(literature):
     page = (RESULTS / "literature.md").read_text()
     table = section(page, "## The comparison")
     made = [literature(f"literature-{p}") for p in ("minatar_paper_dqn",
-                                                     "reducible_loss_minatar_per")]  # fmt: skip
+                                                     "reducible_loss_minatar_per",
+                                                     "reducible_loss_minatar_relo")]  # fmt: skip
     root = made[0].parents[1]
     if not (root / "docs").exists():  # the page runs it in the repository's root
         (root / "docs").symlink_to(ROOT / "docs")
     printed = run_snippet(table, root).splitlines()
     rows = [line for line in table.splitlines() if line.startswith("| `") and FIGURE.search(line)]
-    assert len(printed) >= 12, "the snippet printed too few rows"
+    assert len(printed) >= 16, "the snippet printed too few rows"
     assert rows == printed
     reports = {p: (d / "report.md").read_text() for p, d in zip(
-        ("minatar_paper_dqn", "reducible_loss_minatar_per"), made, strict=True)}  # fmt: skip
+        ("minatar_paper_dqn", "reducible_loss_minatar_per"), made[:2], strict=True)}  # fmt: skip
     flat = " ".join(table.split())
     finals = re.search(r"from each sweep's report: DQN (.+? on SpaceInvaders); DQN\+PER "
                        r"(.+? on SpaceInvaders)\.", flat)  # fmt: skip
@@ -665,6 +666,34 @@ def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(liter
     # A number the snippet does not print is one of the comparison table's (checked against
     # the archives by its own test).
     comparison = section((RESULTS / "literature.md").read_text(), "## The comparison")
+    compared = [line for line in comparison.splitlines() if line.startswith("| `")]
+    assert [n for n in numbers if n not in stdout and not any(n in c for c in compared)] == []
+
+
+@pytest.mark.slow
+def test_the_relo_effect_table_is_what_its_snippet_prints_from_the_archives(literature):
+    """docs/results/literature.md, "ReLo against its released curves": its snippet, run as the
+    page says (in a dir holding the sweeps, with the repository's docs), prints exactly the rows
+    of its table, in order; every number of the section's prose is one the snippet printed or
+    one of the comparison table's rows."""
+    page = (RESULTS / "literature.md").read_text()
+    relo = section(page, "## ReLo against its released curves")
+    sweeps = ("minatar_paper_dqn", "reducible_loss_minatar_per", "reducible_loss_minatar_relo",
+              "seaquest-1.0.10")  # fmt: skip
+    made = [literature(f"literature-{name}") for name in sweeps]  # in one tmp dir
+    root = made[0].parents[1]
+    if not (root / "docs").exists():  # the page runs it in the repository's root
+        (root / "docs").symlink_to(ROOT / "docs")
+    stdout = run_snippet(relo, root)
+    printed = stdout.splitlines()
+    rows = [line for line in relo.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert len(printed) >= 8, "the snippet printed too few rows"
+    assert rows == printed
+    prose = relo.split("```python", 1)[1].split("```", 1)[1]
+    prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
+    numbers = re.findall(r"\d+\.\d+", prose)
+    assert numbers, "the reading quotes no number"
+    comparison = section(page, "## The comparison")
     compared = [line for line in comparison.splitlines() if line.startswith("| `")]
     assert [n for n in numbers if n not in stdout and not any(n in c for c in compared)] == []
 
