@@ -642,60 +642,51 @@ def test_the_seaquest_preset_rows_quote_their_archive(literature):
     assert [s for s, w in where.items() if w == "within"] == steps(claim[1], "1M")
 
 
-@pytest.mark.slow
-def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(literature):
-    """docs/results/literature.md, "The PER effect under reducible-loss's PER": its snippet, run
-    as the page says (in a dir holding the three sweeps' reports, with the repository's docs),
-    prints exactly the rows of its table, in order: no row is missing, stale or typed by hand;
-    and every number of the section's prose is one the snippet printed."""
-    page = section((RESULTS / "literature.md").read_text(), "## The PER effect")
-    sweeps = ("minatar_paper_dqn", "reducible_loss_minatar_per", "per-beta-over-1m")
-    made = [literature(f"literature-{name}") for name in sweeps]  # all three, in one tmp dir
+def check_effect_table(literature, heading: str, sweeps: tuple[str, ...], fewest: int) -> None:
+    """The section ``heading`` of docs/results/literature.md: its snippet, run as the page says
+    (in a dir holding the ``sweeps`` rebuilt from their archives, with the repository's docs),
+    prints exactly the rows of its table, in order, at least ``fewest``: no row is missing, stale
+    or typed by hand; and every number of the prose after the snippet is one it printed or one
+    of the comparison table's (checked against the archives by its own test)."""
+    whole = (RESULTS / "literature.md").read_text()
+    page = section(whole, heading)
+    made = [literature(f"literature-{name}") for name in sweeps]  # all in one tmp dir
     root = made[0].parents[1]
     if not (root / "docs").exists():  # the page runs it in the repository's root
         (root / "docs").symlink_to(ROOT / "docs")
     stdout = run_snippet(page, root)
     printed = stdout.splitlines()
     rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
-    assert len(printed) >= 2, "the snippet printed too few rows"
+    assert len(printed) >= fewest, "the snippet printed too few rows"
     assert rows == printed
-    prose = page.split("```", 2)[2]  # after the snippet
+    prose = page.split("```python", 1)[1].split("```", 1)[1]  # after the snippet
     prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
     numbers = re.findall(r"\d+\.\d+", prose)
     assert numbers, "the reading quotes no number"
-    # A number the snippet does not print is one of the comparison table's (checked against
-    # the archives by its own test).
-    comparison = section((RESULTS / "literature.md").read_text(), "## The comparison")
+    comparison = section(whole, "## The comparison")
     compared = [line for line in comparison.splitlines() if line.startswith("| `")]
     assert [n for n in numbers if n not in stdout and not any(n in c for c in compared)] == []
 
 
 @pytest.mark.slow
+def test_the_per_effect_table_is_what_its_snippet_prints_from_the_archives(literature):
+    """docs/results/literature.md, "The PER effect under reducible-loss's PER" (PER minus DQN,
+    beta on the source's schedule and on the run's): ``check_effect_table``."""
+    check_effect_table(
+        literature, "## The PER effect",
+        ("minatar_paper_dqn", "reducible_loss_minatar_per", "per-beta-over-1m"), 2,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
 def test_the_relo_effect_table_is_what_its_snippet_prints_from_the_archives(literature):
-    """docs/results/literature.md, "ReLo against its released curves": its snippet, run as the
-    page says (in a dir holding the sweeps, with the repository's docs), prints exactly the rows
-    of its table, in order; every number of the section's prose is one the snippet printed or
-    one of the comparison table's rows."""
-    page = (RESULTS / "literature.md").read_text()
-    relo = section(page, "## ReLo against its released curves")
-    sweeps = ("minatar_paper_dqn", "reducible_loss_minatar_per", "reducible_loss_minatar_relo",
-              "seaquest-1.0.10")  # fmt: skip
-    made = [literature(f"literature-{name}") for name in sweeps]  # in one tmp dir
-    root = made[0].parents[1]
-    if not (root / "docs").exists():  # the page runs it in the repository's root
-        (root / "docs").symlink_to(ROOT / "docs")
-    stdout = run_snippet(relo, root)
-    printed = stdout.splitlines()
-    rows = [line for line in relo.splitlines() if line.startswith("| ") and FIGURE.search(line)]
-    assert len(printed) >= 8, "the snippet printed too few rows"
-    assert rows == printed
-    prose = relo.split("```python", 1)[1].split("```", 1)[1]
-    prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
-    numbers = re.findall(r"\d+\.\d+", prose)
-    assert numbers, "the reading quotes no number"
-    comparison = section(page, "## The comparison")
-    compared = [line for line in comparison.splitlines() if line.startswith("| `")]
-    assert [n for n in numbers if n not in stdout and not any(n in c for c in compared)] == []
+    """docs/results/literature.md, "ReLo against its released curves" (ReLo minus PER and minus
+    DQN): ``check_effect_table``."""
+    check_effect_table(
+        literature, "## ReLo against its released curves",
+        ("minatar_paper_dqn", "reducible_loss_minatar_per", "reducible_loss_minatar_relo",
+         "seaquest-1.0.10"), 8,
+    )  # fmt: skip
 
 
 def test_the_readme_quotes_the_literature_page():
