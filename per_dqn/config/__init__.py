@@ -45,6 +45,7 @@ from per_dqn.config.models import (
     ReplayConfig,
     RunConfig,
     TrainConfig,
+    env_ignores,
     kind_ignores,
 )
 from per_dqn.config.trust import (
@@ -75,6 +76,7 @@ __all__ = [
     "UntrustedCodeError",
     "code_keys",
     "config_from_data",
+    "env_ignores",
     "kind_ignores",
     "load_config",
     "parse_override",

@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from per_dqn.config.messages import ConfigError, NonFiniteFloat, describe, one_line
-from per_dqn.config.models import Config, kind_ignores
+from per_dqn.config.models import Config, env_ignores, kind_ignores
 from per_dqn.envs import families
 
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
@@ -184,7 +184,7 @@ def _refuse_unread(config: Config, label: str, overrides: Sequence[Override]) ->
     """
     kind = config.replay.kind
     ignored = kind_ignores(kind)
-    env_ignored = {f"env.{key}" for key in families.ignored_env_keys(config.env.id)}
+    env_ignored = env_ignores(config.env.id)
     family = families.of(config.env.id).title
     problems = [
         f"{label}: {o.path}: replay kind {kind!r} does not read it (set by {o.source})"

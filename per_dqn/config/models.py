@@ -318,6 +318,12 @@ def kind_ignores(kind: str) -> frozenset[str]:
     return frozenset(ignored)
 
 
+def env_ignores(env_id: str) -> frozenset[str]:
+    """The dotted ``env.*`` keys ``env_id``'s family does not read (``families.ignored_env_keys``):
+    setting one with ``--set`` is refused (``loading.config_from_data``)."""
+    return frozenset(f"env.{key}" for key in families.ignored_env_keys(env_id))
+
+
 class TrainConfig(_Section):
     """The loop's budget and periods; every ``*_steps`` and ``*_interval`` counts env steps
     unless its name says otherwise.

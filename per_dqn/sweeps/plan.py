@@ -51,6 +51,7 @@ from per_dqn.config import (
     Config,
     ConfigError,
     Override,
+    env_ignores,
     kind_ignores,
     load_config,
     parse_yaml,
@@ -302,11 +303,6 @@ def plan_sweep(
     sweep = check_out_dir(Sweep(out, record, tuple(jobs)))
     found = reuse_runs.match(sweep.jobs, out, sources)
     return replace(sweep, reuse=tuple(found.items()))
-
-
-def env_ignores(env_id: str) -> frozenset[str]:
-    """The dotted ``env.*`` keys ``env_id``'s family does not read."""
-    return frozenset(f"env.{key}" for key in families.ignored_env_keys(env_id))
 
 
 def _run_entry(job: Job) -> dict[str, Any]:
