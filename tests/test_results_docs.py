@@ -700,3 +700,35 @@ def test_the_readme_quotes_the_literature_page():
     figures = FIGURE.findall(bullet)
     assert len(figures) >= 4, bullet
     assert [f for f in figures if f not in page] == []
+
+
+@pytest.mark.slow
+def test_the_apex_minatar_table_is_what_its_snippet_prints_from_the_archives(tmp_path):
+    """docs/results/distributed.md, "MinAtar Breakout and Seaquest, 2 actors": every run in
+    ``apex-minatar.tar.xz`` is a finished run of the rules' setup (``minatar.yaml``, 2 actors,
+    500,000 env steps, a seed of 0 to 4); the page's snippet, run as the page says (in a dir
+    holding those runs and the study's, rebuilt from their archives), prints exactly the rows
+    of its table, in order, and the per-run lines the page quotes."""
+    page = section((RESULTS / "distributed.md").read_text(), "## MinAtar Breakout and Seaquest")
+    root = tmp_path / "runs"
+    study = RESULTS / "data" / "minatar-study.tar.xz"
+    result = runner.invoke(app, ["unarchive", str(study), str(root / "minatar-study")])
+    assert result.exit_code == 0, result.output
+    with tarfile.open(RESULTS / "data" / "apex-minatar.tar.xz") as archive:
+        archive.extractall(root, filter="data")
+    run_dirs = sorted((root / "apex-minatar").glob("*/s*"))
+    assert run_dirs, "the archive holds no run"
+    for run_dir in run_dirs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = (run_dir / "config.yaml").read_text()
+        game, seed = run_dir.parent.name, int(run_dir.name.removeprefix("s"))
+        assert summary["interrupted"] is False and summary["env_steps"] >= 500_000, run_dir
+        ran = (summary["config"], summary["env_id"], summary["seed"])
+        assert ran == ("minatar", f"MinAtar/{game}-v1", seed), run_dir
+        assert seed in range(5) and "\n  actors: 2\n" in config, run_dir
+    printed = run_snippet(page, tmp_path).splitlines()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and FIGURE.search(line)]
+    assert len(rows) >= 2, "the table has no game's rows"
+    assert [line for line in printed if line.startswith("| ")] == rows
+    flat = " ".join(page.split())
+    assert [line for line in printed if not line.startswith("| ") and line not in flat] == []
