@@ -78,10 +78,18 @@ def _has_amx() -> bool:
         return False
 
 
+# On a CPU with AMX the prioritised arms' runs leave their archived trajectories (measured: the
+# proportional, rank and LAP cases); the uniform arm's keep their bits there, and are checked.
+ON_THIS_CPU = [
+    pytest.param(archive, arm, id=arm, marks=pytest.mark.skipif(
+        _has_amx() and arm != "uniform",
+        reason="made on a CPU without AMX; its bits hold only on that class (see _has_amx)"))
+    for archive, arm in ARMS
+]  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(_has_amx(), reason="the archived runs were made on a CPU without AMX; bits "
-                    "hold only on that class (see _has_amx)")  # fmt: skip
-@pytest.mark.parametrize(("archive", "arm"), ARMS, ids=[arm for _, arm in ARMS])
+@pytest.mark.parametrize(("archive", "arm"), ON_THIS_CPU)
 def test_an_archived_study_run_is_made_again_bit_for_bit(archive, arm, tmp_path):
     want = archived_run(archive, arm, tmp_path)
     assert len(want[EPISODE_RETURN]) > 500
