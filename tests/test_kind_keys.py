@@ -2,18 +2,29 @@
 an override of one refused with one line and exit 2 (``train``, ``ablate``'s arms, the API),
 and the cases that are not refusals (a file written for another kind, a sweep-wide ``--set``
 beside an arm that does not read it). The same for an ``env`` key its env's family does not
-read (``families.ignored_env_keys``)."""
+read (``families.ignored_env_keys``), and for an optimiser's own setting under the other
+optimiser (``per_dqn.config.optimizer_ignores``)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 import yaml
 from support import assert_bad_input
 from typer.testing import CliRunner
 
 import per_dqn
+from per_dqn.agent.optim import make_optimizer
 from per_dqn.cli import app
-from per_dqn.config import ConfigError, kind_ignores, load_config, parse_override
+from per_dqn.cli.config import mark_unread_keys
+from per_dqn.config import (
+    ConfigError,
+    kind_ignores,
+    load_config,
+    optimizer_ignores,
+    parse_override,
+    unread_keys,
+)
 from per_dqn.memory import KINDS
 from per_dqn.sweeps import plan
 
@@ -241,3 +252,159 @@ def test_a_run_dir_differing_only_in_a_key_its_run_does_not_read_is_its_run(tmp_
     (run_dir / "config.yaml").write_text(yaml.safe_dump(held))
     with pytest.raises(ValueError, match=r"holds a run of another config \(agent.gamma: 0.9 -> "):
         plan.plan_sweep("minatar.yaml", ("uniform",), range(1), 2000, overrides, out)
+
+
+# What each optimiser reads of its own settings, by hand from ``agent/optim.py``.
+OPTIMIZER_READS = {
+    "adam": {"agent.adam_eps"},
+    "rmsprop": {"agent.rmsprop_alpha", "agent.rmsprop_eps", "agent.rmsprop_centered"},
+}
+# A value other than the default for each, and the keyword ``make_optimizer`` takes it by.
+OTHER_VALUE = {"agent.adam_eps": 1e-2, "agent.rmsprop_alpha": 0.5, "agent.rmsprop_eps": 1e-5,
+               "agent.rmsprop_centered": False}  # fmt: skip
+
+
+def _after_steps(optimizer, **settings):
+    """A small linear layer's weights after three steps of ``optimizer`` on fixed gradients."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    opt = make_optimizer(optimizer, layer.parameters(), 1e-2, **settings)
+    for k in range(3):
+        for p in layer.parameters():
+            p.grad = torch.full_like(p, 0.1 * (k + 1)) * torch.linspace(-1, 1, p.numel()).view_as(p)
+        opt.step()
+    return torch.cat([p.detach().flatten() for p in layer.parameters()])
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZER_READS))
+def test_each_optimizer_s_unread_keys_by_hand_and_against_its_steps(optimizer):
+    """The keys ``optimizer_ignores`` names change nothing of the optimiser's steps; the keys it
+    reads each do (so the list is not merely written twice)."""
+    every = set().union(*OPTIMIZER_READS.values())
+    assert optimizer_ignores(optimizer) == every - OPTIMIZER_READS[optimizer]
+    base = _after_steps(optimizer)
+    for key in sorted(every):
+        changed = _after_steps(optimizer, **{key.removeprefix("agent."): OTHER_VALUE[key]})
+        assert torch.equal(changed, base) == (key in optimizer_ignores(optimizer)), key
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["-c", "minatar.yaml", "--set", "agent.rmsprop_eps=0.1"],
+         "minatar.yaml: agent.rmsprop_eps: optimizer 'adam' does not read it (set by --set)"),
+        (["-c", "literature/minatar_paper_dqn", "--set", "agent.adam_eps=0.1"],
+         "literature/minatar_paper_dqn: agent.adam_eps: optimizer 'rmsprop' does not read it "
+         "(set by --set)"),
+        (["-c", "cartpole.yaml", "--set", "agent.optimizer=rmsprop", "--set", "agent.adam_eps=1"],
+         "cartpole.yaml: agent.adam_eps: optimizer 'rmsprop' does not read it (set by --set)"),
+    ],
+)  # fmt: skip
+def test_train_refuses_a_setting_of_the_optimizer_it_does_not_use(workdir, args, line):
+    """Pins a silent no-op: ``--set agent.adam_eps=0.1`` on the MinAtar paper's preset (RMSprop)
+    ran as if it were not given, exit 0."""
+    result = runner.invoke(app, ["train", "--steps", "6000", *args])
+    assert_bad_input(result, line)
+    assert list(workdir.iterdir()) == []
+
+
+def test_the_optimizer_a_run_uses_takes_its_own_settings():
+    config = load_config(
+        per_dqn.config.resolve_config_path("cartpole.yaml"),
+        [parse_override("agent.optimizer=rmsprop"), parse_override("agent.rmsprop_eps=0.1")],
+    )
+    assert config.agent.rmsprop_eps == 0.1
+
+
+def test_a_sweep_wide_optimizer_setting_reaches_only_the_runs_of_its_optimizer(tmp_path):
+    """``--grid agent.optimizer=adam,rmsprop --set agent.adam_eps=1e-4``: Adam's runs have it,
+    RMSprop's keep the config's value (they would not read it)."""
+    sweep = plan.plan_sweep(
+        "cartpole.yaml", ("uniform",), range(1), 2000, [parse_override("agent.adam_eps=1e-4")],
+        tmp_path / "sw", grid=[("agent.optimizer", ("adam", "rmsprop"))],
+    )  # fmt: skip
+    eps = {
+        (agent := yaml.safe_load(job.config_yaml)["agent"])["optimizer"]: agent["adam_eps"]
+        for job in sweep.jobs
+    }
+    default = load_config(per_dqn.config.resolve_config_path("cartpole.yaml")).agent.adam_eps
+    assert eps == {"adam": 1e-4, "rmsprop": default}
+    assert default != 1e-4
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--replay", "uniform", "--set", "replay.alpha=0.7"],
+         "cartpole.yaml: replay.alpha: none of the sweep's runs reads it (set by --set)"),
+        (["--replay", "uniform,proportional", "--set", "agent.rmsprop_eps=0.1"],
+         "cartpole.yaml: agent.rmsprop_eps: none of the sweep's runs reads it (set by --set)"),
+    ],
+)  # fmt: skip
+def test_a_sweep_wide_key_none_of_its_runs_reads_is_refused(workdir, args, line):
+    """Pins a silent no-op: ``ablate --replay uniform --set replay.alpha=0.7`` left the key out of
+    every run (uniform does not read it) and ran the sweep as if it were not given."""
+    result = runner.invoke(app, ["ablate", "-c", "cartpole.yaml", "--seeds", "1", "--steps",
+                                 "2000", *args])  # fmt: skip
+    assert_bad_input(result, line)
+    assert list(workdir.iterdir()) == []
+
+
+def test_a_re_run_of_one_arm_keeps_the_sweep_s_key_its_other_arms_read(tmp_path):
+    """A re-run naming only the uniform arm of a sweep over uniform and proportional, with the
+    sweep's own ``--set replay.alpha=0.7``, plans uniform's runs: proportional's, of the sweep
+    it re-runs, read the key."""
+    out = tmp_path / "sw"
+    sets = [parse_override("replay.alpha=0.7")]
+    plan.start_sweep(plan.plan_sweep("cartpole.yaml", ("uniform", "proportional"), range(1),
+                                     2000, sets, out))  # fmt: skip
+    again = plan.plan_sweep("cartpole.yaml", ("uniform",), range(1), 2000, sets, out)
+    assert [job.arm for job in again.jobs] == ["uniform"]
+
+
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [("cartpole.yaml", ["replay.kind=uniform"]), ("atari.yaml", ["replay.kind=lap"]),
+     ("literature/minatar_paper_dqn", [])],
+)  # fmt: skip
+def test_config_show_marks_every_key_the_run_does_not_read(name, sets):
+    """``config show`` marks each key of ``unread_keys`` with what does not read it, and no other
+    key; its output loads back as the same config."""
+    args = [a for s in sets for a in ("--set", s)]
+    result = runner.invoke(app, ["config", "show", name, *args])
+    assert result.exit_code == 0, result.output
+    config = load_config(per_dqn.config.resolve_config_path(name), map(parse_override, sets))
+    marked, section = {}, None
+    for line in result.output.splitlines():
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+        elif "  # not read by " in line:
+            key, by = line.strip().split("  # not read by ")
+            marked[f"{section}.{key.split(':')[0]}"] = by
+    assert marked == unread_keys(config)
+    assert set(marked.values()) >= {f"optimizer {config.agent.optimizer!r}",
+                                    f"replay kind {config.replay.kind!r}"}  # fmt: skip
+    assert yaml.safe_load(result.output) == yaml.safe_load(config.to_yaml())
+    assert mark_unread_keys(config.to_yaml(), config) == result.output
+
+
+def test_a_run_dir_differing_only_in_its_unused_optimizer_s_setting_is_its_run(tmp_path):
+    """A sweep made before a sweep-wide optimiser setting was left out of the runs of the other
+    optimiser wrote it into their configs: RMSprop's run dir holding ``adam_eps: 1e-4`` is still
+    its run on a re-run; a difference in a key RMSprop reads is refused."""
+    out = tmp_path / "sw"
+    sets = [parse_override("agent.adam_eps=1e-4")]
+    grid = [("agent.optimizer", ("adam", "rmsprop"))]
+    sweep = plan.plan_sweep("cartpole.yaml", ("uniform",), range(1), 2000, sets, out, grid=grid)
+    plan.start_sweep(sweep)
+    (job,) = [j for j in sweep.jobs if "rmsprop" in j.run_dir]
+    (out / job.run_dir).mkdir(parents=True)
+    held = yaml.safe_load(job.config_yaml)
+    held["agent"]["adam_eps"] = 1e-4
+    (out / job.run_dir / "config.yaml").write_text(yaml.safe_dump(held))
+    again = plan.plan_sweep("cartpole.yaml", ("uniform",), range(1), 2000, sets, out, grid=grid)
+    assert sorted(j.run_dir for j in again.jobs) == sorted(j.run_dir for j in sweep.jobs)
+    held["agent"]["rmsprop_eps"] = 0.5
+    (out / job.run_dir / "config.yaml").write_text(yaml.safe_dump(held))
+    with pytest.raises(ValueError, match=r"holds a run of another config \(agent.rmsprop_eps: "):
+        plan.plan_sweep("cartpole.yaml", ("uniform",), range(1), 2000, sets, out, grid=grid)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from per_dqn.cli.common import SetOption, fail, load_or_fail, parse_sets
-from per_dqn.envs import families
+from per_dqn.config import Config, unread_keys
 
 app = typer.Typer(help="Show or check experiment configs.", no_args_is_help=True)
 
@@ -20,26 +20,27 @@ def config_show(
 ) -> None:
     """Print the resolved config (every key, defaults filled in) as YAML.
 
-    An `env` key the config's env does not read (an Atari-only key of a CartPole config) is
-    marked with a comment.
+    A key the run would not read is marked with a comment saying what does not read it: a
+    replay key its kind does not read, an `env` key of another env family (an Atari-only key of
+    a CartPole config), an optimiser setting of the optimiser it does not use.
     """
     cfg, _ = load_or_fail(name, parse_sets(set_))
-    typer.echo(mark_ignored_env_keys(cfg.to_yaml(), cfg.env.id), nl=False)
+    typer.echo(mark_unread_keys(cfg.to_yaml(), cfg), nl=False)
 
 
-def mark_ignored_env_keys(text: str, env_id: str) -> str:
-    """The config YAML with ``# not read by <family> envs`` after each ``env`` key that
-    ``env_id``'s family ignores (``families.ignored_env_keys``). The comment names the family,
-    not the id: an id given with ``--set`` may hold any character, and a comment must not break
-    the YAML that ``config show`` prints."""
-    ignored, family = families.ignored_env_keys(env_id), families.of(env_id).title
+def mark_unread_keys(text: str, config: Config) -> str:
+    """The config YAML with ``# not read by <what>`` after each key a run of ``config`` does not
+    read (``unread_keys``: its replay kind, its env's family, its optimiser). The comment names
+    the family, not the id: an id given with ``--set`` may hold any character, and a comment
+    must not break the YAML that ``config show`` prints."""
+    unread = unread_keys(config)
     lines, section = [], None
     for line in text.splitlines():
         if line and not line.startswith(" "):
             section = line.rstrip(":")
-        key = line.strip().split(":", 1)[0]
-        if section == "env" and line.startswith("  ") and key in ignored:
-            line = f"{line}  # not read by {family} envs"
+        key = f"{section}.{line.strip().split(':', 1)[0]}"
+        if line.startswith("  ") and not line.startswith("   ") and key in unread:
+            line = f"{line}  # not read by {unread[key]}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 

@@ -47,6 +47,8 @@ from per_dqn.config.models import (
     TrainConfig,
     env_ignores,
     kind_ignores,
+    optimizer_ignores,
+    unread_keys,
 )
 from per_dqn.config.trust import (
     CODE_KEYS,
@@ -79,10 +81,12 @@ __all__ = [
     "env_ignores",
     "kind_ignores",
     "load_config",
+    "optimizer_ignores",
     "parse_override",
     "parse_yaml",
     "refuse_untrusted_code",
     "resolve_config_path",
     "shipped_config_names",
+    "unread_keys",
     "validate_config",
 ]

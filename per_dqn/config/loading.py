@@ -20,8 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from per_dqn.config.messages import ConfigError, NonFiniteFloat, describe, one_line
-from per_dqn.config.models import Config, env_ignores, kind_ignores
-from per_dqn.envs import families
+from per_dqn.config.models import Config, unread_keys
 
 SHIPPED_CONFIG_PACKAGE = "per_dqn"
 SHIPPED_CONFIG_DIR = "configs"
@@ -124,8 +123,8 @@ def load_config(
         overrides: changes applied to the parsed YAML before validation, so they are validated
             exactly like the file's own values.
         display_name: how to name the file in error messages (defaults to ``path``).
-        check_unread: refuse an override of a key the replay kind or the env's family does not
-            read (see ``config_from_data``).
+        check_unread: refuse an override of a key the run does not read (its replay kind's, its
+            env family's or its optimiser's; see ``config_from_data``).
 
     Raises:
         ConfigError: unreadable file, YAML syntax, unknown keys, wrong types, out-of-range or
@@ -154,8 +153,8 @@ def config_from_data(
 ) -> Config:
     """Applies ``overrides`` to parsed sections (a dict, changed in place) and validates the
     result, exactly as ``load_config`` does a file's; ``label`` names it in errors. With
-    ``check_unread``, an override of a key the run's replay kind or env family does not read is
-    refused (``--replay laber --set replay.alpha=0.5`` would change nothing).
+    ``check_unread``, an override of a key the run does not read is refused (``--replay laber
+    --set replay.alpha=0.5`` would change nothing; ``_refuse_unread``).
 
     Raises:
         ConfigError: see ``load_config``.
@@ -171,30 +170,32 @@ def config_from_data(
 
 
 def _refuse_unread(config: Config, label: str, overrides: Sequence[Override]) -> None:
-    """Refuses an override of a key the run's replay kind does not read (``kind_ignores``), or
-    of an ``env`` key its env's family does not read (``families.ignored_env_keys``): a
-    ``--set replay.alpha=0.5`` beside ``--replay laber``, or ``--set env.frame_skip=2`` on
-    CartPole, would change nothing, silently. A file's own keys are not checked: a run dir's
+    """Refuses an override of a key the run does not read (``models.unread_keys``): a replay key
+    its kind does not read, an ``env`` key its env's family does not read, or an optimiser
+    setting of the optimiser it does not use. A ``--set replay.alpha=0.5`` beside ``--replay
+    laber``, ``--set env.frame_skip=2`` on CartPole or ``--set agent.adam_eps=1e-4`` under
+    RMSprop would change nothing, silently. A file's own keys are not checked: a run dir's
     ``config.yaml`` holds every key, and a file written for one kind or env may be run with
     another (``--replay``, ``--set env.id``).
 
     Raises:
-        ConfigError: one line per such override, naming the key, the kind or family, and the
+        ConfigError: one line per such override, naming the key, what does not read it, and the
             flag.
     """
-    kind = config.replay.kind
-    ignored = kind_ignores(kind)
-    env_ignored = env_ignores(config.env.id)
-    family = families.of(config.env.id).title
+    unread = unread_keys(config)
     problems = [
-        f"{label}: {o.path}: replay kind {kind!r} does not read it (set by {o.source})"
-        if o.path in ignored
-        else f"{label}: {o.path}: {family} envs do not read it (set by {o.source})"
+        f"{label}: {o.path}: {unread[o.path]} {_does(unread[o.path])} not read it (set by "
+        f"{o.source})"
         for o in overrides
-        if o.path in ignored or o.path in env_ignored
+        if o.path in unread
     ]
     if problems:
         raise ConfigError(problems)
+
+
+def _does(subject: str) -> str:
+    """The verb for ``unread_keys``' subject: "CartPole-like envs do", "replay kind 'x' does"."""
+    return "do" if subject.endswith(" envs") else "does"
 
 
 def parse_yaml(text: str, label: str) -> dict[str, Any]:

@@ -324,6 +324,37 @@ def env_ignores(env_id: str) -> frozenset[str]:
     return frozenset(f"env.{key}" for key in families.ignored_env_keys(env_id))
 
 
+# The agent keys only one optimiser reads (``agent.optim.make_optimizer``).
+OPTIMIZER_KEYS = {
+    "adam": ("adam_eps",),
+    "rmsprop": ("rmsprop_alpha", "rmsprop_eps", "rmsprop_centered"),
+}
+
+
+def optimizer_ignores(optimizer: str) -> frozenset[str]:
+    """The dotted ``agent.*`` keys a run under ``optimizer`` does not read: the other
+    optimisers' own settings (``OPTIMIZER_KEYS``); setting one with ``--set`` is refused
+    (``loading.config_from_data``). ``agent.adam_eps`` beside ``rmsprop`` changed nothing."""
+    return frozenset(
+        f"agent.{key}" for name, keys in OPTIMIZER_KEYS.items() if name != optimizer for key in keys
+    )
+
+
+def unread_keys(config: Config) -> dict[str, str]:
+    """Each dotted key a run of ``config`` does not read, mapped to what does not read it: its
+    replay kind (``kind_ignores``: "replay kind 'laber'"), its env's family (``env_ignores``:
+    "CartPole-like envs") or its optimiser (``optimizer_ignores``: "optimizer 'rmsprop'"). The
+    three sets hold different keys. The family is named, not the env id: an id may hold any
+    character, and the name goes into one-line errors and ``config show``'s YAML comments."""
+    kind = f"replay kind {config.replay.kind!r}"
+    unread = dict.fromkeys(kind_ignores(config.replay.kind), kind)
+    family = f"{families.of(config.env.id).title} envs"
+    unread.update((key, family) for key in env_ignores(config.env.id))
+    optimizer = f"optimizer {config.agent.optimizer!r}"
+    unread.update((key, optimizer) for key in optimizer_ignores(config.agent.optimizer))
+    return unread
+
+
 class TrainConfig(_Section):
     """The loop's budget and periods; every ``*_steps`` and ``*_interval`` counts env steps
     unless its name says otherwise.

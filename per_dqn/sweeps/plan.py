@@ -54,6 +54,7 @@ from per_dqn.config import (
     env_ignores,
     kind_ignores,
     load_config,
+    optimizer_ignores,
     parse_yaml,
     resolve_config_path,
 )
@@ -126,6 +127,23 @@ class Sweep:
             for j in self.jobs
             if j.run_dir not in taken and not runs.is_finished(self.out / j.run_dir)
         ]
+
+
+# The agent keys that only one optimiser reads (``optimizer_ignores``).
+_OPTIMIZER_SETTINGS = optimizer_ignores("adam") | optimizer_ignores("rmsprop")
+
+
+def _read_by_optimizer(
+    path: Path, config: str, shared: list[Override], extra: list[Override]
+) -> list[Override]:
+    """``shared`` less the optimiser settings the run's optimiser does not read, the optimiser
+    being the one its whole config names (an arm or a --grid point may choose it)."""
+    try:
+        probe = load_config(path, [*shared, *extra], display_name=config, check_unread=False)
+    except ConfigError:
+        return shared  # the run's own load names the problem
+    unread = optimizer_ignores(probe.agent.optimizer)
+    return [o for o in shared if o.path not in unread]
 
 
 def _normalised(config: Config, axes: Sequence[str]) -> dict[str, Any]:
@@ -227,6 +245,9 @@ def plan_sweep(
             if unread:
                 title = families.of(unread[0]).title
                 raise ConfigError([f"{config}: {key}: {title} envs do not read it (set by --grid)"])
+    # The --set paths some planned run reads: one that none reads is refused below.
+    read: set[str] = set()
+    optimizer_sets = any(o.path in _OPTIMIZER_SETTINGS for o in rest)
     for seed in seeds:
         for env in env_list or [None]:  # None: the config's own env
             for arm in arm_list:
@@ -245,11 +266,15 @@ def plan_sweep(
                         extra.append(Override("env.id", env, "--set"))
                     if steps is not None:
                         extra.append(Override("train.total_env_steps", steps, "--steps"))
+                    kept = shared
+                    if optimizer_sets:  # so is one of an optimiser the run does not use
+                        kept = _read_by_optimizer(path, config, shared, extra)
                     try:
-                        cfg = load_config(path, [*shared, *extra], display_name=config)
+                        cfg = load_config(path, [*kept, *extra], display_name=config)
                     except ConfigError as exc:
                         problems += [p for p in exc.problems if p not in problems]
                         continue
+                    read.update(o.path for o in kept)
                     if base is None:  # every sweep-wide key, those this arm leaves out too
                         # Read on the first env of the sweep this re-runs, as its record was:
                         # an env's family sets some keys (evaluation caps, the frame skip), so
@@ -271,6 +296,15 @@ def plan_sweep(
                         tuple(point),
                     )  # fmt: skip
                     jobs.append(job)
+    if not problems:
+        # A --set no run reads would change nothing (`--replay uniform --set replay.alpha=0.7`),
+        # unless the sweep this re-runs has it: some of its runs, not planned here, read it.
+        given = set(before.get("overrides") or []) if before is not None else set()
+        for o in rest:
+            if o.path not in read and f"{o.path}={json.dumps(o.value)}" not in given:
+                problems.append(
+                    f"{config}: {o.path}: none of the sweep's runs reads it (set by {o.source})"
+                )
     if problems:
         raise ConfigError(problems)
     if before is not None:
@@ -482,8 +516,10 @@ def _check_run_dir_holds(out: Path, job: Job, recorded: dict[str, Any] | None) -
             return  # unreadable: run_job clears an unfinished run dir; a finished one is kept
         # A key the run does not read (its kind's, its env family's) may differ: a sweep made
         # before such a --set was left out of the runs that ignore it wrote it there.
-        unread = kind_ignores(job.kind) | env_ignores(job.env_id)
-        diffs = config_differences(held, parse_yaml(job.config_yaml, job.run_dir), unread)
+        planned = parse_yaml(job.config_yaml, job.run_dir)
+        optimizer = planned.get("agent", {}).get("optimizer", "")
+        unread = kind_ignores(job.kind) | env_ignores(job.env_id) | optimizer_ignores(optimizer)
+        diffs = config_differences(held, planned, unread)
         if diffs:
             raise ValueError(
                 f"sweep dir {out}: run dir {job.run_dir} holds a run of another config "
