@@ -228,6 +228,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "ablate plans a sweep whose run dir is a link (issue 43, E1: it deleted the link's target)",
     ),
     Mutant(
+        "sweep-set-read-by-all", "per_dqn/sweeps/plan.py",
+        "read.update(o.path for o in kept)",
+        "read.update(o.path for o in rest)",
+        ("tests/test_kind_keys.py::test_a_sweep_wide_key_none_of_its_runs_reads_is_refused",),
+        "a sweep-wide --set that none of the sweep's runs reads counted as read (run as if unset)",
+    ),
+    Mutant(
+        "optimizer-keys-swapped", "per_dqn/config/models.py",
+        "OPTIMIZER_KEYS.items() if name != optimizer for key in keys",
+        "OPTIMIZER_KEYS.items() if name == optimizer for key in keys",
+        ("tests/test_kind_keys.py",),
+        "an optimiser's own settings refused and the other optimiser's accepted",
+    ),
+    Mutant(
         "clear-through-link", "per_dqn/sweeps/job.py",
         "    if run_dir.is_symlink():\n",
         "    if False:\n",
