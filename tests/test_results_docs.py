@@ -452,7 +452,7 @@ def test_the_literature_comparison_rows_quote_their_archive(literature):
         (root / "docs").symlink_to(ROOT / "docs")
     printed = run_snippet(table, root).splitlines()
     rows = [line for line in table.splitlines() if line.startswith("| `") and FIGURE.search(line)]
-    assert len(printed) >= 16, "the snippet printed too few rows"
+    assert len(printed) >= 18, "the snippet printed too few rows"
     assert rows == printed
     reports = {p: (d / "report.md").read_text() for p, d in zip(
         ("minatar_paper_dqn", "reducible_loss_minatar_per"), made[:2], strict=True)}  # fmt: skip
@@ -685,7 +685,7 @@ def test_the_relo_effect_table_is_what_its_snippet_prints_from_the_archives(lite
     check_effect_table(
         literature, "## ReLo against its released curves",
         ("minatar_paper_dqn", "reducible_loss_minatar_per", "reducible_loss_minatar_relo",
-         "seaquest-1.0.10"), 8,
+         "seaquest-1.0.10"), 12,
     )  # fmt: skip
 
 
