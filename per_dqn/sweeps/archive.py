@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple, NoReturn
+
+import numpy as np
 
 from per_dqn.logs.tags import EPISODE_RETURN, EVAL_RETURN_MEAN, PER_IS_WEIGHT_MEAN
 from per_dqn.rundir import readback
@@ -174,33 +176,72 @@ def _read_members(source: Path) -> dict[PurePosixPath, bytes]:
     return members
 
 
-def _parse_scalars(data: bytes, where: str) -> list[tuple[str, int, float]]:
+class _Points(NamedTuple):
+    """A run's archived points as columns: point ``i`` is ``(tags[tag[i]], step[i], value[i])``."""
+
+    tags: list[str]
+    tag: np.ndarray
+    step: np.ndarray
+    value: np.ndarray
+
+
+def _parse_scalars(data: bytes, where: str) -> _Points:
     try:
         rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
     except (csv.Error, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: not a UTF-8 CSV file ({exc})") from None
     if not rows or rows[0] != ["tag", "step", "value"]:
         raise ValueError(f"{where}: not a scalars file (header tag,step,value)")
-    points = []
+    # Whole columns at C speed (1.75 million points in a 300-run sweep); a column that fails is
+    # read again row by row for the line to name.
+    try:
+        tags, steps, values = zip(*rows[1:], strict=True) if len(rows) > 1 else ((), (), ())
+        steps, values = list(map(int, steps)), list(map(float, values))
+        names = set(tags)
+        fine = names <= set(ARCHIVED_TAGS) and (
+            not steps or 0 <= min(steps) <= max(steps) <= MAX_STEP
+        )
+    except ValueError:
+        fine = False
+    if not fine:
+        _refuse_row(rows, where)
+    ids = {name: i for i, name in enumerate(sorted(names))}
+    return _Points(
+        list(ids),
+        np.array([ids[name] for name in tags], dtype=np.int64),
+        np.array(steps, dtype=np.int64),
+        np.array(values, dtype=np.float64),
+    )
+
+
+def _refuse_row(rows: list[list[str]], where: str) -> NoReturn:
+    """Raises the ``ValueError`` naming the first bad row of a scalars file's ``rows``."""
     for number, row in enumerate(rows[1:], start=2):
         try:
             tag, step, value = row
-            points.append((tag, int(step), float(value)))
+            point = (tag, int(step), float(value))
         except ValueError:
             raise ValueError(f"{where}: line {number}: expected tag,step,value") from None
         if tag not in ARCHIVED_TAGS:
             raise ValueError(f"{where}: line {number}: unknown tag {tag!r}")
-        if not 0 <= points[-1][1] <= MAX_STEP:  # an event's step is a signed 64-bit integer
+        if not 0 <= point[1] <= MAX_STEP:  # an event's step is a signed 64-bit integer
             raise ValueError(f"{where}: line {number}: step {step} is out of range")
-    return points
+    raise AssertionError("no bad row")  # pragma: no cover - the caller found one
 
 
-def _write_events(run_dir: Path, points: list[tuple[str, int, float]]) -> None:
-    """One event file holding ``points``, each its own record, by step: a tag may have several
-    points at one step (training episodes of several envs that end together); a NaN is left
-    out, as the run's logger leaves it out."""
-    kept = [point for point in points if not math.isnan(point[2])]
-    events.write_scalars(run_dir, sorted(kept, key=lambda point: point[1]))
+def _write_events(run_dir: Path, points: _Points) -> None:
+    """One event file holding ``points``, each its own record, by step (stably: a tag may have
+    several points at one step, training episodes of several envs that end together); a NaN is
+    left out, as the run's logger leaves it out."""
+    kept = ~np.isnan(points.value)
+    order = np.argsort(points.step[kept], kind="stable")
+    events.write_scalar_arrays(
+        run_dir,
+        points.tags,
+        points.tag[kept][order],
+        points.step[kept][order],
+        points.value[kept][order],
+    )
 
 
 def restore_archive(source: Path, out: Path) -> int:

@@ -11,13 +11,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import assert_bad_input, tiny_args
 from test_report import fake_run
 from typer.testing import CliRunner
 
 from per_dqn.cli import app
 from per_dqn.logs import metrics, tags
-from per_dqn.sweeps import archive, runs
+from per_dqn.sweeps import archive, events, runs
+from per_dqn.sweeps.archive import ARCHIVED_TAGS
 
 runner = CliRunner()
 REPORT_FILES = ("report.md", "scores.csv", "curves.svg", "profiles.svg")
@@ -201,3 +204,69 @@ def test_a_run_file_that_leaves_the_sweep_dir_is_not_archived(tmp_path):
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"error: {run_dir / 'config.yaml'}: leads outside ")
     assert not (tmp_path / "a.tar.xz").exists()
+
+
+cells = st.sampled_from(
+    ["eval/return_mean", "episode/return", "loss", "0", "7", " 5", "+3", "1_0", "-1", "1.5",
+     "nan", "-inf", "9223372036854775807", "9223372036854775808", "x", ""]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(cells, min_size=2, max_size=4), max_size=6))
+def test_scalars_read_by_columns_read_as_row_by_row(rows):
+    """A scalars file's columns are read whole (``int`` and ``float`` over each); the points, or
+    the one line refusing the file, are those of reading it row by row: each row's fields, its
+    step and value as ``int`` and ``float`` read them, its tag one archived, its step an
+    event's (the row-by-row reading, written out here)."""
+    text = "tag,step,value\n" + "".join(",".join(row) + "\n" for row in rows)
+    expected: list[tuple[str, int, float]] | str = []
+    for number, row in enumerate(rows, start=2):
+        try:
+            tag, step, value = row
+            point = (tag, int(step), float(value))
+        except ValueError:
+            expected = f"w: line {number}: expected tag,step,value"
+            break
+        if tag not in ARCHIVED_TAGS:
+            expected = f"w: line {number}: unknown tag {tag!r}"
+            break
+        if not 0 <= point[1] <= 2**63 - 1:
+            expected = f"w: line {number}: step {step} is out of range"
+            break
+        expected.append(point)
+    try:
+        points = archive._parse_scalars(text.encode(), "w")
+    except ValueError as exc:
+        assert str(exc) == expected
+    else:
+        columns = (points.tag.tolist(), points.step.tolist(), points.value.tolist())
+        read = [(points.tags[t], s, v) for t, s, v in zip(*columns, strict=True)]
+        assert [(t, s, "nan" if v != v else v) for t, s, v in read] == [
+            (t, s, "nan" if v != v else v) for t, s, v in expected
+        ]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(ARCHIVED_TAGS),
+            st.integers(0, 5),
+            st.floats(-1e3, 1e3, width=32) | st.just(float("nan")),
+        ),
+        max_size=200,
+    )
+)
+def test_points_are_written_back_by_step_in_archive_order_without_nans(tmp_path_factory, points):
+    """Unarchive's writer: each tag's points by step and, at one step (episodes of several envs
+    that end together), in the archive's order; a NaN left out, as the run's logger leaves it
+    out."""
+    run_dir = tmp_path_factory.mktemp("points")
+    text = "tag,step,value\n" + "".join(f"{t},{s},{v!r}\n" for t, s, v in points)
+    archive._write_events(run_dir, archive._parse_scalars(text.encode(), "w"))
+    files = [(p, p.read_bytes()) for p in run_dir.iterdir()]
+    kept = sorted((p for p in points if p[2] == p[2]), key=lambda point: point[1])
+    assert events.scalar_curves(files, ARCHIVED_TAGS) == {
+        tag: [(s, v) for t, s, v in kept if t == tag] for tag in ARCHIVED_TAGS
+    }
