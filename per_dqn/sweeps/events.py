@@ -4,9 +4,12 @@ written back as an event file (``write_scalars``).
 
 ``per-dqn report`` spent most of its time in TensorBoard's reader: without TensorFlow it frames
 the records and checks their CRC-32C in pure Python, four reads and two checksums a record. Here
-a file is read whole, its records framed and checked by one compiled pass (``_frame``), and each
-event parsed by protobuf's C parser; only the tags asked for are kept. On the MinAtar study's 150
-runs, 15.1 s against 2.0 s (``benchmarks/events.py``, docs/benchmarks.md).
+a file is read whole, its records framed and checked by one compiled pass (``_frame``), the
+common events (a file version, a session's status, a summary of scalars) decoded from their wire
+format by another (``_decode_records``), every other record parsed by protobuf's C parser, and
+TensorBoard's rules applied to them all by a third (``_replay``); only the tags asked for are
+kept. The writer encodes its events by a compiled pass too (``_encode_scalars``), byte for byte
+what protobuf serializes. Timed in ``benchmarks/events.py`` (docs/benchmarks.md).
 
 What TensorBoard would show, point for point (``tests/sweeps/test_events.py`` checks it against
 ``EventAccumulator`` on real runs, resumed and damaged ones included):
