@@ -43,6 +43,11 @@ def rebuilt_report(archive: Path, out: Path, *report_args: str) -> str:
     """``per-dqn unarchive ARCHIVE OUT`` then ``per-dqn report OUT ...``: its report.md."""
     result = runner.invoke(app, ["unarchive", str(archive), str(out)])
     assert result.exit_code == 0, result.output
+    return report_of(out, *report_args)
+
+
+def report_of(out: Path, *report_args: str) -> str:
+    """``per-dqn report OUT ...``: its report.md."""
     result = runner.invoke(app, ["report", str(out), *report_args])
     assert result.exit_code == 0, result.output
     return (out / "report.md").read_text()
@@ -187,8 +192,8 @@ def test_the_six_arm_study_section_quotes_its_archive(tmp_path):
     two reports its commands make of ``docs/results/data/minatar-study-six-arms.tar.xz``: paired
     against uniform, and against proportional PER (``--baseline``)."""
     archive = RESULTS / "data" / "minatar-study-six-arms.tar.xz"
-    against_uniform = rebuilt_report(archive, tmp_path / "uniform")
-    against_per = rebuilt_report(archive, tmp_path / "per", "--baseline", PROPORTIONAL_ARM)
+    against_uniform = rebuilt_report(archive, tmp_path / "sweep")
+    against_per = report_of(tmp_path / "sweep", "--baseline", PROPORTIONAL_ARM)
     page = section((RESULTS / "minatar.md").read_text(), "## Which prioritization helps")
     flat = " ".join(page.split())
 
