@@ -285,6 +285,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "a replay shard hands back its own slots, not the run's: two shards' transitions share "
         "the health panel's slots and the learner counts them in the wrong shard (issue 47)",
     ),
+    Mutant(
+        "restart-keeps-its-step", "per_dqn/sweeps/events.py",
+        "            if kind[r] == _SESSION_LOG and status[r] == _SESSION_START:\n"
+        "                for p in range(count):\n"
+        "                    if p_step[p] >= s:",
+        "            if kind[r] == _SESSION_LOG and status[r] == _SESSION_START:\n"
+        "                for p in range(count):\n"
+        "                    if p_step[p] > s:",
+        ("tests/sweeps/test_events.py",),
+        "the report's reader keeps a resumed run's point at its purge step, which TensorBoard "
+        "drops: the curve holds the step twice",
+    ),
+    Mutant(
+        "two-whats-merged", "per_dqn/sweeps/events.py",
+        "if slow or whats > 1:", "if slow:",
+        ("tests/sweeps/test_events.py::test_the_compiled_decoder_reads_what_protobuf_reads",),
+        "an event holding two oneof fields is decoded as both, not as the last one protobuf "
+        "keeps: a summary cleared by a later file version still counts",
+    ),
 )  # fmt: skip
 
 
