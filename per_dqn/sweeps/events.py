@@ -159,13 +159,13 @@ def _encode_scalars(names, name_stops, tag, step, value, wall):  # pragma: no co
     point). Returns the records' bytes end to end and each one's length."""
     n = tag.shape[0]
     lengths = np.empty(n, dtype=np.int64)
-    total = 0
+    value_lengths = np.empty(n, dtype=np.int64)
+    summary_lengths = np.empty(n, dtype=np.int64)
     has_wall = False  # a wall time of +0.0 is left out (proto3)
     for k in range(8):
         has_wall |= wall[k] != 0
     for i in range(n):
-        name_start = name_stops[tag[i] - 1] if tag[i] > 0 else 0
-        name_length = name_stops[tag[i]] - name_start
+        name_length = name_stops[tag[i]] - (name_stops[tag[i] - 1] if tag[i] > 0 else 0)
         value_length = 5  # an empty tag is left out (proto3)
         if name_length > 0:
             value_length += 1 + _varint_size(np.uint64(name_length)) + name_length
@@ -175,17 +175,13 @@ def _encode_scalars(names, name_stops, tag, step, value, wall):  # pragma: no co
             length += 9
         if step[i] != 0:
             length += 1 + _varint_size(np.uint64(step[i]))
-        lengths[i] = length
-        total += length
-    out = np.empty(total, dtype=np.uint8)
+        lengths[i], value_lengths[i], summary_lengths[i] = length, value_length, summary_length
+    out = np.empty(lengths.sum(), dtype=np.uint8)
     at = 0
     for i in range(n):
         name_start = name_stops[tag[i] - 1] if tag[i] > 0 else 0
         name_length = name_stops[tag[i]] - name_start
-        value_length = 5
-        if name_length > 0:
-            value_length += 1 + _varint_size(np.uint64(name_length)) + name_length
-        summary_length = 1 + _varint_size(np.uint64(value_length)) + value_length
+        value_length, summary_length = value_lengths[i], summary_lengths[i]
         if has_wall:
             out[at] = 0x09  # wall_time: field 1, 64-bit
             out[at + 1 : at + 9] = wall
