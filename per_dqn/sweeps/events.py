@@ -311,6 +311,16 @@ def _key(data, at, end):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _span(data, at, end):  # pragma: no cover - compiled
+    """A length-delimited field's bytes, its length at ``data[at:end]``: ``(start, stop)``,
+    ``stop`` -1 where the length is cut short or runs past ``end``."""
+    length, start = _varint(data, at, end)
+    if start < 0 or length > np.uint64(end - start):
+        return start, -1
+    return start, start + np.int64(length)
+
+
+@numba.njit(cache=True, nogil=True)
 def _skip(data, at, end, wire):  # pragma: no cover - compiled
     """The end of a field's value of wire type ``wire`` starting at ``at``; -1 where protobuf's
     parser must decide (a group, a bad wire type, a length past ``end``)."""
@@ -321,11 +331,49 @@ def _skip(data, at, end, wire):  # pragma: no cover - compiled
     if wire == 5:
         return at + 4 if at + 4 <= end else -1
     if wire == 2:
-        length, at = _varint(data, at, end)
-        if at < 0 or length > np.uint64(end - at):
-            return -1
-        return at + np.int64(length)
+        return _span(data, at, end)[1]
     return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scalar_value(data, at, end):  # pragma: no cover - compiled
+    """A ``Summary.Value`` at ``data[at:end]`` holding a scalar: ``(tag start, tag stop, offset
+    of its float32)``, the offset -1 where protobuf's parser must decide (another oneof value, a
+    node name or metadata, whose strings protobuf checks; no value; a bad field)."""
+    tag_start, tag_stop, simple = at, at, np.int64(-1)  # no tag: the empty string
+    while at < end:
+        field, wire, at = _key(data, at, end)
+        if at < 0:
+            return 0, 0, -1
+        if field == 1 and wire == 2:  # tag: the last one read counts
+            tag_start, at = _span(data, at, end)
+            tag_stop = at
+        elif field == 2 and wire == 5:  # simple_value: the last one read counts
+            simple = at
+            at = at + 4 if at + 4 <= end else -1
+        elif field > 9:  # unknown to this protobuf: skipped
+            at = _skip(data, at, end, wire)
+        else:
+            return 0, 0, -1
+        if at < 0:
+            return 0, 0, -1
+    return tag_start, tag_stop, simple
+
+
+@numba.njit(cache=True, nogil=True)
+def _session_status(data, at, end):  # pragma: no cover - compiled
+    """A ``SessionLog``'s status at ``data[at:end]`` (0 where unset); -1 where it holds more
+    than its status (strings protobuf checks) or protobuf's parser must decide."""
+    status = np.int64(0)
+    while at < end:
+        field, wire, at = _key(data, at, end)
+        if at < 0 or field != 1 or wire != 0:
+            return -1
+        value, at = _varint(data, at, end)
+        if at < 0 or value > np.uint64(0x7FFFFFFF):  # an enum is an int32
+            return -1
+        status = np.int64(value)
+    return status
 
 
 @numba.njit(cache=True, nogil=True)
@@ -348,13 +396,11 @@ def _decode_records(data, starts, stops):  # pragma: no cover - compiled
     count = 0
     for r in range(n):
         at, end = starts[r], stops[r]
-        whats = 0
+        whats = 0  # fields of the ``what`` oneof: more than one is protobuf's to merge
         first_value = count
-        slow = False
-        while at < end and not slow:
+        while at >= 0 and at < end:
             field, wire, at = _key(data, at, end)
             if at < 0:
-                slow = True
                 break
             if field == 1 and wire == 1:  # wall_time
                 at = _skip(data, at, end, wire)
@@ -364,95 +410,46 @@ def _decode_records(data, starts, stops):  # pragma: no cover - compiled
             elif (field == 3 or field == 4 or field == 9) and wire == 2:
                 # file_version, graph_def, meta_graph_def
                 whats += 1
-                _, begin = _varint(data, at, end)
-                at = _skip(data, at, end, wire)
                 kind[r] = _FILE_VERSION if field == 3 else _OTHER
-                field_start[r], field_stop[r] = begin, at
-            elif field == 5 and wire == 2:  # summary
+                field_start[r], at = _span(data, at, end)
+                field_stop[r] = at
+            elif field == 5 and wire == 2:  # summary: its values
                 whats += 1
                 kind[r] = _SUMMARY
-                _, s_at = _varint(data, at, end)
-                at = _skip(data, at, end, wire)
-                if at < 0:
-                    slow = True
-                    break
-                while s_at < at and not slow:  # the Summary's fields
+                s_at, at = _span(data, at, end)
+                while at >= 0 and s_at < at:
                     s_field, s_wire, s_at = _key(data, s_at, at)
-                    if s_at < 0:
-                        slow = True
-                        break
-                    if s_field != 1:  # not a value: an unknown field, skipped as protobuf does
+                    if s_at >= 0 and s_field != 1:  # not a value: unknown, skipped
                         s_at = _skip(data, s_at, at, s_wire)
-                        slow = s_at < 0
-                        continue
-                    if s_wire != 2:
-                        slow = True
-                        break
-                    _, v_at = _varint(data, s_at, at)
-                    s_at = _skip(data, s_at, at, s_wire)
+                    elif s_at >= 0 and s_wire == 2:
+                        v_at, s_at = _span(data, s_at, at)
+                        if s_at >= 0:
+                            tag_start, tag_stop, simple = _scalar_value(data, v_at, s_at)
+                            if simple >= 0:
+                                v_record[count] = r
+                                v_tag_start[count] = tag_start
+                                v_tag_stop[count] = tag_stop
+                                v_float[count] = simple
+                                count += 1
+                            else:
+                                s_at = -1
+                    else:
+                        s_at = -1
                     if s_at < 0:
-                        slow = True
-                        break
-                    tag_start, tag_stop, simple = np.int64(-1), np.int64(-1), np.int64(-1)
-                    while v_at < s_at:  # the Value's fields
-                        v_field, v_wire, v_at = _key(data, v_at, s_at)
-                        if v_at < 0:
-                            slow = True
-                            break
-                        if v_field == 1 and v_wire == 2:  # tag: the last one read counts
-                            _, tag_start = _varint(data, v_at, s_at)
-                            v_at = _skip(data, v_at, s_at, v_wire)
-                            tag_stop = v_at
-                        elif v_field == 2 and v_wire == 5:  # simple_value: the last one counts
-                            simple = v_at
-                            v_at += 4
-                        elif v_field > 9:  # unknown to this protobuf: skipped
-                            v_at = _skip(data, v_at, s_at, v_wire)
-                        else:  # another oneof value, node_name or metadata: protobuf's
-                            slow = True
-                            break
-                        if v_at < 0 or v_at > s_at:
-                            slow = True
-                            break
-                    if slow:
-                        break
-                    if simple < 0:  # a value with no value set: protobuf's
-                        slow = True
-                        break
-                    if tag_start < 0:  # no tag: the empty string
-                        tag_start, tag_stop = s_at, s_at
-                    v_record[count] = r
-                    v_tag_start[count] = tag_start
-                    v_tag_stop[count] = tag_stop
-                    v_float[count] = simple
-                    count += 1
+                        at = -1
             elif field == 7 and wire == 2:  # session_log: its status alone
                 whats += 1
                 kind[r] = _SESSION_LOG
-                _, l_at = _varint(data, at, end)
-                at = _skip(data, at, end, wire)
-                if at < 0:
-                    slow = True
-                    break
-                status = np.int64(0)
-                while l_at < at:
-                    l_field, l_wire, l_at = _key(data, l_at, at)
-                    if l_at < 0 or l_field != 1 or l_wire != 0:  # not the status
-                        slow = True
-                        break
-                    value, l_at = _varint(data, l_at, at)
-                    if l_at < 0 or value > np.uint64(0x7FFFFFFF):
-                        slow = True
-                        break
-                    status = np.int64(value)
-                field_start[r] = status
+                l_at, at = _span(data, at, end)
+                if at >= 0:
+                    field_start[r] = _session_status(data, l_at, at)
+                    if field_start[r] < 0:
+                        at = -1
             elif field > 10:  # unknown to this protobuf: skipped
                 at = _skip(data, at, end, wire)
             else:  # a log message, tagged run metadata, source metadata, or a bad wire type
-                slow = True
-            if at < 0:
-                slow = True
-        if slow or whats > 1:
+                at = -1
+        if at < 0 or whats > 1:  # protobuf's to parse: its values are not kept here
             kind[r] = _SLOW
             count = first_value
     return (

@@ -299,7 +299,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "two-whats-merged", "per_dqn/sweeps/events.py",
-        "if slow or whats > 1:", "if slow:",
+        "if at < 0 or whats > 1:", "if at < 0:",
         ("tests/sweeps/test_events.py::test_the_compiled_decoder_reads_what_protobuf_reads",),
         "an event holding two oneof fields is decoded as both, not as the last one protobuf "
         "keeps: a summary cleared by a later file version still counts",

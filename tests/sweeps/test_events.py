@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -260,6 +260,7 @@ ODD_VALUES = {
     "bad tag": field(0x0A, b"\xff") + b"\x15" + struct.pack("<f", 2.0),
     "late tensor": field(0x0A, b"b") + b"\x15" + struct.pack("<f", 3.0) + field(0x42, b""),
     "two tags": field(0x0A, b"b") + field(0x0A, b"a") + b"\x15" + struct.pack("<f", 4.0),
+    "cut float": field(0x0A, b"a") + b"\x15\x00\x00",
 }
 
 
@@ -270,7 +271,7 @@ def any_event(draw):
     kind = draw(st.sampled_from(["summary"] * 6 + ["version", "start", "stop", "log", "graph",
                                                     "empty", "two whats", "source", "odd value",
                                                     "odd start", "odd version",
-                                                    "odd source"]))  # fmt: skip
+                                                    "odd source", "long key"]))  # fmt: skip
     event = event_pb2.Event(step=step, wall_time=draw(st.sampled_from([0.0, 1.5])))
     if kind == "summary":
         event.summary.value.extend(draw(st.lists(scalar_values(), min_size=0, max_size=3)))
@@ -301,7 +302,15 @@ def any_event(draw):
         data += field(0x1A, b"brain.Event:\xff")
     elif kind == "odd source":  # a source whose writer is not UTF-8: protobuf refuses it
         data += field(0x52, field(0x0A, b"\xff"))
+    elif kind == "long key":  # a wall time's key in 6 bytes: past protobuf's 5, refused
+        data += LONG_KEY
     return data
+
+
+LONG_KEY = b"\x89\x80\x80\x80\x80\x00" + struct.pack("<d", 1.5)
+# A restart at step 3 whose SessionLog also holds a field it does not know (9 = 5): protobuf
+# reads START, so the points past step 3 go.
+ODD_START = event_pb2.Event(step=3).SerializeToString() + field(0x3A, b"\x08\x01\x48\x05")
 
 
 def framed(payloads: list[bytes]) -> bytes:
@@ -319,6 +328,18 @@ def framed(payloads: list[bytes]) -> bytes:
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=2),
     cut=st.one_of(st.none(), st.integers(1, 40)),
 )
+@example(  # each odd record below, where it changes the points if misread
+    files=[[VERSION.SerializeToString(), *(scalar(s, "a", s).SerializeToString() for s in (1, 5)),
+            ODD_START]],
+    flips=[], cut=None,
+)  # fmt: skip
+@example(files=[[scalar(4, "b", 4).SerializeToString() + LONG_KEY]], flips=[], cut=None)
+@example(
+    files=[[scalar(1, "a", 1).SerializeToString(),
+            event_pb2.Event(step=2).SerializeToString()
+            + field(0x2A, field(0x0A, ODD_VALUES["cut float"]))]],
+    flips=[], cut=None,
+)  # fmt: skip
 def test_the_compiled_decoder_reads_what_protobuf_reads(files, flips, cut):
     """Any mix of events, their payloads' bytes flipped or cut (re-framed with good CRCs, so
     that protobuf's parser, not the framing, meets the damage): the same points as protobuf's
