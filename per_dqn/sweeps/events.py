@@ -573,8 +573,10 @@ class _Records:
         record, simple = v_record, np.ones(v_record.shape[0], dtype=np.bool_)
         slow = np.flatnonzero(self.kind == _SLOW).tolist()
         if slow:
-            record, tag, simple, value = self._parse_slow(
-                path, raw, starts, stops, slow, ids, (v_record, tag, simple, value)
+            parsed = self._parse_slow(path, raw, starts, stops, slow, ids)
+            record, tag, simple, value = (
+                np.concatenate([fast, more])
+                for fast, more in zip((v_record, tag, simple, value), parsed, strict=True)
             )
         order = np.argsort(record, kind="stable")
         self.v_tag, self.v_simple, self.v_value = tag[order], simple[order], value[order]
@@ -585,13 +587,17 @@ class _Records:
         if status != _OK:
             raise Damaged(path, _REASONS[status])
 
-    def _parse_slow(self, path, raw, starts, stops, slow, ids, fast):
-        """The records ``slow`` parsed by protobuf, their values added to ``fast``'s."""
+    def _parse_slow(self, path, raw, starts, stops, slow, ids):
+        """The records ``slow`` parsed by protobuf: their values' ``(record, tag, simple,
+        value)`` columns (the fast records' own stay arrays, joined by the caller)."""
         from google.protobuf.message import DecodeError
         from tensorboard.compat.proto import event_pb2
 
         kinds = {"file_version": _FILE_VERSION, "summary": _SUMMARY, "session_log": _SESSION_LOG}
-        record, tag, simple, value = ([*column.tolist()] for column in fast)
+        record: list[int] = []
+        tag: list[int] = []
+        simple: list[bool] = []
+        value: list[float] = []
         for r in slow:
             try:
                 event = event_pb2.Event.FromString(raw[starts[r] : stops[r]])
