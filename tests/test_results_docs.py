@@ -597,53 +597,68 @@ def test_the_beta_schedule_contrast_quotes_its_archive(literature):
     assert FIGURE.findall(beside) == published_row, beside
 
 
+# preset -> (its sweep on MinAtar 1.0.10, its arm, the released method it is set against)
+ON_THE_OLD_GAME = {
+    "minatar_paper_dqn": ("literature-seaquest-1.0.10", "uniform", "DQN"),
+    "reducible_loss_minatar_per": (
+        "literature-reducible_loss_minatar_per-seaquest-1.0.10", "proportional", "DQN+PER"),
+    "reducible_loss_minatar_relo": (
+        "literature-reducible_loss_minatar_relo-seaquest-1.0.10", "relo", "ReLo"),
+}  # fmt: skip
+
+
 @pytest.mark.slow
 def test_the_seaquest_preset_rows_quote_their_archive(literature):
-    """docs/results/literature.md, the Seaquest section's table of the MinAtar paper's preset on
-    MinAtar 1.0.10 and the report's ``Compute:`` line quoted above it: each row's
-    training-return EMA at its step, mean (sd) over the 5 seeds,
-    computed from the runs' curves in ``literature-seaquest-1.0.10.tar.xz``; the published value
-    there, from the published file; the verdict against the published band; and at 1M the
-    report's own figures (its EMA beside the published curves, the final score)."""
+    """docs/results/literature.md, the Seaquest section's tables of the published presets on
+    MinAtar 1.0.10 and the reports' ``Compute:`` lines quoted beside them: each row's
+    training-return EMA at its step, mean (sd) over the 5 seeds, computed from the runs' curves
+    in the preset's archive (``ON_THE_OLD_GAME``), read as its released curve was logged; the
+    published value there, from the published file; the verdict against the published band; and
+    at 1M the report's own final score. Every preset has its two rows."""
     page = section((RESULTS / "literature.md").read_text(), "## Seaquest")
-    rows = [line for line in page.splitlines() if line.startswith("| `minatar_paper_dqn` |")]
-    assert len(rows) == 2, rows
-    sweep = literature("literature-seaquest-1.0.10")
-    report = (sweep / "report.md").read_text()
-    assert "minatar 1.0.10" in report, "the archived runs did not play MinAtar 1.0.10"
-    check_compute_quoted(report, " ".join(page.split()))
-    runs_dir = sweep / "uniform"  # one env, set by --set: no env level
-    curves = [runs.read_curve(runs_dir / f"s{seed}", "episode/return") for seed in range(5)]
-    points = {
-        p.step: p
-        for p in published.read_published(PUBLISHED)
-        if (p.env_id, p.label) == ("MinAtar/Seaquest-v1", "reducible-loss DQN")
-    }
-    for row in rows:
-        cells = [cell.strip() for cell in row.split("|")]
-        _, _, version, step, theirs, ours, band, said, final, _ = cells
-        assert version == "1.0.10", row
-        at = {"500k": 500_000, "1M": 1_000_000}[step]
-        values = np.array([published.read_as_logged(curve, [at], 50_000)[0] for curve in curves])
-        mean = f"{values.mean():.2f} ({values.std(ddof=1):.2f})"
-        point = points[at]
-        assert theirs == f"DQN {point.mean:.2f} ({point.sd:.2f})", row
-        assert ours == mean, (row, mean)
-        where, low, high = against_band(values.mean(), point)
-        assert band == f"{where} ({low:.2f} to {high:.2f})", row
-        gap = stats.Estimate.of_sample(values) - stats.Estimate.of_mean(
-            point.mean, point.sd, point.seeds
-        )
-        g_low, g_high = gap.interval()
-        verdict = "consistent" if g_low <= 0 <= g_high else "above" if g_low > 0 else "below"
-        assert said == f"{gap.value:.2f} [{g_low:.2f}, {g_high:.2f}]: {verdict}", row
-        if at == 1_000_000:
-            assert final in lines_about(report, "Seaquest"), (row, final)
-    # "within the published band at every 50k bin from 50k to 1M": from the runs' curves.
-    reading = " ".join(page.split())
-    claim = re.search(r"within the published band at every 50k bin from (\d+)k to 1M:", reading)
+    flat = " ".join(page.split())
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    presets = [row.split("`")[1] for row in rows]
+    assert presets == [p for p in ON_THE_OLD_GAME for _ in range(2)], presets
+    for preset, (name, arm, method) in ON_THE_OLD_GAME.items():
+        sweep = literature(name)
+        report = (sweep / "report.md").read_text()
+        assert "minatar 1.0.10" in report, f"{name}: the runs did not play MinAtar 1.0.10"
+        check_compute_quoted(report, flat)
+        curves = [
+            runs.read_curve(sweep / arm / f"s{seed}", "episode/return")  # one env: no env level
+            for seed in range(5)
+        ]
+        points = {
+            p.step: p
+            for p in published.read_published(PUBLISHED)
+            if (p.env_id, p.label) == ("MinAtar/Seaquest-v1", f"reducible-loss {method}")
+        }
+        for row in (row for row in rows if row.startswith(f"| `{preset}` |")):
+            cells = [cell.strip() for cell in row.split("|")]
+            _, _, version, step, theirs, ours, band, said, final, _ = cells
+            assert version == "1.0.10", row
+            at = {"500k": 500_000, "1M": 1_000_000}[step]
+            point = points[at]
+            values = np.array(
+                [published.read_as_logged(c, [at], point.logged_every)[0] for c in curves]
+            )
+            assert theirs == f"{method} {point.mean:.2f} ({point.sd:.2f})", row
+            assert ours == f"{values.mean():.2f} ({values.std(ddof=1):.2f})", row
+            where, low, high = against_band(values.mean(), point)
+            assert band == f"{where} ({low:.2f} to {high:.2f})", row
+            gap = stats.Estimate.of_sample(values) - stats.Estimate.of_mean(
+                point.mean, point.sd, point.seeds
+            )
+            g_low, g_high = gap.interval()
+            verdict = "consistent" if g_low <= 0 <= g_high else "above" if g_low > 0 else "below"
+            assert said == f"{gap.value:.2f} [{g_low:.2f}, {g_high:.2f}]: {verdict}", row
+            assert (final in lines_about(report, "Seaquest")) if at == 1_000_000 else not final
+    # "within the published band at every 50k bin from 50k to 1M": from the DQN runs' curves.
+    claim = re.search(r"within the published band at every 50k bin from (\d+)k to 1M:", flat)
     assert claim, "no claim about the Seaquest bins"
-    where = bins_against_band(runs_dir, "Seaquest", "reducible-loss DQN")
+    dqn = literature(ON_THE_OLD_GAME["minatar_paper_dqn"][0]) / "uniform"
+    where = bins_against_band(dqn, "Seaquest", "reducible-loss DQN")
     assert [s for s, w in where.items() if w == "within"] == steps(claim[1], "1M")
 
 
@@ -690,7 +705,8 @@ def test_the_relo_effect_table_is_what_its_snippet_prints_from_the_archives(lite
     check_effect_table(
         literature, "## ReLo against its released curves",
         ("minatar_paper_dqn", "reducible_loss_minatar_per", "reducible_loss_minatar_relo",
-         "seaquest-1.0.10"), 12,
+         "seaquest-1.0.10", "reducible_loss_minatar_per-seaquest-1.0.10",
+         "reducible_loss_minatar_relo-seaquest-1.0.10"), 16,
     )  # fmt: skip
 
 
